@@ -1,0 +1,263 @@
+// Tensor inventory of the V4 family and strict binding of a checkpoint against it.
+#include "model/weights.h"
+
+#include <map>
+#include <set>
+
+namespace deepinfer {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Inventory {
+  const ModelConfig& c;
+  std::vector<TensorSpec> specs;
+
+  void add(const std::string& name, DType dtype, std::vector<int64_t> shape) {
+    specs.push_back({name, dtype, std::move(shape)});
+  }
+  void fp8_linear(const std::string& prefix, int64_t n_out, int64_t n_in) {
+    const int64_t b = c.weight_block;
+    add(prefix + ".weight", DType::kF8E4M3, {n_out, n_in});
+    add(prefix + ".scale", DType::kF8E8M0, {ceil_div(n_out, b), ceil_div(n_in, b)});
+  }
+  void fp4_linear(const std::string& prefix, int64_t n_out, int64_t n_in) {
+    add(prefix + ".weight", DType::kI8, {n_out, n_in / 2});
+    add(prefix + ".scale", DType::kF8E8M0, {n_out, n_in / 32});
+  }
+  void compressor(const std::string& prefix, int ratio, int64_t d) {
+    const int64_t width = (ratio == 4 ? 2 : 1) * d;
+    add(prefix + ".ape", DType::kF32, {ratio, width});
+    add(prefix + ".norm.weight", DType::kBF16, {d});
+    add(prefix + ".wgate.weight", DType::kBF16, {width, c.dim});
+    add(prefix + ".wkv.weight", DType::kBF16, {width, c.dim});
+  }
+  void block(const std::string& p, int layer_id, bool is_mtp) {
+    const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+    const int ratio = c.compress_ratio(layer_id);
+    for (const char* side : {"attn", "ffn"}) {
+      add(p + ".hc_" + side + "_base", DType::kF32, {mix});
+      add(p + ".hc_" + side + "_fn", DType::kF32, {mix, hc * D});
+      add(p + ".hc_" + side + "_scale", DType::kF32, {3});
+    }
+    add(p + ".attn_norm.weight", DType::kBF16, {D});
+    add(p + ".ffn_norm.weight", DType::kBF16, {D});
+    const std::string a = p + ".attn";
+    add(a + ".attn_sink", DType::kF32, {c.n_heads});
+    add(a + ".kv_norm.weight", DType::kBF16, {c.head_dim});
+    add(a + ".q_norm.weight", DType::kBF16, {c.q_lora_rank});
+    fp8_linear(a + ".wq_a", c.q_lora_rank, D);
+    fp8_linear(a + ".wq_b", int64_t(c.n_heads) * c.head_dim, c.q_lora_rank);
+    fp8_linear(a + ".wkv", c.head_dim, D);
+    fp8_linear(a + ".wo_a", int64_t(c.o_groups) * c.o_lora_rank, int64_t(c.n_heads) * c.head_dim / c.o_groups);
+    fp8_linear(a + ".wo_b", D, int64_t(c.o_groups) * c.o_lora_rank);
+    if (ratio != 0) compressor(a + ".compressor", ratio, c.head_dim);
+    if (ratio == 4) {
+      compressor(a + ".indexer.compressor", ratio, c.index_head_dim);
+      add(a + ".indexer.weights_proj.weight", DType::kBF16, {c.index_n_heads, D});
+      fp8_linear(a + ".indexer.wq_b", int64_t(c.index_n_heads) * c.index_head_dim, c.q_lora_rank);
+    }
+    const std::string f = p + ".ffn";
+    add(f + ".gate.weight", DType::kBF16, {c.n_routed_experts, D});
+    if (!is_mtp && layer_id < c.n_hash_layers) {
+      add(f + ".gate.tid2eid", DType::kI64, {c.vocab_size, c.n_activated_experts});
+    } else {
+      add(f + ".gate.bias", DType::kF32, {c.n_routed_experts});
+    }
+    for (int e = 0; e < c.n_routed_experts; ++e) {
+      const std::string x = f + ".experts." + std::to_string(e);
+      fp4_linear(x + ".w1", c.moe_inter_dim, D);
+      fp4_linear(x + ".w2", D, c.moe_inter_dim);
+      fp4_linear(x + ".w3", c.moe_inter_dim, D);
+    }
+    const int64_t shared_inter = int64_t(c.moe_inter_dim) * c.n_shared_experts;
+    fp8_linear(f + ".shared_experts.w1", shared_inter, D);
+    fp8_linear(f + ".shared_experts.w2", D, shared_inter);
+    fp8_linear(f + ".shared_experts.w3", shared_inter, D);
+  }
+  void head(const std::string& p) {
+    add(p + "hc_head_base", DType::kF32, {c.hc_mult});
+    add(p + "hc_head_fn", DType::kF32, {c.hc_mult, int64_t(c.hc_mult) * c.dim});
+    add(p + "hc_head_scale", DType::kF32, {1});
+  }
+};
+
+}  // namespace
+
+std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
+  Inventory inv{c, {}};
+  inv.add("embed.weight", DType::kBF16, {c.vocab_size, c.dim});
+  inv.add("head.weight", DType::kBF16, {c.vocab_size, c.dim});
+  inv.add("norm.weight", DType::kBF16, {c.dim});
+  inv.head("");
+  for (int l = 0; l < c.n_layers; ++l) inv.block("layers." + std::to_string(l), l, false);
+  for (int m = 0; m < c.n_mtp_layers; ++m) {
+    const std::string p = "mtp." + std::to_string(m);
+    inv.block(p, c.n_layers + m, true);
+    inv.add(p + ".enorm.weight", DType::kBF16, {c.dim});
+    inv.add(p + ".hnorm.weight", DType::kBF16, {c.dim});
+    inv.add(p + ".norm.weight", DType::kBF16, {c.dim});
+    inv.fp8_linear(p + ".e_proj", c.dim, c.dim);
+    inv.fp8_linear(p + ".h_proj", c.dim, c.dim);
+    inv.head(p + ".");
+  }
+  return inv.specs;
+}
+
+namespace {
+
+class Binder {
+ public:
+  Binder(const ModelConfig& c, const Checkpoint& ckpt) : c_(c), ckpt_(ckpt) {
+    for (auto& spec : expected_tensors(c)) specs_[spec.name] = spec;
+  }
+  std::string error;
+
+  const TensorView* get(const std::string& name) {
+    if (!error.empty()) return nullptr;
+    auto spec = specs_.find(name);
+    DI_CHECK_MSG(spec != specs_.end(), name);
+    const TensorView* t = ckpt_.find(name);
+    if (!t) {
+      error = ckpt_.dir() + ": missing tensor '" + name + "' (expected " + dtype_name(spec->second.dtype) + " " + shape_str(spec->second.shape) + ")";
+      return nullptr;
+    }
+    if (t->dtype != spec->second.dtype || t->shape != spec->second.shape) {
+      error = *t->file + ": tensor '" + name + "' is " + dtype_name(t->dtype) + " " + t->shape_string() + " but config.json implies " +
+              dtype_name(spec->second.dtype) + " " + shape_str(spec->second.shape);
+      return nullptr;
+    }
+    return t;
+  }
+  template <typename T> const T* ptr(const std::string& name) {
+    const TensorView* t = get(name);
+    return t ? t->as<T>() : nullptr;
+  }
+  LinearWeight linear(const std::string& prefix) {
+    LinearWeight w;
+    const TensorView* t = get(prefix + ".weight");
+    if (!t) return w;
+    w.dtype = t->dtype;
+    w.n_out = t->shape[0];
+    w.n_in = t->dtype == DType::kI8 ? t->shape[1] * 2 : t->shape[1];
+    w.data = t->data;
+    if (t->dtype != DType::kBF16) {
+      const TensorView* s = get(prefix + ".scale");
+      if (s) w.scale = s->data;
+      w.block = t->dtype == DType::kF8E4M3 ? c_.weight_block : 32;
+    }
+    return w;
+  }
+  CompressorWeights compressor(const std::string& p) {
+    CompressorWeights cw;
+    cw.wkv = linear(p + ".wkv");
+    cw.wgate = linear(p + ".wgate");
+    cw.ape = ptr<float>(p + ".ape");
+    cw.norm = ptr<uint16_t>(p + ".norm.weight");
+    return cw;
+  }
+  BlockWeights block(const std::string& p, int layer_id, bool is_mtp) {
+    BlockWeights b;
+    b.compress_ratio = c_.compress_ratio(layer_id);
+    b.hash_routed = !is_mtp && layer_id < c_.n_hash_layers;
+    b.hc_attn_fn = ptr<float>(p + ".hc_attn_fn");
+    b.hc_attn_base = ptr<float>(p + ".hc_attn_base");
+    b.hc_attn_scale = ptr<float>(p + ".hc_attn_scale");
+    b.hc_ffn_fn = ptr<float>(p + ".hc_ffn_fn");
+    b.hc_ffn_base = ptr<float>(p + ".hc_ffn_base");
+    b.hc_ffn_scale = ptr<float>(p + ".hc_ffn_scale");
+    b.attn_norm = ptr<uint16_t>(p + ".attn_norm.weight");
+    b.ffn_norm = ptr<uint16_t>(p + ".ffn_norm.weight");
+    const std::string a = p + ".attn";
+    b.wq_a = linear(a + ".wq_a");
+    b.wq_b = linear(a + ".wq_b");
+    b.wkv = linear(a + ".wkv");
+    b.wo_a = linear(a + ".wo_a");
+    b.wo_b = linear(a + ".wo_b");
+    b.q_norm = ptr<uint16_t>(a + ".q_norm.weight");
+    b.kv_norm = ptr<uint16_t>(a + ".kv_norm.weight");
+    b.attn_sink = ptr<float>(a + ".attn_sink");
+    if (b.compress_ratio != 0) b.compressor = compressor(a + ".compressor");
+    if (b.compress_ratio == 4) {
+      b.index_compressor = compressor(a + ".indexer.compressor");
+      b.index_wq_b = linear(a + ".indexer.wq_b");
+      b.index_weights_proj = linear(a + ".indexer.weights_proj");
+    }
+    const std::string f = p + ".ffn";
+    b.gate = linear(f + ".gate");
+    if (b.hash_routed) {
+      b.tid2eid = ptr<int64_t>(f + ".gate.tid2eid");
+    } else {
+      b.gate_bias = ptr<float>(f + ".gate.bias");
+    }
+    for (int e = 0; e < c_.n_routed_experts; ++e) {
+      const std::string x = f + ".experts." + std::to_string(e);
+      b.experts.push_back({linear(x + ".w1"), linear(x + ".w2"), linear(x + ".w3")});
+    }
+    b.shared = {linear(f + ".shared_experts.w1"), linear(f + ".shared_experts.w2"), linear(f + ".shared_experts.w3")};
+    return b;
+  }
+  HeadWeights head(const std::string& p, const std::string& norm_name) {
+    return {ptr<float>(p + "hc_head_fn"), ptr<float>(p + "hc_head_base"), ptr<float>(p + "hc_head_scale"),
+            ptr<uint16_t>(norm_name)};
+  }
+  Status check_no_extras() {
+    for (const std::string& name : ckpt_.tensor_names()) {
+      if (!specs_.count(name)) {
+        return Status::error(*ckpt_.find(name)->file + ": unexpected tensor '" + name +
+                             "' (not part of this config; is config.json from another model?)");
+      }
+    }
+    return Status();
+  }
+
+ private:
+  static std::string shape_str(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
+  const ModelConfig& c_;
+  const Checkpoint& ckpt_;
+  std::map<std::string, TensorSpec> specs_;
+};
+
+}  // namespace
+
+Result<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt) {
+  Binder b(c, ckpt);
+  DI_RETURN_IF_ERROR(b.check_no_extras());
+  ModelWeights w;
+  w.embed = b.ptr<uint16_t>("embed.weight");
+  w.head_proj = b.linear("head");
+  w.head = b.head("", "norm.weight");
+  for (int l = 0; l < c.n_layers && b.error.empty(); ++l) w.layers.push_back(b.block("layers." + std::to_string(l), l, false));
+  for (int m = 0; m < c.n_mtp_layers && b.error.empty(); ++m) {
+    const std::string p = "mtp." + std::to_string(m);
+    MtpWeights mw;
+    mw.block = b.block(p, c.n_layers + m, true);
+    mw.enorm = b.ptr<uint16_t>(p + ".enorm.weight");
+    mw.hnorm = b.ptr<uint16_t>(p + ".hnorm.weight");
+    mw.e_proj = b.linear(p + ".e_proj");
+    mw.h_proj = b.linear(p + ".h_proj");
+    mw.head = b.head(p + ".", p + ".norm.weight");
+    w.mtp.push_back(std::move(mw));
+  }
+  if (!b.error.empty()) return Status::error(b.error);
+  // Hash routes index experts: validate them once here so the forward pass can trust them.
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int64_t* t = w.layers[size_t(l)].tid2eid;
+    if (!t) continue;
+    for (int64_t i = 0; i < int64_t(c.vocab_size) * c.n_activated_experts; ++i) {
+      if (t[i] < 0 || t[i] >= c.n_routed_experts) {
+        return Status::error(*ckpt.find("layers." + std::to_string(l) + ".ffn.gate.tid2eid")->file + ": layers." + std::to_string(l) +
+                             ".ffn.gate.tid2eid[" + std::to_string(i / c.n_activated_experts) + "] names expert " +
+                             std::to_string(t[i]) + ", outside 0.." + std::to_string(c.n_routed_experts - 1));
+      }
+    }
+  }
+  return w;
+}
+
+}  // namespace deepinfer
