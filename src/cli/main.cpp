@@ -1,1 +1,18 @@
-int main(){}
+// deepinfer: command-line entry point. Subcommands live in their own files (see commands.h).
+#include <cstdio>
+#include <map>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"deepinfer: DeepSeek-V4 family inference engine"};
+  app.require_subcommand(1);
+  std::map<std::string, deepinfer::cli::Runner> runners;
+  runners["logits"] = deepinfer::cli::add_logits_command(app);
+  runners["generate"] = deepinfer::cli::add_generate_command(app);
+  runners["bench"] = deepinfer::cli::add_bench_command(app);
+  runners["make-model"] = deepinfer::cli::add_make_model_command(app);
+  CLI11_PARSE(app, argc, argv);
+  for (auto* sub : app.get_subcommands()) return runners.at(sub->get_name())();
+  return 1;
+}

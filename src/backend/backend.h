@@ -1,0 +1,88 @@
+// The op-level backend contract: the heavy ops of the V4 forward pass, one POD params struct per op.
+// Two CPU implementations: the reference backend (exact: double accumulation, one rounding per op, the
+// golden precision contract) and the fast backend (fp32 accumulation, vectorised, multithreaded). The
+// model code is the same for both; cheap elementwise ops (norms, RoPE, QDQ, Sinkhorn) are shared exact code.
+// Activations are float arrays whose values are already bf16 (or fp32 where the op table says so).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "model/weights.h"
+
+namespace deepinfer {
+
+// What a linear layer does with its exact accumulator before writing the output.
+enum class Epilogue {
+  kBf16,          // out = bf16(acc)
+  kF32,           // out = f32(acc)
+  kF32AddBias,    // out = f32(acc + bias[t, n])              (compressor scores + ape, spec C2)
+  kSqrtSoftplus,  // out = f32(sqrt(softplus(acc)))           (MoE gate scores, spec M1)
+};
+
+// out[t, n] = epilogue( sum_k x[t, k] * W[row_begin + n, k] ), t < n_tokens, n < n_rows.
+// x values are used as given (callers apply the activation QDQ of qlinear themselves).
+struct LinearParams {
+  const float* x = nullptr;       // [n_tokens, x_stride], the first W.n_in columns are read
+  int64_t x_stride = 0;
+  int64_t n_tokens = 0;
+  const LinearWeight* weight = nullptr;
+  int64_t row_begin = 0;          // first weight row (grouped wo_a)
+  int64_t n_rows = 0;
+  Epilogue epilogue = Epilogue::kBf16;
+  const float* bias = nullptr;    // [n_tokens, n_rows] for kF32AddBias
+  float* out = nullptr;           // [n_tokens, out_stride]
+  int64_t out_stride = 0;
+};
+
+// mHC mixes (spec B1/H1): out[t, m] = f32( (x_t . fn[m]) / sqrt(mean(x_t^2) + eps) ).
+struct HcMixParams {
+  const float* x = nullptr;       // [n_tokens, width] bf16 values (4 copies flattened)
+  int64_t n_tokens = 0;
+  int64_t width = 0;
+  const float* fn = nullptr;      // [n_mix, width] fp32
+  int64_t n_mix = 0;
+  double eps = 0;
+  float* out = nullptr;           // [n_tokens, n_mix]
+};
+
+// Sparse attention with sink for one query token (spec AT1-AT3): the slot list (window part, compressed
+// part, padding) is given as row pointers, nullptr = empty slot; blocks of 64 slots define the running max.
+struct SparseAttentionParams {
+  const float* q = nullptr;              // [n_heads, head_dim]
+  int64_t n_heads = 0;
+  int64_t head_dim = 0;
+  const float* const* slots = nullptr;   // [n_slots] rows of [head_dim] (K = V), nullptr = empty
+  int64_t n_slots = 0;                   // a multiple of 64
+  const float* sink = nullptr;           // [n_heads] fp32
+  float softmax_scale = 0;
+  float* out = nullptr;                  // [n_heads, head_dim] bf16 values
+};
+
+// Indexer scores for one query token (spec I7-I9):
+// score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ) for j < n_keys.
+struct IndexScoreParams {
+  const float* q = nullptr;        // [n_heads, dim]
+  const float* weights = nullptr;  // [n_heads] bf16 values (I6)
+  int64_t n_heads = 0;
+  int64_t dim = 0;
+  const float* keys = nullptr;     // [n_keys, dim]
+  int64_t n_keys = 0;
+  float* scores = nullptr;         // [n_keys]
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual void linear(const LinearParams& p) = 0;
+  virtual void hc_mix(const HcMixParams& p) = 0;
+  virtual void sparse_attention(const SparseAttentionParams& p) = 0;
+  virtual void index_scores(const IndexScoreParams& p) = 0;
+};
+
+std::unique_ptr<Backend> make_reference_backend();
+// n_threads <= 0: one per hardware thread.
+std::unique_ptr<Backend> make_fast_backend(int n_threads);
+
+}  // namespace deepinfer

@@ -1,0 +1,104 @@
+// The reference backend: every op computed exactly (double accumulation; products of bf16/fp8/fp4 values
+// are exact in double) and rounded once to its output dtype, as the golden precision contract demands.
+// It is the test oracle of the fast backend; speed is not a goal here.
+#include <cmath>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/weight_decode.h"
+#include "backend/cpu/epilogue.h"
+
+namespace deepinfer {
+
+namespace {
+
+class ReferenceBackend final : public Backend {
+ public:
+  const char* name() const override { return "reference"; }
+
+  void linear(const LinearParams& p) override {
+    const LinearWeight& w = *p.weight;
+    std::vector<double> row(static_cast<size_t>(w.n_in));
+    for (int64_t n = 0; n < p.n_rows; ++n) {
+      decode_weight_row(w, p.row_begin + n, row.data());
+      for (int64_t t = 0; t < p.n_tokens; ++t) {
+        const float* x = p.x + t * p.x_stride;
+        double acc = 0;
+        for (int64_t k = 0; k < w.n_in; ++k) acc += double(x[k]) * row[size_t(k)];
+        const float bias = p.bias ? p.bias[t * p.n_rows + n] : 0.0f;
+        p.out[t * p.out_stride + n] = apply_epilogue(p.epilogue, acc, bias);
+      }
+    }
+  }
+
+  void hc_mix(const HcMixParams& p) override {
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const float* x = p.x + t * p.width;
+      double sq = 0;
+      for (int64_t i = 0; i < p.width; ++i) sq += double(x[i]) * x[i];
+      const double r = std::sqrt(sq / double(p.width) + p.eps);
+      for (int64_t m = 0; m < p.n_mix; ++m) {
+        const float* f = p.fn + m * p.width;
+        double acc = 0;
+        for (int64_t i = 0; i < p.width; ++i) acc += double(x[i]) * f[i];
+        p.out[t * p.n_mix + m] = round_f32(acc / r);
+      }
+    }
+  }
+
+  void sparse_attention(const SparseAttentionParams& p) override {
+    const int64_t n_blocks = p.n_slots / 64;
+    std::vector<double> s(static_cast<size_t>(p.n_slots));
+    std::vector<double> acc(static_cast<size_t>(p.head_dim));
+    for (int64_t h = 0; h < p.n_heads; ++h) {
+      const float* q = p.q + h * p.head_dim;
+      for (int64_t j = 0; j < p.n_slots; ++j) {
+        if (!p.slots[j]) continue;
+        double dot = 0;
+        for (int64_t d = 0; d < p.head_dim; ++d) dot += double(q[d]) * p.slots[j][d];
+        s[size_t(j)] = double(p.softmax_scale) * dot;
+      }
+      // Running max per 64-block (spec AT2); M = the max over all blocks.
+      std::vector<double> block_max(static_cast<size_t>(n_blocks));
+      double running = -INFINITY;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        for (int64_t j = b * 64; j < b * 64 + 64; ++j) if (p.slots[j]) running = std::max(running, s[size_t(j)]);
+        block_max[size_t(b)] = running;
+      }
+      const double m_all = running;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      double denom = 0;
+      for (int64_t j = 0; j < p.n_slots; ++j) {
+        if (!p.slots[j]) continue;
+        const double mb = block_max[size_t(j / 64)];
+        const double prob = round_bf16(std::exp(s[size_t(j)] - mb));  // the bf16 P of the tilelang kernel
+        const double w = std::exp(mb - m_all) * prob;
+        for (int64_t d = 0; d < p.head_dim; ++d) acc[size_t(d)] += w * p.slots[j][d];
+        denom += std::exp(s[size_t(j)] - m_all);
+      }
+      denom += std::exp(double(p.sink[h]) - m_all);
+      for (int64_t d = 0; d < p.head_dim; ++d) p.out[h * p.head_dim + d] = round_bf16(acc[size_t(d)] / denom);
+    }
+  }
+
+  void index_scores(const IndexScoreParams& p) override {
+    for (int64_t j = 0; j < p.n_keys; ++j) {
+      const float* key = p.keys + j * p.dim;
+      double total = 0;
+      for (int64_t h = 0; h < p.n_heads; ++h) {
+        const float* q = p.q + h * p.dim;
+        double dot = 0;
+        for (int64_t d = 0; d < p.dim; ++d) dot += double(q[d]) * key[d];
+        const double s = round_bf16(dot);
+        total += round_bf16(std::max(s, 0.0) * double(p.weights[h]));
+      }
+      p.scores[j] = round_bf16(total);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ReferenceBackend>(); }
+
+}  // namespace deepinfer

@@ -1,0 +1,16 @@
+// The deepinfer CLI's subcommands: each file adds one subcommand to the CLI11 app and runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace deepinfer::cli {
+
+// Each add_* registers its subcommand; the returned function runs it (exit code) once parsed.
+using Runner = std::function<int()>;
+Runner add_logits_command(CLI::App& app);
+Runner add_generate_command(CLI::App& app);
+Runner add_bench_command(CLI::App& app);
+Runner add_make_model_command(CLI::App& app);
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,87 @@
+// `deepinfer logits`: teacher-forced evaluation of a golden-format case file, written as safetensors.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "format/safetensors.h"
+#include "model/teacher_forcing.h"
+
+namespace deepinfer::cli {
+
+namespace {
+TensorToWrite f32_tensor(const std::string& name, const std::vector<float>& values, int64_t rows, int64_t cols) {
+  TensorToWrite t{name, DType::kF32, {rows, cols}, {}};
+  t.bytes.resize(values.size() * sizeof(float));
+  std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
+}
+}  // namespace
+
+Runner add_logits_command(CLI::App& app) {
+  struct Args {
+    std::string model, case_path, out;
+    int64_t chunk = 0;
+    int threads = 0;
+    bool exact = false, mtp = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("logits", "teacher-forced logits of a case file (golden format)");
+  cmd->add_option("--model", args->model, "checkpoint directory")->required();
+  cmd->add_option("--case", args->case_path, "case-N.safetensors with prompt and continuation")->required();
+  cmd->add_option("--out", args->out, "output safetensors (F32 logits [1 + C, vocab])")->required();
+  cmd->add_option("--chunk", args->chunk, "prefill chunk size (0 = whole prompt)");
+  cmd->add_option("--threads", args->threads, "threads for the fast kernels (0 = all)");
+  cmd->add_flag("--exact", args->exact, "reference kernels: exact, double accumulation (golden contract)");
+  cmd->add_flag("--mtp", args->mtp, "also write mtp_logits [C, vocab]");
+  return [args]() {
+    ModelOptions options;
+    options.exact = args->exact;
+    options.n_threads = args->threads;
+    auto model = Dsv4Model::open(args->model, options);
+    if (!model.ok()) {
+      std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
+      return 1;
+    }
+    auto gc = load_golden_case(args->case_path);
+    if (!gc.ok()) {
+      std::fprintf(stderr, "error: %s\n", gc.status().message().c_str());
+      return 1;
+    }
+    const ModelConfig& c = model.value()->config();
+    for (int32_t id : gc->prompt) {
+      if (id < 0 || id >= c.vocab_size) {
+        std::fprintf(stderr, "error: %s: token id %d outside the vocabulary (0..%d)\n", args->case_path.c_str(), id, c.vocab_size - 1);
+        return 1;
+      }
+    }
+    for (int32_t id : gc->continuation) {
+      if (id < 0 || id >= c.vocab_size) {
+        std::fprintf(stderr, "error: %s: token id %d outside the vocabulary (0..%d)\n", args->case_path.c_str(), id, c.vocab_size - 1);
+        return 1;
+      }
+    }
+    TeacherForcedOptions tf;
+    tf.prefill_chunk = args->chunk;
+    tf.mtp = args->mtp;
+    if (args->mtp && c.n_mtp_layers == 0) {
+      std::fprintf(stderr, "error: %s has no MTP layer (num_nextn_predict_layers = 0)\n", args->model.c_str());
+      return 1;
+    }
+    TeacherForcedResult r = run_teacher_forced(*model.value(), gc->prompt, gc->continuation, tf);
+    const int64_t V = c.vocab_size, C = int64_t(gc->continuation.size());
+    std::vector<TensorToWrite> tensors;
+    tensors.push_back(f32_tensor("logits", r.logits, 1 + C, V));
+    if (args->mtp) tensors.push_back(f32_tensor("mtp_logits", r.mtp_logits, C, V));
+    for (int l = 0; l < c.n_layers; ++l) {
+      std::vector<float> h(r.layer_streams.begin() + int64_t(l) * 4 * c.dim, r.layer_streams.begin() + int64_t(l + 1) * 4 * c.dim);
+      tensors.push_back(f32_tensor("hidden." + std::to_string(l), h, 4, c.dim));
+    }
+    Status st = write_safetensors(args->out, tensors);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.message().c_str());
+      return 1;
+    }
+    return 0;
+  };
+}
+
+}  // namespace deepinfer::cli

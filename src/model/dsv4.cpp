@@ -1,0 +1,255 @@
+// V4 top level: loading, embedding, the block loop with two-pass mHC, the head and the MTP layer
+// (spec §3.1, §3.2, §3.8; golden op table E1, B1-B8, P1-P2, H1-H5, T1-T6).
+#include "model/dsv4.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/dtypes.h"
+#include "model/dsv4_internal.h"
+
+namespace deepinfer {
+
+int64_t SequenceState::cache_bytes() const {
+  int64_t bytes = 0;
+  auto add = [&](const std::vector<LayerState>& layers) {
+    for (const auto& l : layers) {
+      bytes += int64_t(l.window.size() + l.compressor.kv.size() + l.compressor.score.size() + l.compressor.rows.size() +
+                       l.index_compressor.kv.size() + l.index_compressor.score.size() + l.index_compressor.rows.size()) *
+               int64_t(sizeof(float));
+    }
+  };
+  add(layers);
+  add(mtp_layers);
+  return bytes;
+}
+
+void qdq_fp8_rows(std::vector<float>& x, int64_t n_rows, int64_t width) {
+  for (int64_t r = 0; r < n_rows; ++r) qdq_fp8(x.data() + r * width, width, 128);
+}
+
+Result<std::unique_ptr<Dsv4Model>> Dsv4Model::open(const std::string& model_dir, const ModelOptions& options) {
+  auto config = load_model_config(model_dir);
+  if (!config.ok()) return config.status();
+  Checkpoint::OpenOptions open_options;
+  open_options.show_progress = options.show_progress;
+  auto checkpoint = Checkpoint::open(model_dir, open_options);
+  if (!checkpoint.ok()) return checkpoint.status();
+  auto weights = bind_weights(config.value(), *checkpoint.value());
+  if (!weights.ok()) return weights.status();
+
+  std::unique_ptr<Dsv4Model> model(new Dsv4Model());
+  model->config_ = config.value();
+  model->checkpoint_ = std::move(checkpoint.value());
+  model->weights_ = std::move(weights.value());
+  model->backend_ = options.exact ? make_reference_backend() : make_fast_backend(options.n_threads);
+  const ModelConfig& c = model->config_;
+  for (int l = 0; l < c.n_layers + c.n_mtp_layers; ++l) {
+    // spec §1.3: window-only layers use the plain table, compressed layers theta 160000 with YaRN.
+    model->layer_rope_.push_back(c.compress_ratio(l) == 0
+                                     ? make_rope_table(c.rope_head_dim, c.rope.theta)
+                                     : make_yarn_rope_table(c.rope_head_dim, c.rope.compress_theta, c.rope.yarn_factor,
+                                                            c.rope.yarn_original_max_pos, c.rope.beta_fast,
+                                                            c.rope.beta_slow));
+  }
+  return model;
+}
+
+SequenceState Dsv4Model::new_sequence() const {
+  const ModelConfig& c = config_;
+  auto make_layer = [&](int layer_id) {
+    LayerState l;
+    l.window.assign(size_t(c.window_size) * c.head_dim, 0.0f);
+    const int ratio = c.compress_ratio(layer_id);
+    auto init = [&](CompressorState& cs, int64_t d) {
+      cs.ratio = ratio;
+      cs.width = (ratio == 4 ? 2 : 1) * d;
+      cs.kv.assign(size_t(cs.ring_rows() * cs.width), 0.0f);
+      cs.score.assign(size_t(cs.ring_rows() * cs.width), -INFINITY);
+    };
+    if (ratio != 0) init(l.compressor, c.head_dim);
+    if (ratio == 4) init(l.index_compressor, c.index_head_dim);
+    return l;
+  };
+  SequenceState s;
+  for (int l = 0; l < c.n_layers; ++l) s.layers.push_back(make_layer(l));
+  for (int m = 0; m < c.n_mtp_layers; ++m) s.mtp_layers.push_back(make_layer(c.n_layers + m));
+  return s;
+}
+
+namespace {
+
+// Flattens chunks into per-token metadata; `start` gives each chunk's first position.
+template <typename Chunk, typename StartFn>
+Dsv4Model::Batch make_batch(std::span<const Chunk> chunks, int window_size, StartFn start, int64_t n_of_chunk(const Chunk&)) {
+  Dsv4Model::Batch b;
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    const Chunk& ch = chunks[ci];
+    const int64_t n = n_of_chunk(ch);
+    const int64_t p0 = start(ch);
+    DI_CHECK_MSG(ch.prompt_len == 0 || ch.prompt_len >= p0 + n, "prompt_len must cover the chunk");
+    b.states.push_back(ch.state);
+    b.first_token.push_back(b.n_tokens());
+    b.n_chunk_tokens.push_back(n);
+    b.first_pos.push_back(p0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = p0 + i;
+      b.pos.push_back(t);
+      b.chunk.push_back(int(ci));
+      if (ch.prompt_len > 0) {
+        b.window_slots.push_back(std::min<int64_t>(ch.prompt_len, window_size));
+        b.layout_tokens.push_back(ch.prompt_len);
+      } else {
+        b.window_slots.push_back(window_size);
+        b.layout_tokens.push_back(t + 1);
+      }
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+void Dsv4Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
+                          std::vector<float>& h) {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.n_tokens(), D = c.dim, n_mix = (2 + c.hc_mult) * c.hc_mult;
+  const double eps = double(float(c.norm_eps)), hc_eps = double(float(c.hc_eps));
+  std::vector<float> mixes(static_cast<size_t>(T * n_mix)), u(size_t(T * D)), sub_out(size_t(T * D)), h_next(h.size());
+  std::vector<HcCoefficients> coeffs(static_cast<size_t>(T));
+  for (int side = 0; side < 2; ++side) {  // 0: attention, 1: MoE (spec §3.2: two-pass mHC)
+    const float* fn = side == 0 ? w.hc_attn_fn : w.hc_ffn_fn;
+    const float* scale = side == 0 ? w.hc_attn_scale : w.hc_ffn_scale;
+    const float* base = side == 0 ? w.hc_attn_base : w.hc_ffn_base;
+    const uint16_t* norm = side == 0 ? w.attn_norm : w.ffn_norm;
+    backend_->hc_mix({h.data(), T, 4 * D, fn, n_mix, eps, mixes.data()});  // B1: [T, 24]
+    for (int64_t t = 0; t < T; ++t) {
+      coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], scale, base, c.hc_sinkhorn_iters, hc_eps);
+      float* ut = &u[size_t(t * D)];
+      hc_collapse(&h[size_t(t * 4 * D)], coeffs[size_t(t)].pre, D, ut);  // B7
+      rmsnorm(ut, norm, D, eps, ut);                                      // B8
+    }
+    if (side == 0) {
+      attention(w, rope, batch, is_mtp, layer_index, u, sub_out);
+    } else {
+      moe(w, batch, u, sub_out);
+    }
+    for (int64_t t = 0; t < T; ++t) {  // P1 / P2
+      hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
+    }
+    h.swap(h_next);
+  }
+}
+
+void Dsv4Model::run_head(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t D = c.dim;
+  const double eps = double(float(c.norm_eps)), hc_eps = double(float(c.hc_eps));
+  std::vector<float> mixes(static_cast<size_t>(n_tokens * 4)), y(size_t(n_tokens * D));
+  backend_->hc_mix({h, n_tokens, 4 * D, w.hc_fn, 4, eps, mixes.data()});  // H1
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float pre[4];
+    hc_head_pre(&mixes[size_t(t * 4)], w.hc_scale, w.hc_base, hc_eps, pre);  // H2
+    hc_collapse(h + t * 4 * D, pre, D, &y[size_t(t * D)]);                  // H3
+    rmsnorm(&y[size_t(t * D)], w.norm, D, eps, &y[size_t(t * D)]);          // H4
+  }
+  const LinearWeight& head = weights_.head_proj;  // H5: fp32 logits
+  backend_->linear({y.data(), D, n_tokens, &head, 0, head.n_out, Epilogue::kF32, nullptr, logits, head.n_out});
+}
+
+std::vector<ChunkOutput> Dsv4Model::forward(std::span<const ForwardChunk> chunks) {
+  const ModelConfig& c = config_;
+  const int64_t D = c.dim;
+  Batch batch = make_batch<ForwardChunk>(chunks, c.window_size, [](const ForwardChunk& ch) { return ch.state->n_tokens; },
+                                         [](const ForwardChunk& ch) { return int64_t(ch.ids.size()); });
+  for (const auto& ch : chunks) batch.ids.insert(batch.ids.end(), ch.ids.begin(), ch.ids.end());
+  const int64_t T = batch.n_tokens();
+  for (int64_t t = 0; t < T; ++t) {
+    DI_CHECK_MSG(batch.ids[size_t(t)] >= 0 && batch.ids[size_t(t)] < c.vocab_size, "token id out of range");
+  }
+  std::vector<float> h(static_cast<size_t>(T * 4 * D));
+  for (int64_t t = 0; t < T; ++t) {  // E1: the embedding row in all 4 copies
+    const uint16_t* row = weights_.embed + int64_t(batch.ids[size_t(t)]) * D;
+    for (int k = 0; k < 4; ++k) {
+      for (int64_t i = 0; i < D; ++i) h[size_t((t * 4 + k) * D + i)] = bf16_to_float(row[i]);
+    }
+  }
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    if (chunks[ci].layer_streams_of_last) chunks[ci].layer_streams_of_last->clear();
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    run_block(weights_.layers[size_t(l)], layer_rope_[size_t(l)], batch, false, l, h);
+    for (size_t ci = 0; ci < chunks.size(); ++ci) {
+      std::vector<float>* streams = chunks[ci].layer_streams_of_last;
+      if (!streams || batch.n_chunk_tokens[ci] == 0) continue;
+      const int64_t last = batch.first_token[ci] + batch.n_chunk_tokens[ci] - 1;
+      streams->insert(streams->end(), h.begin() + last * 4 * D, h.begin() + (last + 1) * 4 * D);
+    }
+  }
+
+  std::vector<ChunkOutput> outputs(chunks.size());
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];
+    const int64_t n_rows = chunks[ci].all_logits ? n : std::min<int64_t>(n, 1);
+    const int64_t row0 = first + n - n_rows;
+    outputs[ci].logits.resize(size_t(n_rows * c.vocab_size));
+    if (n_rows > 0) run_head(weights_.head, &h[size_t(row0 * 4 * D)], n_rows, outputs[ci].logits.data());
+    if (chunks[ci].keep_hidden) {
+      outputs[ci].hidden.assign(h.begin() + first * 4 * D, h.begin() + (first + n) * 4 * D);
+    }
+    chunks[ci].state->n_tokens += n;
+  }
+  return outputs;
+}
+
+std::vector<ChunkOutput> Dsv4Model::forward_mtp(std::span<const MtpChunk> chunks) {
+  const ModelConfig& c = config_;
+  DI_CHECK_MSG(c.n_mtp_layers > 0, "this checkpoint has no MTP layer");
+  const MtpWeights& mw = weights_.mtp[0];
+  const int64_t D = c.dim;
+  const double eps = double(float(c.norm_eps));
+  Batch batch = make_batch<MtpChunk>(chunks, c.window_size, [](const MtpChunk& ch) { return ch.state->n_mtp_tokens; },
+                                     [](const MtpChunk& ch) { return int64_t(ch.next_ids.size()); });
+  for (const auto& ch : chunks) {
+    DI_CHECK(ch.hidden.size() == ch.next_ids.size() * size_t(4 * D));
+    batch.ids.insert(batch.ids.end(), ch.next_ids.begin(), ch.next_ids.end());
+  }
+  const int64_t T = batch.n_tokens();
+  std::vector<float> e(static_cast<size_t>(T * D)), hh(size_t(T * 4 * D)), ep(size_t(T * D)), hp(size_t(T * 4 * D)), h(size_t(T * 4 * D));
+  int64_t t = 0;
+  for (const auto& ch : chunks) {
+    for (size_t i = 0; i < ch.next_ids.size(); ++i, ++t) {
+      DI_CHECK_MSG(ch.next_ids[i] >= 0 && ch.next_ids[i] < c.vocab_size, "token id out of range");
+      const uint16_t* row = weights_.embed + int64_t(ch.next_ids[i]) * D;
+      for (int64_t k = 0; k < D; ++k) e[size_t(t * D + k)] = bf16_to_float(row[k]);
+      rmsnorm(&e[size_t(t * D)], mw.enorm, D, eps, &e[size_t(t * D)]);  // T1
+      for (int k = 0; k < 4; ++k) {                                        // T2: per copy
+        rmsnorm(&ch.hidden[i * size_t(4 * D) + size_t(k * D)], mw.hnorm, D, eps, &hh[size_t((t * 4 + k) * D)]);
+      }
+    }
+  }
+  qdq_fp8_rows(e, T, D);  // T3
+  qdq_fp8_rows(hh, T * 4, D);
+  backend_->linear({e.data(), D, T, &mw.e_proj, 0, D, Epilogue::kBf16, nullptr, ep.data(), D});
+  backend_->linear({hh.data(), D, T * 4, &mw.h_proj, 0, D, Epilogue::kBf16, nullptr, hp.data(), D});
+  for (int64_t i = 0; i < T; ++i) {  // T4
+    for (int k = 0; k < 4; ++k) {
+      for (int64_t j = 0; j < D; ++j) {
+        h[size_t((i * 4 + k) * D + j)] = round_bf16(double(ep[size_t(i * D + j)]) + hp[size_t((i * 4 + k) * D + j)]);
+      }
+    }
+  }
+  run_block(mw.block, layer_rope_[size_t(c.n_layers)], batch, true, 0, h);  // T5
+  std::vector<ChunkOutput> outputs(chunks.size());
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {  // T6
+    const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];
+    const int64_t n_rows = chunks[ci].all_logits ? n : std::min<int64_t>(n, 1);
+    const int64_t row0 = first + n - n_rows;
+    outputs[ci].logits.resize(size_t(n_rows * c.vocab_size));
+    if (n_rows > 0) run_head(mw.head, &h[size_t(row0 * 4 * D)], n_rows, outputs[ci].logits.data());
+    chunks[ci].state->n_mtp_tokens += n;
+  }
+  return outputs;
+}
+
+}  // namespace deepinfer

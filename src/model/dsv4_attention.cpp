@@ -1,0 +1,207 @@
+// V4 attention: latent MQA with per-head q norm, the 128-slot window ring, the compressors (ratio 4
+// overlapping, ratio 128 non-overlapping), the lightning indexer and sparse attention with sink
+// (spec §3.3-3.6; golden op table A1-A12, C1-C6, I1-I10, AT0-AT6).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/dtypes.h"
+#include "model/dsv4_internal.h"
+
+namespace deepinfer {
+
+namespace {
+
+LayerState& layer_state(SequenceState* s, bool is_mtp, int layer_index) {
+  return is_mtp ? s->mtp_layers[size_t(layer_index)] : s->layers[size_t(layer_index)];
+}
+
+// C3-C6 for group g of one compressor whose ring holds the group's rows (and for ratio 4 the previous group's).
+void pool_group(CompressorState& cs, int64_t g, int64_t d, const uint16_t* norm, const RopeTable& rope,
+                int rope_dim, bool is_index, double eps) {
+  const int r = cs.ratio, ring = cs.ring_rows();
+  std::vector<float> pooled(static_cast<size_t>(d));
+  for (int64_t i = 0; i < d; ++i) {
+    // Candidates: ratio 128 -> column i of the group's rows; ratio 4 -> column i of the previous group's
+    // rows (A half) and column d + i of this group's rows (B half). g = 0 has no previous group.
+    double score[256], kv[256];
+    int n = 0;
+    if (r == 4 && g > 0) {
+      for (int j = 0; j < r; ++j) {
+        const int64_t slot = ((g - 1) * r + j) % ring;
+        score[n] = cs.score[size_t(slot * cs.width + i)];
+        kv[n++] = cs.kv[size_t(slot * cs.width + i)];
+      }
+    }
+    const int64_t col = r == 4 ? d + i : i;
+    for (int j = 0; j < r; ++j) {
+      const int64_t slot = (g * r + j) % ring;
+      score[n] = cs.score[size_t(slot * cs.width + col)];
+      kv[n++] = cs.kv[size_t(slot * cs.width + col)];
+    }
+    double smax = -INFINITY;
+    for (int j = 0; j < n; ++j) smax = std::max(smax, score[j]);
+    double denom = 0, num = 0;
+    for (int j = 0; j < n; ++j) {
+      const double e = std::exp(score[j] - smax);
+      denom += e;
+      num += e * kv[j];
+    }
+    pooled[size_t(i)] = round_bf16(num / denom);  // C3: one rounding
+  }
+  rmsnorm(pooled.data(), norm, d, eps, pooled.data());        // C4
+  rope.apply(pooled.data() + d - rope_dim, g * r, false);     // C5: first position of the group
+  if (is_index) {                                             // C6
+    hadamard_128(pooled.data());
+    qdq_fp4(pooled.data(), d, 32);
+  } else {
+    qdq_fp8(pooled.data(), d - rope_dim, 64);
+  }
+  DI_CHECK(cs.n_rows == g);
+  cs.rows.insert(cs.rows.end(), pooled.begin(), pooled.end());
+  cs.n_rows += 1;
+}
+
+}  // namespace
+
+void Dsv4Model::compressor_update(const CompressorWeights& w, const RopeTable& rope, int ratio, int64_t d,
+                                  bool is_index, const Batch& batch, bool is_mtp, int layer_index,
+                                  const std::vector<float>& u) {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.n_tokens(), D = c.dim, width = (ratio == 4 ? 2 : 1) * d;
+  std::vector<float> ckv(static_cast<size_t>(T * width)), csc(size_t(T * width)), ape(size_t(T * width));
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy_n(w.ape + (batch.pos[size_t(t)] % ratio) * width, width, &ape[size_t(t * width)]);
+  }
+  backend_->linear({u.data(), D, T, &w.wkv, 0, width, Epilogue::kF32, nullptr, ckv.data(), width});            // C1
+  backend_->linear({u.data(), D, T, &w.wgate, 0, width, Epilogue::kF32AddBias, ape.data(), csc.data(), width});  // C2
+  for (int64_t t = 0; t < T; ++t) {
+    LayerState& ls = layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index);
+    CompressorState& cs = is_index ? ls.index_compressor : ls.compressor;
+    const int64_t pos = batch.pos[size_t(t)];
+    const int64_t slot = pos % cs.ring_rows();
+    std::copy_n(&ckv[size_t(t * width)], width, &cs.kv[size_t(slot * width)]);
+    std::copy_n(&csc[size_t(t * width)], width, &cs.score[size_t(slot * width)]);
+    if ((pos + 1) % ratio == 0) pool_group(cs, pos / ratio, d, w.norm, rope, c.rope_head_dim, is_index, double(float(c.norm_eps)));
+  }
+}
+
+void Dsv4Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
+                          const std::vector<float>& u, std::vector<float>& out) {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.n_tokens(), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
+  const int64_t NOPE = HD - RD, QL = c.q_lora_rank, G = c.o_groups, OL = c.o_lora_rank, W = c.window_size;
+  const int ratio = w.compress_ratio;
+  const double eps = double(float(c.norm_eps));
+
+  std::vector<float> uq(u);
+  qdq_fp8_rows(uq, T, D);
+  std::vector<float> qr(static_cast<size_t>(T * QL)), q(size_t(T * H * HD)), kv(size_t(T * HD));
+  backend_->linear({uq.data(), D, T, &w.wq_a, 0, QL, Epilogue::kBf16, nullptr, qr.data(), QL});  // A1
+  for (int64_t t = 0; t < T; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);  // A2
+  std::vector<float> qrq(qr);
+  qdq_fp8_rows(qrq, T, QL);
+  backend_->linear({qrq.data(), QL, T, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q.data(), H * HD});  // A3
+  backend_->linear({uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD});            // A10
+  for (int64_t t = 0; t < T; ++t) {
+    float* qt = &q[size_t(t * H * HD)];
+    head_rms_normalize(qt, H, HD, eps);                                                 // A4-A8
+    for (int64_t hh = 0; hh < H; ++hh) rope.apply(qt + hh * HD + NOPE, batch.pos[size_t(t)], false);  // A9
+    float* kvt = &kv[size_t(t * HD)];
+    rmsnorm(kvt, w.kv_norm, HD, eps, kvt);                                              // A11
+    qdq_fp8(kvt, NOPE, 64);                                                             // A12
+    rope.apply(kvt + NOPE, batch.pos[size_t(t)], false);
+  }
+
+  // Compressors see every position of this call before any attention reads them.
+  if (ratio != 0) compressor_update(w.compressor, rope, ratio, HD, false, batch, is_mtp, layer_index, u);
+  std::vector<float> iq, index_w;
+  const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
+  if (ratio == 4) {
+    compressor_update(w.index_compressor, rope, ratio, ID, true, batch, is_mtp, layer_index, u);
+    iq.resize(size_t(T * IH * ID));
+    index_w.resize(size_t(T * IH));
+    backend_->linear({qrq.data(), QL, T, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, iq.data(), IH * ID});  // I1
+    backend_->linear({u.data(), D, T, &w.index_weights_proj, 0, IH, Epilogue::kBf16, nullptr, index_w.data(), IH});  // I5
+    const double index_scale = double(float(1.0 / std::sqrt(double(ID) * double(IH))));
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t hh = 0; hh < IH; ++hh) {
+        float* head = &iq[size_t((t * IH + hh) * ID)];
+        rope.apply(head + ID - RD, batch.pos[size_t(t)], false);  // I2
+        hadamard_128(head);                                        // I3
+        qdq_fp4(head, ID, 32);                                     // I4
+      }
+      for (int64_t hh = 0; hh < IH; ++hh) index_w[size_t(t * IH + hh)] = round_bf16(double(index_w[size_t(t * IH + hh)]) * index_scale);  // I6
+    }
+  }
+
+  // Sparse attention per token (AT0-AT4).
+  const float softmax_scale = float(1.0 / std::sqrt(double(HD)));
+  std::vector<float> o(static_cast<size_t>(T * H * HD));
+  std::vector<const float*> slots;
+  std::vector<float> scores;
+  std::vector<int64_t> order;
+  for (int64_t t = 0; t < T; ++t) {
+    const int ci = batch.chunk[size_t(t)];
+    const LayerState& ls = layer_state(batch.states[size_t(ci)], is_mtp, layer_index);
+    const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
+    const int64_t chunk_first_token = batch.first_token[size_t(ci)];
+    slots.clear();
+    // Window part: slot i holds position max(0, pos - W + 1) + i while <= pos.
+    const int64_t w0 = std::max<int64_t>(0, pos - W + 1);
+    for (int64_t i = 0; i < batch.window_slots[size_t(t)]; ++i) {
+      const int64_t p = w0 + i;
+      if (p > pos) {
+        slots.push_back(nullptr);
+      } else if (p >= chunk_first_pos) {
+        slots.push_back(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);  // fresh row of this call
+      } else {
+        slots.push_back(&ls.window[size_t((p % W) * HD)]);
+      }
+    }
+    const int64_t layout = batch.layout_tokens[size_t(t)];
+    if (ratio == 128) {
+      const int64_t n_slots = layout / 128, n_visible = (pos + 1) / 128;
+      for (int64_t j = 0; j < n_slots; ++j) slots.push_back(j < n_visible ? &ls.compressor.rows[size_t(j * HD)] : nullptr);
+    } else if (ratio == 4) {
+      const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_visible = (pos + 1) / 4;
+      const int64_t n_fill = std::min(n_slots, n_visible);
+      scores.resize(size_t(n_visible));
+      if (n_visible > 0) {
+        backend_->index_scores({&iq[size_t(t * IH * ID)], &index_w[size_t(t * IH)], IH, ID,
+                                ls.index_compressor.rows.data(), n_visible, scores.data()});  // I7-I9
+      }
+      order.resize(size_t(n_visible));
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + n_fill, order.end(), [&](int64_t a, int64_t b) {
+        return scores[size_t(a)] != scores[size_t(b)] ? scores[size_t(a)] > scores[size_t(b)] : a < b;
+      });  // I10: larger score first, ties lower index first
+      for (int64_t j = 0; j < n_slots; ++j) {
+        slots.push_back(j < n_fill ? &ls.compressor.rows[size_t(order[size_t(j)] * HD)] : nullptr);
+      }
+    }
+    while (slots.size() % 64) slots.push_back(nullptr);
+    float* ot = &o[size_t(t * H * HD)];
+    backend_->sparse_attention({&q[size_t(t * H * HD)], H, HD, slots.data(), int64_t(slots.size()), w.attn_sink,
+                                softmax_scale, ot});                                  // AT1-AT3
+    for (int64_t hh = 0; hh < H; ++hh) rope.apply(ot + hh * HD + NOPE, pos, true);    // AT4
+  }
+
+  // The window ring takes this call's rows only now: earlier tokens of the call still needed the old ones.
+  for (int64_t t = 0; t < T; ++t) {
+    LayerState& ls = layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index);
+    std::copy_n(&kv[size_t(t * HD)], HD, &ls.window[size_t((batch.pos[size_t(t)] % W) * HD)]);
+  }
+
+  // AT5: grouped wo_a (no activation QDQ), AT6: wo_b.
+  const int64_t group_width = H * HD / G;
+  std::vector<float> z(static_cast<size_t>(T * G * OL));
+  for (int64_t g = 0; g < G; ++g) {
+    backend_->linear({o.data() + g * group_width, H * HD, T, &w.wo_a, g * OL, OL, Epilogue::kBf16, nullptr,
+                      z.data() + g * OL, G * OL});
+  }
+  qdq_fp8_rows(z, T, G * OL);
+  backend_->linear({z.data(), G * OL, T, &w.wo_b, 0, D, Epilogue::kBf16, nullptr, out.data(), D});
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,28 @@
+// Internal to the V4 model files: the flattened token batch of one forward and small helpers.
+#pragma once
+
+#include <vector>
+
+#include "model/dsv4.h"
+
+namespace deepinfer {
+
+struct Dsv4Model::Batch {
+  // Per token, in chunk order (tokens of one sequence are contiguous and in position order).
+  std::vector<int32_t> ids;            // [T] token ids (MTP: unused for routing)
+  std::vector<int64_t> pos;            // [T] absolute positions
+  std::vector<int> chunk;              // [T] index of the token's chunk
+  std::vector<int64_t> window_slots;   // [T] window part length of the index list (spec AT0)
+  std::vector<int64_t> layout_tokens;  // [T] P for prompt tokens, t + 1 for decode tokens
+  // Per chunk.
+  std::vector<SequenceState*> states;
+  std::vector<int64_t> first_token;    // [n_chunks] index of the chunk's first token
+  std::vector<int64_t> n_chunk_tokens; // [n_chunks]
+  std::vector<int64_t> first_pos;      // [n_chunks] position of the chunk's first token
+  int64_t n_tokens() const { return int64_t(ids.size()); }
+};
+
+// QDQ8 with block 128 on every row of [n_rows, width] (the activation side of qlinear).
+void qdq_fp8_rows(std::vector<float>& x, int64_t n_rows, int64_t width);
+
+}  // namespace deepinfer

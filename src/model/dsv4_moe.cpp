@@ -1,0 +1,104 @@
+// V4 MoE: sqrtsoftplus gate, hash routing (tid2eid) or bias-steered top-k, routed scale, FP4 experts with
+// the SwiGLU clamp, the shared expert (spec §3.7; golden op table M1-M8).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/dtypes.h"
+#include "model/dsv4_internal.h"
+
+namespace deepinfer {
+
+namespace {
+double silu(double a) { return a / (1.0 + std::exp(-a)); }
+}  // namespace
+
+void Dsv4Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out) {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.n_tokens(), D = c.dim, E = c.n_routed_experts, K = c.n_activated_experts;
+  const int64_t I = c.moe_inter_dim, IS = int64_t(c.moe_inter_dim) * c.n_shared_experts;
+  const double limit = double(float(c.swiglu_limit)), route_scale = double(float(c.route_scale));
+
+  std::vector<float> gate(static_cast<size_t>(T * E));
+  backend_->linear({u.data(), D, T, &w.gate, 0, E, Epilogue::kSqrtSoftplus, nullptr, gate.data(), E});  // M1
+
+  // M2/M3: per token the chosen experts and their weights.
+  std::vector<int64_t> chosen(static_cast<size_t>(T * K));
+  std::vector<double> route_weight(static_cast<size_t>(T * K));
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* g = &gate[size_t(t * E)];
+    int64_t* sel = &chosen[size_t(t * K)];
+    if (w.hash_routed) {
+      std::copy_n(w.tid2eid + int64_t(batch.ids[size_t(t)]) * K, K, sel);
+    } else {
+      std::iota(order.begin(), order.end(), 0);
+      auto key = [&](int64_t e) { return double(g[e]) + double(w.gate_bias[e]); };  // exact sum, not rounded
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int64_t a, int64_t b) {
+        const double ka = key(a), kb = key(b);
+        return ka != kb ? ka > kb : a < b;
+      });
+      std::copy_n(order.begin(), K, sel);
+    }
+    double total = 0;
+    for (int64_t i = 0; i < K; ++i) total += g[sel[i]];
+    for (int64_t i = 0; i < K; ++i) route_weight[size_t(t * K + i)] = round_f32(double(g[sel[i]]) / total * route_scale);
+  }
+
+  std::vector<float> uq(u);
+  qdq_fp8_rows(uq, T, D);
+  std::vector<double> acc(size_t(T * D), 0.0);  // M8 sums exactly, rounds once
+
+  // Routed experts: gather each expert's tokens, run w1/w3, SwiGLU with clamp (M5), w2.
+  std::vector<float> x, a, b, y;
+  std::vector<int64_t> tokens;
+  std::vector<double> tok_weight;
+  for (int64_t e = 0; e < E; ++e) {
+    tokens.clear();
+    tok_weight.clear();
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < K; ++i) {
+        if (chosen[size_t(t * K + i)] == e) {
+          tokens.push_back(t);
+          tok_weight.push_back(route_weight[size_t(t * K + i)]);
+        }
+      }
+    }
+    const int64_t n = int64_t(tokens.size());
+    if (n == 0) continue;
+    const ExpertWeights& ew = w.experts[size_t(e)];
+    x.resize(size_t(n * D));
+    for (int64_t r = 0; r < n; ++r) std::copy_n(&uq[size_t(tokens[size_t(r)] * D)], D, &x[size_t(r * D)]);
+    a.resize(size_t(n * I));
+    b.resize(size_t(n * I));
+    y.resize(size_t(n * D));
+    backend_->linear({x.data(), D, n, &ew.w1, 0, I, Epilogue::kBf16, nullptr, a.data(), I});  // M4
+    backend_->linear({x.data(), D, n, &ew.w3, 0, I, Epilogue::kBf16, nullptr, b.data(), I});
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < I; ++i) {
+        const double av = std::min(double(a[size_t(r * I + i)]), limit);
+        const double bv = std::clamp(double(b[size_t(r * I + i)]), -limit, limit);
+        a[size_t(r * I + i)] = round_bf16(silu(av) * bv * tok_weight[size_t(r)]);  // M5
+      }
+    }
+    qdq_fp8_rows(a, n, I);
+    backend_->linear({a.data(), I, n, &ew.w2, 0, D, Epilogue::kBf16, nullptr, y.data(), D});  // M6
+    for (int64_t r = 0; r < n; ++r) {
+      double* dst = &acc[size_t(tokens[size_t(r)] * D)];
+      for (int64_t i = 0; i < D; ++i) dst[i] += y[size_t(r * D + i)];
+    }
+  }
+
+  // M7: the shared expert, no clamp.
+  a.resize(size_t(T * IS));
+  b.resize(size_t(T * IS));
+  y.resize(size_t(T * D));
+  backend_->linear({uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, a.data(), IS});
+  backend_->linear({uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, b.data(), IS});
+  for (int64_t i = 0; i < T * IS; ++i) a[size_t(i)] = round_bf16(silu(a[size_t(i)]) * b[size_t(i)]);
+  qdq_fp8_rows(a, T, IS);
+  backend_->linear({a.data(), IS, T, &w.shared.w2, 0, D, Epilogue::kBf16, nullptr, y.data(), D});
+  for (int64_t i = 0; i < T * D; ++i) out[size_t(i)] = round_bf16(acc[size_t(i)] + y[size_t(i)]);  // M8
+}
+
+}  // namespace deepinfer

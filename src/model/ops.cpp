@@ -1,0 +1,178 @@
+// Exact elementwise ops of the golden precision contract. Each output is computed in double from its
+// (already rounded) inputs and rounded once; products of bf16/fp32 values are exact in double.
+#include "model/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/dtypes.h"
+#include "core/status.h"
+
+namespace deepinfer {
+
+namespace {
+double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+}  // namespace
+
+void rmsnorm(const float* x, const uint16_t* weight, int64_t n, double eps, float* out) {
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) sq += double(x[i]) * x[i];
+  const double r = std::sqrt(sq / double(n) + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const double w = weight ? double(bf16_to_float(weight[i])) : 1.0;
+    out[i] = round_bf16(w * x[i] / r);
+  }
+}
+
+void qdq_fp8(float* x, int64_t n, int64_t block) {
+  const double min_amax = double(1e-4f);
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    double amax = min_amax;
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+    const double s = pow2_scale_at_least(amax, 448.0);
+    for (int64_t i = b0; i < b1; ++i) x[i] = float(e4m3_round(double(x[i]) / s) * s);
+  }
+}
+
+void qdq_fp4(float* x, int64_t n, int64_t block) {
+  const double min_amax = 6.0 * 0x1p-126;
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    double amax = min_amax;
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+    const double s = pow2_scale_at_least(amax, 6.0);
+    for (int64_t i = b0; i < b1; ++i) x[i] = float(e2m1_round(double(x[i]) / s) * s);
+  }
+}
+
+void hadamard_128(float* x) {
+  double v[128];
+  for (int i = 0; i < 128; ++i) v[i] = x[i];
+  for (int half = 1; half < 128; half *= 2) {  // natural-order butterfly: (a + b, a - b)
+    for (int i = 0; i < 128; i += 2 * half) {
+      for (int j = i; j < i + half; ++j) {
+        const double a = v[j], b = v[j + half];
+        v[j] = a + b;
+        v[j + half] = a - b;
+      }
+    }
+  }
+  const double scale = double(float(1.0 / std::sqrt(128.0)));  // f32(128^-0.5)
+  for (int i = 0; i < 128; ++i) x[i] = round_bf16(v[i] * scale);
+}
+
+void head_rms_normalize(float* q, int64_t n_heads, int64_t head_dim, double eps) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* x = q + h * head_dim;
+    double sum = 0;
+    for (int64_t i = 0; i < head_dim; ++i) sum += double(round_bf16(double(x[i]) * x[i]));  // A4
+    const double ms = round_bf16(sum / double(head_dim));                                     // A5
+    const double ms_eps = round_bf16(ms + eps);                                               // A6
+    const double r = round_bf16(1.0 / std::sqrt(ms_eps));                                     // A7: one rounding
+    for (int64_t i = 0; i < head_dim; ++i) x[i] = round_bf16(double(x[i]) * r);              // A8
+  }
+}
+
+void RopeTable::apply(float* x, int64_t pos, bool inverse) const {
+  for (size_t i = 0; i < freqs.size(); ++i) {
+    const float angle = round_f32(double(pos) * double(freqs[i]));
+    const double c = round_f32(std::cos(double(angle)));
+    double s = round_f32(std::sin(double(angle)));
+    if (inverse) s = -s;
+    const double x0 = x[2 * i], x1 = x[2 * i + 1];
+    x[2 * i] = round_bf16(x0 * c - x1 * s);
+    x[2 * i + 1] = round_bf16(x0 * s + x1 * c);
+  }
+}
+
+RopeTable make_rope_table(int rope_dim, double theta) {
+  RopeTable t;
+  for (int i = 0; i < rope_dim / 2; ++i) t.freqs.push_back(round_f32(std::pow(theta, -2.0 * i / rope_dim)));
+  return t;
+}
+
+RopeTable make_yarn_rope_table(int rope_dim, double theta, double factor, int64_t original_max_pos,
+                               double beta_fast, double beta_slow) {
+  auto correction = [&](double rotations) {
+    return rope_dim * std::log(double(original_max_pos) / (2.0 * M_PI * rotations)) / (2.0 * std::log(theta));
+  };
+  const double low = std::max(std::floor(correction(beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction(beta_slow)), double(rope_dim - 1));
+  if (low == high) high = low + 0.001;
+  RopeTable t;
+  for (int i = 0; i < rope_dim / 2; ++i) {
+    const double base = std::pow(theta, -2.0 * i / rope_dim);
+    const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+    t.freqs.push_back(round_f32(base / factor * ramp + base * (1.0 - ramp)));
+  }
+  return t;
+}
+
+HcCoefficients hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int sinkhorn_iters,
+                                 double hc_eps) {
+  HcCoefficients c{};
+  for (int k = 0; k < 4; ++k) {
+    c.pre[k] = round_f32(sigmoid(double(mixes[k]) * scale[0] + base[k]) + hc_eps);            // B2
+    c.post[k] = round_f32(2.0 * sigmoid(double(mixes[4 + k]) * scale[1] + base[4 + k]));     // B3
+  }
+  for (int j = 0; j < 4; ++j) {  // B4: row softmax over k, plus eps
+    double z[4], zmax = -INFINITY, total = 0;
+    for (int k = 0; k < 4; ++k) {
+      z[k] = double(mixes[8 + 4 * j + k]) * scale[2] + base[8 + 4 * j + k];
+      zmax = std::max(zmax, z[k]);
+    }
+    for (int k = 0; k < 4; ++k) total += std::exp(z[k] - zmax);
+    for (int k = 0; k < 4; ++k) c.comb[j][k] = round_f32(std::exp(z[k] - zmax) / total + hc_eps);
+  }
+  auto normalize_columns = [&] {
+    for (int k = 0; k < 4; ++k) {
+      double sum = 0;
+      for (int j = 0; j < 4; ++j) sum += c.comb[j][k];
+      for (int j = 0; j < 4; ++j) c.comb[j][k] = round_f32(double(c.comb[j][k]) / (sum + hc_eps));
+    }
+  };
+  auto normalize_rows = [&] {
+    for (int j = 0; j < 4; ++j) {
+      double sum = 0;
+      for (int k = 0; k < 4; ++k) sum += c.comb[j][k];
+      for (int k = 0; k < 4; ++k) c.comb[j][k] = round_f32(double(c.comb[j][k]) / (sum + hc_eps));
+    }
+  };
+  normalize_columns();                                             // B5
+  for (int it = 1; it < sinkhorn_iters; ++it) {                    // B6
+    normalize_rows();
+    normalize_columns();
+  }
+  return c;
+}
+
+void hc_head_pre(const float* mixes, const float* scale, const float* base, double hc_eps, float* pre) {
+  for (int k = 0; k < 4; ++k) pre[k] = round_f32(sigmoid(double(mixes[k]) * scale[0] + base[k]) + hc_eps);
+}
+
+void hc_collapse(const float* h, const float* pre, int64_t n, float* u) {
+  for (int64_t i = 0; i < n; ++i) {
+    double acc = 0;
+    for (int k = 0; k < 4; ++k) acc += double(pre[k]) * h[k * n + i];
+    u[i] = round_bf16(acc);
+  }
+}
+
+void hc_expand(const float* h, const float* x, const HcCoefficients& c, int64_t n, float* h_out) {
+  for (int k = 0; k < 4; ++k) {
+    for (int64_t i = 0; i < n; ++i) {
+      double acc = double(c.post[k]) * x[i];
+      for (int j = 0; j < 4; ++j) acc += double(c.comb[j][k]) * h[j * n + i];
+      h_out[k * n + i] = round_bf16(acc);
+    }
+  }
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) if (x[i] > x[best]) best = i;
+  return best;
+}
+
+}  // namespace deepinfer

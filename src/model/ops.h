@@ -1,0 +1,55 @@
+// The cheap elementwise ops of the V4 forward pass, computed exactly and rounded once (golden precision
+// contract). Both backends share them: they cost O(width) per token, next to the O(width^2) GEMMs.
+// Values in and out are float arrays holding bf16 (or fp32 where noted) values.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace deepinfer {
+
+// rmsnorm over n values: bf16(w_i * x_i / sqrt(mean(x^2) + eps)); weight == nullptr means no weight.
+void rmsnorm(const float* x, const uint16_t* weight, int64_t n, double eps, float* out);
+
+// Activation fp8 fake-quant (spec QDQ8), in place, per block of `block` values; the last block may be short.
+void qdq_fp8(float* x, int64_t n, int64_t block);
+// Activation fp4 fake-quant with power-of-two scales (spec QDQ4), in place.
+void qdq_fp4(float* x, int64_t n, int64_t block);
+
+// 128-point Sylvester-Walsh-Hadamard transform times f32(128^-0.5), rounded to bf16, in place.
+void hadamard_128(float* x);
+
+// V4 per-head q normalisation (spec A4-A8), in place on [n_heads, head_dim].
+void head_rms_normalize(float* q, int64_t n_heads, int64_t head_dim, double eps);
+
+// RoPE tables: fp32 frequencies per pair (spec §2.2, golden README "Tables").
+struct RopeTable {
+  std::vector<float> freqs;  // [rope_dim / 2]
+  // Rotates the interleaved pairs of x[0..rope_dim) by position `pos` (inverse: by -pos). In place, bf16 out.
+  void apply(float* x, int64_t pos, bool inverse) const;
+};
+RopeTable make_rope_table(int rope_dim, double theta);  // plain
+RopeTable make_yarn_rope_table(int rope_dim, double theta, double factor, int64_t original_max_pos,
+                               double beta_fast, double beta_slow);
+
+// mHC coefficients from the 24 mixes (spec B2-B6): pre [4], post [4], comb [4][4] (comb[j][k]: source j
+// to copy k). All fp32, every step rounded as the contract says.
+struct HcCoefficients {
+  float pre[4];
+  float post[4];
+  float comb[4][4];
+};
+HcCoefficients hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int sinkhorn_iters,
+                                 double hc_eps);
+// Head collapse coefficients (spec H2): pre_k = f32(sigmoid(mix_k * scale + base_k) + hc_eps).
+void hc_head_pre(const float* mixes, const float* scale, const float* base, double hc_eps, float* pre);
+
+// u = bf16(sum_k pre_k * h_k) over 4 copies of width n (spec B7/H3).
+void hc_collapse(const float* h, const float* pre, int64_t n, float* u);
+// h'_k = bf16(post_k * x + sum_j comb[j][k] * h_j) (spec P1/P2); writes [4, n].
+void hc_expand(const float* h, const float* x, const HcCoefficients& c, int64_t n, float* h_out);
+
+// Index of the max value; ties go to the lower index.
+int64_t argmax(const float* x, int64_t n);
+
+}  // namespace deepinfer

@@ -1,0 +1,37 @@
+// Per-sequence state of the V4 forward pass: per layer a 128-slot window ring, the compressor rings,
+// the compressed KV rows and the indexer keys; the MTP layer has its own window ring. A fresh
+// SequenceState is the golden "fresh sequence state" (empty ring, compressor kv 0 / score -inf, no rows).
+// Values are stored as floats holding bf16 (rows) or fp32 (compressor state) values.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace deepinfer {
+
+struct CompressorState {
+  int ratio = 0;
+  int64_t width = 0;               // coff * d
+  std::vector<float> kv;           // [ring_rows, width] fp32 C1 outputs, slot = pos mod ring_rows
+  std::vector<float> score;        // [ring_rows, width] fp32 C2 outputs (ape included)
+  std::vector<float> rows;         // [n_rows, d] finished compressed rows (bf16 values)
+  int64_t n_rows = 0;
+  int ring_rows() const { return ratio == 4 ? 2 * ratio : ratio; }
+};
+
+struct LayerState {
+  std::vector<float> window;       // [window_size, head_dim] ring, slot = pos mod window_size
+  CompressorState compressor;      // ratio != 0: compressed KV rows
+  CompressorState index_compressor;  // ratio == 4: indexer keys
+};
+
+struct SequenceState {
+  int64_t n_tokens = 0;            // main positions already processed
+  std::vector<LayerState> layers;
+  int64_t n_mtp_tokens = 0;        // MTP positions already processed
+  std::vector<LayerState> mtp_layers;
+  // Bytes held by this sequence's caches (window rings, compressor state, rows, keys).
+  int64_t cache_bytes() const;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,37 @@
+// Teacher-forced evaluation exactly as the golden READMEs define it: prefill the prompt (in chunks of
+// any size, same result), then feed the continuation one token per forward; optionally the MTP layer
+// with its own execution model. Used by `deepinfer logits` and the golden tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/dsv4.h"
+
+namespace deepinfer {
+
+struct GoldenCase {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> continuation;
+  std::vector<float> logits;       // [1 + C, vocab] (empty when the file has none)
+  std::vector<float> mtp_logits;   // [C, vocab]
+  std::vector<std::vector<float>> hidden;  // hidden.L [4, dim] per main layer, when present
+};
+// Reads a case-N.safetensors file (prompt, continuation, and the reference tensors when present).
+Result<GoldenCase> load_golden_case(const std::string& path);
+
+struct TeacherForcedOptions {
+  int64_t prefill_chunk = 0;  // 0: the whole prompt in one forward
+  bool mtp = false;
+};
+struct TeacherForcedResult {
+  std::vector<float> logits;      // [1 + C, vocab]
+  std::vector<float> mtp_logits;  // [C, vocab] when options.mtp
+  std::vector<float> layer_streams;  // [n_layers, 4, dim] at the last prompt position after the prefill
+};
+TeacherForcedResult run_teacher_forced(Dsv4Model& model, const std::vector<int32_t>& prompt,
+                                       const std::vector<int32_t>& continuation, const TeacherForcedOptions& options);
+
+}  // namespace deepinfer
