@@ -81,9 +81,14 @@ Status parse_header(const std::string& path, const uint8_t* base, size_t size,
     const json& shape = entry["shape"];
     const json& offsets = entry["data_offsets"];
     if (!shape.is_array()) return fail(path, where + ": shape is not an array");
+    uint64_t numel = 1;  // overflow-checked: a lying shape must not wrap around to the stored byte count
     for (const json& d : shape) {
       if (!d.is_number_unsigned()) return fail(path, where + ": shape has a non-integer or negative dimension");
-      view.shape.push_back(d.get<int64_t>());
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim > uint64_t(INT64_MAX) || __builtin_mul_overflow(numel, dim, &numel)) {
+        return fail(path, where + ": shape " + shape.dump() + " has more elements than any file can hold");
+      }
+      view.shape.push_back(int64_t(dim));
     }
     if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
         !offsets[1].is_number_unsigned()) {
@@ -96,7 +101,10 @@ Status parse_header(const std::string& path, const uint8_t* base, size_t size,
                             ") reach past the data area (" + std::to_string(data_bytes) +
                             " bytes): the file is truncated or the header lies");
     }
-    const uint64_t expected = uint64_t(view.numel()) * uint64_t(dtype_size(view.dtype));
+    uint64_t expected = 0;
+    if (__builtin_mul_overflow(numel, uint64_t(dtype_size(view.dtype)), &expected)) {
+      return fail(path, where + ": shape " + shape.dump() + " has more bytes than any file can hold");
+    }
     if (end - begin != expected) {
       return fail(path, where + ": " + std::to_string(end - begin) + " bytes stored but dtype " +
                             dtype_name(view.dtype) + " x shape " + view.shape_string() + " needs " +

@@ -2,6 +2,8 @@
 #include "model/config.h"
 
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -10,6 +12,30 @@ namespace deepinfer {
 using nlohmann::json;
 
 namespace {
+
+template <typename T>
+bool is_integer_of(const json& v) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max());
+  const int64_t x = v.get<int64_t>();
+  return x >= int64_t(std::numeric_limits<T>::min()) && x <= int64_t(std::numeric_limits<T>::max());
+}
+
+template <typename T>
+bool has_type(const json& v) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return v.is_string();
+  } else if constexpr (std::is_integral_v<T>) {
+    return is_integer_of<T>(v);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return v.is_number();
+  } else {
+    static_assert(std::is_same_v<T, std::vector<int>>);
+    if (!v.is_array()) return false;
+    for (const json& e : v) if (!is_integer_of<int>(e)) return false;
+    return true;
+  }
+}
 
 struct Reader {
   const json& j;
@@ -23,11 +49,12 @@ struct Reader {
       if (required) error = source + ": missing field '" + field + "'";
       return;
     }
-    try {
-      *out = j[field].get<T>();
-    } catch (const json::exception&) {
+    // Strict types: nlohmann would silently truncate 256.5 or true into an int field.
+    if (!has_type<T>(j[field])) {
       error = source + ": field '" + field + "' has the wrong type (" + j[field].dump() + ")";
+      return;
     }
+    *out = j[field].get<T>();
   }
 };
 
@@ -98,9 +125,13 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   }
   if (j.contains("quantization_config")) {
     const json& q = j["quantization_config"];
-    if (q.contains("weight_block_size") && q["weight_block_size"].is_array() && q["weight_block_size"].size() == 2) {
-      c.weight_block = q["weight_block_size"][0].get<int>();
-      if (q["weight_block_size"][1].get<int>() != c.weight_block) {
+    if (q.is_object() && q.contains("weight_block_size")) {
+      const json& b = q["weight_block_size"];
+      if (!b.is_array() || b.size() != 2 || !is_integer_of<int>(b[0]) || !is_integer_of<int>(b[1])) {
+        return Status::error(source + ": quantization_config.weight_block_size must be two integers, got " + b.dump());
+      }
+      c.weight_block = b[0].get<int>();
+      if (b[1].get<int>() != c.weight_block) {
         return Status::error(source + ": quantization_config.weight_block_size must be square");
       }
     }

@@ -19,7 +19,7 @@ struct Dsv4Model::Batch {
   std::vector<int64_t> first_token;    // [n_chunks] index of the chunk's first token
   std::vector<int64_t> n_chunk_tokens; // [n_chunks]
   std::vector<int64_t> first_pos;      // [n_chunks] position of the chunk's first token
-  int64_t n_tokens() const { return int64_t(ids.size()); }
+  int64_t n_tokens() const { return int64_t(pos.size()); }
 };
 
 // QDQ8 with block 128 on every row of [n_rows, width] (the activation side of qlinear).
