@@ -39,6 +39,7 @@ class AddedTokenMatcher {
  public:
   // `tokens` must outlive the matcher. Tokens with empty content are ignored, as HF does.
   static Result<AddedTokenMatcher> build(const std::vector<const AddedToken*>& tokens);
+  AddedTokenMatcher();  // matches nothing
   AddedTokenMatcher(AddedTokenMatcher&&) noexcept;
   AddedTokenMatcher& operator=(AddedTokenMatcher&&) noexcept;
   ~AddedTokenMatcher();
@@ -49,7 +50,6 @@ class AddedTokenMatcher {
   bool empty() const { return tokens_.empty(); }
 
  private:
-  AddedTokenMatcher();
   // Longest token starting at text[pos], or -1; *end receives its end offset.
   int32_t longest_at(std::string_view text, size_t pos, size_t* end) const;
 

@@ -118,7 +118,8 @@ struct PreTokenizer::Step {
       return;
     }
     thread_local std::string spaced;
-    spaced.assign(" ");
+    spaced.clear();
+    spaced.push_back(' ');
     spaced.append(in.text);
     split_one(spaced, &ranges);
     for (auto [b, e] : ranges) {

@@ -57,8 +57,9 @@ class Tokenizer {
   // One past the largest id (the embedding table needs at least this many rows).
   int32_t id_limit() const;
 
+  struct Impl;  // opaque; defined in tokenizer.cpp
+
  private:
-  struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -264,7 +264,8 @@ void BpeModel::encode_word_uncached(std::string_view word, bool byte_level, std:
     for (char c : word) add_to_word(&symbols, byte_symbol_id_[static_cast<uint8_t>(c)], 1);
   } else {
     // HF BPE::merge_word: one symbol per char, continuing prefix / end suffix, byte fallback, unk.
-    std::optional<std::pair<int32_t, uint32_t>> pending_unk;  // (id, n_bytes)
+    bool has_unk = false;  // an unk symbol waiting to be added (HF fuses consecutive ones with fuse_unk)
+    uint32_t unk_n_bytes = 0;
     size_t i = 0;
     while (i < word.size()) {
       size_t n = 1;
@@ -285,9 +286,9 @@ void BpeModel::encode_word_uncached(std::string_view word, bool byte_level, std:
       i += n;
 
       if (auto id = token_to_id(symbol_text)) {
-        if (pending_unk) {
-          add_to_word(&symbols, pending_unk->first, pending_unk->second);
-          pending_unk.reset();
+        if (has_unk) {
+          add_to_word(&symbols, *unk_id_, unk_n_bytes);
+          has_unk = false;
         }
         add_to_word(&symbols, *id, n_bytes);
         continue;
@@ -308,16 +309,17 @@ void BpeModel::encode_word_uncached(std::string_view word, bool byte_level, std:
         }
       }
       if (unk_id_) {
-        if (pending_unk && fuse_unk_) {
-          pending_unk->second += n_bytes;
+        if (has_unk && fuse_unk_) {
+          unk_n_bytes += n_bytes;
         } else {
-          if (pending_unk) add_to_word(&symbols, pending_unk->first, pending_unk->second);
-          pending_unk = std::make_pair(*unk_id_, n_bytes);
+          if (has_unk) add_to_word(&symbols, *unk_id_, unk_n_bytes);
+          has_unk = true;
+          unk_n_bytes = n_bytes;
         }
       }
       // No unk token: HF drops the symbol silently.
     }
-    if (pending_unk) add_to_word(&symbols, pending_unk->first, pending_unk->second);
+    if (has_unk) add_to_word(&symbols, *unk_id_, unk_n_bytes);
   }
 
   // HF Word::merge_all (no dropout), step for step.
