@@ -47,7 +47,8 @@ struct HcMixParams {
 };
 
 // Sparse attention with sink for one query token (spec AT1-AT3): the slot list (window part, compressed
-// part, padding) is given as row pointers, nullptr = empty slot; blocks of 64 slots define the running max.
+// part, padding) is given as row pointers, nullptr = empty slot. V4: blocks of 64 slots define the running
+// max that P is rounded against; V4.1 (block_running_max = false): P is rounded against the global max.
 struct SparseAttentionParams {
   const float* q = nullptr;              // [n_heads, head_dim]
   int64_t n_heads = 0;
@@ -56,6 +57,7 @@ struct SparseAttentionParams {
   int64_t n_slots = 0;                   // a multiple of 64
   const float* sink = nullptr;           // [n_heads] fp32
   float softmax_scale = 0;
+  bool block_running_max = true;
   float* out = nullptr;                  // [n_heads, head_dim] bf16 values
 };
 

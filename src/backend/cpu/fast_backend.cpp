@@ -74,9 +74,10 @@ class FastBackend final : public Backend {
         // Online softmax over 64-slot blocks, P rounded to bf16 against the running max (spec AT2).
         float running = -INFINITY, denom = 0;
         std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t b0 = 0; b0 < p.n_slots; b0 += 64) {
+        const int64_t block = p.block_running_max ? 64 : p.n_slots;
+        for (int64_t b0 = 0; b0 < p.n_slots; b0 += block) {
           float block_max = running;
-          for (int64_t j = b0; j < b0 + 64; ++j) if (p.slots[j]) block_max = std::max(block_max, s[size_t(j)]);
+          for (int64_t j = b0; j < b0 + block; ++j) if (p.slots[j]) block_max = std::max(block_max, s[size_t(j)]);
           if (block_max == -INFINITY) continue;
           if (block_max > running && running != -INFINITY) {
             const float rescale = std::exp(running - block_max);
@@ -84,7 +85,7 @@ class FastBackend final : public Backend {
             denom *= rescale;
           }
           running = block_max;
-          for (int64_t j = b0; j < b0 + 64; ++j) {
+          for (int64_t j = b0; j < b0 + block; ++j) {
             if (!p.slots[j]) continue;
             const float e = std::exp(s[size_t(j)] - running);
             denom += e;

@@ -70,7 +70,7 @@ class ReferenceBackend final : public Backend {
       double denom = 0;
       for (int64_t j = 0; j < p.n_slots; ++j) {
         if (!p.slots[j]) continue;
-        const double mb = block_max[size_t(j / 64)];
+        const double mb = p.block_running_max ? block_max[size_t(j / 64)] : m_all;
         const double prob = round_bf16(std::exp(s[size_t(j)] - mb));  // the bf16 P of the tilelang kernel
         const double w = std::exp(mb - m_all) * prob;
         for (int64_t d = 0; d < p.head_dim; ++d) acc[size_t(d)] += w * p.slots[j][d];
