@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 #include "core/machine_ceiling.h"
 #include "engine/sampler.h"
-#include "model/dsv4.h"
+#include "model/model.h"
 #include "model/weight_traffic.h"
 
 namespace deepinfer::cli {
@@ -39,12 +39,12 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_flag("--exact", args->exact, "time the reference kernels instead");
   cmd->add_flag("--skip-ceiling", args->skip_ceiling, "do not measure bandwidth / peak FMA");
   return [args]() {
-    auto model = Dsv4Model::open(args->model, ModelOptions{.exact = args->exact, .n_threads = args->threads, .show_progress = true});
+    auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .n_threads = args->threads, .show_progress = true});
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
       return 1;
     }
-    Dsv4Model& m = *model.value();
+    Model& m = *model.value();
     const ModelConfig& c = m.config();
     const WeightTraffic traffic = weight_traffic(c);
     MachineCeiling ceiling;

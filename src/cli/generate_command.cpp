@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "engine/sampler.h"
-#include "model/dsv4.h"
+#include "model/model.h"
 
 namespace deepinfer::cli {
 
@@ -56,12 +56,12 @@ Runner add_generate_command(CLI::App& app) {
       std::fprintf(stderr, "error: %s\n", error.c_str());
       return 2;
     }
-    auto model = Dsv4Model::open(args->model, ModelOptions{.exact = args->exact, .n_threads = args->threads});
+    auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .n_threads = args->threads});
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
       return 1;
     }
-    Dsv4Model& m = *model.value();
+    Model& m = *model.value();
     const ModelConfig& c = m.config();
     for (int32_t id : prompt) {
       if (id < 0 || id >= c.vocab_size) {

@@ -36,7 +36,7 @@ Runner add_logits_command(CLI::App& app) {
     ModelOptions options;
     options.exact = args->exact;
     options.n_threads = args->threads;
-    auto model = Dsv4Model::open(args->model, options);
+    auto model = Model::open(args->model, options);
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
       return 1;

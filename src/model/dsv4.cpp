@@ -1,12 +1,12 @@
 // V4 top level: loading, embedding, the block loop with two-pass mHC, the head and the MTP layer
 // (spec §3.1, §3.2, §3.8; golden op table E1, B1-B8, P1-P2, H1-H5, T1-T6).
-#include "model/dsv4.h"
+#include "model/model.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "core/dtypes.h"
-#include "model/dsv4_internal.h"
+#include "model/model_internal.h"
 
 namespace deepinfer {
 
@@ -28,7 +28,7 @@ void qdq_fp8_rows(std::vector<float>& x, int64_t n_rows, int64_t width) {
   for (int64_t r = 0; r < n_rows; ++r) qdq_fp8(x.data() + r * width, width, 128);
 }
 
-Result<std::unique_ptr<Dsv4Model>> Dsv4Model::open(const std::string& model_dir, const ModelOptions& options) {
+Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const ModelOptions& options) {
   auto config = load_model_config(model_dir);
   if (!config.ok()) return config.status();
   Checkpoint::OpenOptions open_options;
@@ -38,7 +38,7 @@ Result<std::unique_ptr<Dsv4Model>> Dsv4Model::open(const std::string& model_dir,
   auto weights = bind_weights(config.value(), *checkpoint.value());
   if (!weights.ok()) return weights.status();
 
-  std::unique_ptr<Dsv4Model> model(new Dsv4Model());
+  std::unique_ptr<Model> model(new Model());
   model->config_ = config.value();
   model->checkpoint_ = std::move(checkpoint.value());
   model->weights_ = std::move(weights.value());
@@ -55,7 +55,7 @@ Result<std::unique_ptr<Dsv4Model>> Dsv4Model::open(const std::string& model_dir,
   return model;
 }
 
-SequenceState Dsv4Model::new_sequence() const {
+SequenceState Model::new_sequence() const {
   const ModelConfig& c = config_;
   auto make_layer = [&](int layer_id) {
     LayerState l;
@@ -81,8 +81,8 @@ namespace {
 
 // Flattens chunks into per-token metadata; `start` gives each chunk's first position.
 template <typename Chunk, typename StartFn>
-Dsv4Model::Batch make_batch(std::span<const Chunk> chunks, int window_size, StartFn start, int64_t n_of_chunk(const Chunk&)) {
-  Dsv4Model::Batch b;
+Model::Batch make_batch(std::span<const Chunk> chunks, int window_size, StartFn start, int64_t n_of_chunk(const Chunk&)) {
+  Model::Batch b;
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
     const Chunk& ch = chunks[ci];
     const int64_t n = n_of_chunk(ch);
@@ -110,7 +110,7 @@ Dsv4Model::Batch make_batch(std::span<const Chunk> chunks, int window_size, Star
 
 }  // namespace
 
-void Dsv4Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
+void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                           std::vector<float>& h) {
   const ModelConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.dim, n_mix = (2 + c.hc_mult) * c.hc_mult;
@@ -141,7 +141,7 @@ void Dsv4Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& b
   }
 }
 
-void Dsv4Model::run_head(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits) {
+void Model::run_head(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits) {
   const ModelConfig& c = config_;
   const int64_t D = c.dim;
   const double eps = double(float(c.norm_eps)), hc_eps = double(float(c.hc_eps));
@@ -157,7 +157,7 @@ void Dsv4Model::run_head(const HeadWeights& w, const float* h, int64_t n_tokens,
   backend_->linear({y.data(), D, n_tokens, &head, 0, head.n_out, Epilogue::kF32, nullptr, logits, head.n_out});
 }
 
-std::vector<ChunkOutput> Dsv4Model::forward(std::span<const ForwardChunk> chunks) {
+std::vector<ChunkOutput> Model::forward(std::span<const ForwardChunk> chunks) {
   const ModelConfig& c = config_;
   const int64_t D = c.dim;
   Batch batch = make_batch<ForwardChunk>(chunks, c.window_size, [](const ForwardChunk& ch) { return ch.state->n_tokens; },
@@ -202,7 +202,7 @@ std::vector<ChunkOutput> Dsv4Model::forward(std::span<const ForwardChunk> chunks
   return outputs;
 }
 
-std::vector<ChunkOutput> Dsv4Model::forward_mtp(std::span<const MtpChunk> chunks) {
+std::vector<ChunkOutput> Model::forward_mtp(std::span<const MtpChunk> chunks) {
   const ModelConfig& c = config_;
   DI_CHECK_MSG(c.n_mtp_layers > 0, "this checkpoint has no MTP layer");
   const MtpWeights& mw = weights_.mtp[0];

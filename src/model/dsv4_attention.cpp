@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "core/dtypes.h"
-#include "model/dsv4_internal.h"
+#include "model/model_internal.h"
 
 namespace deepinfer {
 
@@ -64,7 +64,7 @@ void pool_group(CompressorState& cs, int64_t g, int64_t d, const uint16_t* norm,
 
 }  // namespace
 
-void Dsv4Model::compressor_update(const CompressorWeights& w, const RopeTable& rope, int ratio, int64_t d,
+void Model::compressor_update(const CompressorWeights& w, const RopeTable& rope, int ratio, int64_t d,
                                   bool is_index, const Batch& batch, bool is_mtp, int layer_index,
                                   const std::vector<float>& u) {
   const ModelConfig& c = config_;
@@ -86,7 +86,7 @@ void Dsv4Model::compressor_update(const CompressorWeights& w, const RopeTable& r
   }
 }
 
-void Dsv4Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
+void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                           const std::vector<float>& u, std::vector<float>& out) {
   const ModelConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;

@@ -39,7 +39,7 @@ Result<GoldenCase> load_golden_case(const std::string& path) {
   return gc;
 }
 
-TeacherForcedResult run_teacher_forced(Dsv4Model& model, const std::vector<int32_t>& prompt,
+TeacherForcedResult run_teacher_forced(Model& model, const std::vector<int32_t>& prompt,
                                        const std::vector<int32_t>& continuation, const TeacherForcedOptions& options) {
   const ModelConfig& c = model.config();
   const int64_t P = int64_t(prompt.size()), C = int64_t(continuation.size()), V = c.vocab_size, D = c.dim;

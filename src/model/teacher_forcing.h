@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/dsv4.h"
+#include "model/model.h"
 
 namespace deepinfer {
 
@@ -31,7 +31,7 @@ struct TeacherForcedResult {
   std::vector<float> mtp_logits;  // [C, vocab] when options.mtp
   std::vector<float> layer_streams;  // [n_layers, 4, dim] at the last prompt position after the prefill
 };
-TeacherForcedResult run_teacher_forced(Dsv4Model& model, const std::vector<int32_t>& prompt,
+TeacherForcedResult run_teacher_forced(Model& model, const std::vector<int32_t>& prompt,
                                        const std::vector<int32_t>& continuation, const TeacherForcedOptions& options);
 
 }  // namespace deepinfer

@@ -1,6 +1,7 @@
 // Tensor inventory of the V4 family and strict binding of a checkpoint against it.
 #include "model/weights.h"
 
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -36,6 +37,7 @@ struct Inventory {
   void block(const std::string& p, int layer_id, bool is_mtp) {
     const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc;
     const int ratio = c.compress_ratio(layer_id);
+    const int n_experts = c.is_v41() && is_mtp ? c.dspark_n_routed_experts : c.n_routed_experts;
     for (const char* side : {"attn", "ffn"}) {
       add(p + ".hc_" + side + "_base", DType::kF32, {mix});
       add(p + ".hc_" + side + "_fn", DType::kF32, {mix, hc * D});
@@ -52,20 +54,44 @@ struct Inventory {
     fp8_linear(a + ".wkv", c.head_dim, D);
     fp8_linear(a + ".wo_a", int64_t(c.o_groups) * c.o_lora_rank, int64_t(c.n_heads) * c.head_dim / c.o_groups);
     fp8_linear(a + ".wo_b", D, int64_t(c.o_groups) * c.o_lora_rank);
-    if (ratio != 0) compressor(a + ".compressor", ratio, c.head_dim);
-    if (ratio == 4) {
+    if (c.is_v41()) {
+      if (!is_mtp && c.is_kv_source(layer_id)) {
+        add(a + ".compressor.norm.weight", DType::kBF16, {c.head_dim});
+        add(a + ".compressor.wkv.weight", DType::kBF16, {c.head_dim, D});
+        if (ratio == 2) add(a + ".compressor.wgate.weight", DType::kBF16, {c.head_dim, D});
+        add(a + ".indexer.k_norm.weight", DType::kBF16, {c.index_head_dim});
+        add(a + ".indexer.wk.weight", DType::kBF16, {c.index_head_dim, c.head_dim});
+      }
+      if (!is_mtp && c.is_index_source(layer_id)) {
+        add(a + ".indexer.weights_proj.weight", DType::kBF16, {c.index_n_heads, D});
+        fp8_linear(a + ".indexer.wq_b", int64_t(c.index_n_heads) * c.index_head_dim, c.q_lora_rank);
+      }
+      if (!is_mtp && c.is_engram_layer(layer_id)) {
+        const std::string e = p + ".engram";
+        const int64_t rows = c.engram_num_embeddings[size_t(c.engram_index(layer_id))];
+        add(e + ".embed.weight", DType::kF8E4M3, {rows, c.engram_head_dim});
+        add(e + ".embed.scale", DType::kF8E8M0, {rows, c.engram_head_dim / 32});
+        fp8_linear(e + ".wkv", 5 * D, int64_t(c.engram_max_ngram - 1) * c.engram_n_heads * c.engram_head_dim);
+        add(e + ".q_weight", DType::kBF16, {hc, D});
+        add(e + ".k_weight", DType::kBF16, {hc, D});
+      }
+    } else if (ratio != 0) {
+      compressor(a + ".compressor", ratio, c.head_dim);
+    }
+    if (!c.is_v41() && ratio == 4) {
       compressor(a + ".indexer.compressor", ratio, c.index_head_dim);
       add(a + ".indexer.weights_proj.weight", DType::kBF16, {c.index_n_heads, D});
       fp8_linear(a + ".indexer.wq_b", int64_t(c.index_n_heads) * c.index_head_dim, c.q_lora_rank);
     }
     const std::string f = p + ".ffn";
-    add(f + ".gate.weight", DType::kBF16, {c.n_routed_experts, D});
+    add(f + ".gate.weight", DType::kBF16, {n_experts, D});
     if (!is_mtp && layer_id < c.n_hash_layers) {
       add(f + ".gate.tid2eid", DType::kI64, {c.vocab_size, c.n_activated_experts});
     } else {
-      add(f + ".gate.bias", DType::kF32, {c.n_routed_experts});
+      add(f + ".gate.bias", DType::kF32, {n_experts});
     }
-    for (int e = 0; e < c.n_routed_experts; ++e) {
+    if (c.is_v41()) add(f + ".gate.bias_vl", DType::kF32, {n_experts});
+    for (int e = 0; e < n_experts; ++e) {
       const std::string x = f + ".experts." + std::to_string(e);
       fp4_linear(x + ".w1", c.moe_inter_dim, D);
       fp4_linear(x + ".w2", D, c.moe_inter_dim);
@@ -90,6 +116,18 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   inv.add("embed.weight", DType::kBF16, {c.vocab_size, c.dim});
   inv.add("head.weight", DType::kBF16, {c.vocab_size, c.dim});
   inv.add("norm.weight", DType::kBF16, {c.dim});
+  if (c.is_v41()) {
+    for (int l = 0; l < c.n_layers; ++l) inv.block("layers." + std::to_string(l), l, false);
+    for (int m = 0; m < c.n_mtp_layers; ++m) inv.block("mtp." + std::to_string(m), c.n_layers + m, true);
+    const std::string last = "mtp." + std::to_string(c.n_mtp_layers - 1);
+    inv.fp8_linear("mtp.0.main_proj", c.dim, int64_t(c.dspark_target_layers.size()) * c.dim);
+    inv.add("mtp.0.main_norm.weight", DType::kBF16, {c.dim});
+    inv.add(last + ".norm.weight", DType::kBF16, {c.dim});
+    inv.add(last + ".markov_head.embed.weight", DType::kBF16, {c.vocab_size, c.dspark_markov_rank});
+    inv.add(last + ".markov_head.head.weight", DType::kBF16, {c.vocab_size, c.dspark_markov_rank});
+    inv.add(last + ".confidence_head.proj.weight", DType::kBF16, {1, int64_t(c.dim) + c.dspark_markov_rank});
+    return inv.specs;
+  }
   inv.head("");
   for (int l = 0; l < c.n_layers; ++l) inv.block("layers." + std::to_string(l), l, false);
   for (int m = 0; m < c.n_mtp_layers; ++m) {
@@ -178,8 +216,32 @@ class Binder {
     b.q_norm = ptr<uint16_t>(a + ".q_norm.weight");
     b.kv_norm = ptr<uint16_t>(a + ".kv_norm.weight");
     b.attn_sink = ptr<float>(a + ".attn_sink");
-    if (b.compress_ratio != 0) b.compressor = compressor(a + ".compressor");
-    if (b.compress_ratio == 4) {
+    if (c_.is_v41()) {
+      if (!is_mtp && c_.is_kv_source(layer_id)) {
+        b.compressor.wkv = linear(a + ".compressor.wkv");
+        if (b.compress_ratio == 2) b.compressor.wgate = linear(a + ".compressor.wgate");
+        b.compressor.norm = ptr<uint16_t>(a + ".compressor.norm.weight");
+        b.index_wk = linear(a + ".indexer.wk");
+        b.index_k_norm = ptr<uint16_t>(a + ".indexer.k_norm.weight");
+      }
+      if (!is_mtp && c_.is_index_source(layer_id)) {
+        b.index_wq_b = linear(a + ".indexer.wq_b");
+        b.index_weights_proj = linear(a + ".indexer.weights_proj");
+      }
+      if (!is_mtp && c_.is_engram_layer(layer_id)) {
+        const std::string e = p + ".engram";
+        b.has_engram = true;
+        const TensorView* codes = get(e + ".embed.weight");
+        const TensorView* scales = get(e + ".embed.scale");
+        if (codes && scales) b.engram.table = {codes->data, scales->data, codes->shape[0], codes->shape[1]};
+        b.engram.wkv = linear(e + ".wkv");
+        b.engram.q_weight = ptr<uint16_t>(e + ".q_weight");
+        b.engram.k_weight = ptr<uint16_t>(e + ".k_weight");
+      }
+    } else if (b.compress_ratio != 0) {
+      b.compressor = compressor(a + ".compressor");
+    }
+    if (!c_.is_v41() && b.compress_ratio == 4) {
       b.index_compressor = compressor(a + ".indexer.compressor");
       b.index_wq_b = linear(a + ".indexer.wq_b");
       b.index_weights_proj = linear(a + ".indexer.weights_proj");
@@ -191,7 +253,9 @@ class Binder {
     } else {
       b.gate_bias = ptr<float>(f + ".gate.bias");
     }
-    for (int e = 0; e < c_.n_routed_experts; ++e) {
+    if (c_.is_v41()) b.gate_bias_vl = ptr<float>(f + ".gate.bias_vl");
+    const int n_experts = c_.is_v41() && is_mtp ? c_.dspark_n_routed_experts : c_.n_routed_experts;
+    for (int e = 0; e < n_experts; ++e) {
       const std::string x = f + ".experts." + std::to_string(e);
       b.experts.push_back({linear(x + ".w1"), linear(x + ".w2"), linear(x + ".w3")});
     }
@@ -204,6 +268,8 @@ class Binder {
   }
   Status check_no_extras() {
     for (const std::string& name : ckpt_.tensor_names()) {
+      // V4.1's vision tower is not supported yet: its tensors are known and left unused.
+      if (c_.is_v41() && (name.rfind("vision.", 0) == 0 || name.rfind("aligner.", 0) == 0 || name.rfind("image_", 0) == 0)) continue;
       if (!specs_.count(name)) {
         return Status::error(*ckpt_.find(name)->file + ": unexpected tensor '" + name +
                              "' (not part of this config; is config.json from another model?)");
@@ -231,6 +297,24 @@ Result<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt) 
   ModelWeights w;
   w.embed = b.ptr<uint16_t>("embed.weight");
   w.head_proj = b.linear("head");
+  if (c.is_v41()) {
+    w.head.norm = b.ptr<uint16_t>("norm.weight");
+    for (int l = 0; l < c.n_layers && b.error.empty(); ++l) w.layers.push_back(b.block("layers." + std::to_string(l), l, false));
+    for (int m = 0; m < c.n_mtp_layers && b.error.empty(); ++m) {
+      MtpWeights mw;
+      mw.block = b.block("mtp." + std::to_string(m), c.n_layers + m, true);
+      w.mtp.push_back(std::move(mw));
+    }
+    const std::string last = "mtp." + std::to_string(c.n_mtp_layers - 1);
+    w.dspark.main_proj = b.linear("mtp.0.main_proj");
+    w.dspark.main_norm = b.ptr<uint16_t>("mtp.0.main_norm.weight");
+    w.dspark.norm = b.ptr<uint16_t>(last + ".norm.weight");
+    w.dspark.markov_embed = b.ptr<uint16_t>(last + ".markov_head.embed.weight");
+    w.dspark.markov_head = b.linear(last + ".markov_head.head");
+    w.dspark.confidence_proj = b.linear(last + ".confidence_head.proj");
+    if (!b.error.empty()) return Status::error(b.error);
+    return w;
+  }
   w.head = b.head("", "norm.weight");
   for (int l = 0; l < c.n_layers && b.error.empty(); ++l) w.layers.push_back(b.block("layers." + std::to_string(l), l, false));
   for (int m = 0; m < c.n_mtp_layers && b.error.empty(); ++m) {
@@ -249,11 +333,15 @@ Result<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt) 
   for (int l = 0; l < c.n_layers; ++l) {
     const int64_t* t = w.layers[size_t(l)].tid2eid;
     if (!t) continue;
+    // safetensors does not align tensors (the goldens store tid2eid at 4 mod 8): load bytewise.
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(t);
     for (int64_t i = 0; i < int64_t(c.vocab_size) * c.n_activated_experts; ++i) {
-      if (t[i] < 0 || t[i] >= c.n_routed_experts) {
+      int64_t expert = 0;
+      std::memcpy(&expert, bytes + i * 8, 8);
+      if (expert < 0 || expert >= c.n_routed_experts) {
         return Status::error(*ckpt.find("layers." + std::to_string(l) + ".ffn.gate.tid2eid")->file + ": layers." + std::to_string(l) +
                              ".ffn.gate.tid2eid[" + std::to_string(i / c.n_activated_experts) + "] names expert " +
-                             std::to_string(t[i]) + ", outside 0.." + std::to_string(c.n_routed_experts - 1));
+                             std::to_string(expert) + ", outside 0.." + std::to_string(c.n_routed_experts - 1));
       }
     }
   }

@@ -41,9 +41,25 @@ struct ExpertWeights {
 };
 
 struct CompressorWeights {
-  LinearWeight wkv, wgate;     // bf16 [coff*d, dim]
-  const float* ape = nullptr;  // [ratio, coff*d]
+  LinearWeight wkv, wgate;     // bf16 [coff*d, dim] (V4.1 ratio 1: no wgate)
+  const float* ape = nullptr;  // [ratio, coff*d] (V4 only)
   const uint16_t* norm = nullptr;  // bf16 [d]
+};
+
+// V4.1 Engram table: e4m3 rows with one e8m0 scale per 32 values of a row (spec §7.6). Served from the
+// mapping: only the rows a token hashes to are ever touched.
+struct EngramTable {
+  const uint8_t* codes = nullptr;   // [rows, dim]
+  const uint8_t* scales = nullptr;  // [rows, dim / 32]
+  int64_t rows = 0;
+  int64_t dim = 0;
+};
+
+struct EngramWeights {
+  EngramTable table;
+  LinearWeight wkv;                 // fp8 [5 * dim_model, n_ngram_sizes * heads * head_dim]
+  const uint16_t* q_weight = nullptr;  // bf16 [4, dim_model]
+  const uint16_t* k_weight = nullptr;  // bf16 [4, dim_model]
 };
 
 struct BlockWeights {
@@ -60,11 +76,16 @@ struct BlockWeights {
   const float* attn_sink = nullptr;
   CompressorWeights compressor;          // ratio != 0
   CompressorWeights index_compressor;    // ratio == 4
-  LinearWeight index_wq_b;               // ratio == 4
-  LinearWeight index_weights_proj;       // ratio == 4, bf16 [index_n_heads, dim]
+  LinearWeight index_wq_b;               // V4 ratio 4; V4.1 index sources
+  LinearWeight index_weights_proj;       // bf16 [index_n_heads, dim]
+  LinearWeight index_wk;                 // V4.1 KV sources: bf16 [index_head_dim, head_dim]
+  const uint16_t* index_k_norm = nullptr;  // V4.1 KV sources: bf16 [index_head_dim]
+  bool has_engram = false;               // V4.1
+  EngramWeights engram;
   // MoE
   LinearWeight gate;                     // bf16 [n_experts, dim]
   const float* gate_bias = nullptr;      // score-routed layers
+  const float* gate_bias_vl = nullptr;   // V4.1: the bias used on image tokens
   const int64_t* tid2eid = nullptr;      // hash layers [vocab, n_activated]
   std::vector<ExpertWeights> experts;
   ExpertWeights shared;
@@ -85,12 +106,23 @@ struct MtpWeights {
   HeadWeights head;
 };
 
+// V4.1 DSpark extras (spec §7.8): stage 0 projects the tapped main stream, the last stage holds the heads.
+struct DsparkWeights {
+  LinearWeight main_proj;                // fp8 [dim, n_taps * dim]
+  const uint16_t* main_norm = nullptr;
+  const uint16_t* norm = nullptr;        // last stage's final norm
+  const uint16_t* markov_embed = nullptr;  // bf16 [vocab, rank]
+  LinearWeight markov_head;              // bf16 [vocab, rank]
+  LinearWeight confidence_proj;          // bf16 [1, dim + rank]
+};
+
 struct ModelWeights {
   const uint16_t* embed = nullptr;  // bf16 [vocab, dim]
   LinearWeight head_proj;           // head.weight bf16 [vocab, dim]
   HeadWeights head;
   std::vector<BlockWeights> layers;
-  std::vector<MtpWeights> mtp;
+  std::vector<MtpWeights> mtp;            // V4: MTP layers; V4.1: the DSpark stages (block only)
+  DsparkWeights dspark;                   // V4.1
 };
 
 // Binds every expected tensor; errors name the tensor and what is wrong. Extra tensors are errors too.

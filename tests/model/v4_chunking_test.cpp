@@ -20,8 +20,8 @@ class V4Chunking : public ::testing::TestWithParam<bool> {
   void SetUp() override {
     if (!std::filesystem::exists(case_path("flash-tiny", 3))) GTEST_SKIP() << "golden data not found";
   }
-  std::unique_ptr<Dsv4Model> open(const std::string& model) {
-    auto m = Dsv4Model::open(testing::golden_dir() + "/v4-flash/" + model, ModelOptions{.exact = GetParam(), .n_threads = 2});
+  std::unique_ptr<Model> open(const std::string& model) {
+    auto m = Model::open(testing::golden_dir() + "/v4-flash/" + model, ModelOptions{.exact = GetParam(), .n_threads = 2});
     EXPECT_TRUE(m.ok()) << m.status().message();
     return std::move(m.value());
   }

@@ -41,7 +41,7 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST_P(V4Golden, ExactPathMatchesEveryRow) {
-  auto model = Dsv4Model::open(model_dir(), ModelOptions{.exact = true});
+  auto model = Model::open(model_dir(), ModelOptions{.exact = true});
   ASSERT_TRUE(model.ok()) << model.status().message();
   auto gc = load_golden_case(case_path());
   ASSERT_TRUE(gc.ok()) << gc.status().message();
@@ -56,7 +56,7 @@ TEST_P(V4Golden, ExactPathMatchesEveryRow) {
 }
 
 TEST_P(V4Golden, FastPathWithinReadmeBounds) {
-  auto model = Dsv4Model::open(model_dir(), ModelOptions{.exact = false, .n_threads = 2});
+  auto model = Model::open(model_dir(), ModelOptions{.exact = false, .n_threads = 2});
   ASSERT_TRUE(model.ok()) << model.status().message();
   auto gc = load_golden_case(case_path());
   ASSERT_TRUE(gc.ok()) << gc.status().message();

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "core/dtypes.h"
-#include "model/dsv4_internal.h"
+#include "model/model_internal.h"
 
 namespace deepinfer {
 
@@ -13,7 +13,7 @@ namespace {
 double silu(double a) { return a / (1.0 + std::exp(-a)); }
 }  // namespace
 
-void Dsv4Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out) {
+void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out) {
   const ModelConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.dim, E = c.n_routed_experts, K = c.n_activated_experts;
   const int64_t I = c.moe_inter_dim, IS = int64_t(c.moe_inter_dim) * c.n_shared_experts;

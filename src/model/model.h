@@ -55,9 +55,9 @@ struct ChunkOutput {
   std::vector<float> hidden;   // [n, hc_mult, dim] when keep_hidden
 };
 
-class Dsv4Model {
+class Model {
  public:
-  static Result<std::unique_ptr<Dsv4Model>> open(const std::string& model_dir, const ModelOptions& options);
+  static Result<std::unique_ptr<Model>> open(const std::string& model_dir, const ModelOptions& options);
 
   const ModelConfig& config() const { return config_; }
   const Checkpoint& checkpoint() const { return *checkpoint_; }
@@ -72,7 +72,7 @@ class Dsv4Model {
   struct Batch;  // flattened tokens of one forward (defined in dsv4_internal.h)
 
  private:
-  Dsv4Model() = default;
+  Model() = default;
   void run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  std::vector<float>& h);
   void run_head(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits);

@@ -3,11 +3,11 @@
 
 #include <vector>
 
-#include "model/dsv4.h"
+#include "model/model.h"
 
 namespace deepinfer {
 
-struct Dsv4Model::Batch {
+struct Model::Batch {
   // Per token, in chunk order (tokens of one sequence are contiguous and in position order).
   std::vector<int32_t> ids;            // [T] token ids (MTP: unused for routing)
   std::vector<int64_t> pos;            // [T] absolute positions
