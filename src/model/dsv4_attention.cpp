@@ -182,8 +182,9 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     }
     while (slots.size() % 64) slots.push_back(nullptr);
     float* ot = &o[size_t(t * H * HD)];
-    backend_->sparse_attention({&q[size_t(t * H * HD)], H, HD, slots.data(), int64_t(slots.size()), w.attn_sink,
-                                softmax_scale, ot});                                  // AT1-AT3
+    backend_->sparse_attention({.q = &q[size_t(t * H * HD)], .n_heads = H, .head_dim = HD, .slots = slots.data(),
+                                .n_slots = int64_t(slots.size()), .sink = w.attn_sink, .softmax_scale = softmax_scale,
+                                .block_running_max = true, .out = ot});  // AT1-AT3
     for (int64_t hh = 0; hh < H; ++hh) rope.apply(ot + hh * HD + NOPE, pos, true);    // AT4
   }
 
