@@ -14,7 +14,10 @@ namespace {
 
 constexpr std::string_view kWhiteSpace = "\\p{White_Space}";
 constexpr std::string_view kNotWhiteSpace = "\\P{White_Space}";
-constexpr std::string_view kWordChars = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}";
+// Oniguruma's \w, measured against HF tokenizers 0.23.3 over every Unicode 14.0 code point: Alphabetic, M,
+// Nd, Pc, plus the Latin-1 superscripts and fractions its ISO-8859-1 ctype table marks as word characters
+// (and unlike Rust's regex, not Join_Control).
+constexpr std::string_view kWordChars = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
 constexpr std::string_view kHexChars = "0-9a-fA-F";
 
 bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
@@ -46,6 +49,17 @@ Result<std::string> onig_pattern_to_pcre2(std::string_view p) {
         case 'W':
           if (in_class) return unsupported(i, "\\W inside a character class");
           (out += "[^") += std::string(kWordChars) + "]";
+          break;
+        case 'b':  // word boundary on onig's \w (PCRE2's own \b uses its different \w); backspace in a class
+        case 'B':
+          if (in_class) {
+            out += "\\x{08}";
+          } else {
+            const std::string w = "[" + std::string(kWordChars) + "]";
+            const std::string boundary = "(?:(?<=" + w + ")(?!" + w + ")|(?<!" + w + ")(?=" + w + "))";
+            const std::string not_boundary = "(?:(?<=" + w + ")(?=" + w + ")|(?<!" + w + ")(?!" + w + "))";
+            out += e == 'b' ? boundary : not_boundary;
+          }
           break;
         case 'h':
           if (in_class) out += kHexChars; else (out += "[") += std::string(kHexChars) + "]";
