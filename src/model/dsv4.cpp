@@ -43,7 +43,13 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
   model->checkpoint_ = std::move(checkpoint.value());
   model->weights_ = std::move(weights.value());
   model->backend_ = options.exact ? make_reference_backend() : make_fast_backend(options.n_threads);
+  model->options_ = options;
   const ModelConfig& c = model->config_;
+  if (c.is_v41() && !c.engram_layers.empty()) {
+    auto engram = load_engram_hashing(c, model_dir);
+    if (!engram.ok()) return engram.status();
+    model->engram_ = std::move(engram.value());
+  }
   for (int l = 0; l < c.n_layers + c.n_mtp_layers; ++l) {
     // spec §1.3: window-only layers use the plain table, compressed layers theta 160000 with YaRN.
     model->layer_rope_.push_back(c.compress_ratio(l) == 0
@@ -61,6 +67,17 @@ SequenceState Model::new_sequence() const {
     LayerState l;
     l.window.assign(size_t(c.window_size) * c.head_dim, 0.0f);
     const int ratio = c.compress_ratio(layer_id);
+    if (c.is_v41()) {  // only KV sources own compressed rows and index keys (spec §5.1 "semantics trap")
+      if (layer_id < c.n_layers && c.is_kv_source(layer_id)) {
+        l.compressor.ratio = ratio;
+        l.compressor.width = c.head_dim;
+        l.compressor.kv.assign(size_t(ratio * c.head_dim), 0.0f);
+        l.compressor.score.assign(size_t(ratio * c.head_dim), -INFINITY);
+        l.index_compressor.ratio = ratio;
+        l.index_compressor.width = c.index_head_dim;
+      }
+      return l;
+    }
     auto init = [&](CompressorState& cs, int64_t d) {
       cs.ratio = ratio;
       cs.width = (ratio == 4 ? 2 : 1) * d;
@@ -76,8 +93,6 @@ SequenceState Model::new_sequence() const {
   for (int m = 0; m < c.n_mtp_layers; ++m) s.mtp_layers.push_back(make_layer(c.n_layers + m));
   return s;
 }
-
-namespace {
 
 // Flattens chunks into per-token metadata; `start` gives each chunk's first position.
 template <typename Chunk, typename StartFn>
@@ -108,7 +123,12 @@ Model::Batch make_batch(std::span<const Chunk> chunks, int window_size, StartFn 
   return b;
 }
 
-}  // namespace
+Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size) {
+  Model::Batch batch = make_batch<ForwardChunk>(chunks, window_size, [](const ForwardChunk& ch) { return ch.state->n_tokens; },
+                                               [](const ForwardChunk& ch) { return int64_t(ch.ids.size()); });
+  for (const auto& ch : chunks) batch.ids.insert(batch.ids.end(), ch.ids.begin(), ch.ids.end());
+  return batch;
+}
 
 void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                           std::vector<float>& h) {
@@ -157,12 +177,21 @@ void Model::run_head(const HeadWeights& w, const float* h, int64_t n_tokens, flo
   backend_->linear({y.data(), D, n_tokens, &head, 0, head.n_out, Epilogue::kF32, nullptr, logits, head.n_out});
 }
 
+void Model::act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) const {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (config_.is_v41()) {
+      qdq_fp8_v41(x.data() + r * width, width, config_.act_block);
+    } else {
+      qdq_fp8(x.data() + r * width, width, config_.act_block);
+    }
+  }
+}
+
 std::vector<ChunkOutput> Model::forward(std::span<const ForwardChunk> chunks) {
+  if (config_.is_v41()) return forward_v41(chunks);
   const ModelConfig& c = config_;
   const int64_t D = c.dim;
-  Batch batch = make_batch<ForwardChunk>(chunks, c.window_size, [](const ForwardChunk& ch) { return ch.state->n_tokens; },
-                                         [](const ForwardChunk& ch) { return int64_t(ch.ids.size()); });
-  for (const auto& ch : chunks) batch.ids.insert(batch.ids.end(), ch.ids.begin(), ch.ids.end());
+  Batch batch = make_forward_batch(chunks, c.window_size);
   const int64_t T = batch.n_tokens();
   for (int64_t t = 0; t < T; ++t) {
     DI_CHECK_MSG(batch.ids[size_t(t)] >= 0 && batch.ids[size_t(t)] < c.vocab_size, "token id out of range");

@@ -1,4 +1,4 @@
-// The DeepSeek-V4 model (V4-Flash, V4-Pro, the V4-Flash-0731 backbone): config-driven forward pass over
+// The DeepSeek-V4 family model (V4-Flash, V4-Pro, the V4-Flash-0731 backbone, V4.1-Flash): config-driven forward pass over
 // a mapped checkpoint, with the MTP layer. One object per loaded model; forward() may batch chunks of
 // several sequences (prefill chunks of any size and decode tokens); each sequence's state lives in its
 // SequenceState. The numerics follow spec §3 and the golden precision contract; which kernels run the
@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "format/safetensors.h"
 #include "model/config.h"
+#include "model/engram.h"
 #include "model/ops.h"
 #include "model/sequence_state.h"
 #include "model/weights.h"
@@ -23,6 +24,9 @@ namespace deepinfer {
 
 struct ModelOptions {
   bool exact = false;       // reference kernels (double accumulation) instead of the fast ones
+  // V4.1: every index source scores against its own KV owner's keys, instead of the reference's
+  // republish behaviour (spec §7.5 / §11.1; the default follows DeepSeek's model.py).
+  bool index_owner_keys = false;
   int n_threads = 0;        // fast kernels: 0 = all hardware threads
   bool show_progress = false;
 };
@@ -69,10 +73,19 @@ class Model {
   // Runs the MTP layer (mtp.0) on its own window state of each sequence.
   std::vector<ChunkOutput> forward_mtp(std::span<const MtpChunk> chunks);
 
-  struct Batch;  // flattened tokens of one forward (defined in dsv4_internal.h)
+  struct Batch;  // flattened tokens of one forward (defined in model_internal.h)
+  struct V41Scratch;  // per-forward V4.1 selections (defined in model_internal.h)
 
  private:
   Model() = default;
+  // The activation fake-quant in front of every fp8/fp4 GEMM, per row: V4 QDQ8 (block 128) or V4.1's.
+  void act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) const;
+  // V4.1 (dsv41.cpp, dsv41_attention.cpp): single-pass mHC, Engram, CSA2 attention.
+  std::vector<ChunkOutput> forward_v41(std::span<const ForwardChunk> chunks);
+  void run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in);
+  void engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h);
+  void attention_v41(int layer, Batch& batch, V41Scratch& scratch, const std::vector<float>& u, std::vector<float>& out);
+  void kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, const std::vector<float>& u);
   void run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  std::vector<float>& h);
   void run_head(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits);
@@ -87,6 +100,8 @@ class Model {
   ModelWeights weights_;
   std::unique_ptr<Backend> backend_;
   std::vector<RopeTable> layer_rope_;  // per main layer, then per MTP layer
+  ModelOptions options_;
+  EngramHashing engram_;               // V4.1 with Engram layers
 };
 
 }  // namespace deepinfer

@@ -22,7 +22,19 @@ struct Model::Batch {
   int64_t n_tokens() const { return int64_t(pos.size()); }
 };
 
-// QDQ8 with block 128 on every row of [n_rows, width] (the activation side of qlinear).
+// Per-forward V4.1 state that flows from layer to layer (spec §7.3-7.5): for every token, the row list of
+// the last index source (reuse layers read it) and the candidate blocks of the candidate source.
+struct Model::V41Scratch {
+  std::vector<std::vector<int64_t>> selection;   // [T] compressed-row indices, ascending
+  std::vector<std::vector<int64_t>> candidates;  // [T] kept candidate block ids (empty: none published)
+  bool have_candidates = false;
+  std::vector<char> completed_group;             // [n_chunks] the current KV source completed a group
+  std::vector<float> taps;                       // [T, n_taps * dim] DSpark taps (spec step 5)
+};
+
+Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size);
+
+// V4 QDQ8 with block 128 on every row of [n_rows, width] (the activation side of V4's qlinear).
 void qdq_fp8_rows(std::vector<float>& x, int64_t n_rows, int64_t width);
 
 }  // namespace deepinfer

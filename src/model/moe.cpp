@@ -1,5 +1,7 @@
-// V4 MoE: sqrtsoftplus gate, hash routing (tid2eid) or bias-steered top-k, routed scale, FP4 experts with
-// the SwiGLU clamp, the shared expert (spec §3.7; golden op table M1-M8).
+// MoE of the V4 family: sqrtsoftplus gate, hash routing (tid2eid) or bias-steered top-k, routed scale,
+// FP4 experts with the SwiGLU clamp, the shared expert (spec §3.7, §7.7; V4 golden M1-M8, V4.1 steps
+// 35-41). V4.1 differs in four places, each marked: fp32 selection keys, the 1e-20 in the weight
+// normalisation, the clamp on the shared expert, and the activation QDQ (block 32, fp32 scale rule).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -15,9 +17,12 @@ double silu(double a) { return a / (1.0 + std::exp(-a)); }
 
 void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out) {
   const ModelConfig& c = config_;
-  const int64_t T = batch.n_tokens(), D = c.dim, E = c.n_routed_experts, K = c.n_activated_experts;
+  const bool v41 = c.is_v41();
+  const int64_t T = batch.n_tokens(), D = c.dim;
+  const int64_t E = int64_t(w.experts.size()), K = w.n_activated_experts;
   const int64_t I = c.moe_inter_dim, IS = int64_t(c.moe_inter_dim) * c.n_shared_experts;
-  const double limit = double(float(c.swiglu_limit)), route_scale = double(float(c.route_scale));
+  const double limit = double(float(c.swiglu_limit));
+  const double route_scale = v41 ? c.route_scale : double(float(c.route_scale));
 
   std::vector<float> gate(static_cast<size_t>(T * E));
   backend_->linear({u.data(), D, T, &w.gate, 0, E, Epilogue::kSqrtSoftplus, nullptr, gate.data(), E});  // M1
@@ -33,7 +38,8 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
       std::copy_n(w.tid2eid + int64_t(batch.ids[size_t(t)]) * K, K, sel);
     } else {
       std::iota(order.begin(), order.end(), 0);
-      auto key = [&](int64_t e) { return double(g[e]) + double(w.gate_bias[e]); };  // exact sum, not rounded
+      // V4: the exact sum; V4.1: an fp32 add.
+      auto key = [&](int64_t e) { return v41 ? double(g[e] + w.gate_bias[e]) : double(g[e]) + double(w.gate_bias[e]); };
       std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int64_t a, int64_t b) {
         const double ka = key(a), kb = key(b);
         return ka != kb ? ka > kb : a < b;
@@ -42,11 +48,15 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     }
     double total = 0;
     for (int64_t i = 0; i < K; ++i) total += g[sel[i]];
-    for (int64_t i = 0; i < K; ++i) route_weight[size_t(t * K + i)] = round_f32(double(g[sel[i]]) / total * route_scale);
+    for (int64_t i = 0; i < K; ++i) {
+      double wi = double(g[sel[i]]) / total * route_scale;                                   // V4 M3
+      if (v41) wi = K > 1 ? route_scale * g[sel[i]] / (total + 1e-20) : route_scale * g[sel[i]];  // V4.1 step 37
+      route_weight[size_t(t * K + i)] = round_f32(wi);
+    }
   }
 
   std::vector<float> uq(u);
-  qdq_fp8_rows(uq, T, D);
+  act_qdq_rows(uq, T, D);
   std::vector<double> acc(size_t(T * D), 0.0);  // M8 sums exactly, rounds once
 
   // Routed experts: gather each expert's tokens, run w1/w3, SwiGLU with clamp (M5), w2.
@@ -81,7 +91,7 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
         a[size_t(r * I + i)] = round_bf16(silu(av) * bv * tok_weight[size_t(r)]);  // M5
       }
     }
-    qdq_fp8_rows(a, n, I);
+    act_qdq_rows(a, n, I);
     backend_->linear({a.data(), I, n, &ew.w2, 0, D, Epilogue::kBf16, nullptr, y.data(), D});  // M6
     for (int64_t r = 0; r < n; ++r) {
       double* dst = &acc[size_t(tokens[size_t(r)] * D)];
@@ -89,14 +99,21 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     }
   }
 
-  // M7: the shared expert, no clamp.
+  // M7: the shared expert (no clamp in V4).
   a.resize(size_t(T * IS));
   b.resize(size_t(T * IS));
   y.resize(size_t(T * D));
   backend_->linear({uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, a.data(), IS});
   backend_->linear({uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, b.data(), IS});
-  for (int64_t i = 0; i < T * IS; ++i) a[size_t(i)] = round_bf16(silu(a[size_t(i)]) * b[size_t(i)]);
-  qdq_fp8_rows(a, T, IS);
+  for (int64_t i = 0; i < T * IS; ++i) {
+    double av = a[size_t(i)], bv = b[size_t(i)];
+    if (v41) {  // V4.1 clamps the shared expert too
+      av = std::min(av, limit);
+      bv = std::clamp(bv, -limit, limit);
+    }
+    a[size_t(i)] = round_bf16(silu(av) * bv);
+  }
+  act_qdq_rows(a, T, IS);
   backend_->linear({a.data(), IS, T, &w.shared.w2, 0, D, Epilogue::kBf16, nullptr, y.data(), D});
   for (int64_t i = 0; i < T * D; ++i) out[size_t(i)] = round_bf16(acc[size_t(i)] + y[size_t(i)]);  // M8
 }

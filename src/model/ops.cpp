@@ -46,6 +46,52 @@ void qdq_fp4(float* x, int64_t n, int64_t block) {
   }
 }
 
+namespace {
+// 2^ceil(log2 v) for v > 0 (v itself when it is a power of two).
+double pow2ceil(double v) {
+  int e = 0;
+  const double m = std::frexp(v, &e);  // v = m * 2^e, m in [0.5, 1)
+  return m == 0.5 ? v : std::ldexp(1.0, e);
+}
+double block_amax(const float* x, int64_t b0, int64_t b1, double floor_value) {
+  double amax = floor_value;
+  for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+  return amax;
+}
+}  // namespace
+
+void qdq_fp8_v41(float* x, int64_t n, int64_t block) {
+  const float inv448 = 1.0f / 448.0f;
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    const float amax = float(block_amax(x, b0, b1, double(1e-4f)));
+    const double s = pow2ceil(double(amax * inv448));  // fp32 multiply, as the kernel does
+    for (int64_t i = b0; i < b1; ++i) x[i] = float(e4m3_round(double(x[i]) / s) * s);
+  }
+}
+
+void qdq_fp4_pow2_v41(float* x, int64_t n, int64_t block) {
+  const float inv6 = 1.0f / 6.0f;
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    const float amax = float(block_amax(x, b0, b1, 6.0 * 0x1p-126));
+    const double s = pow2ceil(double(amax * inv6));
+    for (int64_t i = b0; i < b1; ++i) x[i] = float(e2m1_round(double(x[i]) / s) * s);
+  }
+}
+
+void qdq_fp4_e4m3_scale(float* x, int64_t n, int64_t block) {
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    const float amax = float(block_amax(x, b0, b1, 6.0 * 0x1p-9));
+    const double s = e4m3_round(double(amax / 6.0f));  // fp32 division, then onto the e4m3 grid
+    for (int64_t i = b0; i < b1; ++i) {
+      const float scaled = x[i] / float(s);              // fp32 division (one rounding)
+      x[i] = float(e2m1_round(double(scaled)) * s);
+    }
+  }
+}
+
 void hadamard_128(float* x) {
   double v[128];
   for (int i = 0; i < 128; ++i) v[i] = x[i];

@@ -16,6 +16,14 @@ void qdq_fp8(float* x, int64_t n, int64_t block);
 // Activation fp4 fake-quant with power-of-two scales (spec QDQ4), in place.
 void qdq_fp4(float* x, int64_t n, int64_t block);
 
+// V4.1 QDQ rules (golden v41 README): the scale comes from fp32 arithmetic as in DeepSeek's kernels.
+// QDQ8: s = pow2ceil(f32(amax * f32(1/448))), amax >= f32(1e-4); values clamp to +-448 on the e4m3 grid.
+void qdq_fp8_v41(float* x, int64_t n, int64_t block);
+// QDQ4P: s = pow2ceil(f32(amax * f32(1/6))), amax >= 6 * 2^-126; e2m1 grid.
+void qdq_fp4_pow2_v41(float* x, int64_t n, int64_t block);
+// QDQ4E (compressed KV): s = e4m3(f32(amax / 6)), amax >= 6 * 2^-9; q = e2m1(f32(x / s)).
+void qdq_fp4_e4m3_scale(float* x, int64_t n, int64_t block);
+
 // 128-point Sylvester-Walsh-Hadamard transform times f32(128^-0.5), rounded to bf16, in place.
 void hadamard_128(float* x);
 

@@ -21,15 +21,19 @@ struct CompressorState {
 
 struct LayerState {
   std::vector<float> window;       // [window_size, head_dim] ring, slot = pos mod window_size
-  CompressorState compressor;      // ratio != 0: compressed KV rows
-  CompressorState index_compressor;  // ratio == 4: indexer keys
+  CompressorState compressor;      // V4 ratio != 0 / V4.1 KV sources: compressed KV rows
+  CompressorState index_compressor;  // V4 ratio 4: indexer keys; V4.1 KV sources: index keys in `rows`
 };
 
 struct SequenceState {
   int64_t n_tokens = 0;            // main positions already processed
   std::vector<LayerState> layers;
   int64_t n_mtp_tokens = 0;        // MTP positions already processed
-  std::vector<LayerState> mtp_layers;
+  std::vector<LayerState> mtp_layers;  // V4: MTP layer; V4.1: DSpark stage rings
+  // V4.1: compressed ids of the latest positions (Engram n-grams; most recent last), and the KV source
+  // whose index keys the reference last published (its index_k quirk, spec §7.5).
+  std::vector<int32_t> engram_history;
+  int published_keys_layer = -1;
   // Bytes held by this sequence's caches (window rings, compressor state, rows, keys).
   int64_t cache_bytes() const;
 };

@@ -255,6 +255,7 @@ class Binder {
     }
     if (c_.is_v41()) b.gate_bias_vl = ptr<float>(f + ".gate.bias_vl");
     const int n_experts = c_.is_v41() && is_mtp ? c_.dspark_n_routed_experts : c_.n_routed_experts;
+    b.n_activated_experts = c_.is_v41() && is_mtp ? c_.dspark_n_activated_experts : c_.n_activated_experts;
     for (int e = 0; e < n_experts; ++e) {
       const std::string x = f + ".experts." + std::to_string(e);
       b.experts.push_back({linear(x + ".w1"), linear(x + ".w2"), linear(x + ".w3")});

@@ -88,6 +88,7 @@ struct BlockWeights {
   const float* gate_bias_vl = nullptr;   // V4.1: the bias used on image tokens
   const int64_t* tid2eid = nullptr;      // hash layers [vocab, n_activated]
   std::vector<ExpertWeights> experts;
+  int n_activated_experts = 0;           // top-k of this block's router
   ExpertWeights shared;
 };
 

@@ -1,0 +1,177 @@
+// DeepSeek-V4.1 top level: embedding, Engram, single-pass mHC blocks, the final collapse and head
+// (spec §7.1, §7.2, §7.6; golden v41 contract steps 1-12, 32-44). Attention lives in dsv41_attention.cpp,
+// the MoE (shared with V4) in moe.cpp.
+#include <algorithm>
+#include <cmath>
+
+#include "core/dtypes.h"
+#include "model/model_internal.h"
+
+namespace deepinfer {
+
+void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h) {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.n_tokens(), D = c.dim, HD = c.engram_head_dim, N = c.engram_max_ngram;
+  const int64_t n_rows = engram_.n_rows_per_token(), width = n_rows * HD;
+  const int e_layer = c.engram_index(layer);
+  const double eps = c.norm_eps_value();
+  std::vector<float> emb(static_cast<size_t>(T * width)), kv(static_cast<size_t>(T * 5 * D));
+  std::vector<int32_t> history(static_cast<size_t>(N));
+  std::vector<int64_t> rows(static_cast<size_t>(n_rows));
+  for (int64_t t = 0; t < T; ++t) {
+    const int ci = batch.chunk[size_t(t)];
+    const SequenceState& seq = *batch.states[size_t(ci)];
+    const int64_t pos = batch.pos[size_t(t)], first_pos = batch.first_pos[size_t(ci)];
+    bool padded = false;  // spec §7.6 step 4: from the first missing position on, everything is pad
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t q = pos - n;
+      if (!padded && q < 0) padded = true;
+      if (padded) {
+        history[size_t(n)] = engram_.pad;
+      } else if (q >= first_pos) {
+        history[size_t(n)] = engram_.token_map[size_t(batch.ids[size_t(batch.first_token[size_t(ci)] + q - first_pos)])];
+      } else {
+        const int64_t back = first_pos - q;  // 1 = the sequence's latest earlier position
+        DI_CHECK(back <= int64_t(seq.engram_history.size()));
+        history[size_t(n)] = seq.engram_history[seq.engram_history.size() - size_t(back)];
+      }
+    }
+    engram_.rows(e_layer, history.data(), rows.data());
+    for (int64_t r = 0; r < n_rows; ++r) {
+      DI_CHECK(rows[size_t(r)] >= 0 && rows[size_t(r)] < w.engram.table.rows);
+      engram_table_row(w.engram.table, rows[size_t(r)], &emb[size_t(t * width + r * HD)]);
+    }
+  }
+  act_qdq_rows(emb, T, width);
+  backend_->linear({.x = emb.data(), .x_stride = width, .n_tokens = T, .weight = &w.engram.wkv, .row_begin = 0,
+                    .n_rows = 5 * D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(), .out_stride = 5 * D});
+  const double sqrt_d = std::sqrt(double(D));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* val = &kv[size_t(t * 5 * D + 4 * D)];
+    for (int k = 0; k < 4; ++k) {  // step 3: gate per copy; step 4: residual update
+      float* hc = &h[size_t((t * 4 + k) * D)];
+      const float* key = &kv[size_t(t * 5 * D + k * D)];
+      double dot = 0, hh = 0, kk = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        const double qk = double(bf16_to_float(w.engram.q_weight[k * D + d])) * bf16_to_float(w.engram.k_weight[k * D + d]);
+        dot += double(hc[d]) * qk * key[d];
+        hh += double(hc[d]) * hc[d];
+        kk += double(key[d]) * key[d];
+      }
+      const double tc = dot / (std::sqrt(hh / double(D) + eps) * std::sqrt(kk / double(D) + eps) * sqrt_d);
+      const double z = (tc > 0 ? 1.0 : tc < 0 ? -1.0 : 0.0) * std::sqrt(std::max(std::fabs(tc), 1e-6));
+      const double gate = round_f32(1.0 / (1.0 + std::exp(-z)));
+      for (int64_t d = 0; d < D; ++d) hc[d] = round_bf16(double(hc[d]) + gate * val[d]);
+    }
+  }
+}
+
+void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in) {
+  const ModelConfig& c = config_;
+  const BlockWeights& w = weights_.layers[size_t(layer)];
+  const int64_t T = batch.n_tokens(), D = c.dim, n_mix = (2 + c.hc_mult) * c.hc_mult;
+  const double eps = c.norm_eps_value(), hc_eps = c.hc_eps_value();
+  if (w.has_engram) engram_v41(w, layer, batch, h);  // step 2-4, before the block
+  const auto tap = std::find(c.dspark_target_layers.begin(), c.dspark_target_layers.end(), layer);
+  if (tap != c.dspark_target_layers.end()) {  // step 5: the layer's input stream, mean over the copies
+    const int64_t i_tap = tap - c.dspark_target_layers.begin(), n_taps = int64_t(c.dspark_target_layers.size());
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t d = 0; d < D; ++d) {
+        double sum = 0;
+        for (int k = 0; k < 4; ++k) sum += h[size_t((t * 4 + k) * D + d)];
+        scratch.taps[size_t((t * n_taps + i_tap) * D + d)] = round_bf16(sum / 4.0);
+      }
+    }
+  }
+  std::vector<float> mixes(static_cast<size_t>(T * n_mix)), u(static_cast<size_t>(T * D)), sub_out(static_cast<size_t>(T * D));
+  std::vector<float> h_next(h.size());
+  std::vector<HcCoefficients> attn_coeffs(static_cast<size_t>(T)), ffn_coeffs(static_cast<size_t>(T));
+  // Attention side: the input is collapsed with the incoming pre (single-pass mHC, spec §7.2).
+  backend_->hc_mix({h.data(), T, 4 * D, w.hc_attn_fn, n_mix, eps, mixes.data()});
+  for (int64_t t = 0; t < T; ++t) {
+    attn_coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], w.hc_attn_scale, w.hc_attn_base, c.hc_sinkhorn_iters, hc_eps);
+    hc_collapse(&h[size_t(t * 4 * D)], &pre_in[size_t(t * 4)], D, &u[size_t(t * D)]);
+    rmsnorm(&u[size_t(t * D)], w.attn_norm, D, eps, &u[size_t(t * D)]);
+  }
+  attention_v41(layer, batch, scratch, u, sub_out);
+  for (int64_t t = 0; t < T; ++t) hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], attn_coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
+  h.swap(h_next);
+  // FFN side: mixes of the new stream, input collapsed with the ATTENTION's pre.
+  backend_->hc_mix({h.data(), T, 4 * D, w.hc_ffn_fn, n_mix, eps, mixes.data()});
+  for (int64_t t = 0; t < T; ++t) {
+    ffn_coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], w.hc_ffn_scale, w.hc_ffn_base, c.hc_sinkhorn_iters, hc_eps);
+    hc_collapse(&h[size_t(t * 4 * D)], attn_coeffs[size_t(t)].pre, D, &u[size_t(t * D)]);
+    rmsnorm(&u[size_t(t * D)], w.ffn_norm, D, eps, &u[size_t(t * D)]);
+  }
+  moe(w, batch, u, sub_out);
+  for (int64_t t = 0; t < T; ++t) {
+    hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], ffn_coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
+    std::copy_n(ffn_coeffs[size_t(t)].pre, 4, &pre_in[size_t(t * 4)]);  // collapses the next layer's input
+  }
+  h.swap(h_next);
+}
+
+std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks) {
+  const ModelConfig& c = config_;
+  const int64_t D = c.dim, V = c.vocab_size;
+  Batch batch = make_forward_batch(chunks, c.window_size);
+  const int64_t T = batch.n_tokens();
+  for (int64_t t = 0; t < T; ++t) {
+    DI_CHECK_MSG(batch.ids[size_t(t)] >= 0 && batch.ids[size_t(t)] < c.vocab_size, "token id out of range");
+  }
+  std::vector<float> h(static_cast<size_t>(T * 4 * D)), pre_in(static_cast<size_t>(T * 4), 0.0f);
+  for (int64_t t = 0; t < T; ++t) {  // step 1: 4 copies of the embedding; pre_in = (1, 0, 0, 0)
+    const uint16_t* row = weights_.embed + int64_t(batch.ids[size_t(t)]) * D;
+    for (int k = 0; k < 4; ++k) {
+      for (int64_t i = 0; i < D; ++i) h[size_t((t * 4 + k) * D + i)] = bf16_to_float(row[i]);
+    }
+    pre_in[size_t(t * 4)] = 1.0f;
+  }
+  V41Scratch scratch;
+  scratch.selection.assign(size_t(T), {});
+  scratch.candidates.assign(size_t(T), {});
+  scratch.taps.assign(size_t(T) * c.dspark_target_layers.size() * size_t(D), 0.0f);
+  for (const auto& ch : chunks) {
+    if (ch.layer_streams_of_last) ch.layer_streams_of_last->clear();
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    run_block_v41(l, batch, scratch, h, pre_in);
+    for (size_t ci = 0; ci < chunks.size(); ++ci) {
+      std::vector<float>* streams = chunks[ci].layer_streams_of_last;
+      if (!streams || batch.n_chunk_tokens[ci] == 0) continue;
+      const int64_t last = batch.first_token[ci] + batch.n_chunk_tokens[ci] - 1;
+      streams->insert(streams->end(), h.begin() + last * 4 * D, h.begin() + (last + 1) * 4 * D);
+    }
+  }
+  std::vector<ChunkOutput> outputs(chunks.size());
+  const double eps = c.norm_eps_value();
+  const int64_t n_taps_width = int64_t(c.dspark_target_layers.size()) * D;
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];
+    const int64_t n_rows = chunks[ci].all_logits ? n : std::min<int64_t>(n, 1);
+    const int64_t row0 = first + n - n_rows;
+    std::vector<float> y(static_cast<size_t>(n_rows * D));
+    for (int64_t r = 0; r < n_rows; ++r) {  // step 43: collapse with the last block's ffn pre, then norm
+      hc_collapse(&h[size_t((row0 + r) * 4 * D)], &pre_in[size_t((row0 + r) * 4)], D, &y[size_t(r * D)]);
+      rmsnorm(&y[size_t(r * D)], weights_.head.norm, D, eps, &y[size_t(r * D)]);
+    }
+    outputs[ci].logits.resize(size_t(n_rows * V));
+    if (n_rows > 0) {  // step 44
+      backend_->linear({.x = y.data(), .x_stride = D, .n_tokens = n_rows, .weight = &weights_.head_proj, .row_begin = 0,
+                        .n_rows = V, .epilogue = Epilogue::kF32, .bias = nullptr, .out = outputs[ci].logits.data(), .out_stride = V});
+    }
+    if (chunks[ci].keep_hidden) {  // the DSpark input: main_hidden taps of every token of the chunk
+      outputs[ci].hidden.assign(scratch.taps.begin() + first * n_taps_width, scratch.taps.begin() + (first + n) * n_taps_width);
+    }
+    SequenceState& seq = *chunks[ci].state;
+    if (!engram_.token_map.empty()) {
+      for (int32_t id : chunks[ci].ids) seq.engram_history.push_back(engram_.token_map[size_t(id)]);
+      const size_t keep = size_t(std::max(0, c.engram_max_ngram - 1));
+      if (seq.engram_history.size() > keep) seq.engram_history.erase(seq.engram_history.begin(), seq.engram_history.end() - long(keep));
+    }
+    seq.n_tokens += n;
+  }
+  return outputs;
+}
+
+}  // namespace deepinfer

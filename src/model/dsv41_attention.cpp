@@ -1,0 +1,249 @@
+// DeepSeek-V4.1 attention (CSA2, spec §7.3-7.5; golden v41 contract steps 13-31): latent MQA without the
+// per-head q norm, fp8 window KV on all 512 dims, KV sources (ratio-2 compressor or ratio-1 projection)
+// publishing FP4 compressed rows and index keys, index sources with the two-level candidate selection,
+// reuse layers, and sparse attention with sink against the global max.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/dtypes.h"
+#include "model/model_internal.h"
+
+namespace deepinfer {
+
+namespace {
+
+// The most recent layer <= `layer` for which `pred` holds (the KV owner / the last index source).
+template <typename Pred>
+int latest_layer(int layer, Pred pred) {
+  for (int l = layer; l >= 0; --l) if (pred(l)) return l;
+  return -1;
+}
+
+}  // namespace
+
+void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, const std::vector<float>& u) {
+  const ModelConfig& c = config_;
+  const BlockWeights& w = weights_.layers[size_t(layer)];
+  const RopeTable& rope = layer_rope_[size_t(layer)];
+  const int ratio = c.compress_ratio(layer);
+  const int64_t T = batch.n_tokens(), D = c.dim, HD = c.head_dim, ID = c.index_head_dim, RD = c.rope_head_dim;
+  const double eps = c.norm_eps_value();
+  // New latents (pre-RoPE, step 15 / 17) in token order with their chunk and row index.
+  std::vector<float> latents;
+  std::vector<int> latent_chunk;
+  std::vector<int64_t> latent_row;
+  if (ratio == 1) {  // step 15: every position is its own row
+    latents.resize(size_t(T * HD));
+    backend_->linear({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.compressor.wkv, .row_begin = 0, .n_rows = HD,
+                      .epilogue = Epilogue::kBf16, .bias = nullptr, .out = latents.data(), .out_stride = HD});
+    for (int64_t t = 0; t < T; ++t) {
+      rmsnorm(&latents[size_t(t * HD)], w.compressor.norm, HD, eps, &latents[size_t(t * HD)]);
+      latent_chunk.push_back(batch.chunk[size_t(t)]);
+      latent_row.push_back(batch.pos[size_t(t)]);
+    }
+  } else {  // steps 16-17: ratio-2 groups pooled per channel with a softmax over the group's scores
+    std::vector<float> ckv(static_cast<size_t>(T * HD)), csc(static_cast<size_t>(T * HD)), pooled(static_cast<size_t>(HD));
+    backend_->linear({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.compressor.wkv, .row_begin = 0, .n_rows = HD,
+                      .epilogue = Epilogue::kF32, .bias = nullptr, .out = ckv.data(), .out_stride = HD});
+    backend_->linear({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.compressor.wgate, .row_begin = 0, .n_rows = HD,
+                      .epilogue = Epilogue::kF32, .bias = nullptr, .out = csc.data(), .out_stride = HD});
+    for (int64_t t = 0; t < T; ++t) {
+      const int ci = batch.chunk[size_t(t)];
+      CompressorState& cs = batch.states[size_t(ci)]->layers[size_t(layer)].compressor;
+      const int64_t pos = batch.pos[size_t(t)], slot = pos % ratio;
+      std::copy_n(&ckv[size_t(t * HD)], HD, &cs.kv[size_t(slot * HD)]);
+      std::copy_n(&csc[size_t(t * HD)], HD, &cs.score[size_t(slot * HD)]);
+      if ((pos + 1) % ratio != 0) continue;
+      for (int64_t i = 0; i < HD; ++i) {
+        double smax = -INFINITY;
+        for (int j = 0; j < ratio; ++j) smax = std::max(smax, double(cs.score[size_t(j * HD + i)]));
+        double num = 0, den = 0;
+        for (int j = 0; j < ratio; ++j) {
+          const double e = std::exp(double(cs.score[size_t(j * HD + i)]) - smax);
+          num += double(cs.kv[size_t(j * HD + i)]) * e;
+          den += e;
+        }
+        pooled[size_t(i)] = round_bf16(num / den);
+      }
+      rmsnorm(pooled.data(), w.compressor.norm, HD, eps, pooled.data());
+      latents.insert(latents.end(), pooled.begin(), pooled.end());
+      latent_chunk.push_back(ci);
+      latent_row.push_back(pos / ratio);
+    }
+  }
+  const int64_t n_new = int64_t(latent_chunk.size());
+  if (n_new == 0) return;
+  // Step 19: index keys from the pre-RoPE latent; step 18: the FP4 compressed row.
+  std::vector<float> keys(static_cast<size_t>(n_new * ID));
+  backend_->linear({.x = latents.data(), .x_stride = HD, .n_tokens = n_new, .weight = &w.index_wk, .row_begin = 0, .n_rows = ID,
+                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = keys.data(), .out_stride = ID});
+  for (int64_t r = 0; r < n_new; ++r) {
+    const int64_t j = latent_row[size_t(r)];
+    float* key = &keys[size_t(r * ID)];
+    rmsnorm(key, w.index_k_norm, ID, eps, key);
+    rope.apply(key + ID - RD, j * ratio, false);
+    qdq_fp4_pow2_v41(key, ID, 32);
+    float* row = &latents[size_t(r * HD)];
+    rope.apply(row + HD - RD, j * ratio, false);
+    qdq_fp4_e4m3_scale(row, HD, 16);
+    SequenceState& seq = *batch.states[size_t(latent_chunk[size_t(r)])];
+    LayerState& ls = seq.layers[size_t(layer)];
+    DI_CHECK(ls.compressor.n_rows == j && ls.index_compressor.n_rows == j);
+    ls.compressor.rows.insert(ls.compressor.rows.end(), row, row + HD);
+    ls.compressor.n_rows += 1;
+    ls.index_compressor.rows.insert(ls.index_compressor.rows.end(), key, key + ID);
+    ls.index_compressor.n_rows += 1;
+    scratch.completed_group[size_t(latent_chunk[size_t(r)])] = 1;
+    seq.published_keys_layer = layer;  // the reference republishes index_k when a group completes
+  }
+}
+
+void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const std::vector<float>& u, std::vector<float>& out) {
+  const ModelConfig& c = config_;
+  const BlockWeights& w = weights_.layers[size_t(layer)];
+  const RopeTable& rope = layer_rope_[size_t(layer)];
+  const int64_t T = batch.n_tokens(), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
+  const int64_t QL = c.q_lora_rank, G = c.o_groups, OL = c.o_lora_rank, W = c.window_size;
+  const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
+  const int ratio = c.compress_ratio(layer);
+  const double eps = c.norm_eps_value();
+
+  std::vector<float> uq(u);
+  act_qdq_rows(uq, T, D);
+  std::vector<float> qr(static_cast<size_t>(T * QL)), q(static_cast<size_t>(T * H * HD)), kv(static_cast<size_t>(T * HD));
+  backend_->linear({.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wq_a, .row_begin = 0, .n_rows = QL,
+                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = qr.data(), .out_stride = QL});
+  for (int64_t t = 0; t < T; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);
+  std::vector<float> qrq(qr);
+  act_qdq_rows(qrq, T, QL);
+  backend_->linear({.x = qrq.data(), .x_stride = QL, .n_tokens = T, .weight = &w.wq_b, .row_begin = 0, .n_rows = H * HD,
+                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = q.data(), .out_stride = H * HD});
+  backend_->linear({.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wkv, .row_begin = 0, .n_rows = HD,
+                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(), .out_stride = HD});
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = batch.pos[size_t(t)];
+    for (int64_t hh = 0; hh < H; ++hh) rope.apply(&q[size_t((t * H + hh) * HD + HD - RD)], pos, false);  // step 13
+    float* kvt = &kv[size_t(t * HD)];
+    rmsnorm(kvt, w.kv_norm, HD, eps, kvt);  // step 14
+    rope.apply(kvt + HD - RD, pos, false);
+    qdq_fp8_v41(kvt, HD, 32);
+  }
+
+  const int owner = ratio == 0 ? -1 : latest_layer(layer, [&](int l) { return c.is_kv_source(l); });
+  if (ratio != 0 && c.is_kv_source(layer)) {
+    scratch.completed_group.assign(batch.states.size(), 0);
+    kv_source_update_v41(layer, batch, scratch, u);
+  }
+  if (ratio != 0 && c.is_index_source(layer)) {  // steps 20-27
+    std::vector<float> iq(static_cast<size_t>(T * IH * ID)), iw(static_cast<size_t>(T * IH)), scores;
+    backend_->linear({.x = qrq.data(), .x_stride = QL, .n_tokens = T, .weight = &w.index_wq_b, .row_begin = 0, .n_rows = IH * ID,
+                      .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iq.data(), .out_stride = IH * ID});
+    backend_->linear({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.index_weights_proj, .row_begin = 0, .n_rows = IH,
+                      .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iw.data(), .out_stride = IH});
+    const double index_scale = 1.0 / std::sqrt(double(ID) * double(IH));
+    const bool is_candidate_source = layer == c.candidate_source_layer;
+    const bool uses_candidates = c.candidate_source_layer >= 0 && layer > c.candidate_source_layer;
+    std::vector<int64_t> order, block_order;
+    std::vector<float> block_score;
+    for (int64_t t = 0; t < T; ++t) {
+      const int ci = batch.chunk[size_t(t)];
+      SequenceState& seq = *batch.states[size_t(ci)];
+      const int64_t pos = batch.pos[size_t(t)];
+      for (int64_t hh = 0; hh < IH; ++hh) {
+        float* head = &iq[size_t((t * IH + hh) * ID)];
+        rope.apply(head + ID - RD, pos, false);
+        qdq_fp4_pow2_v41(head, ID, 32);
+      }
+      for (int64_t hh = 0; hh < IH; ++hh) iw[size_t(t * IH + hh)] = round_bf16(double(iw[size_t(t * IH + hh)]) * index_scale);
+      // Which key cache this indexer scores against (spec §7.5): its KV owner's, or with the reference's
+      // republish behaviour the last published one when this layer's own group did not complete.
+      int keys_layer = owner;
+      if (!options_.index_owner_keys && seq.published_keys_layer >= 0) keys_layer = seq.published_keys_layer;
+      const CompressorState& keys = seq.layers[size_t(keys_layer)].index_compressor;
+      const int64_t n_visible = (pos + 1) / ratio;
+      const int64_t n_layout = batch.layout_tokens[size_t(t)] / ratio;
+      const int64_t n_fill = std::min({int64_t(c.index_topk), n_layout, n_visible});
+      std::vector<int64_t>& sel = scratch.selection[size_t(t)];
+      sel.clear();
+      if (n_visible == 0) {
+        if (is_candidate_source) scratch.candidates[size_t(t)].clear();
+        continue;
+      }
+      DI_CHECK(keys.n_rows >= n_visible);
+      scores.resize(size_t(n_visible));
+      backend_->index_scores({&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, keys.rows.data(), n_visible, scores.data()});
+      auto better = [&](const std::vector<float>& s, int64_t a, int64_t b) {
+        return s[size_t(a)] != s[size_t(b)] ? s[size_t(a)] > s[size_t(b)] : a < b;
+      };
+      if (is_candidate_source) {  // step 25: blocks of rows, the newest forced in, top-k blocks kept
+        const int64_t B = c.candidate_block_size, n_blocks = (n_visible + B - 1) / B;
+        block_score.assign(size_t(n_blocks), -INFINITY);
+        for (int64_t j = 0; j < n_visible; ++j) block_score[size_t(j / B)] = std::max(block_score[size_t(j / B)], scores[size_t(j)]);
+        block_score[size_t((n_visible - 1) / B)] = INFINITY;
+        block_order.resize(size_t(n_blocks));
+        std::iota(block_order.begin(), block_order.end(), 0);
+        const int64_t n_keep = std::min<int64_t>(c.candidate_topk_blocks, n_blocks);
+        std::partial_sort(block_order.begin(), block_order.begin() + n_keep, block_order.end(),
+                          [&](int64_t a, int64_t b) { return better(block_score, a, b); });
+        scratch.candidates[size_t(t)].assign(block_order.begin(), block_order.begin() + n_keep);
+        scratch.have_candidates = true;
+      } else if (uses_candidates && scratch.have_candidates) {  // step 26: reindex inside the candidates
+        std::vector<char> keep(static_cast<size_t>((n_visible + c.candidate_block_size - 1) / c.candidate_block_size), 0);
+        for (int64_t b : scratch.candidates[size_t(t)]) if (b < int64_t(keep.size())) keep[size_t(b)] = 1;
+        for (int64_t j = 0; j < n_visible; ++j) if (!keep[size_t(j / c.candidate_block_size)]) scores[size_t(j)] = -INFINITY;
+      }
+      order.resize(size_t(n_visible));
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + n_fill, order.end(), [&](int64_t a, int64_t b) { return better(scores, a, b); });
+      sel.assign(order.begin(), order.begin() + n_fill);
+      std::sort(sel.begin(), sel.end());  // V4.1 lists the top-k in ascending position order
+    }
+  }
+
+  // Step 28: window rows + the selected compressed rows of the KV owner; global-max softmax.
+  const float softmax_scale = float(1.0 / std::sqrt(double(HD)));
+  std::vector<float> o(static_cast<size_t>(T * H * HD));
+  std::vector<const float*> slots;
+  for (int64_t t = 0; t < T; ++t) {
+    const int ci = batch.chunk[size_t(t)];
+    const SequenceState& seq = *batch.states[size_t(ci)];
+    const LayerState& ls = seq.layers[size_t(layer)];
+    const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
+    const int64_t chunk_first_token = batch.first_token[size_t(ci)];
+    slots.clear();
+    for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) {
+      slots.push_back(p >= chunk_first_pos ? &kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]
+                                           : &ls.window[size_t((p % W) * HD)]);
+    }
+    if (ratio != 0) {
+      const CompressorState& rows = seq.layers[size_t(owner)].compressor;
+      for (int64_t j : scratch.selection[size_t(t)]) {
+        DI_CHECK(j < rows.n_rows);
+        slots.push_back(&rows.rows[size_t(j * HD)]);
+      }
+    }
+    while (slots.size() % 64) slots.push_back(nullptr);
+    float* ot = &o[size_t(t * H * HD)];
+    backend_->sparse_attention({.q = &q[size_t(t * H * HD)], .n_heads = H, .head_dim = HD, .slots = slots.data(),
+                                .n_slots = int64_t(slots.size()), .sink = w.attn_sink, .softmax_scale = softmax_scale,
+                                .block_running_max = false, .out = ot});
+    for (int64_t hh = 0; hh < H; ++hh) rope.apply(ot + hh * HD + HD - RD, pos, true);  // step 29
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    LayerState& ls = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)];
+    std::copy_n(&kv[size_t(t * HD)], HD, &ls.window[size_t((batch.pos[size_t(t)] % W) * HD)]);
+  }
+  // Steps 30-31: grouped wo_a on bf16 values, then wo_b.
+  const int64_t group_width = H * HD / G;
+  std::vector<float> z(static_cast<size_t>(T * G * OL));
+  for (int64_t g = 0; g < G; ++g) {
+    backend_->linear({.x = o.data() + g * group_width, .x_stride = H * HD, .n_tokens = T, .weight = &w.wo_a, .row_begin = g * OL,
+                      .n_rows = OL, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = z.data() + g * OL, .out_stride = G * OL});
+  }
+  act_qdq_rows(z, T, G * OL);
+  backend_->linear({.x = z.data(), .x_stride = G * OL, .n_tokens = T, .weight = &w.wo_b, .row_begin = 0, .n_rows = D,
+                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.data(), .out_stride = D});
+}
+
+}  // namespace deepinfer
