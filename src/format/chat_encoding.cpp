@@ -159,8 +159,40 @@ nlohmann::ordered_json tool_definition_json(const Tool& tool) {
   return out;
 }
 
+namespace {
+
+// serde_json reads the integer `-0` as the float -0.0 (written "-0.0"); nlohmann reads it as 0. Spell such
+// tokens "-0.0" before parsing so the value round-trips as DeepSeek's encoder writes it.
+std::string negative_zero_as_float(const std::string& json) {
+  std::string out;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    out += c;
+    if (in_string) {
+      if (c == '\\' && i + 1 < json.size()) {
+        out += json[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '-' && i + 1 < json.size() && json[i + 1] == '0') {
+      const char next = i + 2 < json.size() ? json[i + 2] : ' ';
+      if (next != '.' && next != 'e' && next != 'E' && (next < '0' || next > '9')) {
+        out += "0.0";
+        ++i;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::ordered_json tool_call_arguments_object(const ToolCall& call) {
-  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+  nlohmann::ordered_json parsed =
+      nlohmann::ordered_json::parse(negative_zero_as_float(call.arguments), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_object()) return parsed;
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   out["arguments"] = call.arguments;

@@ -86,7 +86,8 @@ EncodedPrompt tool_prompt(const std::vector<Tool>& tools) {
     prompt.push_plain(json_dump(tool_definition_json(tool), JsonStyle::kSpaced));
     prompt.push_plain("\n");
   }
-  prompt.push_plain("\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
+  prompt.push_plain(
+      "\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
   return prompt;
 }
 
@@ -125,7 +126,9 @@ EncodedPrompt encode_chat_v4(const std::vector<Message>& input, const EncodeOpti
   const ResponseFormat& format = options.response_format;
   std::optional<std::string> format_text;
   if (format.kind == ResponseFormatKind::kJsonObject) format_text = std::string(kJsonObjectPrompt);
-  if (format.kind == ResponseFormatKind::kJsonSchema) format_text = response_format_text(format.schema, JsonStyle::kSpaced);
+  if (format.kind == ResponseFormatKind::kJsonSchema) {
+    format_text = response_format_text(format.schema, JsonStyle::kSpaced);
+  }
 
   // The tool prompt and the response format become system text after the leading system messages; a
   // conversation without one first gets an empty system message (so the text starts with a blank line).

@@ -144,7 +144,9 @@ EncodedPrompt encode_chat_v41(const std::vector<Message>& input, const EncodeOpt
       first_system_suffix.push_plain("\n\n");
       first_system_suffix.append(tool_prompt(options.tools));
     }
-    if (format_schema) first_system_suffix.push_plain("\n\n" + response_format_text(*format_schema, JsonStyle::kPython));
+    if (format_schema) {
+      first_system_suffix.push_plain("\n\n" + response_format_text(*format_schema, JsonStyle::kPython));
+    }
   }
   const bool drop_thinking = !with_tools;  // earlier reasoning is rendered only with the tool prompt
   const bool thinking = options.thinking_mode;

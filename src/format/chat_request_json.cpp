@@ -259,8 +259,11 @@ Result<ResponseFormat> response_format_from_json(const Json& json) {
   return format;
 }
 
-Status tool_choice_from_json(const Json* json, EncodeOptions& options) {
+// Tool choice as DeepSeek's API resolves it: without tools every choice but "none" is "auto"; a named choice
+// keeps only that tool and requires a call; thinking mode takes neither "required" nor a named tool (API rule).
+Status tool_choice_from_json(const Json* json, bool api_rules, EncodeOptions& options) {
   if (json == nullptr) return Status();
+  if (api_rules && options.tools.empty() && *json != "none") return Status();
   if (json->is_string()) {
     if (*json == "auto") {
       options.tool_choice = ToolChoice::kAuto;
@@ -280,9 +283,18 @@ Status tool_choice_from_json(const Json* json, EncodeOptions& options) {
   for (const Tool& tool : options.tools) {
     if (tool.name == *name) named.push_back(tool);
   }
-  if (named.empty()) return Status::error("tool_choice.function.name: no tool named '" + name->get<std::string>() + "'");
+  if (named.empty()) {
+    return Status::error("tool_choice.function.name: no tool named '" + name->get<std::string>() + "'");
+  }
   options.tools = std::move(named);
   options.tool_choice = ToolChoice::kRequired;
+  return Status();
+}
+
+Status check_tool_choice_mode(const EncodeOptions& options) {
+  if (options.thinking_mode && options.tool_choice == ToolChoice::kRequired && !options.tools.empty()) {
+    return Status::error("tool_choice: thinking mode does not support a required or named tool choice");
+  }
   return Status();
 }
 
@@ -314,7 +326,8 @@ Result<ChatRequest> chat_request_from_json(const Json& request, const ChatReques
     if (!parsed.ok()) return parsed.status();
     out.options.tools = std::move(*parsed);
   }
-  DI_RETURN_IF_ERROR(tool_choice_from_json(find(request, "tool_choice"), out.options));
+  DI_RETURN_IF_ERROR(tool_choice_from_json(find(request, "tool_choice"), options.api_normalization, out.options));
+  if (options.api_normalization) DI_RETURN_IF_ERROR(check_tool_choice_mode(out.options));
   if (const Json* format = find(request, "response_format")) {
     Result<ResponseFormat> parsed = response_format_from_json(*format);
     if (!parsed.ok()) return parsed.status();
@@ -336,7 +349,8 @@ Result<ChatRequest> chat_request_from_json(const Json& request, const ChatReques
   const Json* messages = find(request, "messages");
   if (messages == nullptr || !messages->is_array()) return Status::error("messages: expected a list");
   for (size_t i = 0; i < messages->size(); ++i) {
-    Result<Message> m = message_from_json((*messages)[i], "messages[" + std::to_string(i) + "]", options.api_normalization);
+    const std::string path = "messages[" + std::to_string(i) + "]";
+    Result<Message> m = message_from_json((*messages)[i], path, options.api_normalization);
     if (!m.ok()) return m.status();
     if (options.api_normalization) {
       if (m->role == ChatRole::kSystem && m->content.empty() && !m->tools) continue;

@@ -29,11 +29,13 @@ struct ChatRequestJsonOptions {
   bool default_thinking_mode = true;
   // Apply what DeepSeek's API conversion does before rendering: drop system messages with empty content,
   // clear reasoning_content outside thinking mode and fill a missing one with "" in thinking mode, default
-  // absent tool parameters to {}. Off: the messages are taken exactly as written (absent stays absent).
+  // absent tool parameters to {}, treat a tool choice without tools as "auto", reject a required or named
+  // tool choice in thinking mode. Off: the request is taken exactly as written (absent stays absent).
   bool api_normalization = true;
 };
 
-Result<ChatRequest> chat_request_from_json(const nlohmann::ordered_json& request, const ChatRequestJsonOptions& options);
+Result<ChatRequest> chat_request_from_json(const nlohmann::ordered_json& request,
+                                          const ChatRequestJsonOptions& options);
 Result<ChatRequest> chat_request_from_json_text(std::string_view text, const ChatRequestJsonOptions& options);
 
 }  // namespace deepinfer

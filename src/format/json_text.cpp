@@ -72,7 +72,7 @@ std::string serde_float_text(double value) {
       out += '.';
       out += digits.substr(1);
     }
-    out += 'e';
+    out += kk - 1 >= 0 ? "e+" : "e";  // serde_json (zmij) writes an explicit '+'
     out += std::to_string(kk - 1);
   }
   return out;

@@ -4,13 +4,15 @@
 // dropped, `\n*<｜DSML｜` opening a tool-call block (either tag flavour: `tool_calls`/`invoke`/`parameter` or
 // ` calls`/` invoke`/` parameter`), DSML parameters turned into OpenAI JSON arguments (string="true" values
 // JSON-escaped inside quotes, string="false" values raw), stop sequences matched in content only.
-// Beyond deepseek-recipe: the EOS spelling ends the output; tool-call markup is checked tag by tag, and
-// markup that does not parse degrades to plain text with a warning event (an open call is closed first, so
-// every emitted argument string is valid JSON); a string="false" value that is not JSON becomes a JSON string.
+// Beyond deepseek-recipe: the EOS spelling ends the output (outside parameter values); tool-call markup is
+// checked tag by tag, and markup that does not parse degrades to plain text with a warning event (an open call
+// is closed first, so every emitted argument string is valid JSON); a string="false" value that is not JSON
+// becomes a JSON string; a call cut off by the end of the stream is closed (deepseek-recipe leaves it open).
 // Invariants: the merged event sequence is the same for every chunking of the same bytes (decisions are made
 // byte by byte); delta texts never end inside a UTF-8 sequence until finish(); nothing throws.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
