@@ -56,7 +56,7 @@ struct SparseAttentionParams {
   const float* const* slots = nullptr;   // [n_slots] rows of [head_dim] (K = V), nullptr = empty
   int64_t n_slots = 0;                   // a multiple of 64
   const float* sink = nullptr;           // [n_heads] fp32
-  float softmax_scale = 0;
+  double softmax_scale = 0;               // V4: f32(head_dim^-0.5); V4.1: the real head_dim^-0.5
   bool block_running_max = true;
   float* out = nullptr;                  // [n_heads, head_dim] bf16 values
 };

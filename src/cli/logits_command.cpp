@@ -21,7 +21,7 @@ Runner add_logits_command(CLI::App& app) {
     std::string model, case_path, out;
     int64_t chunk = 0;
     int threads = 0;
-    bool exact = false, mtp = false;
+    bool exact = false, mtp = false, owner_keys = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("logits", "teacher-forced logits of a case file (golden format)");
@@ -32,10 +32,13 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "threads for the fast kernels (0 = all)");
   cmd->add_flag("--exact", args->exact, "reference kernels: exact, double accumulation (golden contract)");
   cmd->add_flag("--mtp", args->mtp, "also write mtp_logits [C, vocab]");
+  cmd->add_flag("--index-owner-keys", args->owner_keys,
+                "V4.1: every index source scores against its own KV owner's keys (default: the reference's republish behaviour)");
   return [args]() {
     ModelOptions options;
     options.exact = args->exact;
     options.n_threads = args->threads;
+    options.index_owner_keys = args->owner_keys;
     auto model = Model::open(args->model, options);
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());

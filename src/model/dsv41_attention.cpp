@@ -202,7 +202,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   }
 
   // Step 28: window rows + the selected compressed rows of the KV owner; global-max softmax.
-  const float softmax_scale = float(1.0 / std::sqrt(double(HD)));
+  const double softmax_scale = 1.0 / std::sqrt(double(HD));  // a double constant in the V4.1 contract
   std::vector<float> o(static_cast<size_t>(T * H * HD));
   std::vector<const float*> slots;
   for (int64_t t = 0; t < T; ++t) {
