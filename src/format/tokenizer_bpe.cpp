@@ -199,6 +199,7 @@ struct MergeCandidate {
   uint32_t rank;
   uint32_t pos;
   int32_t new_id;
+  int32_t left_id, right_id;  // the pair when queued: if still in place, HF's stale check passes trivially
 };
 // std heap functions build a max-heap; "greater" puts the lowest (rank, pos) on top, as HF's Ord does.
 struct CandidateAfter {
@@ -326,7 +327,7 @@ void BpeModel::encode_word_uncached(std::string_view word, bool byte_level, std:
   const MergeTable& merges = *merges_;
   for (size_t p = 0; p + 1 < symbols.size(); ++p) {
     if (const auto* m = merges.find(symbols[p].id, symbols[p + 1].id)) {
-      heap.push_back({m->rank, static_cast<uint32_t>(p), m->new_id});
+      heap.push_back({m->rank, static_cast<uint32_t>(p), m->new_id, symbols[p].id, symbols[p + 1].id});
     }
   }
   std::make_heap(heap.begin(), heap.end(), CandidateAfter{});
@@ -342,8 +343,12 @@ void BpeModel::encode_word_uncached(std::string_view word, bool byte_level, std:
     if (cur.n_bytes == 0 || cur.next == -1) continue;
     const int32_t next_pos = cur.next;
     const Symbol right = symbols[next_pos];
-    const auto* target = merges.find(cur.id, right.id);
-    if (target == nullptr || target->new_id != top.new_id) continue;  // stale entry
+    // HF's stale-entry rule: apply only if the pair now in place merges to the same id. A pair unchanged since
+    // it was queued passes without a lookup; a changed one is looked up (and may still pass, as in HF).
+    if (cur.id != top.left_id || right.id != top.right_id) {
+      const auto* target = merges.find(cur.id, right.id);
+      if (target == nullptr || target->new_id != top.new_id) continue;
+    }
     cur.id = top.new_id;
     cur.n_bytes += right.n_bytes;
     cur.next = right.next;
@@ -353,11 +358,13 @@ void BpeModel::encode_word_uncached(std::string_view word, bool byte_level, std:
     }
     if (cur.prev >= 0) {
       if (const auto* m = merges.find(symbols[cur.prev].id, cur.id)) {
-        push({m->rank, static_cast<uint32_t>(cur.prev), m->new_id});
+        push({m->rank, static_cast<uint32_t>(cur.prev), m->new_id, symbols[cur.prev].id, cur.id});
       }
     }
     if (cur.next > -1 && static_cast<size_t>(cur.next) < symbols.size()) {
-      if (const auto* m = merges.find(cur.id, symbols[cur.next].id)) push({m->rank, top.pos, m->new_id});
+      if (const auto* m = merges.find(cur.id, symbols[cur.next].id)) {
+        push({m->rank, top.pos, m->new_id, cur.id, symbols[cur.next].id});
+      }
     }
   }
   for (const Symbol& s : symbols) {

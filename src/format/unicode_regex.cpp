@@ -148,6 +148,7 @@ MatchScratch& match_scratch() {
 
 struct UnicodeRegex::Code {
   pcre2_code* code = nullptr;
+  bool jit = false;  // pcre2_jit_match (no per-call sanity checks) is usable
   ~Code() { pcre2_code_free(code); }
 };
 
@@ -164,10 +165,11 @@ Result<std::unique_ptr<UnicodeRegex>> UnicodeRegex::compile_pcre2(std::string_vi
     return Status::error("regex '" + std::string(pattern) + "': " + reinterpret_cast<const char*>(message) +
                          " at offset " + std::to_string(error_offset));
   }
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // on failure pcre2_match uses the interpreter
+  const bool jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;  // else the interpreter is used
   auto regex = std::unique_ptr<UnicodeRegex>(new UnicodeRegex());
   regex->code_ = std::make_unique<Code>();
   regex->code_->code = code;
+  regex->code_->jit = jit;
   return regex;
 }
 
@@ -183,8 +185,10 @@ Result<std::unique_ptr<UnicodeRegex>> UnicodeRegex::compile_onig(std::string_vie
 
 std::optional<std::pair<size_t, size_t>> UnicodeRegex::find(std::string_view s, size_t start) const {
   MatchScratch& scratch = match_scratch();
-  const int rc = pcre2_match(code_->code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
-                             PCRE2_NO_UTF_CHECK, scratch.data, scratch.context);
+  const auto subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+  const int rc = code_->jit ? pcre2_jit_match(code_->code, subject, s.size(), start, 0, scratch.data, scratch.context)
+                            : pcre2_match(code_->code, subject, s.size(), start, PCRE2_NO_UTF_CHECK, scratch.data,
+                                          scratch.context);
   if (rc == PCRE2_ERROR_NOMATCH) return std::nullopt;
   if (rc < 0) {
     PCRE2_UCHAR message[256];

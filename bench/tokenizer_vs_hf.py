@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Encode throughput of deepinfer's tokenizer next to HF `tokenizers` (Rust) on the same documents.
+
+usage: bench/tokenizer_vs_hf.py [--tokenizer PATH] [--tool PATH] [--per-class N] [--corpus-out FILE]
+
+The documents are tests/e2e/tokenizer_corpus.py's (valid UTF-8 ones only, so both sides see identical
+bytes). HF is timed single-threaded twice, as a Python loop over encode() and as encode_batch() with
+TOKENIZERS_PARALLELISM=false (in a subprocess), then encode_batch() on all cores; deepinfer is timed
+single-threaded by tokenize_tool --time. Both word caches are warm (one untimed pass first).
+--corpus-out writes the documents as hex lines for DEEPINFER_TOKENIZER_CORPUS (bench/tokenizer_bench.cpp).
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+
+def time_hf(tokenizer, texts, batch, repeats):
+    from tokenizers import Tokenizer
+    t0 = time.perf_counter()
+    tok = Tokenizer.from_file(tokenizer)
+    load_s = time.perf_counter() - t0
+    run = (lambda: tok.encode_batch(texts, add_special_tokens=False)) if batch else \
+        (lambda: [tok.encode(t, add_special_tokens=False) for t in texts])
+    run()
+    best = min(_timed(run) for _ in range(repeats))
+    return load_s, best
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokenizer", default=str(ROOT / "build" / "tokenizers" / "v4" / "tokenizer.json"))
+    ap.add_argument("--tool", default=str(ROOT / "build" / "tokenize_tool"))
+    ap.add_argument("--per-class", type=int, default=1500)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--corpus-out")
+    ap.add_argument("--hf-only", choices=["loop", "batch"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    import json
+    from tokenizer_corpus import Corpus
+    config = json.loads(Path(args.tokenizer).read_text(encoding="utf-8"))
+    docs = Corpus(added_tokens=[t["content"] for t in config["added_tokens"]]).documents(args.per_class)
+    texts = [d for _, d in docs if isinstance(d, str)]
+    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+
+    if args.hf_only:  # child process: one HF measurement, printed as "load_s run_s"
+        print(*time_hf(args.tokenizer, texts, args.hf_only == "batch", args.repeats))
+        return
+
+    payload = "".join(t.encode("utf-8").hex() + "\n" for t in texts)
+    if args.corpus_out:
+        Path(args.corpus_out).write_text(payload)
+
+    rows = []
+    load_s, run_s = time_hf(args.tokenizer, texts, batch=False, repeats=args.repeats)
+    rows.append(("HF tokenizers, encode() loop, 1 thread", load_s, run_s))
+    child = subprocess.run([sys.executable, __file__, "--tokenizer", args.tokenizer, "--per-class",
+                            str(args.per_class), "--repeats", str(args.repeats), "--hf-only", "batch"],
+                           env=dict(os.environ, TOKENIZERS_PARALLELISM="false"), capture_output=True, text=True,
+                           check=True)
+    load_s, run_s = map(float, child.stdout.split())
+    rows.append(("HF tokenizers, encode_batch(), 1 thread", load_s, run_s))
+    load_s, run_s = time_hf(args.tokenizer, texts, batch=True, repeats=args.repeats)
+    rows.append((f"HF tokenizers, encode_batch(), {os.cpu_count()} threads", load_s, run_s))
+
+    t0 = time.perf_counter()
+    subprocess.run([args.tool, args.tokenizer, "--hex-lines"], input=b"", capture_output=True, check=True)
+    load_s = time.perf_counter() - t0
+    res = subprocess.run([args.tool, args.tokenizer, "--hex-lines", "--time", str(args.repeats)],
+                         input=payload.encode(), capture_output=True, check=True)
+    m = re.search(r"in ([0-9.]+) s", res.stderr.decode())
+    rows.append(("deepinfer Tokenizer (tokenize_tool), 1 thread", load_s, float(m.group(1)) / args.repeats))
+
+    print(f"corpus: {len(texts)} documents, {n_bytes / 1e6:.2f} MB (tests/e2e/tokenizer_corpus.py, "
+          f"{args.per_class} per class, valid UTF-8 only); tokenizer {args.tokenizer}")
+    print(f"{'implementation':50s} {'load s':>7s} {'encode s':>9s} {'MB/s':>8s}")
+    for name, load_s, run_s in rows:
+        print(f"{name:50s} {load_s:7.2f} {run_s:9.3f} {n_bytes / run_s / 1e6:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
