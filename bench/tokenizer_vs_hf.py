@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Encode throughput of deepinfer's tokenizer next to HF `tokenizers` (Rust) on the same documents.
 
-usage: bench/tokenizer_vs_hf.py [--tokenizer PATH] [--tool PATH] [--per-class N] [--corpus-out FILE]
+usage: bench/tokenizer_vs_hf.py [--tokenizer PATH] [--tool PATH] [--per-class N] [--classes a,b] [--corpus-out FILE]
 
 The documents are tests/e2e/tokenizer_corpus.py's (valid UTF-8 ones only, so both sides see identical
 bytes). HF is timed single-threaded twice, as a Python loop over encode() and as encode_batch() with
@@ -46,6 +46,7 @@ def main():
     ap.add_argument("--tool", default=str(ROOT / "build" / "tokenize_tool"))
     ap.add_argument("--per-class", type=int, default=1500)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--classes", help="comma-separated corpus classes to keep (default: all)")
     ap.add_argument("--corpus-out")
     ap.add_argument("--hf-only", choices=["loop", "batch"], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -54,7 +55,8 @@ def main():
     from tokenizer_corpus import Corpus
     config = json.loads(Path(args.tokenizer).read_text(encoding="utf-8"))
     docs = Corpus(added_tokens=[t["content"] for t in config["added_tokens"]]).documents(args.per_class)
-    texts = [d for _, d in docs if isinstance(d, str)]
+    keep = set(args.classes.split(",")) if args.classes else None
+    texts = [d for label, d in docs if isinstance(d, str) and (keep is None or label in keep)]
     n_bytes = sum(len(t.encode("utf-8")) for t in texts)
 
     if args.hf_only:  # child process: one HF measurement, printed as "load_s run_s"
@@ -69,7 +71,8 @@ def main():
     load_s, run_s = time_hf(args.tokenizer, texts, batch=False, repeats=args.repeats)
     rows.append(("HF tokenizers, encode() loop, 1 thread", load_s, run_s))
     child = subprocess.run([sys.executable, __file__, "--tokenizer", args.tokenizer, "--per-class",
-                            str(args.per_class), "--repeats", str(args.repeats), "--hf-only", "batch"],
+                            str(args.per_class), "--repeats", str(args.repeats), "--hf-only", "batch"]
+                           + (["--classes", args.classes] if args.classes else []),
                            env=dict(os.environ, TOKENIZERS_PARALLELISM="false"), capture_output=True, text=True,
                            check=True)
     load_s, run_s = map(float, child.stdout.split())
@@ -86,7 +89,8 @@ def main():
     rows.append(("deepinfer Tokenizer (tokenize_tool), 1 thread", load_s, float(m.group(1)) / args.repeats))
 
     print(f"corpus: {len(texts)} documents, {n_bytes / 1e6:.2f} MB (tests/e2e/tokenizer_corpus.py, "
-          f"{args.per_class} per class, valid UTF-8 only); tokenizer {args.tokenizer}")
+          f"{args.per_class} per class, classes {args.classes or 'all'}, valid UTF-8 only); "
+          f"tokenizer {args.tokenizer}")
     print(f"{'implementation':50s} {'load s':>7s} {'encode s':>9s} {'MB/s':>8s}")
     for name, load_s, run_s in rows:
         print(f"{name:50s} {load_s:7.2f} {run_s:9.3f} {n_bytes / run_s / 1e6:8.2f}")

@@ -19,16 +19,17 @@
 namespace deepinfer {
 
 // Translates an Oniguruma (Ruby syntax, UTF-8) pattern to an equivalent PCRE2 pattern:
-//   \s \S  onig: Unicode White_Space             PCRE2+UCP: \p{Z} + \h + \v (adds U+180E, so differs)
-//   \d \D  onig: General_Category Nd             same as \p{Nd}
-//   \w \W  onig: Alphabetic|M|Nd|Pc|²³¹¼½¾      PCRE2+UCP (10.42): L|N|_ (differs)
-//   \b \B  onig: boundary on its own \w        PCRE2+UCP: boundary on PCRE2's \w (spelled out)
-//   \h \H  onig (Ruby syntax): hex digit          PCRE2: horizontal space
-//   \uHHHH onig: a code point                     PCRE2: unsupported
-//   ^ $    onig (Ruby syntax): line anchors       PCRE2: needs PCRE2_MULTILINE (set by compile)
+//   \s \S   onig: Unicode White_Space               PCRE2+UCP: Z + \h + \v (adds U+180E)
+//   \d \D   onig: General_Category Nd               PCRE2: same, spelled \p{Nd}
+//   \w \W   onig: Alphabetic|M|Nd|Pc + ²³¹¼½¾       PCRE2+UCP (10.42): L|N|_
+//   \b \B   onig: boundary on its own \w            PCRE2+UCP: boundary on PCRE2's \w
+//   \h \H   onig (Ruby syntax): hex digit            PCRE2: horizontal space
+//   \uHHHH  onig: a code point                       PCRE2: unsupported (becomes \x{HHHH})
+//   ^ $     onig (Ruby syntax): line anchors         PCRE2: needs PCRE2_MULTILINE (set by compile)
 // Nested classes and && intersections (onig only) are rejected with an error naming the pattern.
 // Checked code point by code point against HF tokenizers 0.23.3 for \w \s \d \h \p{L,N,P,S,M}: identical
 // on every code point assigned in Unicode 14.0 (PCRE2 10.42's version; onig there knows Unicode 16.0).
+// Not verified against onig: POSIX brackets, case-insensitive matching, \X, \R, backreferences.
 Result<std::string> onig_pattern_to_pcre2(std::string_view pattern);
 
 class UnicodeRegex {

@@ -54,26 +54,36 @@ def tokenizer_files():
     return root
 
 
+_LOADED = {}
+
+
+def load_version(root, name):
+    """Tokenizer file, config, corpus and HF tokenizer for one version (built once per session)."""
+    if name not in _LOADED:
+        path = root / name / "tokenizer.json"
+        if not path.exists():
+            pytest.skip(f"{path} is absent: no deepseek-recipe release on PyPI (0.1.1, 0.2.0) ships the V4.1 "
+                        "tokenizer.json (its repository's static/tokenizers/v41/ is not packaged)")
+        if unicodedata.unidata_version != UNICODE_VERSION:
+            pytest.skip(f"the corpus is defined over Unicode {UNICODE_VERSION}; this Python's unicodedata is "
+                        f"{unicodedata.unidata_version}")
+        config = json.loads(path.read_text(encoding="utf-8"))
+        corpus = Corpus(added_tokens=[t["content"] for t in config["added_tokens"]])
+        _LOADED[name] = dict(name=name, path=path, config=config, docs=corpus.documents(),
+                             hf=tokenizers.Tokenizer.from_file(str(path)))
+    return _LOADED[name]
+
+
 @pytest.fixture(scope="module", params=["v4", "v41"])
-def version(request, tokenizer_files):
-    path = tokenizer_files / request.param / "tokenizer.json"
-    if not path.exists():
-        pytest.skip(f"{path} is absent: no deepseek-recipe release on PyPI (0.1.1, 0.2.0) ships the V4.1 "
-                    "tokenizer.json (its repository's static/tokenizers/v41/ is not packaged)")
-    return request.param, path
+def setup(request, tokenizer_files):
+    """Each DeepSeek tokenizer version: the encode and decode comparisons run on all of them."""
+    return load_version(tokenizer_files, request.param)
 
 
 @pytest.fixture(scope="module")
-def setup(version):
-    if unicodedata.unidata_version != UNICODE_VERSION:
-        pytest.skip(f"the corpus is defined over Unicode {UNICODE_VERSION}; this Python's unicodedata is "
-                    f"{unicodedata.unidata_version}")
-    name, path = version
-    config = json.loads(path.read_text(encoding="utf-8"))
-    corpus = Corpus(added_tokens=[t["content"] for t in config["added_tokens"]])
-    docs = corpus.documents()
-    hf = tokenizers.Tokenizer.from_file(str(path))
-    return dict(name=name, path=path, config=config, docs=docs, hf=hf)
+def v4(tokenizer_files):
+    """The V4 tokenizer alone: the spec vector, the variants and the regex class check use it."""
+    return load_version(tokenizer_files, "v4")
 
 
 def byte_level_ids(config):
@@ -147,11 +157,9 @@ def test_encode_matches_hf(setup, tool, matching):
     assert not bad, report
 
 
-def test_spec_vector(setup, tool):
-    if setup["name"] != "v4":
-        pytest.skip("the spec's vector is for the V4 tokenizer")
-    assert run_tool(tool, setup["path"], [SPEC_TEXT], "all") == [SPEC_IDS]
-    assert setup["hf"].encode(SPEC_TEXT, add_special_tokens=False).ids == SPEC_IDS
+def test_spec_vector(v4, tool):
+    assert run_tool(tool, v4["path"], [SPEC_TEXT], "all") == [SPEC_IDS]
+    assert v4["hf"].encode(SPEC_TEXT, add_special_tokens=False).ids == SPEC_IDS
 
 
 @pytest.mark.parametrize("skip_special", [False, True])
@@ -254,13 +262,11 @@ VARIANTS = ["gpt2_bytelevel", "split_behaviours", "added_token_flags", "byte_fal
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-def test_variant_matches_hf(setup, tool, tmp_path, name):
-    if setup["name"] != "v4":
-        pytest.skip("variants are derived from the V4 file")
+def test_variant_matches_hf(v4, tool, tmp_path, name):
     path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(variant(setup["config"], name), ensure_ascii=False), encoding="utf-8")
+    path.write_text(json.dumps(variant(v4["config"], name), ensure_ascii=False), encoding="utf-8")
     hf = tokenizers.Tokenizer.from_file(str(path))
-    docs = [(label, d) for label, d in setup["docs"][::12] if isinstance(d, str) and label != "long"]
+    docs = [(label, d) for label, d in v4["docs"][::12] if isinstance(d, str) and label != "long"]
     labels, texts = [label for label, _ in docs], [d for _, d in docs]
     for matching in ["all", "nonspecial"]:
         hf.encode_special_tokens = matching == "nonspecial"
@@ -268,3 +274,24 @@ def test_variant_matches_hf(setup, tool, tmp_path, name):
         got = run_tool(tool, path, texts, matching)
         bad, report = mismatch_report(labels, texts, want, got, hf)
         assert not bad, f"{name} ({matching}): {report}"
+
+
+@pytest.mark.parametrize("pattern", ["\\w", "\\s", "\\S", "\\d", "\\h", "\\p{L}", "\\p{N}", "\\p{P}", "\\p{S}",
+                                     "\\p{M}", "\\bx", "[\\s\\d]"])
+def test_regex_classes_match_oniguruma(v4, tool, tmp_path, pattern):
+    """Every code point assigned in Unicode 14.0, separated by NULs, through Split(pattern, Removed): equal
+    ids mean our PCRE2 translation removes exactly the code points HF's Oniguruma does."""
+    config = copy.deepcopy(v4["config"])
+    config["added_tokens"] = []
+    config["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Removed", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    path = tmp_path / "classes.json"
+    path.write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
+    hf = tokenizers.Tokenizer.from_file(str(path))
+    assigned = [chr(cp) for cp in range(1, 0x110000) if unicodedata.category(chr(cp)) not in ("Cn", "Cs", "Co")]
+    docs = ["\x00".join(assigned[i:i + 1000]) for i in range(0, len(assigned), 1000)]
+    want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    got = run_tool(tool, path, docs, "none")
+    bad, report = mismatch_report(["classes"] * len(docs), docs, want, got, hf)
+    assert not bad, f"{pattern}: {report}"
