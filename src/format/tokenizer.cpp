@@ -40,6 +40,8 @@ struct Tokenizer::Impl {
 
 namespace {
 
+constexpr int64_t kMaxIds = 1 << 24;  // far above any real vocabulary; bounds the per-id tables
+
 Status check_normalizer(const json& j, const std::string& where) {
   if (j.is_null()) return Status();
   const std::string type = j.is_object() ? j.value("type", std::string()) : std::string();
@@ -79,7 +81,7 @@ std::string byte_level_decode(std::string_view token) {
   return out;
 }
 
-Result<Tokenizer::Impl*> build_impl(const json& root, const std::string& where) {
+Result<std::unique_ptr<Tokenizer::Impl>> build_impl(const json& root, const std::string& where) {
   if (!root.is_object()) return Status::error(where + ": top level is not a JSON object");
   DI_RETURN_IF_ERROR(check_normalizer(root.value("normalizer", json()), where));
   DI_RETURN_IF_ERROR(check_decoder(root.value("decoder", json()), where));
@@ -89,7 +91,8 @@ Result<Tokenizer::Impl*> build_impl(const json& root, const std::string& where) 
   if (!pre.ok()) return pre.status();
 
   // Added tokens, with HF AddedVocabulary::add_tokens' id rule: an existing spelling keeps its id, a new
-  // one takes the next id after the model vocabulary (HF warns when that differs from the file's id).
+  // one takes the next id after the model vocabulary. HF only warns when that differs from the file's id;
+  // here it is an error, since the model's embedding rows follow the file.
   std::vector<AddedToken> added;
   TokenIdMap added_ids;
   const json empty = json::array();
@@ -119,7 +122,11 @@ Result<Tokenizer::Impl*> build_impl(const json& root, const std::string& where) 
     } else {
       id = (max_added >= model_size || model_size == 0) ? max_added + 1 : model_size;
     }
-    if (id > INT32_MAX) return Status::error(here + ": id overflows int32");
+    if (t.contains("id") && t["id"].is_number_integer() && t["id"].get<int64_t>() != id) {
+      return Status::error(here + " '" + token.content + "': the file says id " + t["id"].dump() +
+                           " but HF tokenizers assigns " + std::to_string(id));
+    }
+    if (id >= kMaxIds) return Status::error(here + ": id " + std::to_string(id) + " is implausibly large");
     token.id = static_cast<int32_t>(id);
     max_added = std::max(max_added, id);
     added_ids.emplace(token.content, token.id);
@@ -142,6 +149,7 @@ Result<Tokenizer::Impl*> build_impl(const json& root, const std::string& where) 
 
   int32_t id_limit = 0;
   for (const auto& [s, id] : impl->bpe.vocab()) id_limit = std::max(id_limit, id + 1);
+  if (id_limit > kMaxIds) return Status::error(where + ": model vocabulary ids reach " + std::to_string(id_limit));
   for (const AddedToken& t : impl->added) id_limit = std::max(id_limit, t.id + 1);
   impl->id_token.assign(id_limit, std::string());
   impl->id_present.assign(id_limit, 0);
@@ -165,7 +173,7 @@ Result<Tokenizer::Impl*> build_impl(const json& root, const std::string& where) 
     if (impl->id_present[id]) impl->id_bytes += byte_level_decode(impl->id_token[id]);
   }
   impl->id_bytes_offset[id_limit] = static_cast<uint32_t>(impl->id_bytes.size());
-  return impl.release();
+  return impl;
 }
 
 }  // namespace
@@ -180,7 +188,7 @@ Result<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, const st
     const json root = json::parse(json_text.begin(), json_text.end());
     auto impl = build_impl(root, source_name);
     if (!impl.ok()) return impl.status();
-    return Tokenizer(std::unique_ptr<Impl>(*impl));
+    return Tokenizer(std::move(*impl));
   } catch (const json::exception& e) {
     return Status::error(source_name + ": malformed tokenizer JSON: " + e.what());
   }
@@ -211,6 +219,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, AddedTokenMatching
 
 void Tokenizer::encode_into(std::string_view text, AddedTokenMatching matching, std::vector<int32_t>* ids) const {
   const Impl& im = *impl_;
+  DI_CHECK_MSG(text.size() < UINT32_MAX / 2, "encode: text of " + std::to_string(text.size()) +
+                                                 " bytes; callers bound request sizes far below 2 GiB");
   std::string repaired;
   std::string_view s = text;
   if (!utf8_is_valid(text)) {  // HF only accepts str; invalid bytes become U+FFFD as from_utf8_lossy does

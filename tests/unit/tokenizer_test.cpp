@@ -275,6 +275,12 @@ TEST(Tokenizer, LoadErrorsNameTheProblem) {
   EXPECT_NE(bad_regex.status().message().find("pretokenizers[0]"), std::string::npos) << bad_regex.status().message();
 
   j = small_tokenizer_json();
+  j["added_tokens"][1]["id"] = 350;  // HF would assign 301 (next after <|user|>)
+  auto bad_id = Tokenizer::from_json_text(j.dump(), "t.json");
+  ASSERT_FALSE(bad_id.ok());
+  EXPECT_NE(bad_id.status().message().find("<think>"), std::string::npos) << bad_id.status().message();
+
+  j = small_tokenizer_json();
   j["pre_tokenizer"]["pretokenizers"][0] = {{"type", "Metaspace"}};
   auto bad_type = Tokenizer::from_json_text(j.dump(), "t.json");
   ASSERT_FALSE(bad_type.ok());
