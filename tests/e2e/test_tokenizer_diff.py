@@ -69,7 +69,7 @@ def load_version(root, name):
                         f"{unicodedata.unidata_version}")
         config = json.loads(path.read_text(encoding="utf-8"))
         corpus = Corpus(added_tokens=[t["content"] for t in config["added_tokens"]])
-        _LOADED[name] = dict(name=name, path=path, config=config, docs=corpus.documents(),
+        _LOADED[name] = dict(name=name, path=path, config=config, docs=corpus.documents(n_per_class=1000),
                              hf=tokenizers.Tokenizer.from_file(str(path)))
     return _LOADED[name]
 

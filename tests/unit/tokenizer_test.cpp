@@ -275,16 +275,22 @@ TEST(Tokenizer, LoadErrorsNameTheProblem) {
   EXPECT_NE(bad_regex.status().message().find("pretokenizers[0]"), std::string::npos) << bad_regex.status().message();
 
   j = small_tokenizer_json();
-  j["added_tokens"][1]["id"] = 350;  // HF would assign 301 (next after <|user|>)
-  auto bad_id = Tokenizer::from_json_text(j.dump(), "t.json");
-  ASSERT_FALSE(bad_id.ok());
-  EXPECT_NE(bad_id.status().message().find("<think>"), std::string::npos) << bad_id.status().message();
-
-  j = small_tokenizer_json();
   j["pre_tokenizer"]["pretokenizers"][0] = {{"type", "Metaspace"}};
   auto bad_type = Tokenizer::from_json_text(j.dump(), "t.json");
   ASSERT_FALSE(bad_type.ok());
   EXPECT_NE(bad_type.status().message().find("Metaspace"), std::string::npos);
+}
+
+TEST(Tokenizer, AssignsAddedTokenIdsLikeHf) {
+  // HF ignores the file's id: a spelling already in the vocabulary keeps its id, a new one takes the next.
+  json j = small_tokenizer_json();
+  j["added_tokens"][1]["id"] = 350;
+  j["added_tokens"].push_back({{"id", 999}, {"content", "he"}, {"special", false}, {"normalized", false}});
+  auto tok = Tokenizer::from_json_text(j.dump(), "t.json");
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_EQ(tok->token_to_id("<think>"), kThink);
+  EXPECT_EQ(tok->token_to_id("he"), 256);
+  EXPECT_EQ(tok->encode("she"), (std::vector<int32_t>{'s', 256}));
 }
 
 TEST(Tokenizer, LoadsFromADirectory) {
