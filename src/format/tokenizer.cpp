@@ -298,6 +298,29 @@ int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
 int32_t Tokenizer::id_limit() const { return static_cast<int32_t>(impl_->id_present.size()); }
 
+std::string printable_token_bytes(std::string_view bytes) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const unsigned char c = static_cast<unsigned char>(bytes[i]);
+    const size_t n = utf8_sequence_length(bytes.substr(i));
+    if (n > 1) {
+      out.append(bytes.substr(i, n));
+      i += n;
+      continue;
+    }
+    ++i;
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (n == 1 && c >= 0x20 && c != 0x7F) out.push_back(static_cast<char>(c));
+    else (out += "\\x") += std::string{kHex[c >> 4], kHex[c & 15]};
+  }
+  return out;
+}
+
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
     : tokenizer_(&tokenizer), skip_special_(skip_special) {}
 

@@ -64,6 +64,10 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// A token's decoded bytes for display (deepinfer tokenize): well-formed UTF-8 is kept, control characters
+// and backslash are escaped (\n \t \r \\ \xNN), and bytes of partial or ill-formed sequences become \xNN.
+std::string printable_token_bytes(std::string_view bytes);
+
 // Turns a stream of ids into text that is always whole, well-formed UTF-8: bytes of a character split
 // across tokens are held back until the character completes. Invariant: the concatenation of every push()
 // result and flush() equals tokenizer.decode(all ids) byte for byte (ill-formed bytes become U+FFFD exactly

@@ -303,6 +303,16 @@ TEST(Tokenizer, LoadsFromADirectory) {
   EXPECT_EQ(tok->encode("<|user|>"), std::vector<int32_t>{kUser});
 }
 
+TEST(Tokenizer, PrintableTokenBytesEscapesControlAndPartialSequences) {
+  EXPECT_EQ(printable_token_bytes("a b"), "a b");
+  EXPECT_EQ(printable_token_bytes("\n\t\r\\"), "\\n\\t\\r\\\\");
+  EXPECT_EQ(printable_token_bytes("你\xE4\xBD"), "你\\xe4\\xbd");
+  EXPECT_EQ(printable_token_bytes(std::string("\0\x7F", 2)), "\\x00\\x7f");
+  Tokenizer tok = load_small();
+  EXPECT_EQ(printable_token_bytes(tok.token_bytes(' ')), " ");
+  EXPECT_EQ(printable_token_bytes(tok.token_bytes(0xE4)), "\\xe4");
+}
+
 TEST(UnicodeRegex, TranslatesOnigurumaClassEscapes) {
   EXPECT_EQ(*onig_pattern_to_pcre2("\\s+(?!\\S)"), "\\p{White_Space}+(?!\\P{White_Space})");
   EXPECT_EQ(*onig_pattern_to_pcre2("[\\u4e00-\\u9fa5]"), "[\\x{4e00}-\\x{9fa5}]");
