@@ -1,0 +1,113 @@
+// Micro-benchmarks of the fast linear op at V4-Flash shapes, per SIMD level: decode GEMVs over weight sets
+// larger than the last-level cache (so they stream from DRAM like a real decode step) and prefill GEMMs.
+// Counters: weight bytes streamed per second and FLOP/s (2 per multiply-add); compare them with the
+// machine's ceilings printed by `deepinfer bench`.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/fast_backend.h"
+#include "core/dtypes.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+namespace {
+
+struct StoredWeights {
+  std::vector<uint8_t> data, scale;
+  std::vector<LinearWeight> mats;  // views, one per copy
+  int64_t bytes_per_mat = 0;
+};
+
+// n_copies matrices [n, k] of one dtype in one buffer (copies make the working set exceed the caches).
+StoredWeights make_weights(DType dtype, int64_t n, int64_t k, int n_copies) {
+  StoredWeights s;
+  std::mt19937 rng(7);
+  const int block = 128;
+  const int64_t data_bytes = dtype == DType::kBF16 ? n * k * 2 : dtype == DType::kF8E4M3 ? n * k : n * k / 2;
+  const int64_t scale_bytes = dtype == DType::kF8E4M3 ? ((n + block - 1) / block) * ((k + block - 1) / block)
+                              : dtype == DType::kI8   ? n * k / 32
+                                                      : 0;
+  s.data.resize(size_t(data_bytes * n_copies));
+  s.scale.resize(size_t(scale_bytes * n_copies) + 1);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : s.data) b = uint8_t(byte(rng) & (dtype == DType::kF8E4M3 ? 0xF7 : 0xFF));  // no e4m3 NaN codes
+  if (dtype == DType::kBF16) {
+    auto* p = reinterpret_cast<uint16_t*>(s.data.data());
+    for (int64_t i = 0; i < data_bytes / 2 * n_copies; ++i) p[i] = uint16_t(0x3c00 + (p[i] & 0x3ff));
+  }
+  for (auto& b : s.scale) b = uint8_t(118 + byte(rng) % 4);
+  for (int c = 0; c < n_copies; ++c) {
+    s.mats.push_back(LinearWeight{dtype, n, k, s.data.data() + c * data_bytes,
+                                  scale_bytes ? s.scale.data() + c * scale_bytes : nullptr, block});
+  }
+  s.bytes_per_mat = data_bytes + scale_bytes;
+  return s;
+}
+
+// args: level, dtype, n, k, tokens, copies, threads (0 = all)
+void BM_Linear(benchmark::State& state) {
+  const auto level = SimdLevel(state.range(0));
+  if (!simd_level_supported(level)) {
+    state.SkipWithError("SIMD level not supported by this CPU");
+    return;
+  }
+  const auto dtype = DType(state.range(1));
+  const int64_t n = state.range(2), k = state.range(3), T = state.range(4);
+  const int copies = int(state.range(5));
+  StoredWeights w = make_weights(dtype, n, k, copies);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist;
+  std::vector<float> x(size_t(T * k)), out(size_t(T * n));
+  for (auto& v : x) v = round_bf16_from_float(dist(rng));
+  auto backend = make_fast_backend_with_level(int(state.range(6)), level);
+  size_t i = 0;
+  for (auto _ : state) {
+    const LinearWeight& m = w.mats[i++ % w.mats.size()];
+    backend->linear({x.data(), k, T, &m, 0, n, Epilogue::kBf16, nullptr, out.data(), n});
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(std::string(simd_level_name(level)) + " " + dtype_name(dtype));
+  state.counters["weight_GB/s"] = benchmark::Counter(double(w.bytes_per_mat) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(n * k * T) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+constexpr int64_t kBf16 = int64_t(DType::kBF16), kFp8 = int64_t(DType::kF8E4M3), kFp4 = int64_t(DType::kI8);
+
+void decode_args(benchmark::internal::Benchmark* b) {
+  for (int64_t level = 0; level < 4; ++level) {
+    for (int64_t threads : {1, 0}) {
+      b->Args({level, kFp8, 32768, 1024, 1, 4, threads});    // wq_b: 32 MB per copy
+      b->Args({level, kFp4, 2048, 4096, 1, 32, threads});    // routed expert w1: 4 MB per copy
+      b->Args({level, kBf16, 16384, 4096, 1, 2, threads});   // head slice: 128 MB per copy
+    }
+  }
+  for (int64_t level = 1; level < 4; ++level) {  // L2-resident: the decode rate without DRAM
+    b->Args({level, kFp8, 128, 1024, 1, 1, 1});
+    b->Args({level, kFp4, 64, 4096, 1, 1, 1});
+    b->Args({level, kBf16, 32, 4096, 1, 1, 1});
+  }
+  b->Args({3, kFp4, 2048, 4096, 4, 32, 0});          // batched decode
+  b->Args({3, kFp8, 32768, 1024, 16, 4, 0});
+}
+
+void prefill_args(benchmark::internal::Benchmark* b) {
+  for (int64_t level = 1; level < 4; ++level) {
+    for (int64_t threads : {1, 0}) {
+      b->Args({level, kFp8, 4096, 4096, 512, 1, threads});   // wo_b-like
+      b->Args({level, kFp4, 2048, 4096, 12, 32, threads});   // an expert's share of a 512-token prefill
+    }
+  }
+  b->Args({3, kBf16, 4096, 4096, 512, 1, 0});
+}
+
+BENCHMARK(BM_Linear)->Apply(decode_args)->ArgNames({"level", "dtype", "n", "k", "T", "copies", "threads"})->UseRealTime()->MinTime(0.3);
+BENCHMARK(BM_Linear)->Apply(prefill_args)->ArgNames({"level", "dtype", "n", "k", "T", "copies", "threads"})->UseRealTime()->MinTime(0.5);
+
+}  // namespace
+}  // namespace deepinfer

@@ -1,0 +1,43 @@
+#include "backend/cpu/cpu_features.h"
+
+#include <initializer_list>
+
+namespace deepinfer {
+
+const char* simd_level_name(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar: return "scalar";
+    case SimdLevel::kAvx2: return "avx2";
+    case SimdLevel::kAvx512: return "avx512";
+    case SimdLevel::kAvx512Bf16: return "avx512bf16";
+  }
+  return "?";
+}
+
+bool simd_level_supported(SimdLevel level) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  switch (level) {
+    case SimdLevel::kScalar: return true;
+    case SimdLevel::kAvx2: return avx2;
+    case SimdLevel::kAvx512: return avx512;
+    case SimdLevel::kAvx512Bf16:
+      return avx512 && __builtin_cpu_supports("avx512bf16");
+  }
+  return false;
+#else
+  return level == SimdLevel::kScalar;
+#endif
+}
+
+SimdLevel best_simd_level() {
+  for (SimdLevel level : {SimdLevel::kAvx512Bf16, SimdLevel::kAvx512, SimdLevel::kAvx2}) {
+    if (simd_level_supported(level)) return level;
+  }
+  return SimdLevel::kScalar;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,21 @@
+// Which SIMD kernel family this CPU can run, decided at run time (the default build has no -march flags and
+// must run on any x86-64). Owns only detection and naming; kernels live in linear_*.cpp, attention_cpu.cpp.
+// Invariant: a level is reported supported only if every instruction set its kernels are compiled for is
+// present (checked with __builtin_cpu_supports), so forcing a supported level can never fault.
+#pragma once
+
+namespace deepinfer {
+
+enum class SimdLevel {
+  kScalar,      // portable C++ (any CPU)
+  kAvx2,        // avx2 + fma: fp32 FMA on 8 lanes
+  kAvx512,      // avx512 f/bw/vl/dq: fp32 FMA on 16 lanes
+  kAvx512Bf16,  // kAvx512 + avx512_bf16: bf16 dot products (vdpbf16ps), fp32 accumulation
+};
+
+const char* simd_level_name(SimdLevel level);
+bool simd_level_supported(SimdLevel level);
+// The best supported level.
+SimdLevel best_simd_level();
+
+}  // namespace deepinfer

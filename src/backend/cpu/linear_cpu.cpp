@@ -1,0 +1,72 @@
+#include "backend/cpu/linear_cpu.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "backend/cpu/epilogue.h"
+#include "backend/cpu/simd_kernels.h"
+#include "core/dtypes.h"
+
+namespace deepinfer::cpu {
+
+float fast_epilogue(Epilogue epilogue, float acc, float bias) {
+  switch (epilogue) {
+    case Epilogue::kBf16: return round_bf16_from_float(acc);
+    case Epilogue::kF32: return acc;
+    case Epilogue::kF32AddBias: return round_f32(double(acc) + double(bias));
+    case Epilogue::kSqrtSoftplus: return apply_epilogue(epilogue, double(acc), 0.0f);
+  }
+  return 0.0f;
+}
+
+namespace {
+
+// Packs x for a family; false when the family cannot take these values.
+bool pack(const LinearParams& p, const SimdKernels& ks, ThreadPool& pool, LinearWorkspace& ws, PackedX* out) {
+  const int64_t K = p.weight->n_in, T = p.n_tokens;
+  const int64_t kp = (K + ks.chunk - 1) / ks.chunk * ks.chunk;
+  const size_t bytes = size_t(T * kp) * ks.elem_bytes;
+  if (ws.x_packed.size() < bytes) ws.x_packed.resize(bytes);
+  const bool fp4_order = p.weight->dtype == DType::kI8;
+  std::atomic<bool> ok{true};
+  auto body = [&](int64_t t0, int64_t t1) {
+    if (!ks.pack_x(p.x, p.x_stride, t0, t1, K, kp, fp4_order, ws.x_packed.data())) ok = false;
+  };
+  if (T * K >= (int64_t(1) << 16)) pool.parallel_for(T, 16, body);
+  else body(0, T);
+  *out = PackedX{ws.x_packed.data(), T, kp};
+  return ok;
+}
+
+}  // namespace
+
+void linear_fast(const LinearParams& p, SimdLevel level, ThreadPool& pool, LinearWorkspace& ws) {
+  const LinearWeight& w = *p.weight;
+  DI_CHECK(p.row_begin >= 0 && p.row_begin + p.n_rows <= w.n_out);
+  if (p.n_tokens <= 0 || p.n_rows <= 0) return;
+  const SimdKernels* ks = &simd_kernels(level);
+  if (!ks->supports(w)) ks = &kSimdKernelsScalar;
+  PackedX x;
+  if (!pack(p, *ks, pool, ws, &x)) {
+    // Activations that are not bf16 values: the fp32 family of the same width.
+    ks = &kSimdKernelsAvx512;
+    DI_CHECK(pack(p, *ks, pool, ws, &x));
+  }
+  const int64_t T = p.n_tokens, n_tiles = (p.n_rows + kRowTile - 1) / kRowTile;
+  pool.parallel_for(n_tiles, 1, [&](int64_t i0, int64_t i1) {
+    thread_local std::vector<float> c;
+    if (c.size() < size_t(T * kRowTile)) c.resize(size_t(T * kRowTile));
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t n0 = i * kRowTile, nr = std::min(kRowTile, p.n_rows - n0);
+      ks->tile(w, p.row_begin + n0, nr, x, c.data(), kRowTile);
+      for (int64_t t = 0; t < T; ++t) {
+        float* out = p.out + t * p.out_stride + n0;
+        const float* acc = c.data() + t * kRowTile;
+        const float* bias = p.bias ? p.bias + t * p.n_rows + n0 : nullptr;
+        for (int64_t r = 0; r < nr; ++r) out[r] = fast_epilogue(p.epilogue, acc[r], bias ? bias[r] : 0.0f);
+      }
+    }
+  });
+}
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,26 @@
+// The fast linear op's driver: activation packing, the split of the weight rows across threads (each
+// thread streams its own contiguous slice of row tiles), the per-ISA tile kernels and the epilogue.
+// Must not allocate per call once warm: the packing buffer lives in LinearWorkspace and grows only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_features.h"
+#include "core/thread_pool.h"
+
+namespace deepinfer::cpu {
+
+struct LinearWorkspace {
+  std::vector<uint8_t> x_packed;
+};
+
+// p.out = epilogue(x . W^T) with the family of `level` (falling back to a wider-input family when the
+// activations or the weight layout need it). fp32 accumulation.
+void linear_fast(const LinearParams& p, SimdLevel level, ThreadPool& pool, LinearWorkspace& ws);
+
+// The epilogue applied to an fp32 accumulator (same rounding points as apply_epilogue).
+float fast_epilogue(Epilogue epilogue, float acc, float bias);
+
+}  // namespace deepinfer::cpu

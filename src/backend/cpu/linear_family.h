@@ -1,0 +1,274 @@
+// The row-tile algorithm of the SIMD linear families, written once over an ISA traits struct `S` and
+// instantiated by linear_avx2.cpp, linear_avx512.cpp and linear_avx512bf16.cpp INSIDE their target region
+// and their own namespace (so no inline function compiled for one ISA can be picked for another).
+// Must not be included anywhere else (it has no include guard on purpose). Invariants: weights are decoded exactly (code value times a power of
+// two) into registers (direct mode) or into one per-thread tile of kRowTile rows (tile mode); sums are fp32.
+//
+// S provides: Elem (packed activation / tile element), W (one decoded chunk), kChunk (elements per chunk),
+// kDirectR / kDirectT (rows x tokens of the register-decode kernel), kTileR / kTileT (rows x tokens of the
+// tile kernel); F (accumulator vector), zero(), dot(acc, W, W) (acc + sum of elementwise products, fp32),
+// load_w(const Elem*), store_w(Elem*, W), decode_bf16(const uint16_t*), decode_fp8(const uint8_t*, float
+// multiplier), decode_fp4(const uint8_t*, float scale), reduce(F[], float*) (R horizontal sums),
+// pack_x(...) (the LinearKernels signature).
+//
+// fp8 chunks use the multiplier 2^(s - 7) on the raw code bits (e4m3 value * 2^-120), which is exact
+// whenever the scale byte s <= 134 (|w| < 2^15 per unit code); tiles with a larger scale byte take the
+// two-step decode (value first, then scale).
+
+// The including file includes <algorithm>, <cmath>, <cstring> and <vector> before its namespace.
+
+namespace family {
+
+using deepinfer::DType;
+using deepinfer::LinearWeight;
+using deepinfer::cpu::kE8m0Values;
+using deepinfer::cpu::kRowTile;
+using deepinfer::cpu::PackedX;
+
+constexpr int kMaxFp8Scale = 134;  // largest scale byte for the one-multiply fp8 decode
+
+// Where one weight row's chunks come from.
+struct RowSrc {
+  const uint8_t* data = nullptr;   // row start
+  const float* mult = nullptr;     // fp8: per chunk 2^(s-7) (or 2^(s-127) for wide tiles)
+  const uint8_t* scale = nullptr;  // fp4: the row's e8m0 bytes, one per 32 elements
+};
+
+// Per-thread buffers (grown once, reused by every call).
+template <class S>
+struct Scratch {
+  std::vector<typename S::Elem> tile;  // [kRowTile, k_padded]
+  std::vector<float> mult;             // fp8: [2 row blocks, n_chunks]
+  std::vector<uint8_t> tail;           // one zero-padded chunk per row for K % chunk
+};
+
+template <class S>
+Scratch<S>& scratch() {
+  thread_local Scratch<S> s;
+  return s;
+}
+
+template <class S, DType D, bool kWide>
+inline typename S::W decode_chunk(const RowSrc& r, int64_t ch, const uint8_t* bytes) {
+  if constexpr (D == DType::kBF16) {
+    return S::decode_bf16(reinterpret_cast<const uint16_t*>(bytes));
+  } else if constexpr (D == DType::kF8E4M3) {
+    if constexpr (kWide) return S::decode_fp8_wide(bytes, r.mult[ch]);
+    else return S::decode_fp8(bytes, r.mult[ch]);
+  } else {
+    return S::decode_fp4(bytes, kE8m0Values[r.scale[ch * S::kChunk / 32]]);
+  }
+}
+
+template <DType D>
+constexpr int64_t chunk_bytes(int64_t chunk) {
+  return D == DType::kBF16 ? 2 * chunk : D == DType::kF8E4M3 ? chunk : chunk / 2;
+}
+
+// Decodes rows[0..R) and multiplies them with T tokens of x, all chunks; c[t * cs + r] = sums.
+// The last chunk may be partial (tail_bytes[r] then holds that row's zero-padded chunk).
+// Each row stream prefetches the same chunk of the row R rows further on (the next group, which is the
+// next stretch of the same contiguous weight matrix): R streams of one group-size distance each.
+template <class S, DType D, bool kWide, int R, int T>
+void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const typename S::Elem* x, int64_t xs,
+                   int64_t n_full, bool has_tail, float* c, int64_t cs) {
+  const int64_t prefetch_distance = R * n_full * chunk_bytes<D>(S::kChunk);
+  using F = typename S::F;
+  using W = typename S::W;
+  constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
+  F acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = S::zero();
+  auto step = [&](int64_t ch, const W* w) {
+    for (int t = 0; t < T; ++t) {
+      const W xv = S::load_w(x + t * xs + ch * S::kChunk);
+      for (int r = 0; r < R; ++r) acc[t][r] = S::dot(acc[t][r], w[r], xv);
+    }
+  };
+  for (int64_t ch = 0; ch < n_full; ++ch) {
+    W w[R];
+    for (int r = 0; r < R; ++r) {
+      __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
+      w[r] = decode_chunk<S, D, kWide>(rows[r], ch, rows[r].data + ch * kBytes);
+    }
+    step(ch, w);
+  }
+  if (has_tail) {
+    W w[R];
+    for (int r = 0; r < R; ++r) w[r] = decode_chunk<S, D, kWide>(rows[r], n_full, tail_bytes[r]);
+    step(n_full, w);
+  }
+  for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
+}
+
+// Tile kernel: R rows of decoded tile (stride ws) times T tokens of x (stride xs), n_chunks chunks.
+template <class S, int R, int T>
+void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* x, int64_t xs, int64_t n_chunks,
+                 float* c, int64_t cs) {
+  using F = typename S::F;
+  using W = typename S::W;
+  F acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = S::zero();
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    W wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = S::load_w(w + r * ws + ch * S::kChunk);
+    for (int t = 0; t < T; ++t) {
+      const W xv = S::load_w(x + t * xs + ch * S::kChunk);
+      for (int r = 0; r < R; ++r) acc[t][r] = S::dot(acc[t][r], wv[r], xv);
+    }
+  }
+  for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
+}
+
+template <class S, int R, int T>
+void tile_tokens(const typename S::Elem* w, int64_t ws, const typename S::Elem* x, int64_t xs, int64_t n_tokens,
+                 int64_t n_chunks, float* c, int64_t cs) {
+  if constexpr (T > 0) {
+    if (n_tokens == T) return tile_kernel<S, R, T>(w, ws, x, xs, n_chunks, c, cs);
+    return tile_tokens<S, R, T - 1>(w, ws, x, xs, n_tokens, n_chunks, c, cs);
+  }
+}
+
+template <class S, DType D, bool kWide, int T>
+void direct_tokens(const RowSrc* rows, const uint8_t* const* tails, const typename S::Elem* x, int64_t xs,
+                   int64_t n_tokens, int64_t n_full, bool has_tail, float* c, int64_t cs) {
+  if constexpr (T > 0) {
+    if (n_tokens == T) return direct_kernel<S, D, kWide, S::kDirectR, T>(rows, tails, x, xs, n_full, has_tail, c, cs);
+    return direct_tokens<S, D, kWide, T - 1>(rows, tails, x, xs, n_tokens, n_full, has_tail, c, cs);
+  }
+}
+
+// The rows' sources for a tile; fp8 multipliers for the (at most two) row blocks the tile touches.
+// Returns whether the fp8 tile needs the wide (two-step) decode.
+template <class S>
+bool row_sources(const LinearWeight& w, int64_t row0, int64_t n_rows, int64_t n_chunks, Scratch<S>& s,
+                 RowSrc* rows) {
+  const int64_t K = w.n_in;
+  bool wide = false;
+  if (w.dtype == DType::kF8E4M3) {
+    const int64_t B = w.block, n_kb = (K + B - 1) / B;
+    const int64_t first_block = row0 / B, last_block = (row0 + n_rows - 1) / B;
+    s.mult.resize(size_t(2 * n_chunks));
+    for (int64_t rb = first_block; rb <= last_block; ++rb) {
+      const uint8_t* sc = w.scale + rb * n_kb;
+      for (int64_t kb = 0; kb < n_kb; ++kb) wide |= sc[kb] > kMaxFp8Scale;
+    }
+    for (int64_t rb = first_block; rb <= last_block; ++rb) {
+      const uint8_t* sc = w.scale + rb * n_kb;
+      float* m = &s.mult[size_t((rb - first_block) * n_chunks)];
+      for (int64_t ch = 0; ch < n_chunks; ++ch) {
+        const uint8_t byte = sc[ch * S::kChunk / B];
+        // one-step: 2^(s-7) on the raw bits; two-step: 2^(s-127) after the 2^120 rebias.
+        m[ch] = wide ? kE8m0Values[byte] : deepinfer::bits_to_float(uint32_t(byte + 120) << 23);
+      }
+    }
+    for (int64_t i = 0; i < n_rows; ++i) {
+      rows[i].data = w.data + (row0 + i) * K;
+      rows[i].mult = &s.mult[size_t(((row0 + i) / B - first_block) * n_chunks)];
+    }
+  } else if (w.dtype == DType::kI8) {
+    for (int64_t i = 0; i < n_rows; ++i) {
+      rows[i].data = w.data + (row0 + i) * (K / 2);
+      rows[i].scale = w.scale + (row0 + i) * (K / 32);
+    }
+  } else {
+    for (int64_t i = 0; i < n_rows; ++i) rows[i].data = w.data + (row0 + i) * K * 2;
+  }
+  return wide;
+}
+
+// Copies each row's partial last chunk into zero-padded buffers.
+template <class S, DType D>
+void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, Scratch<S>& s, const uint8_t** tails) {
+  constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
+  const int64_t tail_elems = K - n_full * S::kChunk;
+  const int64_t tail_len = D == DType::kBF16 ? 2 * tail_elems : tail_elems;
+  s.tail.assign(size_t(n_rows * kBytes), 0);
+  for (int64_t i = 0; i < n_rows; ++i) {
+    std::memcpy(&s.tail[size_t(i * kBytes)], rows[i].data + n_full * kBytes, size_t(tail_len));
+    tails[i] = &s.tail[size_t(i * kBytes)];
+  }
+}
+
+template <class S, DType D, bool kWide>
+void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const PackedX& x, float* c, int64_t cs,
+              Scratch<S>& s) {
+  using Elem = typename S::Elem;
+  const int64_t K = w.n_in, kp = x.k_padded, T = x.n_tokens;
+  const int64_t n_full = K / S::kChunk, n_chunks = kp / S::kChunk;
+  const bool has_tail = n_full < n_chunks;
+  const uint8_t* tails[kRowTile] = {};
+  if (has_tail) fill_tails<S, D>(rows, n_rows, K, n_full, s, tails);
+  const Elem* xd = static_cast<const Elem*>(x.data);
+  constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
+
+  if (T <= S::kDirectT) {
+    // Direct: decode in registers, kDirectR rows at a time (a short last group repeats its last row).
+    float part[S::kDirectT * S::kDirectR];
+    for (int64_t r0 = 0; r0 < n_rows; r0 += S::kDirectR) {
+      RowSrc grp[S::kDirectR];
+      const uint8_t* grp_tails[S::kDirectR];
+      for (int r = 0; r < S::kDirectR; ++r) {
+        const int64_t i = std::min(r0 + r, n_rows - 1);
+        grp[r] = rows[i];
+        grp_tails[r] = tails[i];
+      }
+      direct_tokens<S, D, kWide, S::kDirectT>(grp, grp_tails, xd, kp, T, n_full, has_tail, part, S::kDirectR);
+      const int64_t nr = std::min<int64_t>(S::kDirectR, n_rows - r0);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < nr; ++r) c[t * cs + r0 + r] = part[t * S::kDirectR + r];
+    }
+    return;
+  }
+
+  // Tile: decode the rows once, then every block of tokens reads them from the (L2-resident) tile.
+  const int64_t n_tile_rows = (n_rows + S::kTileR - 1) / S::kTileR * S::kTileR;
+  s.tile.resize(size_t(kRowTile * kp));
+  Elem* tile = s.tile.data();
+  for (int64_t i = 0; i < n_rows; ++i) {
+    for (int64_t ch = 0; ch < n_full; ++ch) {
+      S::store_w(tile + i * kp + ch * S::kChunk, decode_chunk<S, D, kWide>(rows[i], ch, rows[i].data + ch * kBytes));
+    }
+    if (has_tail) S::store_w(tile + i * kp + n_full * S::kChunk, decode_chunk<S, D, kWide>(rows[i], n_full, tails[i]));
+  }
+  std::fill(tile + n_rows * kp, tile + n_tile_rows * kp, Elem(0));
+  float part[S::kTileT * S::kTileR];
+  for (int64_t t0 = 0; t0 < T; t0 += S::kTileT) {
+    const int64_t nt = std::min<int64_t>(S::kTileT, T - t0);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += S::kTileR) {
+      tile_tokens<S, S::kTileR, S::kTileT>(tile + r0 * kp, kp, xd + t0 * kp, kp, nt, n_chunks, part, S::kTileR);
+      const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
+      for (int64_t t = 0; t < nt; ++t)
+        for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
+    }
+  }
+}
+
+template <class S>
+void tile(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x, float* c, int64_t cs) {
+  Scratch<S>& s = scratch<S>();
+  const int64_t n_chunks = x.k_padded / S::kChunk;
+  RowSrc rows[kRowTile];
+  const bool wide = row_sources<S>(w, row0, n_rows, n_chunks, s, rows);
+  switch (w.dtype) {
+    case DType::kBF16: return run_tile<S, DType::kBF16, false>(w, rows, n_rows, x, c, cs, s);
+    case DType::kF8E4M3:
+      if (wide) return run_tile<S, DType::kF8E4M3, true>(w, rows, n_rows, x, c, cs, s);
+      return run_tile<S, DType::kF8E4M3, false>(w, rows, n_rows, x, c, cs, s);
+    case DType::kI8: return run_tile<S, DType::kI8, false>(w, rows, n_rows, x, c, cs, s);
+    default: DI_CHECK_MSG(false, "linear: unsupported weight dtype");
+  }
+}
+
+template <class S>
+bool supports(const LinearWeight& w) {
+  switch (w.dtype) {
+    case DType::kBF16: return true;
+    case DType::kF8E4M3: return w.block > 0 && w.block % S::kChunk == 0;
+    case DType::kI8: return w.n_in % 32 == 0 && w.n_in % S::kChunk == 0;
+    default: return false;
+  }
+}
+
+}  // namespace family

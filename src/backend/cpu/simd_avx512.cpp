@@ -1,0 +1,171 @@
+// The AVX-512 fp32 kernel family: weights decoded exactly to fp32 in registers (or into the per-thread
+// tile), fp32 FMA on 16 lanes. Used on AVX-512 CPUs without BF16, and by the bf16 family's callers when
+// activations are not bf16 values.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/simd_kernels.h"
+#include "core/dtypes.h"
+#include "core/status.h"
+
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* temporaries.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+#endif
+
+namespace deepinfer::cpu::avx512 {
+
+#include "backend/cpu/simd_avx512_ops.h"
+
+alignas(64) constexpr float kE2m1Table[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+inline __m512 fp8_raw(__m128i bytes) {
+  const __m512i v = _mm512_cvtepi8_epi32(bytes);
+  return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u))));
+}
+
+inline __m512 bf16_to_f32(const uint16_t* p) {
+  const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded, bool fp4_order,
+            void* out);
+
+struct S : Avx512Ops {
+  using Elem = float;
+  struct W {
+    __m512 a, b;
+  };
+  static constexpr int64_t kChunk = 32;
+  static constexpr int kDirectR = 4, kDirectT = 4;
+  static constexpr int kTileR = 4, kTileT = 4;
+  static constexpr bool kPairedV = false;
+  static constexpr int kPvHeads = 4, kPvVectors = 4;
+
+  static F zero() { return _mm512_setzero_ps(); }
+  static F dot(F acc, W w, W x) { return _mm512_fmadd_ps(w.b, x.b, _mm512_fmadd_ps(w.a, x.a, acc)); }
+  static W load_w(const float* p) { return {_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)}; }
+  static void store_w(float* p, W w) {
+    _mm512_storeu_ps(p, w.a);
+    _mm512_storeu_ps(p + 16, w.b);
+  }
+  static W decode_bf16(const uint16_t* p) { return {bf16_to_f32(p), bf16_to_f32(p + 16)}; }
+  static W decode_fp8(const uint8_t* p, float mult) {
+    const __m512 m = _mm512_set1_ps(mult);
+    return {_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), m),
+            _mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), m)};
+  }
+  static W decode_fp8_wide(const uint8_t* p, float mult) {
+    const __m512 rebias = _mm512_set1_ps(0x1p120f), m = _mm512_set1_ps(mult);
+    return {_mm512_mul_ps(_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), rebias), m),
+            _mm512_mul_ps(_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), rebias), m)};
+  }
+  // 16 bytes = 32 codes: a = even elements (low nibbles), b = odd elements.
+  static W decode_fp4(const uint8_t* p, float scale) {
+    const __m512 table = _mm512_mul_ps(_mm512_load_ps(kE2m1Table), _mm512_set1_ps(scale));
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return {_mm512_permutexvar_ps(v, table), _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table)};
+  }
+  template <int R>
+  static void reduce(const F* acc, float* out) {
+    for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+  }
+  static bool pack_x(const float* x, int64_t xs, int64_t t0, int64_t t1, int64_t k, int64_t kp, bool fp4, void* out) {
+    return avx512::pack_x(x, xs, t0, t1, k, kp, fp4, out);
+  }
+  static bool pack_v_pairs(const float* const*, int64_t, int64_t, int64_t, uint32_t*) { return true; }
+
+  // PV: V rows read in place (pads point at a zero row), P as fp32 values of bf16.
+  struct PvSource {
+    const float* const* rows = nullptr;
+  };
+  using PvRow = float;
+  static void pv_prepare(const AttentionLayout& a, const float* p, int64_t n_heads, PvSource* src,
+                         std::vector<uint32_t>*, const PvRow** rows, int64_t* stride) {
+    thread_local std::vector<const float*> row_ptrs;
+    thread_local std::vector<float> zero_row;
+    zero_row.assign(size_t(a.head_dim), 0.0f);
+    row_ptrs.assign(a.rows, a.rows + a.n_rows);
+    for (auto& r : row_ptrs) if (!r) r = zero_row.data();
+    *src = PvSource{row_ptrs.data()};
+    *rows = p;
+    *stride = a.n_rows;
+  }
+  static W pv_v(const PvSource& s, int64_t jp, int64_t d) {
+    return {_mm512_loadu_ps(s.rows[2 * jp] + d), _mm512_loadu_ps(s.rows[2 * jp + 1] + d)};
+  }
+  static W pv_p(const PvRow* row, int64_t jp) { return {_mm512_set1_ps(row[2 * jp]), _mm512_set1_ps(row[2 * jp + 1])}; }
+};
+
+bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded, bool fp4_order,
+            void* out) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* src = x + t * x_stride;
+    float* dst = static_cast<float*>(out) + t * k_padded;
+    if (fp4_order) {
+      for (int64_t i = 0; i < k; i += 32) {
+        for (int j = 0; j < 16; ++j) {
+          dst[i + j] = src[i + 2 * j];
+          dst[i + 16 + j] = src[i + 2 * j + 1];
+        }
+      }
+    } else {
+      std::copy_n(src, k, dst);
+      std::fill(dst + k, dst + k_padded, 0.0f);
+    }
+  }
+  return true;
+}
+
+}  // namespace deepinfer::cpu::avx512
+
+namespace deepinfer::cpu::avx512 {
+#include "backend/cpu/linear_family.h"
+#include "backend/cpu/attention_family.h"
+}  // namespace deepinfer::cpu::avx512
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#pragma GCC diagnostic pop
+
+namespace deepinfer::cpu {
+
+namespace {
+namespace fam = avx512::family;
+using S16 = avx512::S;
+void dot_tiles(const void* w, int64_t n_rows, const void* x, int64_t n_tokens, int64_t kp, float* c, int64_t cs) {
+  fam::dot_tiles<S16>(static_cast<const float*>(w), n_rows, static_cast<const float*>(x), n_tokens, kp, c, cs);
+}
+void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t j0,
+                  int64_t j1, float* dots, float* scores) {
+  fam::index_scores_range<S16>(static_cast<const float*>(keys), static_cast<const float*>(q), weights, n_heads, kp, j0,
+                               j1, dots, scores);
+}
+}  // namespace
+
+const SimdKernels kSimdKernelsAvx512 = {
+    SimdLevel::kAvx512, S16::kChunk, 4, S16::kPairedV,
+    fam::supports<S16>, S16::pack_x, fam::tile<S16>,
+    dot_tiles,
+    fam::attention_pack_kv<S16>, fam::attention_pack_q<S16>, fam::attention_attend<S16>,
+    index_scores, fam::sum_squares<S16>,
+};
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,47 @@
+// fp32 vector operations on 16 lanes (AVX-512F), the part of an ISA traits struct that the AVX-512 and
+// AVX512-BF16 families share: arithmetic, bf16 rounding, fp32 exp. Included by simd_avx512.cpp and
+// simd_avx512bf16.cpp INSIDE their target region and namespace; nowhere else (no include guard on purpose).
+//
+// exp: Cody-Waite reduction by ln 2 and the Cephes expf polynomial (about 1 ulp on the arguments used
+// here, x <= 0); arguments below -87.3 return 0 (the exact results there are below 2^-126).
+
+struct Avx512Ops {
+  using F = __m512;
+  static constexpr int64_t kLanes = 16;
+  static F fzero() { return _mm512_setzero_ps(); }
+  static F fset1(float v) { return _mm512_set1_ps(v); }
+  static F fload(const float* p) { return _mm512_loadu_ps(p); }
+  static void fstore(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static F fadd(F a, F b) { return _mm512_add_ps(a, b); }
+  static F fsub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F fmul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F fdiv(F a, F b) { return _mm512_div_ps(a, b); }
+  static F fmax(F a, F b) { return _mm512_max_ps(a, b); }
+  static F ffma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static float fhsum(F v) { return _mm512_reduce_add_ps(v); }
+  static float fhmax(F v) { return _mm512_reduce_max_ps(v); }
+  // Round to bf16, nearest even (finite inputs).
+  static F fbf16(F v) {
+    const __m512i b = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(int(0xffff0000u))));
+  }
+  static F fexp(F x) {
+    const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33f)), _mm512_set1_ps(88.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(__mmask16(~underflow), y, _mm512_castsi512_ps(e));
+  }
+};

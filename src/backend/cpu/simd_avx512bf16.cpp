@@ -1,0 +1,230 @@
+// The AVX512-BF16 kernel family: weights decoded to bf16 in registers (bf16 as stored; e4m3 and e2m1 via
+// an exact fp32 decode with the block scale folded in, then vcvtne2ps2bf16, exact because every scaled code
+// has at most 4 significant bits), activations / kv rows / queries packed as bf16 (the caller's values are
+// bf16 already; the drivers fall back to the fp32 family otherwise), products summed by vdpbf16ps in fp32.
+// vdpbf16ps treats bf16 operands below 2^-126 as zero: such a term is < 2^-126 * |other factor|, far below
+// the fp32 accumulation error of any sum these ops produce.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/simd_kernels.h"
+#include "core/dtypes.h"
+#include "core/status.h"
+
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* temporaries.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
+#endif
+
+namespace deepinfer::cpu::avx512bf16 {
+
+#include "backend/cpu/simd_avx512_ops.h"
+
+alignas(64) constexpr float kE2m1Table[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// e4m3 code bytes (sign-extended to 32 bits) -> float bits of value * 2^-120 (sign, exponent, mantissa moved).
+inline __m512 fp8_raw(__m128i bytes) {
+  const __m512i v = _mm512_cvtepi8_epi32(bytes);
+  return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u))));
+}
+
+// Sums of 4 vectors -> 4 floats.
+inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 t2 = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 t3 = _mm256_add_ps(_mm512_castps512_ps256(t2), _mm512_extractf32x8_ps(t2, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps(t3, 1));
+}
+
+// 16 floats -> bf16 bits; sets bits of *bad where a value is not a bf16 value or is a nonzero below 2^-126.
+inline __m256i to_bf16_bits(__m512 v, __mmask16* bad) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __mmask16 low = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0xFFFF));
+  const __mmask16 exp_zero = _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7F800000));
+  const __mmask16 nonzero = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0x7FFFFFFF));
+  *bad = __mmask16(*bad | low | (exp_zero & nonzero));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16));
+}
+
+bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded, bool fp4_order,
+            void* out) {
+  __mmask16 bad = 0;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* src = x + t * x_stride;
+    uint16_t* dst = static_cast<uint16_t*>(out) + t * k_padded;
+    if (fp4_order) {  // k is a multiple of 32
+      for (int64_t i = 0; i < k; i += 32) {
+        const __m512 a = _mm512_loadu_ps(src + i), b = _mm512_loadu_ps(src + i + 16);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), to_bf16_bits(_mm512_permutex2var_ps(a, even, b), &bad));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 16), to_bf16_bits(_mm512_permutex2var_ps(a, odd, b), &bad));
+      }
+    } else {
+      for (int64_t i = 0; i < k_padded; i += 16) {
+        const int64_t n = k - i < 16 ? (k - i > 0 ? k - i : 0) : 16;
+        const __mmask16 m = __mmask16((1u << n) - 1u);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), to_bf16_bits(_mm512_maskz_loadu_ps(m, src + i), &bad));
+      }
+    }
+  }
+  return bad == 0;
+}
+
+// (row 2j, row 2j+1) -> [head_dim] u32 of two bf16 (low half = row 2j); nullptr rows are zeros.
+bool pack_v_pairs(const float* const* rows, int64_t r0, int64_t r1, int64_t head_dim, uint32_t* out) {
+  __mmask16 bad = 0;
+  const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+  for (int64_t j = r0; j < r1; j += 2) {
+    const float* a = rows[j];
+    const float* b = rows[j + 1];
+    uint32_t* dst = out + (j / 2) * head_dim;
+    for (int64_t d = 0; d < head_dim; d += 16) {
+      const __mmask16 m = __mmask16(head_dim - d >= 16 ? 0xFFFF : (1u << (head_dim - d)) - 1u);
+      const __m512i va = a ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, a + d)) : _mm512_setzero_si512();
+      const __m512i vb = b ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, b + d)) : _mm512_setzero_si512();
+      bad = __mmask16(bad | _mm512_test_epi32_mask(_mm512_or_si512(va, vb), lo16));
+      const __m512i pair = _mm512_or_si512(_mm512_srli_epi32(va, 16), _mm512_andnot_si512(lo16, vb));
+      _mm512_mask_storeu_epi32(dst + d, m, pair);
+    }
+  }
+  return bad == 0;
+}
+
+struct S : Avx512Ops {
+  using Elem = uint16_t;
+  using W = __m512bh;
+  static constexpr int64_t kChunk = 32;
+  static constexpr int kDirectR = 4, kDirectT = 4;
+  static constexpr int kTileR = 4, kTileT = 6;
+  static constexpr bool kPairedV = true;
+  static constexpr int kPvHeads = 6, kPvVectors = 4;
+
+  static F zero() { return _mm512_setzero_ps(); }
+  static F dot(F acc, W a, W b) { return _mm512_dpbf16_ps(acc, a, b); }
+  static W load_w(const uint16_t* p) { return (W)_mm512_loadu_si512(p); }
+  static void store_w(uint16_t* p, W w) { _mm512_storeu_si512(p, (__m512i)w); }
+  static W decode_bf16(const uint16_t* p) { return load_w(p); }
+  static W decode_fp8(const uint8_t* p, float mult) {
+    const __m512 m = _mm512_set1_ps(mult);
+    const __m512 lo = _mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), m);
+    const __m512 hi = _mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), m);
+    return _mm512_cvtne2ps_pbh(hi, lo);
+  }
+  static W decode_fp8_wide(const uint8_t* p, float mult) {
+    const __m512 rebias = _mm512_set1_ps(0x1p120f), m = _mm512_set1_ps(mult);
+    const __m512 lo = _mm512_mul_ps(_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), rebias), m);
+    const __m512 hi = _mm512_mul_ps(_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), rebias), m);
+    return _mm512_cvtne2ps_pbh(hi, lo);
+  }
+  // 16 bytes = 32 codes: even elements (low nibbles) to words 0..15, odd elements to words 16..31.
+  static W decode_fp4(const uint8_t* p, float scale) {
+    const __m512 table = _mm512_mul_ps(_mm512_load_ps(kE2m1Table), _mm512_set1_ps(scale));
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512 lo = _mm512_permutexvar_ps(b, table);
+    const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table);
+    return _mm512_cvtne2ps_pbh(hi, lo);
+  }
+  template <int R>
+  static void reduce(const F* acc, float* out) {
+    if constexpr (R == 4) {
+      _mm_storeu_ps(out, reduce4(acc[0], acc[1], acc[2], acc[3]));
+    } else {
+      for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+    }
+  }
+  static bool pack_x(const float* x, int64_t xs, int64_t t0, int64_t t1, int64_t k, int64_t kp, bool fp4, void* out) {
+    return avx512bf16::pack_x(x, xs, t0, t1, k, kp, fp4, out);
+  }
+  static bool pack_v_pairs(const float* const* rows, int64_t r0, int64_t r1, int64_t head_dim, uint32_t* out) {
+    return avx512bf16::pack_v_pairs(rows, r0, r1, head_dim, out);
+  }
+
+  // PV: V from the packed pairs, P as one u32 pair of bf16 per (head, pair).
+  struct PvSource {
+    const uint32_t* v = nullptr;
+    int64_t head_dim = 0;
+  };
+  using PvRow = uint32_t;
+  static void pv_prepare(const AttentionLayout& a, const float* p, int64_t n_heads, PvSource* src,
+                         std::vector<uint32_t>* pairs, const PvRow** rows, int64_t* stride) {
+    const int64_t n_pairs = a.n_rows / 2;
+    pairs->resize(size_t(n_heads * n_pairs));
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const float* ph = p + h * a.n_rows;
+      uint32_t* dst = pairs->data() + h * n_pairs;
+      int64_t jp = 0;
+      for (; jp + 16 <= n_pairs; jp += 16) {
+        const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(ph + 2 * jp));
+        const __m512i y = _mm512_castps_si512(_mm512_loadu_ps(ph + 2 * jp + 16));
+        const __m512i e = _mm512_permutex2var_epi32(x, even, y), o = _mm512_permutex2var_epi32(x, odd, y);
+        _mm512_storeu_si512(dst + jp, _mm512_or_si512(_mm512_srli_epi32(e, 16), _mm512_andnot_si512(lo16, o)));
+      }
+      for (; jp < n_pairs; ++jp) {
+        dst[jp] = (float_to_bits(ph[2 * jp]) >> 16) | (float_to_bits(ph[2 * jp + 1]) & 0xFFFF0000u);
+      }
+    }
+    *src = PvSource{static_cast<const uint32_t*>(a.v_packed), a.head_dim};
+    *rows = pairs->data();
+    *stride = n_pairs;
+  }
+  static W pv_v(const PvSource& s, int64_t jp, int64_t d) { return (W)_mm512_loadu_si512(s.v + jp * s.head_dim + d); }
+  static W pv_p(const PvRow* row, int64_t jp) { return (W)_mm512_set1_epi32(int(row[jp])); }
+};
+
+}  // namespace deepinfer::cpu::avx512bf16
+
+namespace deepinfer::cpu::avx512bf16 {
+#include "backend/cpu/linear_family.h"
+#include "backend/cpu/attention_family.h"
+}  // namespace deepinfer::cpu::avx512bf16
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#pragma GCC diagnostic pop
+
+namespace deepinfer::cpu {
+
+namespace {
+namespace fam = avx512bf16::family;
+using S16 = avx512bf16::S;
+void dot_tiles(const void* w, int64_t n_rows, const void* x, int64_t n_tokens, int64_t kp, float* c, int64_t cs) {
+  fam::dot_tiles<S16>(static_cast<const uint16_t*>(w), n_rows, static_cast<const uint16_t*>(x), n_tokens, kp, c, cs);
+}
+void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t j0,
+                  int64_t j1, float* dots, float* scores) {
+  fam::index_scores_range<S16>(static_cast<const uint16_t*>(keys), static_cast<const uint16_t*>(q), weights, n_heads, kp,
+                               j0, j1, dots, scores);
+}
+}  // namespace
+
+const SimdKernels kSimdKernelsAvx512Bf16 = {
+    SimdLevel::kAvx512Bf16, S16::kChunk, 2, S16::kPairedV,
+    fam::supports<S16>, S16::pack_x, fam::tile<S16>,
+    dot_tiles,
+    fam::attention_pack_kv<S16>, fam::attention_pack_q<S16>, fam::attention_attend<S16>,
+    index_scores, fam::sum_squares<S16>,
+};
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,95 @@
+// The per-ISA kernel table of the fast backend: one SimdKernels per SimdLevel (simd_avx2.cpp,
+// simd_avx512.cpp, simd_avx512bf16.cpp instantiate linear_family.h / attention_family.h in their target
+// region; simd_scalar.cpp is portable C++). The drivers (linear_cpu.cpp, attention_cpu.cpp,
+// mix_and_index_cpu.cpp) own threading, layouts and epilogues; a table entry owns only arithmetic on the
+// slice it is given. Weights are decoded in registers (few tokens: "direct" mode) or into one small
+// per-thread tile of kRowTile rows (many tokens: "tile" mode, reused by every block of tokens); a weight
+// matrix is never expanded in memory. Accumulation is fp32 everywhere.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/cpu_features.h"
+#include "model/weights.h"
+
+namespace deepinfer::cpu {
+
+constexpr int64_t kRowTile = 16;  // weight rows per linear work unit: one thread decodes and owns them
+
+// Activations of one linear call packed for one family: [n_tokens, k_padded] elements (fp32, or bf16 bits
+// for the bf16 family), zero padded past K; for fp4 weights each chunk holds its even elements first,
+// then its odd ones (the order in which the packed nibbles decode).
+struct PackedX {
+  const void* data = nullptr;
+  int64_t n_tokens = 0;
+  int64_t k_padded = 0;
+};
+
+// One query token's sparse attention laid out by the driver: the non-empty slots compacted per 64-slot
+// block ("segment", blocks without a non-empty slot dropped), each segment padded to an even length
+// with nullptr rows (P = 0), and the buffers the family packs into.
+struct AttentionLayout {
+  const float* const* rows = nullptr;  // [n_rows] K = V rows of head_dim values; nullptr = pad
+  int64_t n_rows = 0;                  // even
+  const int64_t* seg_begin = nullptr;  // [n_seg + 1], even offsets
+  const int64_t* seg_valid = nullptr;  // [n_seg] non-pad rows at the start of each segment (>= 1)
+  int64_t n_seg = 0;
+  const float* q = nullptr;            // [n_heads, head_dim]
+  int64_t n_heads = 0, head_dim = 0;
+  int64_t k_padded = 0;                // head_dim rounded up to the family's chunk
+  const float* sink = nullptr;         // [n_heads]
+  float scale = 0;
+  bool running_max = true;
+  float* out = nullptr;                // [n_heads, head_dim]
+  void* k_packed = nullptr;            // [round_up(n_rows, 4), k_padded] elements
+  void* v_packed = nullptr;            // bf16 family: [n_rows / 2, head_dim] (j, j+1) bf16 pairs
+  void* q_packed = nullptr;            // [n_heads, k_padded] elements
+};
+
+struct SimdKernels {
+  SimdLevel level = SimdLevel::kScalar;
+  int64_t chunk = 1;          // k elements per step; k_padded is a multiple of it
+  size_t elem_bytes = 4;      // bytes per packed element (fp32, or bf16 bits)
+  bool paired_v = false;      // attention packs V as bf16 pairs
+
+  // ---- linear ----
+  // Whether this family handles the weight (dtype, e4m3 block a multiple of chunk).
+  bool (*supports)(const LinearWeight& w) = nullptr;
+  // Packs tokens [t0, t1) of x [*, x_stride] (first k values each) into out rows of k_padded elements.
+  // Returns false if some value cannot be packed exactly (bf16 family: a value that is not a normal bf16).
+  bool (*pack_x)(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded,
+                 bool fp4_order, void* out) = nullptr;
+  // c[t * c_stride + i] = sum_k x[t, k] * W[row0 + i, k] for i < n_rows <= kRowTile and every token of x.
+  void (*tile)(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x, float* c,
+               int64_t c_stride) = nullptr;
+
+  // ---- dot products of packed rows (indexer, mHC): c[t * cs + r] = sum_k x[t, k] * w[r, k] ----
+  // w holds round_up(n_rows, 4) readable rows.
+  void (*dot_tiles)(const void* w, int64_t n_rows, const void* x, int64_t n_tokens, int64_t k_padded, float* c,
+                    int64_t cs) = nullptr;
+
+  // ---- sparse attention (one token) ----
+  bool (*attention_pack_kv)(const AttentionLayout& a, int64_t r0, int64_t r1) = nullptr;  // r0, r1 even
+  bool (*attention_pack_q)(const AttentionLayout& a, int64_t h0, int64_t h1) = nullptr;
+  void (*attention_attend)(const AttentionLayout& a, int64_t h0, int64_t h1) = nullptr;
+
+  // ---- indexer scores for keys [j0, j1): dots is scratch of [n_heads, j1 - j0] ----
+  void (*index_scores)(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t k_padded,
+                       int64_t j0, int64_t j1, float* dots, float* scores) = nullptr;
+  float (*sum_squares)(const float* x, int64_t n) = nullptr;
+};
+
+// The table of a level; the level must be supported by this CPU.
+const SimdKernels& simd_kernels(SimdLevel level);
+
+extern const SimdKernels kSimdKernelsScalar;
+extern const SimdKernels kSimdKernelsAvx2;
+extern const SimdKernels kSimdKernelsAvx512;
+extern const SimdKernels kSimdKernelsAvx512Bf16;
+
+// e8m0 byte -> its float value (2^(byte-127); byte 0 = 2^-127, 255 = NaN).
+extern const std::array<float, 256> kE8m0Values;
+
+}  // namespace deepinfer::cpu

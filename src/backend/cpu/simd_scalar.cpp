@@ -1,0 +1,120 @@
+// The portable kernel family (any CPU, and the fallback for weights the SIMD families do not handle):
+// linear decodes one row exactly to fp32 at a time into a per-thread buffer, eight fp32 partial sums per
+// token; dot products likewise. Sparse attention has no entry here: the driver's portable loop serves it.
+// Also owns the shared tables of simd_kernels.h and the level -> family table.
+#include <algorithm>
+#include <string>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/simd_kernels.h"
+#include "backend/cpu/weight_decode.h"
+#include "core/status.h"
+
+namespace deepinfer::cpu {
+
+namespace {
+
+constexpr std::array<float, 256> make_e8m0_table() {
+  std::array<float, 256> t{};
+  for (int i = 0; i < 255; ++i) {
+    float v = 1.0f;
+    for (int e = i - 127; e > 0; --e) v *= 2.0f;
+    for (int e = i - 127; e < 0; ++e) v *= 0.5f;  // 2^-127 is an exact fp32 subnormal
+    t[size_t(i)] = v;
+  }
+  t[255] = __builtin_nanf("");
+  return t;
+}
+
+bool scalar_supports(const LinearWeight& w) {
+  return w.dtype == DType::kBF16 || w.dtype == DType::kF8E4M3 || w.dtype == DType::kI8;
+}
+
+bool scalar_pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded,
+                   bool /*fp4_order*/, void* out) {
+  for (int64_t t = t0; t < t1; ++t) {
+    float* dst = static_cast<float*>(out) + t * k_padded;
+    std::copy_n(x + t * x_stride, k, dst);
+    std::fill(dst + k, dst + k_padded, 0.0f);
+  }
+  return true;
+}
+
+void scalar_tile(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x, float* c, int64_t cs) {
+  thread_local std::vector<float> row;
+  const int64_t K = w.n_in;
+  row.resize(size_t(K));
+  const float* xd = static_cast<const float*>(x.data);
+  for (int64_t i = 0; i < n_rows; ++i) {
+    decode_weight_row(w, row0 + i, row.data());
+    for (int64_t t = 0; t < x.n_tokens; ++t) {
+      const float* xt = xd + t * x.k_padded;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t k = 0;
+      for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += xt[k + j] * row[size_t(k + j)];
+      float total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      for (; k < K; ++k) total += xt[k] * row[size_t(k)];
+      c[t * cs + i] = total;
+    }
+  }
+}
+
+float dot8(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[k + j] * b[k + j];
+  float total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; k < n; ++k) total += a[k] * b[k];
+  return total;
+}
+
+void scalar_dot_tiles(const void* w, int64_t n_rows, const void* x, int64_t n_tokens, int64_t kp, float* c, int64_t cs) {
+  const float* wf = static_cast<const float*>(w);
+  const float* xf = static_cast<const float*>(x);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t r = 0; r < n_rows; ++r) c[t * cs + r] = dot8(xf + t * kp, wf + r * kp, kp);
+}
+
+void scalar_index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp,
+                         int64_t j0, int64_t j1, float* /*dots*/, float* scores) {
+  const float* kf = static_cast<const float*>(keys);
+  const float* qf = static_cast<const float*>(q);
+  for (int64_t j = j0; j < j1; ++j) {
+    float total = 0;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const float s = round_bf16_from_float(dot8(qf + h * kp, kf + j * kp, kp));
+      total += round_bf16_from_float(std::max(s, 0.0f) * weights[h]);
+    }
+    scores[j] = round_bf16_from_float(total);
+  }
+}
+
+float scalar_sum_squares(const float* x, int64_t n) { return dot8(x, x, n); }
+
+}  // namespace
+
+extern const std::array<float, 256> kE8m0Values = make_e8m0_table();
+
+const SimdKernels kSimdKernelsScalar = {
+    SimdLevel::kScalar, 1, 4, false,
+    scalar_supports, scalar_pack_x, scalar_tile,
+    scalar_dot_tiles,
+    nullptr, nullptr, nullptr,
+    scalar_index_scores, scalar_sum_squares,
+};
+
+const SimdKernels& simd_kernels(SimdLevel level) {
+  DI_CHECK_MSG(simd_level_supported(level), std::string("SIMD level not supported by this CPU: ") + simd_level_name(level));
+  switch (level) {
+    case SimdLevel::kScalar: return kSimdKernelsScalar;
+    case SimdLevel::kAvx2: return kSimdKernelsAvx2;
+    case SimdLevel::kAvx512: return kSimdKernelsAvx512;
+    case SimdLevel::kAvx512Bf16: return kSimdKernelsAvx512Bf16;
+  }
+  return kSimdKernelsScalar;
+}
+
+}  // namespace deepinfer::cpu

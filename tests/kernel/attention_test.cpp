@@ -1,0 +1,128 @@
+// Fast sparse attention (every SIMD level this CPU has) against the exact reference on fresh random
+// V4-Flash shapes: 64 heads x 512, a 128-slot window part and a compressed part (ratio-4 top-512 or
+// ratio-128 rows) with empty slots (short contexts, prefill layouts, whole empty 64-blocks, odd counts per
+// block), both block_running_max settings, and kv rows that are not bf16 values (fp32 fallback).
+// Bound per output: 2 bf16 ulps of the reference + 2^-10 of the head's largest |output| (a P that rounds the
+// other way moves an output by about 2^-8 * P_j |v_j| / denominator).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backend/backend.h"
+#include "kernel/kernel_test_util.h"
+
+namespace deepinfer::testing {
+namespace {
+
+struct AttentionCase {
+  std::string name;
+  int64_t n_heads = 64, head_dim = 512;
+  int64_t n_window = 128, n_window_filled = 128;  // window part: the first n_window_filled slots hold rows
+  int64_t n_compressed = 512, n_compressed_filled = 512;
+  int64_t empty_block = -1;                        // a compressed 64-block left entirely empty
+  bool fp32_rows = false;
+  float score_scale = 1.0f;                        // spreads the scores (sharper softmax)
+};
+
+class SparseAttentionKernel : public ::testing::TestWithParam<SimdLevel> {};
+
+void run_case(SimdLevel level, const AttentionCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t H = c.n_heads, D = c.head_dim;
+  const int64_t n_rows = c.n_window_filled + c.n_compressed_filled;
+  std::vector<float> kv = random_bf16_values(rng, n_rows * D, 1.0f);
+  if (c.fp32_rows) {
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (auto& v : kv) v = u(rng);
+  }
+  std::vector<float> q = random_bf16_values(rng, H * D, c.score_scale);
+  std::vector<float> sink(static_cast<size_t>(H));
+  for (auto& s : sink) s = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+  std::vector<const float*> slots;
+  for (int64_t i = 0; i < c.n_window; ++i) slots.push_back(i < c.n_window_filled ? &kv[size_t(i * D)] : nullptr);
+  for (int64_t i = 0; i < c.n_compressed; ++i) {
+    const bool filled = i < c.n_compressed_filled && i / 64 != c.empty_block;
+    slots.push_back(filled ? &kv[size_t((c.n_window_filled + i) * D)] : nullptr);
+  }
+  while (slots.size() % 64) slots.push_back(nullptr);
+  const float softmax_scale = float(1.0 / std::sqrt(double(D)));
+
+  auto reference = make_reference_backend();
+  auto fast = make_fast_backend_with_level(2, level);
+  for (bool running : {true, false}) {
+    std::vector<float> ref(size_t(H * D)), got(size_t(H * D));
+    SparseAttentionParams p{q.data(), H, D, slots.data(), int64_t(slots.size()), sink.data(), softmax_scale, running, ref.data()};
+    reference->sparse_attention(p);
+    p.out = got.data();
+    fast->sparse_attention(p);
+    int64_t n_bad = 0;
+    for (int64_t h = 0; h < H; ++h) {
+      float head_max = 0;
+      for (int64_t d = 0; d < D; ++d) head_max = std::max(head_max, std::fabs(ref[size_t(h * D + d)]));
+      for (int64_t d = 0; d < D; ++d) {
+        const float r = ref[size_t(h * D + d)], g = got[size_t(h * D + d)];
+        const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7);
+        const double bound = 2 * ulp + std::ldexp(double(head_max), -10);
+        if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
+          ADD_FAILURE() << c.name << " running=" << running << " h=" << h << " d=" << d << " ref=" << r << " fast=" << g;
+        }
+      }
+    }
+    const Diff d = compare(ref, got, true);
+    EXPECT_TRUE(d.finite);
+    EXPECT_LT(d.calc_diff, 1e-5) << c.name;
+    if (!c.fp32_rows) {
+      EXPECT_LE(double(d.n_differ), 0.05 * double(d.n)) << c.name;
+    }
+    print_diff(std::string(simd_level_name(level)) + " " + c.name + (running ? " [block max]" : " [global max]"), d);
+  }
+}
+
+TEST_P(SparseAttentionKernel, DecodeWindowPlusTopK) {
+  DI_SKIP_UNLESS_SUPPORTED(GetParam());
+  run_case(GetParam(), {"decode ratio-4: 128 window + 512 top-k"}, 1);
+}
+
+TEST_P(SparseAttentionKernel, ShortContextAndEmptySlots) {
+  DI_SKIP_UNLESS_SUPPORTED(GetParam());
+  AttentionCase c{"short context: 37 window rows, 9 compressed rows"};
+  c.n_window_filled = 37;
+  c.n_compressed = 64;
+  c.n_compressed_filled = 9;
+  run_case(GetParam(), c, 2);
+  AttentionCase e{"prefill layout: odd fills, an empty 64-block"};
+  e.n_window_filled = 101;
+  e.n_compressed_filled = 333;
+  e.empty_block = 2;
+  run_case(GetParam(), e, 3);
+  AttentionCase w{"window only (ratio 0), 1 row"};
+  w.n_window_filled = 1;
+  w.n_compressed = 0;
+  w.n_compressed_filled = 0;
+  run_case(GetParam(), w, 4);
+}
+
+TEST_P(SparseAttentionKernel, SharpSoftmaxSmallHeads) {
+  DI_SKIP_UNLESS_SUPPORTED(GetParam());
+  AttentionCase c{"sharp scores, 8 heads x 128"};
+  c.n_heads = 8;
+  c.head_dim = 128;
+  c.n_compressed_filled = 300;
+  c.score_scale = 3.0f;
+  run_case(GetParam(), c, 5);
+}
+
+TEST_P(SparseAttentionKernel, NonBf16RowsFallBack) {
+  DI_SKIP_UNLESS_SUPPORTED(GetParam());
+  AttentionCase c{"fp32 kv rows"};
+  c.n_heads = 16;
+  c.n_compressed_filled = 200;
+  c.fp32_rows = true;
+  run_case(GetParam(), c, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, SparseAttentionKernel, ::testing::ValuesIn(all_simd_levels()), level_test_name);
+
+}  // namespace
+}  // namespace deepinfer::testing
