@@ -223,6 +223,24 @@ TEST(StreamDecoder, ConcatenationEqualsDecodeForRandomIds) {
   }
 }
 
+TEST(Tokenizer, RoundTripsRandomBytesThroughLossyRepair) {
+  Tokenizer tok = load_small();
+  std::mt19937 rng(7);
+  const std::string alphabet = "ab1 \n\t<|user|>think\xE4\xBD\xA0\xF0\x9F\x98\x80\xC3\xA9\xE3\x80\x80\xFF\x80";
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string bytes;
+    const size_t n = rng() % 40;
+    for (size_t i = 0; i < n; ++i) {
+      bytes.push_back(rng() % 4 == 0 ? static_cast<char>(rng() % 256) : alphabet[rng() % alphabet.size()]);
+    }
+    std::string repaired;
+    append_utf8_lossy(bytes, &repaired);
+    for (auto matching : {AddedTokenMatching::kAll, AddedTokenMatching::kNonSpecial, AddedTokenMatching::kNone}) {
+      ASSERT_EQ(tok.decode(tok.encode(bytes, matching)), repaired) << "trial " << trial;
+    }
+  }
+}
+
 TEST(Tokenizer, EncodesLongWhitespaceRun) {
   Tokenizer tok = load_small();
   const std::string spaces(1 << 20, ' ');
