@@ -12,7 +12,7 @@ namespace deepinfer {
 void Model::dspark_seed(SequenceState& seq, int64_t first_pos, std::span<const float> taps) {
   const ModelConfig& c = config_;
   DI_CHECK_MSG(c.is_v41(), "DSpark is a V4.1 feature");
-  const int64_t D = c.dim, HD = c.head_dim, RD = c.rope_head_dim, W = c.window_size;
+  const int64_t D = c.dim, HD = c.head_dim, RD = c.rope_head_dim;
   const int64_t width = int64_t(c.dspark_target_layers.size()) * D, n = int64_t(taps.size()) / width;
   const double eps = c.norm_eps_value();
   std::vector<float> x(taps.begin(), taps.end()), mx(static_cast<size_t>(n * D)), kv(static_cast<size_t>(n * HD));
@@ -31,7 +31,8 @@ void Model::dspark_seed(SequenceState& seq, int64_t first_pos, std::span<const f
       rmsnorm(row, w.kv_norm, HD, eps, row);
       rope.apply(row + HD - RD, first_pos + i, false);
       qdq_fp8_v41(row, HD, 32);
-      std::copy_n(row, HD, &seq.mtp_layers[size_t(s)].window[size_t(((first_pos + i) % W) * HD)]);
+      LayerState& ring = seq.mtp_layers[size_t(s)];
+      std::copy_n(row, HD, &ring.window[size_t(ring.slot(first_pos + i) * HD)]);
     }
   }
   seq.n_mtp_tokens = std::max(seq.n_mtp_tokens, first_pos + n);
@@ -54,6 +55,7 @@ DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor)
     batch.ids.push_back(i == 0 ? anchor : c.dspark_noise_token_id);
     batch.pos.push_back(pos + 1 + i);
     batch.chunk.push_back(0);
+    batch.is_prompt.push_back(0);
     batch.window_slots.push_back(W);
     batch.layout_tokens.push_back(pos + 2 + i);
   }
@@ -68,12 +70,12 @@ DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor)
   for (int s = 0; s < c.n_mtp_layers; ++s) {  // D4
     const BlockWeights& w = weights_.mtp[size_t(s)].block;
     const RopeTable& rope = layer_rope_[size_t(c.n_layers + s)];
-    const std::vector<float>& ring = seq.mtp_layers[size_t(s)].window;
+    const LayerState& ring = seq.mtp_layers[size_t(s)];
     mhc_block_v41(w, batch, h, pre_in, [&](const std::vector<float>& u, std::vector<float>& out) {
       QkvV41 qkv;
       project_qkv_v41(w, rope, batch.pos, u, qkv);
       std::vector<const float*> rows;
-      for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) rows.push_back(&ring[size_t((p % W) * HD)]);
+      for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) rows.push_back(&ring.window[size_t(ring.slot(p) * HD)]);
       for (int64_t i = 0; i < B; ++i) rows.push_back(&qkv.kv[size_t(i * HD)]);  // non-causal over the block
       std::vector<float> o(static_cast<size_t>(B * H * HD));
       for (int64_t i = 0; i < B; ++i) attend_v41(w, rope, &qkv.q[size_t(i * H * HD)], pos + 1 + i, rows, &o[size_t(i * H * HD)]);

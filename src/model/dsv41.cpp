@@ -175,7 +175,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     SequenceState& seq = *chunks[ci].state;
     if (!engram_.token_map.empty()) {
       for (int32_t id : chunks[ci].ids) seq.engram_history.push_back(engram_.token_map[size_t(id)]);
-      const size_t keep = size_t(std::max(0, c.engram_max_ngram - 1));
+      const size_t keep = size_t(std::max(0, c.engram_max_ngram - 1) + kSpecSlots);
       if (seq.engram_history.size() > keep) seq.engram_history.erase(seq.engram_history.begin(), seq.engram_history.end() - long(keep));
     }
     seq.n_tokens += n;

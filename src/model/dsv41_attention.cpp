@@ -22,6 +22,24 @@ int latest_layer(int layer, Pred pred) {
 
 }  // namespace
 
+int Model::published_keys_layer(int layer, int64_t pos, bool is_prompt, int64_t prompt_len) const {
+  // The reference republishes its index_k slot whenever a KV source completes a group, in layer order.
+  // One-shot prefill: every KV source with at least one row published during the prompt. Decode at pos:
+  // the latest KV source up to this layer that completes a group at pos, else the last one that did at
+  // pos - 1 (the previous decode step). Derived per token, so chunking and batching cannot change it.
+  const ModelConfig& c = config_;
+  for (int l = layer; l >= 0; --l) {
+    if (!c.is_kv_source(l)) continue;
+    const int r = c.compress_ratio(l);
+    if (is_prompt ? prompt_len / r >= 1 : (pos + 1) % r == 0) return l;
+  }
+  for (int l = c.n_layers - 1; l >= 0 && !is_prompt; --l) {
+    if (c.is_kv_source(l) && pos % c.compress_ratio(l) == 0) return l;
+  }
+  for (int l = layer; l >= 0; --l) if (c.is_kv_source(l)) return l;  // the owner
+  return -1;
+}
+
 void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, const std::vector<float>& u) {
   const ModelConfig& c = config_;
   const BlockWeights& w = weights_.layers[size_t(layer)];
@@ -51,17 +69,19 @@ void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scra
     for (int64_t t = 0; t < T; ++t) {
       const int ci = batch.chunk[size_t(t)];
       CompressorState& cs = batch.states[size_t(ci)]->layers[size_t(layer)].compressor;
-      const int64_t pos = batch.pos[size_t(t)], slot = pos % ratio;
+      const int64_t pos = batch.pos[size_t(t)], ring = cs.ring_rows(), slot = pos % ring;
       std::copy_n(&ckv[size_t(t * HD)], HD, &cs.kv[size_t(slot * HD)]);
       std::copy_n(&csc[size_t(t * HD)], HD, &cs.score[size_t(slot * HD)]);
       if ((pos + 1) % ratio != 0) continue;
+      const int64_t group_first = pos + 1 - ratio;
       for (int64_t i = 0; i < HD; ++i) {
         double smax = -INFINITY;
-        for (int j = 0; j < ratio; ++j) smax = std::max(smax, double(cs.score[size_t(j * HD + i)]));
+        for (int j = 0; j < ratio; ++j) smax = std::max(smax, double(cs.score[size_t(((group_first + j) % ring) * HD + i)]));
         double num = 0, den = 0;
         for (int j = 0; j < ratio; ++j) {
-          const double e = std::exp(double(cs.score[size_t(j * HD + i)]) - smax);
-          num += double(cs.kv[size_t(j * HD + i)]) * e;
+          const int64_t row = (group_first + j) % ring;
+          const double e = std::exp(double(cs.score[size_t(row * HD + i)]) - smax);
+          num += double(cs.kv[size_t(row * HD + i)]) * e;
           den += e;
         }
         pooled[size_t(i)] = round_bf16(num / den);
@@ -94,8 +114,6 @@ void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scra
     ls.compressor.n_rows += 1;
     ls.index_compressor.rows.insert(ls.index_compressor.rows.end(), key, key + ID);
     ls.index_compressor.n_rows += 1;
-    scratch.completed_group[size_t(latent_chunk[size_t(r)])] = 1;
-    seq.published_keys_layer = layer;  // the reference republishes index_k when a group completes
   }
 }
 
@@ -171,7 +189,6 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
 
   const int owner = ratio == 0 ? -1 : latest_layer(layer, [&](int l) { return c.is_kv_source(l); });
   if (ratio != 0 && c.is_kv_source(layer)) {
-    scratch.completed_group.assign(batch.states.size(), 0);
     kv_source_update_v41(layer, batch, scratch, u);
   }
   if (ratio != 0 && c.is_index_source(layer)) {  // steps 20-27
@@ -195,10 +212,10 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
         qdq_fp4_pow2_v41(head, ID, 32);
       }
       for (int64_t hh = 0; hh < IH; ++hh) iw[size_t(t * IH + hh)] = round_bf16(double(iw[size_t(t * IH + hh)]) * index_scale);
-      // Which key cache this indexer scores against (spec §7.5): its KV owner's, or with the reference's
-      // republish behaviour the last published one when this layer's own group did not complete.
-      int keys_layer = owner;
-      if (!options_.index_owner_keys && seq.published_keys_layer >= 0) keys_layer = seq.published_keys_layer;
+      // Which key cache this indexer scores against (spec §7.5): its KV owner's, or the one the reference
+      // last published (see published_keys_layer).
+      const int keys_layer = options_.index_owner_keys ? owner : published_keys_layer(layer, pos, batch.is_prompt[size_t(t)] != 0,
+                                                                                      batch.layout_tokens[size_t(t)]);
       const CompressorState& keys = seq.layers[size_t(keys_layer)].index_compressor;
       const int64_t n_visible = (pos + 1) / ratio;
       const int64_t n_layout = batch.layout_tokens[size_t(t)] / ratio;
@@ -252,7 +269,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     rows.clear();
     for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) {
       rows.push_back(p >= chunk_first_pos ? &kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]
-                                          : &ls.window[size_t((p % W) * HD)]);
+                                          : &ls.window[size_t(ls.slot(p) * HD)]);
     }
     if (ratio != 0) {
       const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
@@ -265,7 +282,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   }
   for (int64_t t = 0; t < T; ++t) {
     LayerState& ls = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)];
-    std::copy_n(&kv[size_t(t * HD)], HD, &ls.window[size_t((batch.pos[size_t(t)] % W) * HD)]);
+    std::copy_n(&kv[size_t(t * HD)], HD, &ls.window[size_t(ls.slot(batch.pos[size_t(t)]) * HD)]);
   }
   output_projection_v41(w, o, T, out);
 }

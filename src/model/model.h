@@ -81,6 +81,10 @@ class Model {
   // Runs the MTP layer (mtp.0) on its own window state of each sequence.
   std::vector<ChunkOutput> forward_mtp(std::span<const MtpChunk> chunks);
 
+  // Forgets every position >= n_tokens (at most kSpecSlots of them): the state becomes exactly what
+  // processing only the first n_tokens positions left. Used to reject speculative tokens.
+  void rollback(SequenceState& seq, int64_t n_tokens) const;
+
   // V4.1 DSpark (dspark.cpp). Seeds every stage's window ring with the main-stream KV of positions
   // [first_pos, first_pos + n) from their taps ([n, n_taps * dim], ChunkOutput::hidden of a V4.1 forward).
   void dspark_seed(SequenceState& seq, int64_t first_pos, std::span<const float> taps);
@@ -100,6 +104,7 @@ class Model {
   void engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h);
   void attention_v41(int layer, Batch& batch, V41Scratch& scratch, const std::vector<float>& u, std::vector<float>& out);
   void kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, const std::vector<float>& u);
+  int published_keys_layer(int layer, int64_t pos, bool is_prompt, int64_t prompt_len) const;
   // Pieces of the V4.1 attention shared with the DSpark stages.
   struct QkvV41 {
     std::vector<float> q;             // [T, n_heads, head_dim] roped

@@ -1,0 +1,91 @@
+#include "engine/generation.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace deepinfer {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerationOptions& options) {
+  const ModelConfig& c = model.config();
+  const int64_t V = c.vocab_size, P = int64_t(prompt.size());
+  const bool speculative = options.speculative && c.is_v41() && c.dspark_block_size > 0;
+  DI_CHECK_MSG(!options.speculative || speculative, "speculative decoding needs a V4.1 checkpoint with DSpark");
+  GenerationResult result;
+  Sampler sampler(options.sampling.seed);
+  SequenceState seq = model.new_sequence();
+  auto t0 = Clock::now();
+  ForwardChunk prefill{&seq, prompt, P};
+  prefill.keep_hidden = speculative;
+  auto out = model.forward(std::span<const ForwardChunk>(&prefill, 1));
+  if (speculative) model.dspark_seed(seq, 0, out[0].hidden);
+  result.prefill_seconds = seconds_since(t0);
+  t0 = Clock::now();
+  int32_t next = sampler.sample(out[0].logits.data(), V, options.sampling);
+  // emit() appends a token; false once generation must stop.
+  auto emit = [&](int32_t token) {
+    result.tokens.push_back(token);
+    if (options.stop_at_eos && token == c.eos_token_id) return false;
+    return int64_t(result.tokens.size()) < options.max_tokens;
+  };
+  while (emit(next)) {
+    const int64_t pos = seq.n_tokens - 1;  // the last position the model has processed
+    if (!speculative) {
+      ForwardChunk step{&seq, std::span<const int32_t>(&next, 1), 0};
+      out = model.forward(std::span<const ForwardChunk>(&step, 1));
+      ++result.n_forwards;
+      next = sampler.sample(out[0].logits.data(), V, options.sampling);
+      continue;
+    }
+    // Draft after pos with `next` as the anchor, then feed [next, d1 .. dm] in one forward.
+    const DsparkDraft draft = model.dspark_draft(seq, pos, next);
+    const int64_t remaining = options.max_tokens - int64_t(result.tokens.size());
+    const int64_t m = std::min<int64_t>({int64_t(draft.tokens.size()) - 2, remaining, kSpecSlots - 1});
+    std::vector<int32_t> fed(draft.tokens.begin(), draft.tokens.begin() + 1 + m);
+    ForwardChunk verify{&seq, fed, 0};
+    verify.all_logits = true;
+    verify.keep_hidden = true;
+    out = model.forward(std::span<const ForwardChunk>(&verify, 1));
+    ++result.n_forwards;
+    result.n_drafted += m;
+    // Row i of the logits predicts the token after fed[i]; draft token fed[i + 1] is accepted with
+    // probability p_i(fed[i + 1]) (greedy: when it is the argmax).
+    int64_t k = 0;
+    bool stopped = false;
+    int32_t after = -1;
+    for (; k < m; ++k) {
+      const float* row = &out[0].logits[size_t(k * V)];
+      const int32_t d = fed[size_t(k + 1)];
+      auto dist = sampler.distribution(row, V, options.sampling);
+      double p_d = 0;
+      for (const auto& [id, prob] : dist) if (id == d) p_d = prob;
+      const bool accept = options.sampling.temperature <= 0.0f ? dist[0].first == d : sampler.next_uniform() < p_d;
+      if (!accept) {
+        std::erase_if(dist, [&](const auto& e) { return e.first == d; });
+        after = sampler.draw(dist);
+        break;
+      }
+      ++result.n_accepted;
+      if (!emit(d)) {
+        stopped = true;
+        ++k;
+        break;
+      }
+    }
+    if (after < 0 && !stopped) after = sampler.sample(&out[0].logits[size_t(k * V)], V, options.sampling);
+    // Keep next and the k accepted drafts; forget the rest; the DSpark rings learn the kept positions.
+    model.rollback(seq, pos + 2 + k);
+    const int64_t taps_width = int64_t(out[0].hidden.size()) / int64_t(fed.size());
+    model.dspark_seed(seq, pos + 1, std::span<const float>(out[0].hidden.data(), size_t((k + 1) * taps_width)));
+    if (stopped) break;
+    next = after;
+  }
+  result.decode_seconds = seconds_since(t0);
+  return result;
+}
+
+}  // namespace deepinfer
