@@ -1,6 +1,7 @@
 #include "model/teacher_forcing.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "format/safetensors.h"
 
@@ -15,14 +16,16 @@ Result<GoldenCase> load_golden_case(const std::string& path) {
     const TensorView* t = f.find(name);
     if (!t) return Status::error(path + ": missing tensor '" + name + "'");
     if (t->dtype != DType::kI32 || t->shape.size() != 1) return Status::error(path + ": tensor '" + std::string(name) + "' must be I32 [n]");
-    out->assign(t->as<int32_t>(), t->as<int32_t>() + t->numel());
+    out->resize(size_t(t->numel()));
+    std::memcpy(out->data(), t->data, t->n_bytes);  // tensors may sit at misaligned offsets
     return Status();
   };
   auto read_f32 = [&](const std::string& name, std::vector<float>* out) -> Status {
     const TensorView* t = f.find(name);
     if (!t) return Status();
     if (t->dtype != DType::kF32) return Status::error(path + ": tensor '" + name + "' must be F32");
-    out->assign(t->as<float>(), t->as<float>() + t->numel());
+    out->resize(size_t(t->numel()));
+    std::memcpy(out->data(), t->data, t->n_bytes);
     return Status();
   };
   DI_RETURN_IF_ERROR(read_ids("prompt", &gc.prompt));
@@ -33,7 +36,10 @@ Result<GoldenCase> load_golden_case(const std::string& path) {
   DI_RETURN_IF_ERROR(read_f32("dspark_logits", &gc.dspark_logits));
   DI_RETURN_IF_ERROR(read_f32("dspark_confidence", &gc.dspark_confidence));
   if (f.find("dspark_anchor")) DI_RETURN_IF_ERROR(read_ids("dspark_anchor", &gc.dspark_anchor));
-  if (const TensorView* t = f.find("dspark_tokens"); t && t->dtype == DType::kI32) gc.dspark_tokens.assign(t->as<int32_t>(), t->as<int32_t>() + t->numel());
+  if (const TensorView* t = f.find("dspark_tokens"); t && t->dtype == DType::kI32) {
+    gc.dspark_tokens.resize(size_t(t->numel()));
+    std::memcpy(gc.dspark_tokens.data(), t->data, t->n_bytes);
+  }
   for (int l = 0;; ++l) {
     std::vector<float> h;
     DI_RETURN_IF_ERROR(read_f32("hidden." + std::to_string(l), &h));
