@@ -2,12 +2,54 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 namespace deepinfer {
 
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The distribution Sampler::sample draws from, as (id, probability) pairs: greedy gives the argmax with
+// probability 1; otherwise temperature, then top-k, min-p and top-p as in Sampler::sample.
+// TODO(sampler): move into Sampler once its penalties/logprobs rework lands, so the filter lives once.
+std::vector<std::pair<int32_t, double>> distribution(const float* logits, int64_t vocab, const SamplingParams& p) {
+  std::vector<std::pair<int32_t, double>> dist;
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i) if (logits[i] > logits[best]) best = i;
+  if (p.temperature <= 0.0f) return {{int32_t(best), 1.0}};
+  for (int64_t i = 0; i < vocab; ++i) dist.emplace_back(int32_t(i), double(logits[i] / p.temperature));
+  std::sort(dist.begin(), dist.end(), [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  if (p.top_k > 0 && size_t(p.top_k) < dist.size()) dist.resize(size_t(p.top_k));
+  const double max_logit = dist[0].second;
+  double total = 0;
+  for (auto& d : dist) total += d.second = std::exp(d.second - max_logit);
+  for (auto& d : dist) d.second /= total;
+  size_t n = dist.size();
+  if (p.min_p > 0.0f) {
+    while (n > 1 && dist[n - 1].second < p.min_p * dist[0].second) --n;
+  }
+  if (p.top_p < 1.0f) {
+    double cumulative = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cumulative += dist[i].second;
+      if (cumulative >= p.top_p) { n = i + 1; break; }
+    }
+  }
+  dist.resize(n);
+  return dist;
+}
+
+int32_t draw(Sampler& sampler, const std::vector<std::pair<int32_t, double>>& weighted) {
+  double mass = 0;
+  for (const auto& w : weighted) mass += w.second;
+  double r = sampler.next_uniform() * mass;
+  for (const auto& w : weighted) {
+    r -= w.second;
+    if (r < 0) return w.first;
+  }
+  return weighted.back().first;
+}
 }  // namespace
 
 GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerationOptions& options) {
@@ -60,13 +102,13 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
     for (; k < m; ++k) {
       const float* row = &out[0].logits[size_t(k * V)];
       const int32_t d = fed[size_t(k + 1)];
-      auto dist = sampler.distribution(row, V, options.sampling);
+      auto dist = distribution(row, V, options.sampling);
       double p_d = 0;
       for (const auto& [id, prob] : dist) if (id == d) p_d = prob;
       const bool accept = options.sampling.temperature <= 0.0f ? dist[0].first == d : sampler.next_uniform() < p_d;
       if (!accept) {
         std::erase_if(dist, [&](const auto& e) { return e.first == d; });
-        after = sampler.draw(dist);
+        after = draw(sampler, dist);
         break;
       }
       ++result.n_accepted;

@@ -31,11 +31,11 @@ double Sampler::next_uniform() {
   return double(result >> 11) * 0x1p-53;
 }
 
-std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logits, int64_t vocab, const SamplingParams& p) {
+int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
   if (p.temperature <= 0.0f) {
     int64_t best = 0;
     for (int64_t i = 1; i < vocab; ++i) if (logits[i] > logits[best]) best = i;
-    return {{int32_t(best), 1.0}};
+    return int32_t(best);
   }
   candidates_.clear();
   for (int64_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i] / p.temperature, int32_t(i));
@@ -50,45 +50,29 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logit
   candidates_.resize(keep);
   // Softmax over the survivors (relative to the max), then min-p and top-p cut the tail.
   const double max_logit = candidates_[0].first;
-  std::vector<std::pair<int32_t, double>> dist(keep);
+  std::vector<double> probs(keep);
   double total = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    dist[i] = {candidates_[i].second, std::exp(double(candidates_[i].first) - max_logit)};
-    total += dist[i].second;
-  }
-  for (auto& d : dist) d.second /= total;
+  for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp(double(candidates_[i].first) - max_logit);
+  for (auto& v : probs) v /= total;
   size_t n = keep;
   if (p.min_p > 0.0f) {
-    while (n > 1 && dist[n - 1].second < p.min_p * dist[0].second) --n;
+    while (n > 1 && probs[n - 1] < p.min_p * probs[0]) --n;
   }
   if (p.top_p < 1.0f) {
     double cumulative = 0;
     for (size_t i = 0; i < n; ++i) {
-      cumulative += dist[i].second;
+      cumulative += probs[i];
       if (cumulative >= p.top_p) { n = i + 1; break; }
     }
   }
-  dist.resize(n);
   double mass = 0;
-  for (const auto& d : dist) mass += d.second;
-  for (auto& d : dist) d.second /= mass;
-  return dist;
-}
-
-int32_t Sampler::draw(const std::vector<std::pair<int32_t, double>>& weighted) {
-  double mass = 0;
-  for (const auto& w : weighted) mass += w.second;
+  for (size_t i = 0; i < n; ++i) mass += probs[i];
   double r = next_uniform() * mass;
-  for (const auto& w : weighted) {
-    r -= w.second;
-    if (r < 0) return w.first;
+  for (size_t i = 0; i < n; ++i) {
+    r -= probs[i];
+    if (r < 0) return candidates_[i].second;
   }
-  return weighted.back().first;
-}
-
-int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
-  if (p.temperature <= 0.0f) return distribution(logits, vocab, p)[0].first;
-  return draw(distribution(logits, vocab, p));
+  return candidates_[n - 1].second;
 }
 
 }  // namespace deepinfer

@@ -20,11 +20,6 @@ class Sampler {
  public:
   explicit Sampler(uint64_t seed);
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params);
-  // The distribution sample() draws from (after temperature, top-k, min-p, top-p), as (id, probability)
-  // pairs, most likely first. Greedy (temperature 0) gives the single argmax with probability 1.
-  std::vector<std::pair<int32_t, double>> distribution(const float* logits, int64_t vocab, const SamplingParams& params);
-  // Draws from (id, weight) pairs proportionally to the weights.
-  int32_t draw(const std::vector<std::pair<int32_t, double>>& weighted);
   double next_uniform();  // [0, 1)
 
  private:
