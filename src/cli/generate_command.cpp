@@ -1,10 +1,9 @@
 // `deepinfer generate`: prompt token ids in, generated token ids out (greedy or sampled), tokens/s at the end.
-#include <chrono>
 #include <cstdio>
 #include <sstream>
 
 #include "cli/commands.h"
-#include "engine/sampler.h"
+#include "engine/generation.h"
 #include "model/model.h"
 
 namespace deepinfer::cli {
@@ -33,7 +32,7 @@ Runner add_generate_command(CLI::App& app) {
   struct Args {
     std::string model, prompt_ids;
     int max_tokens = 32, threads = 0;
-    bool exact = false, ignore_eos = false;
+    bool exact = false, ignore_eos = false, speculative = false;
     SamplingParams sampling;
   };
   auto args = std::make_shared<Args>();
@@ -48,6 +47,7 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->sampling.seed);
   cmd->add_option("--threads", args->threads, "threads (0 = all)");
   cmd->add_flag("--exact", args->exact, "reference kernels (exact, slow)");
+  cmd->add_flag("--speculative", args->speculative, "V4.1: DSpark speculative decoding (same tokens as without, when greedy)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating after the end-of-sequence token");
   return [args]() {
     std::vector<int32_t> prompt;
@@ -69,35 +69,25 @@ Runner add_generate_command(CLI::App& app) {
         return 2;
       }
     }
-    Sampler sampler(args->sampling.seed);
-    SequenceState seq = m.new_sequence();
-    const auto t0 = std::chrono::steady_clock::now();
-    ForwardChunk prefill;
-    prefill.state = &seq;
-    prefill.ids = prompt;
-    prefill.prompt_len = int64_t(prompt.size());
-    auto out = m.forward(std::span<const ForwardChunk>(&prefill, 1));
-    const auto t1 = std::chrono::steady_clock::now();
-    std::vector<int32_t> generated;
-    while (int(generated.size()) < args->max_tokens) {
-      const int32_t next = sampler.sample(out[0].logits.data(), c.vocab_size, args->sampling);
-      generated.push_back(next);
-      std::printf("%s%d", generated.size() > 1 ? "," : "", next);
-      std::fflush(stdout);
-      if (next == c.eos_token_id && !args->ignore_eos) break;
-      if (int(generated.size()) == args->max_tokens) break;
-      ForwardChunk step;
-      step.state = &seq;
-      step.ids = std::span<const int32_t>(&generated.back(), 1);
-      out = m.forward(std::span<const ForwardChunk>(&step, 1));
+    GenerationOptions options;
+    options.max_tokens = args->max_tokens;
+    options.sampling = args->sampling;
+    options.stop_at_eos = !args->ignore_eos;
+    options.speculative = args->speculative;
+    if (args->speculative && !c.is_v41()) {
+      std::fprintf(stderr, "error: --speculative needs a V4.1 checkpoint with DSpark (%s is deepseek_v4)\n", args->model.c_str());
+      return 2;
     }
-    const auto t2 = std::chrono::steady_clock::now();
+    GenerationResult r = generate(m, prompt, options);
+    for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? "," : "", r.tokens[i]);
     std::printf("\n");
-    const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-    const double decode_s = std::chrono::duration<double>(t2 - t1).count();
     std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s)\n",
-                 prompt.size(), prefill_s, double(prompt.size()) / prefill_s, generated.size(), decode_s,
-                 double(generated.size()) / decode_s);
+                 prompt.size(), r.prefill_seconds, double(prompt.size()) / r.prefill_seconds, r.tokens.size(), r.decode_seconds,
+                 double(r.tokens.size()) / r.decode_seconds);
+    if (args->speculative) {
+      std::fprintf(stderr, "speculative: %lld forwards, %.2f tokens per forward, %lld of %lld drafts accepted\n",
+                   (long long)r.n_forwards, r.tokens_per_forward(), (long long)r.n_accepted, (long long)r.n_drafted);
+    }
     return 0;
   };
 }

@@ -21,7 +21,7 @@ Runner add_logits_command(CLI::App& app) {
     std::string model, case_path, out;
     int64_t chunk = 0;
     int threads = 0;
-    bool exact = false, mtp = false, owner_keys = false;
+    bool exact = false, mtp = false, owner_keys = false, dspark = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("logits", "teacher-forced logits of a case file (golden format)");
@@ -32,6 +32,7 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "threads for the fast kernels (0 = all)");
   cmd->add_flag("--exact", args->exact, "reference kernels: exact, double accumulation (golden contract)");
   cmd->add_flag("--mtp", args->mtp, "also write mtp_logits [C, vocab]");
+  cmd->add_flag("--dspark", args->dspark, "V4.1: also write the DSpark draft outputs (dspark_anchor/tokens/logits/confidence)");
   cmd->add_flag("--index-owner-keys", args->owner_keys,
                 "V4.1: every index source scores against its own KV owner's keys (default: the reference's republish behaviour)");
   return [args]() {
@@ -65,6 +66,11 @@ Runner add_logits_command(CLI::App& app) {
     TeacherForcedOptions tf;
     tf.prefill_chunk = args->chunk;
     tf.mtp = args->mtp;
+    tf.dspark = args->dspark;
+    if (args->dspark && !c.is_v41()) {
+      std::fprintf(stderr, "error: --dspark needs a V4.1 checkpoint (%s is model_type deepseek_v4)\n", args->model.c_str());
+      return 1;
+    }
     if (args->mtp && c.n_mtp_layers == 0) {
       std::fprintf(stderr, "error: %s has no MTP layer (num_nextn_predict_layers = 0)\n", args->model.c_str());
       return 1;
@@ -74,6 +80,21 @@ Runner add_logits_command(CLI::App& app) {
     std::vector<TensorToWrite> tensors;
     tensors.push_back(f32_tensor("logits", r.logits, 1 + C, V));
     if (args->mtp) tensors.push_back(f32_tensor("mtp_logits", r.mtp_logits, C, V));
+    if (args->dspark) {
+      const int64_t B = c.dspark_block_size;
+      auto i32_tensor = [](const std::string& name, const std::vector<int32_t>& v, std::vector<int64_t> shape) {
+        TensorToWrite t{name, DType::kI32, std::move(shape), {}};
+        t.bytes.resize(v.size() * sizeof(int32_t));
+        std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+        return t;
+      };
+      tensors.push_back(i32_tensor("dspark_anchor", r.dspark_anchor, {C}));
+      tensors.push_back(i32_tensor("dspark_tokens", r.dspark_tokens, {C, B + 1}));
+      TensorToWrite dl = f32_tensor("dspark_logits", r.dspark_logits, C * B, V);
+      dl.shape = {C, B, V};
+      tensors.push_back(std::move(dl));
+      tensors.push_back(f32_tensor("dspark_confidence", r.dspark_confidence, C, B));
+    }
     for (int l = 0; l < c.n_layers; ++l) {
       std::vector<float> h(r.layer_streams.begin() + int64_t(l) * 4 * c.dim, r.layer_streams.begin() + int64_t(l + 1) * 4 * c.dim);
       tensors.push_back(f32_tensor("hidden." + std::to_string(l), h, 4, c.dim));

@@ -40,6 +40,21 @@ Status fail(const std::string& path, const std::string& what) {
   return Status::error(path + ": " + what);
 }
 
+// Error texts may quote bytes from a corrupt file: keep them printable ASCII (others become \xNN).
+std::string printable(const std::string& text) {
+  std::string out;
+  for (unsigned char ch : text) {
+    if (ch >= 0x20 && ch < 0x7f) {
+      out += char(ch);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 // Parses and validates the header of a mapped file into views.
 Status parse_header(const std::string& path, const uint8_t* base, size_t size,
                     std::vector<TensorView>* tensors, std::map<std::string, std::string>* metadata) {
@@ -54,7 +69,7 @@ Status parse_header(const std::string& path, const uint8_t* base, size_t size,
   try {
     header = json::parse(base + 8, base + 8 + header_len);
   } catch (const json::exception& e) {
-    return fail(path, std::string("header JSON is malformed: ") + e.what());
+    return fail(path, "header JSON is malformed: " + printable(e.what()));
   }
   if (!header.is_object()) return fail(path, "header is not a JSON object");
   const uint8_t* data = base + 8 + header_len;

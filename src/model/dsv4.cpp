@@ -65,14 +65,15 @@ SequenceState Model::new_sequence() const {
   const ModelConfig& c = config_;
   auto make_layer = [&](int layer_id) {
     LayerState l;
-    l.window.assign(size_t(c.window_size) * c.head_dim, 0.0f);
+    l.ring_slots = c.window_size + kSpecSlots;
+    l.window.assign(size_t(l.ring_slots) * c.head_dim, 0.0f);
     const int ratio = c.compress_ratio(layer_id);
     if (c.is_v41()) {  // only KV sources own compressed rows and index keys (spec §5.1 "semantics trap")
       if (layer_id < c.n_layers && c.is_kv_source(layer_id)) {
         l.compressor.ratio = ratio;
         l.compressor.width = c.head_dim;
-        l.compressor.kv.assign(size_t(ratio * c.head_dim), 0.0f);
-        l.compressor.score.assign(size_t(ratio * c.head_dim), -INFINITY);
+        l.compressor.kv.assign(size_t(l.compressor.ring_rows() * c.head_dim), 0.0f);
+        l.compressor.score.assign(size_t(l.compressor.ring_rows() * c.head_dim), -INFINITY);
         l.index_compressor.ratio = ratio;
         l.index_compressor.width = c.index_head_dim;
       }
@@ -111,6 +112,7 @@ Model::Batch make_batch(std::span<const Chunk> chunks, int window_size, StartFn 
       const int64_t t = p0 + i;
       b.pos.push_back(t);
       b.chunk.push_back(int(ci));
+      b.is_prompt.push_back(ch.prompt_len > 0);
       if (ch.prompt_len > 0) {
         b.window_slots.push_back(std::min<int64_t>(ch.prompt_len, window_size));
         b.layout_tokens.push_back(ch.prompt_len);
@@ -175,6 +177,29 @@ void Model::run_head(const HeadWeights& w, const float* h, int64_t n_tokens, flo
   }
   const LinearWeight& head = weights_.head_proj;  // H5: fp32 logits
   backend_->linear({y.data(), D, n_tokens, &head, 0, head.n_out, Epilogue::kF32, nullptr, logits, head.n_out});
+}
+
+void Model::rollback(SequenceState& seq, int64_t n_tokens) const {
+  DI_CHECK_MSG(n_tokens <= seq.n_tokens && seq.n_tokens - n_tokens <= kSpecSlots, "rollback past the spare ring slots");
+  const int64_t removed = seq.n_tokens - n_tokens;
+  seq.n_tokens = n_tokens;
+  // Rings: the slots of removed positions are rewritten before anything reads them, and the spare slots
+  // kept every slot an earlier position needs. Rows and keys: keep the groups completed by n_tokens.
+  auto truncate = [&](CompressorState& cs) {
+    if (cs.ratio == 0 || cs.n_rows == 0) return;
+    const size_t width = cs.rows.size() / size_t(cs.n_rows);
+    cs.n_rows = std::min(cs.n_rows, n_tokens / cs.ratio);
+    cs.rows.resize(size_t(cs.n_rows) * width);
+  };
+  for (LayerState& l : seq.layers) {
+    truncate(l.compressor);
+    truncate(l.index_compressor);
+  }
+  if (!seq.engram_history.empty()) {
+    DI_CHECK(int64_t(seq.engram_history.size()) >= removed);
+    seq.engram_history.resize(seq.engram_history.size() - size_t(removed));
+  }
+  seq.n_mtp_tokens = std::min(seq.n_mtp_tokens, n_tokens);
 }
 
 void Model::act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) const {

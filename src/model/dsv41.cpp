@@ -69,8 +69,7 @@ void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std
 void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in) {
   const ModelConfig& c = config_;
   const BlockWeights& w = weights_.layers[size_t(layer)];
-  const int64_t T = batch.n_tokens(), D = c.dim, n_mix = (2 + c.hc_mult) * c.hc_mult;
-  const double eps = c.norm_eps_value(), hc_eps = c.hc_eps_value();
+  const int64_t T = batch.n_tokens(), D = c.dim;
   if (w.has_engram) engram_v41(w, layer, batch, h);  // step 2-4, before the block
   const auto tap = std::find(c.dspark_target_layers.begin(), c.dspark_target_layers.end(), layer);
   if (tap != c.dspark_target_layers.end()) {  // step 5: the layer's input stream, mean over the copies
@@ -83,17 +82,27 @@ void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vec
       }
     }
   }
+  mhc_block_v41(w, batch, h, pre_in, [&](const std::vector<float>& u, std::vector<float>& out) {
+    attention_v41(layer, batch, scratch, u, out);
+  });
+}
+
+void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,
+                          const std::function<void(const std::vector<float>& u, std::vector<float>& out)>& attention) {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.n_tokens(), D = c.dim, n_mix = (2 + c.hc_mult) * c.hc_mult;
+  const double eps = c.norm_eps_value(), hc_eps = c.hc_eps_value();
   std::vector<float> mixes(static_cast<size_t>(T * n_mix)), u(static_cast<size_t>(T * D)), sub_out(static_cast<size_t>(T * D));
   std::vector<float> h_next(h.size());
   std::vector<HcCoefficients> attn_coeffs(static_cast<size_t>(T)), ffn_coeffs(static_cast<size_t>(T));
-  // Attention side: the input is collapsed with the incoming pre (single-pass mHC, spec §7.2).
+  // Attention side: the input is collapsed with the incoming pre (single-pass mHC).
   backend_->hc_mix({h.data(), T, 4 * D, w.hc_attn_fn, n_mix, eps, mixes.data()});
   for (int64_t t = 0; t < T; ++t) {
     attn_coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], w.hc_attn_scale, w.hc_attn_base, c.hc_sinkhorn_iters, hc_eps);
     hc_collapse(&h[size_t(t * 4 * D)], &pre_in[size_t(t * 4)], D, &u[size_t(t * D)]);
     rmsnorm(&u[size_t(t * D)], w.attn_norm, D, eps, &u[size_t(t * D)]);
   }
-  attention_v41(layer, batch, scratch, u, sub_out);
+  attention(u, sub_out);
   for (int64_t t = 0; t < T; ++t) hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], attn_coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
   h.swap(h_next);
   // FFN side: mixes of the new stream, input collapsed with the ATTENTION's pre.
@@ -166,7 +175,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     SequenceState& seq = *chunks[ci].state;
     if (!engram_.token_map.empty()) {
       for (int32_t id : chunks[ci].ids) seq.engram_history.push_back(engram_.token_map[size_t(id)]);
-      const size_t keep = size_t(std::max(0, c.engram_max_ngram - 1));
+      const size_t keep = size_t(std::max(0, c.engram_max_ngram - 1) + kSpecSlots);
       if (seq.engram_history.size() > keep) seq.engram_history.erase(seq.engram_history.begin(), seq.engram_history.end() - long(keep));
     }
     seq.n_tokens += n;

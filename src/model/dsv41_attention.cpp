@@ -22,6 +22,24 @@ int latest_layer(int layer, Pred pred) {
 
 }  // namespace
 
+int Model::published_keys_layer(int layer, int64_t pos, bool is_prompt, int64_t prompt_len) const {
+  // The reference republishes its index_k slot whenever a KV source completes a group, in layer order.
+  // One-shot prefill: every KV source with at least one row published during the prompt. Decode at pos:
+  // the latest KV source up to this layer that completes a group at pos, else the last one that did at
+  // pos - 1 (the previous decode step). Derived per token, so chunking and batching cannot change it.
+  const ModelConfig& c = config_;
+  for (int l = layer; l >= 0; --l) {
+    if (!c.is_kv_source(l)) continue;
+    const int r = c.compress_ratio(l);
+    if (is_prompt ? prompt_len / r >= 1 : (pos + 1) % r == 0) return l;
+  }
+  for (int l = c.n_layers - 1; l >= 0 && !is_prompt; --l) {
+    if (c.is_kv_source(l) && pos % c.compress_ratio(l) == 0) return l;
+  }
+  for (int l = layer; l >= 0; --l) if (c.is_kv_source(l)) return l;  // the owner
+  return -1;
+}
+
 void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, const std::vector<float>& u) {
   const ModelConfig& c = config_;
   const BlockWeights& w = weights_.layers[size_t(layer)];
@@ -51,17 +69,19 @@ void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scra
     for (int64_t t = 0; t < T; ++t) {
       const int ci = batch.chunk[size_t(t)];
       CompressorState& cs = batch.states[size_t(ci)]->layers[size_t(layer)].compressor;
-      const int64_t pos = batch.pos[size_t(t)], slot = pos % ratio;
+      const int64_t pos = batch.pos[size_t(t)], ring = cs.ring_rows(), slot = pos % ring;
       std::copy_n(&ckv[size_t(t * HD)], HD, &cs.kv[size_t(slot * HD)]);
       std::copy_n(&csc[size_t(t * HD)], HD, &cs.score[size_t(slot * HD)]);
       if ((pos + 1) % ratio != 0) continue;
+      const int64_t group_first = pos + 1 - ratio;
       for (int64_t i = 0; i < HD; ++i) {
         double smax = -INFINITY;
-        for (int j = 0; j < ratio; ++j) smax = std::max(smax, double(cs.score[size_t(j * HD + i)]));
+        for (int j = 0; j < ratio; ++j) smax = std::max(smax, double(cs.score[size_t(((group_first + j) % ring) * HD + i)]));
         double num = 0, den = 0;
         for (int j = 0; j < ratio; ++j) {
-          const double e = std::exp(double(cs.score[size_t(j * HD + i)]) - smax);
-          num += double(cs.kv[size_t(j * HD + i)]) * e;
+          const int64_t row = (group_first + j) % ring;
+          const double e = std::exp(double(cs.score[size_t(row * HD + i)]) - smax);
+          num += double(cs.kv[size_t(row * HD + i)]) * e;
           den += e;
         }
         pooled[size_t(i)] = round_bf16(num / den);
@@ -94,9 +114,63 @@ void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scra
     ls.compressor.n_rows += 1;
     ls.index_compressor.rows.insert(ls.index_compressor.rows.end(), key, key + ID);
     ls.index_compressor.n_rows += 1;
-    scratch.completed_group[size_t(latent_chunk[size_t(r)])] = 1;
-    seq.published_keys_layer = layer;  // the reference republishes index_k when a group completes
   }
+}
+
+void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
+                            const std::vector<float>& u, QkvV41& out) {
+  const ModelConfig& c = config_;
+  const int64_t T = int64_t(positions.size()), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
+  const int64_t QL = c.q_lora_rank;
+  const double eps = c.norm_eps_value();
+  std::vector<float> uq(u);
+  act_qdq_rows(uq, T, D);
+  std::vector<float> qr(static_cast<size_t>(T * QL));
+  out.q.resize(size_t(T * H * HD));
+  out.kv.resize(size_t(T * HD));
+  backend_->linear({.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wq_a, .row_begin = 0, .n_rows = QL,
+                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = qr.data(), .out_stride = QL});
+  for (int64_t t = 0; t < T; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);
+  out.qr_quantized = qr;
+  act_qdq_rows(out.qr_quantized, T, QL);
+  backend_->linear({.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = &w.wq_b, .row_begin = 0,
+                    .n_rows = H * HD, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.q.data(), .out_stride = H * HD});
+  backend_->linear({.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wkv, .row_begin = 0, .n_rows = HD,
+                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.kv.data(), .out_stride = HD});
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = positions[size_t(t)];
+    for (int64_t hh = 0; hh < H; ++hh) rope.apply(&out.q[size_t((t * H + hh) * HD + HD - RD)], pos, false);  // step 13
+    float* kvt = &out.kv[size_t(t * HD)];
+    rmsnorm(kvt, w.kv_norm, HD, eps, kvt);  // step 14
+    rope.apply(kvt + HD - RD, pos, false);
+    qdq_fp8_v41(kvt, HD, 32);
+  }
+}
+
+void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, int64_t pos,
+                       std::span<const float* const> rows, float* o) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
+  std::vector<const float*> slots(rows.begin(), rows.end());
+  while (slots.size() % 64) slots.push_back(nullptr);
+  const double softmax_scale = 1.0 / std::sqrt(double(HD));  // a double constant in the V4.1 contract
+  backend_->sparse_attention({.q = q, .n_heads = H, .head_dim = HD, .slots = slots.data(), .n_slots = int64_t(slots.size()),
+                              .sink = w.attn_sink, .softmax_scale = softmax_scale, .block_running_max = false, .out = o});  // step 28
+  for (int64_t hh = 0; hh < H; ++hh) rope.apply(o + hh * HD + HD - RD, pos, true);  // step 29
+}
+
+void Model::output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, std::vector<float>& out) {
+  const ModelConfig& c = config_;
+  const int64_t T = n_tokens, D = c.dim, H = c.n_heads, HD = c.head_dim, G = c.o_groups, OL = c.o_lora_rank;
+  const int64_t group_width = H * HD / G;
+  std::vector<float> z(static_cast<size_t>(T * G * OL));
+  for (int64_t g = 0; g < G; ++g) {  // step 30: grouped wo_a on bf16 values
+    backend_->linear({.x = o.data() + g * group_width, .x_stride = H * HD, .n_tokens = T, .weight = &w.wo_a, .row_begin = g * OL,
+                      .n_rows = OL, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = z.data() + g * OL, .out_stride = G * OL});
+  }
+  act_qdq_rows(z, T, G * OL);  // step 31
+  backend_->linear({.x = z.data(), .x_stride = G * OL, .n_tokens = T, .weight = &w.wo_b, .row_begin = 0, .n_rows = D,
+                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.data(), .out_stride = D});
 }
 
 void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const std::vector<float>& u, std::vector<float>& out) {
@@ -104,35 +178,17 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   const BlockWeights& w = weights_.layers[size_t(layer)];
   const RopeTable& rope = layer_rope_[size_t(layer)];
   const int64_t T = batch.n_tokens(), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
-  const int64_t QL = c.q_lora_rank, G = c.o_groups, OL = c.o_lora_rank, W = c.window_size;
+  const int64_t QL = c.q_lora_rank, W = c.window_size;
   const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
   const int ratio = c.compress_ratio(layer);
-  const double eps = c.norm_eps_value();
-
-  std::vector<float> uq(u);
-  act_qdq_rows(uq, T, D);
-  std::vector<float> qr(static_cast<size_t>(T * QL)), q(static_cast<size_t>(T * H * HD)), kv(static_cast<size_t>(T * HD));
-  backend_->linear({.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wq_a, .row_begin = 0, .n_rows = QL,
-                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = qr.data(), .out_stride = QL});
-  for (int64_t t = 0; t < T; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);
-  std::vector<float> qrq(qr);
-  act_qdq_rows(qrq, T, QL);
-  backend_->linear({.x = qrq.data(), .x_stride = QL, .n_tokens = T, .weight = &w.wq_b, .row_begin = 0, .n_rows = H * HD,
-                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = q.data(), .out_stride = H * HD});
-  backend_->linear({.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wkv, .row_begin = 0, .n_rows = HD,
-                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(), .out_stride = HD});
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t pos = batch.pos[size_t(t)];
-    for (int64_t hh = 0; hh < H; ++hh) rope.apply(&q[size_t((t * H + hh) * HD + HD - RD)], pos, false);  // step 13
-    float* kvt = &kv[size_t(t * HD)];
-    rmsnorm(kvt, w.kv_norm, HD, eps, kvt);  // step 14
-    rope.apply(kvt + HD - RD, pos, false);
-    qdq_fp8_v41(kvt, HD, 32);
-  }
+  QkvV41 qkv;
+  project_qkv_v41(w, rope, batch.pos, u, qkv);
+  const std::vector<float>& q = qkv.q;
+  const std::vector<float>& kv = qkv.kv;
+  const std::vector<float>& qrq = qkv.qr_quantized;
 
   const int owner = ratio == 0 ? -1 : latest_layer(layer, [&](int l) { return c.is_kv_source(l); });
   if (ratio != 0 && c.is_kv_source(layer)) {
-    scratch.completed_group.assign(batch.states.size(), 0);
     kv_source_update_v41(layer, batch, scratch, u);
   }
   if (ratio != 0 && c.is_index_source(layer)) {  // steps 20-27
@@ -156,10 +212,10 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
         qdq_fp4_pow2_v41(head, ID, 32);
       }
       for (int64_t hh = 0; hh < IH; ++hh) iw[size_t(t * IH + hh)] = round_bf16(double(iw[size_t(t * IH + hh)]) * index_scale);
-      // Which key cache this indexer scores against (spec §7.5): its KV owner's, or with the reference's
-      // republish behaviour the last published one when this layer's own group did not complete.
-      int keys_layer = owner;
-      if (!options_.index_owner_keys && seq.published_keys_layer >= 0) keys_layer = seq.published_keys_layer;
+      // Which key cache this indexer scores against (spec §7.5): its KV owner's, or the one the reference
+      // last published (see published_keys_layer).
+      const int keys_layer = options_.index_owner_keys ? owner : published_keys_layer(layer, pos, batch.is_prompt[size_t(t)] != 0,
+                                                                                      batch.layout_tokens[size_t(t)]);
       const CompressorState& keys = seq.layers[size_t(keys_layer)].index_compressor;
       const int64_t n_visible = (pos + 1) / ratio;
       const int64_t n_layout = batch.layout_tokens[size_t(t)] / ratio;
@@ -201,49 +257,34 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     }
   }
 
-  // Step 28: window rows + the selected compressed rows of the KV owner; global-max softmax.
-  const double softmax_scale = 1.0 / std::sqrt(double(HD));  // a double constant in the V4.1 contract
+  // Step 28: window rows + the selected compressed rows of the KV owner.
   std::vector<float> o(static_cast<size_t>(T * H * HD));
-  std::vector<const float*> slots;
+  std::vector<const float*> rows;
   for (int64_t t = 0; t < T; ++t) {
     const int ci = batch.chunk[size_t(t)];
     const SequenceState& seq = *batch.states[size_t(ci)];
     const LayerState& ls = seq.layers[size_t(layer)];
     const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
     const int64_t chunk_first_token = batch.first_token[size_t(ci)];
-    slots.clear();
+    rows.clear();
     for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) {
-      slots.push_back(p >= chunk_first_pos ? &kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]
-                                           : &ls.window[size_t((p % W) * HD)]);
+      rows.push_back(p >= chunk_first_pos ? &kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]
+                                          : &ls.window[size_t(ls.slot(p) * HD)]);
     }
     if (ratio != 0) {
-      const CompressorState& rows = seq.layers[size_t(owner)].compressor;
+      const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
       for (int64_t j : scratch.selection[size_t(t)]) {
-        DI_CHECK(j < rows.n_rows);
-        slots.push_back(&rows.rows[size_t(j * HD)]);
+        DI_CHECK(j < cmp.n_rows);
+        rows.push_back(&cmp.rows[size_t(j * HD)]);
       }
     }
-    while (slots.size() % 64) slots.push_back(nullptr);
-    float* ot = &o[size_t(t * H * HD)];
-    backend_->sparse_attention({.q = &q[size_t(t * H * HD)], .n_heads = H, .head_dim = HD, .slots = slots.data(),
-                                .n_slots = int64_t(slots.size()), .sink = w.attn_sink, .softmax_scale = softmax_scale,
-                                .block_running_max = false, .out = ot});
-    for (int64_t hh = 0; hh < H; ++hh) rope.apply(ot + hh * HD + HD - RD, pos, true);  // step 29
+    attend_v41(w, rope, &q[size_t(t * H * HD)], pos, rows, &o[size_t(t * H * HD)]);
   }
   for (int64_t t = 0; t < T; ++t) {
     LayerState& ls = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)];
-    std::copy_n(&kv[size_t(t * HD)], HD, &ls.window[size_t((batch.pos[size_t(t)] % W) * HD)]);
+    std::copy_n(&kv[size_t(t * HD)], HD, &ls.window[size_t(ls.slot(batch.pos[size_t(t)]) * HD)]);
   }
-  // Steps 30-31: grouped wo_a on bf16 values, then wo_b.
-  const int64_t group_width = H * HD / G;
-  std::vector<float> z(static_cast<size_t>(T * G * OL));
-  for (int64_t g = 0; g < G; ++g) {
-    backend_->linear({.x = o.data() + g * group_width, .x_stride = H * HD, .n_tokens = T, .weight = &w.wo_a, .row_begin = g * OL,
-                      .n_rows = OL, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = z.data() + g * OL, .out_stride = G * OL});
-  }
-  act_qdq_rows(z, T, G * OL);
-  backend_->linear({.x = z.data(), .x_stride = G * OL, .n_tokens = T, .weight = &w.wo_b, .row_begin = 0, .n_rows = D,
-                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.data(), .out_stride = D});
+  output_projection_v41(w, o, T, out);
 }
 
 }  // namespace deepinfer

@@ -156,7 +156,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       } else if (p >= chunk_first_pos) {
         slots.push_back(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);  // fresh row of this call
       } else {
-        slots.push_back(&ls.window[size_t((p % W) * HD)]);
+        slots.push_back(&ls.window[size_t(ls.slot(p) * HD)]);
       }
     }
     const int64_t layout = batch.layout_tokens[size_t(t)];
@@ -191,7 +191,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   // The window ring takes this call's rows only now: earlier tokens of the call still needed the old ones.
   for (int64_t t = 0; t < T; ++t) {
     LayerState& ls = layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index);
-    std::copy_n(&kv[size_t(t * HD)], HD, &ls.window[size_t((batch.pos[size_t(t)] % W) * HD)]);
+    std::copy_n(&kv[size_t(t * HD)], HD, &ls.window[size_t(ls.slot(batch.pos[size_t(t)]) * HD)]);
   }
 
   // AT5: grouped wo_a (no activation QDQ), AT6: wo_b.

@@ -1,5 +1,6 @@
 #include "model/engram.h"
 
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -71,7 +72,8 @@ Result<EngramHashing> load_engram_hashing(const ModelConfig& c, const std::strin
   e.n_heads = c.engram_n_heads;
   auto map = need("engram.token_map", DType::kI32, {c.vocab_size});
   if (!map.ok()) return map.status();
-  e.token_map.assign(map.value()->as<int32_t>(), map.value()->as<int32_t>() + c.vocab_size);
+  e.token_map.resize(size_t(c.vocab_size));
+  std::memcpy(e.token_map.data(), map.value()->data, map.value()->n_bytes);  // may sit misaligned
   for (int32_t v : e.token_map) {
     if (v < 0 || v >= c.engram_compressed_vocab_size) {
       return Status::error(path + ": engram.token_map holds " + std::to_string(v) + ", outside 0.." + std::to_string(c.engram_compressed_vocab_size - 1));
@@ -81,8 +83,10 @@ Result<EngramHashing> load_engram_hashing(const ModelConfig& c, const std::strin
   e.pad = e.token_map[size_t(c.engram_pad_token_id)];
   auto mult = need("engram.multipliers", DType::kI64, {int64_t(n_layers), c.engram_max_ngram});
   if (!mult.ok()) return mult.status();
+  std::vector<int64_t> all_multipliers(n_layers * size_t(c.engram_max_ngram));
+  std::memcpy(all_multipliers.data(), mult.value()->data, mult.value()->n_bytes);
   for (size_t l = 0; l < n_layers; ++l) {
-    const int64_t* row = mult.value()->as<int64_t>() + l * size_t(c.engram_max_ngram);
+    const int64_t* row = all_multipliers.data() + l * size_t(c.engram_max_ngram);
     e.multipliers.emplace_back(row, row + c.engram_max_ngram);
     for (int n = 0; n < c.engram_max_ngram; ++n) {
       // |id * m| must stay below 2^63 (the spec's bound guarantees it for real multipliers).
@@ -105,9 +109,11 @@ Result<EngramHashing> load_engram_hashing(const ModelConfig& c, const std::strin
   }
   // The file's own primes, when present, must agree with the derivation.
   if (const TensorView* primes = file.value()->find("engram.primes"); primes && primes->dtype == DType::kI64) {
+    std::vector<int64_t> file_primes(size_t(primes->numel()));
+    std::memcpy(file_primes.data(), primes->data, primes->n_bytes);
     for (size_t l = 0; l < n_layers; ++l) {
-      for (size_t k = 0; k < e.primes[l].size() && (l * e.primes[l].size() + k) < size_t(primes->numel()); ++k) {
-        if (primes->as<int64_t>()[l * e.primes[l].size() + k] != e.primes[l][k]) {
+      for (size_t k = 0; k < e.primes[l].size() && (l * e.primes[l].size() + k) < file_primes.size(); ++k) {
+        if (file_primes[l * e.primes[l].size() + k] != e.primes[l][k]) {
           return Status::error(path + ": engram.primes disagrees with the primes rule at layer index " + std::to_string(l));
         }
       }

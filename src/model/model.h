@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -59,6 +60,13 @@ struct ChunkOutput {
   std::vector<float> hidden;   // [n, hc_mult, dim] when keep_hidden
 };
 
+// One DSpark draft (V4.1 spec §7.8): the anchor and the chained draft tokens, their logits and confidences.
+struct DsparkDraft {
+  std::vector<int32_t> tokens;    // [block_size + 1]: anchor, d1..d_block
+  std::vector<float> logits;      // [block_size, vocab]
+  std::vector<float> confidence;  // [block_size]
+};
+
 class Model {
  public:
   static Result<std::unique_ptr<Model>> open(const std::string& model_dir, const ModelOptions& options);
@@ -73,6 +81,16 @@ class Model {
   // Runs the MTP layer (mtp.0) on its own window state of each sequence.
   std::vector<ChunkOutput> forward_mtp(std::span<const MtpChunk> chunks);
 
+  // Forgets every position >= n_tokens (at most kSpecSlots of them): the state becomes exactly what
+  // processing only the first n_tokens positions left. Used to reject speculative tokens.
+  void rollback(SequenceState& seq, int64_t n_tokens) const;
+
+  // V4.1 DSpark (dspark.cpp). Seeds every stage's window ring with the main-stream KV of positions
+  // [first_pos, first_pos + n) from their taps ([n, n_taps * dim], ChunkOutput::hidden of a V4.1 forward).
+  void dspark_seed(SequenceState& seq, int64_t first_pos, std::span<const float> taps);
+  // Drafts block_size tokens after position `pos` (the last seeded one), anchor at pos + 1; greedy chain.
+  DsparkDraft dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor);
+
   struct Batch;  // flattened tokens of one forward (defined in model_internal.h)
   struct V41Scratch;  // per-forward V4.1 selections (defined in model_internal.h)
 
@@ -86,6 +104,21 @@ class Model {
   void engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h);
   void attention_v41(int layer, Batch& batch, V41Scratch& scratch, const std::vector<float>& u, std::vector<float>& out);
   void kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, const std::vector<float>& u);
+  int published_keys_layer(int layer, int64_t pos, bool is_prompt, int64_t prompt_len) const;
+  // Pieces of the V4.1 attention shared with the DSpark stages.
+  struct QkvV41 {
+    std::vector<float> q;             // [T, n_heads, head_dim] roped
+    std::vector<float> kv;            // [T, head_dim] window rows (QDQ8)
+    std::vector<float> qr_quantized;  // [T, q_lora_rank] QDQ8(q_norm(wq_a(u))), the indexer's input
+  };
+  void project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
+                       const std::vector<float>& u, QkvV41& out);
+  void attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, int64_t pos,
+                  std::span<const float* const> rows, float* o);
+  void output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, std::vector<float>& out);
+  // The single-pass mHC block around an attention function (spec §7.2).
+  void mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,
+                     const std::function<void(const std::vector<float>& u, std::vector<float>& out)>& attention);
   void run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  std::vector<float>& h);
   void run_head(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits);

@@ -14,6 +14,7 @@ struct Model::Batch {
   std::vector<int> chunk;              // [T] index of the token's chunk
   std::vector<int64_t> window_slots;   // [T] window part length of the index list (spec AT0)
   std::vector<int64_t> layout_tokens;  // [T] P for prompt tokens, t + 1 for decode tokens
+  std::vector<char> is_prompt;         // [T] part of a prompt (prefill layout) or a decode token
   // Per chunk.
   std::vector<SequenceState*> states;
   std::vector<int64_t> first_token;    // [n_chunks] index of the chunk's first token
@@ -28,7 +29,6 @@ struct Model::V41Scratch {
   std::vector<std::vector<int64_t>> selection;   // [T] compressed-row indices, ascending
   std::vector<std::vector<int64_t>> candidates;  // [T] kept candidate block ids (empty: none published)
   bool have_candidates = false;
-  std::vector<char> completed_group;             // [n_chunks] the current KV source completed a group
   std::vector<float> taps;                       // [T, n_taps * dim] DSpark taps (spec step 5)
 };
 

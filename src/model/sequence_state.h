@@ -9,6 +9,11 @@
 
 namespace deepinfer {
 
+// Rings keep this many slots beyond what the maths needs, so a speculative block of up to this many
+// tokens can be verified in one forward and rolled back by truncation (Model::rollback): no slot that an
+// accepted position still needs is overwritten by a rejected one.
+constexpr int kSpecSlots = 16;
+
 struct CompressorState {
   int ratio = 0;
   int64_t width = 0;               // coff * d
@@ -16,11 +21,14 @@ struct CompressorState {
   std::vector<float> score;        // [ring_rows, width] fp32 C2 outputs (ape included)
   std::vector<float> rows;         // [n_rows, d] finished compressed rows (bf16 values)
   int64_t n_rows = 0;
-  int ring_rows() const { return ratio == 4 ? 2 * ratio : ratio; }
+  // V4 ratio 4 pools the previous group too; every ring leaves kSpecSlots for rollback.
+  int ring_rows() const { return (ratio == 4 ? 2 * ratio : ratio) + kSpecSlots; }
 };
 
 struct LayerState {
-  std::vector<float> window;       // [window_size, head_dim] ring, slot = pos mod window_size
+  std::vector<float> window;       // [ring_slots, head_dim], slot = pos mod ring_slots
+  int64_t ring_slots = 0;          // window_size + kSpecSlots
+  int64_t slot(int64_t pos) const { return pos % ring_slots; }
   CompressorState compressor;      // V4 ratio != 0 / V4.1 KV sources: compressed KV rows
   CompressorState index_compressor;  // V4 ratio 4: indexer keys; V4.1 KV sources: index keys in `rows`
 };
@@ -30,10 +38,9 @@ struct SequenceState {
   std::vector<LayerState> layers;
   int64_t n_mtp_tokens = 0;        // MTP positions already processed
   std::vector<LayerState> mtp_layers;  // V4: MTP layer; V4.1: DSpark stage rings
-  // V4.1: compressed ids of the latest positions (Engram n-grams; most recent last), and the KV source
-  // whose index keys the reference last published (its index_k quirk, spec §7.5).
+  // V4.1: compressed ids of the latest positions (Engram n-grams; most recent last; max_ngram - 1 +
+  // kSpecSlots of them, so a rollback keeps what the next n-grams need).
   std::vector<int32_t> engram_history;
-  int published_keys_layer = -1;
   // Bytes held by this sequence's caches (window rings, compressor state, rows, keys).
   int64_t cache_bytes() const;
 };

@@ -1,6 +1,7 @@
 #include "model/teacher_forcing.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "format/safetensors.h"
 
@@ -15,14 +16,16 @@ Result<GoldenCase> load_golden_case(const std::string& path) {
     const TensorView* t = f.find(name);
     if (!t) return Status::error(path + ": missing tensor '" + name + "'");
     if (t->dtype != DType::kI32 || t->shape.size() != 1) return Status::error(path + ": tensor '" + std::string(name) + "' must be I32 [n]");
-    out->assign(t->as<int32_t>(), t->as<int32_t>() + t->numel());
+    out->resize(size_t(t->numel()));
+    std::memcpy(out->data(), t->data, t->n_bytes);  // tensors may sit at misaligned offsets
     return Status();
   };
   auto read_f32 = [&](const std::string& name, std::vector<float>* out) -> Status {
     const TensorView* t = f.find(name);
     if (!t) return Status();
     if (t->dtype != DType::kF32) return Status::error(path + ": tensor '" + name + "' must be F32");
-    out->assign(t->as<float>(), t->as<float>() + t->numel());
+    out->resize(size_t(t->numel()));
+    std::memcpy(out->data(), t->data, t->n_bytes);
     return Status();
   };
   DI_RETURN_IF_ERROR(read_ids("prompt", &gc.prompt));
@@ -30,6 +33,13 @@ Result<GoldenCase> load_golden_case(const std::string& path) {
   if (gc.prompt.empty()) return Status::error(path + ": empty prompt");
   DI_RETURN_IF_ERROR(read_f32("logits", &gc.logits));
   DI_RETURN_IF_ERROR(read_f32("mtp_logits", &gc.mtp_logits));
+  DI_RETURN_IF_ERROR(read_f32("dspark_logits", &gc.dspark_logits));
+  DI_RETURN_IF_ERROR(read_f32("dspark_confidence", &gc.dspark_confidence));
+  if (f.find("dspark_anchor")) DI_RETURN_IF_ERROR(read_ids("dspark_anchor", &gc.dspark_anchor));
+  if (const TensorView* t = f.find("dspark_tokens"); t && t->dtype == DType::kI32) {
+    gc.dspark_tokens.resize(size_t(t->numel()));
+    std::memcpy(gc.dspark_tokens.data(), t->data, t->n_bytes);
+  }
   for (int l = 0;; ++l) {
     std::vector<float> h;
     DI_RETURN_IF_ERROR(read_f32("hidden." + std::to_string(l), &h));
@@ -45,7 +55,8 @@ TeacherForcedResult run_teacher_forced(Model& model, const std::vector<int32_t>&
   const int64_t P = int64_t(prompt.size()), C = int64_t(continuation.size()), V = c.vocab_size, D = c.dim;
   TeacherForcedResult result;
   SequenceState seq = model.new_sequence();
-  const bool mtp = options.mtp && c.n_mtp_layers > 0;
+  const bool mtp = options.mtp && c.n_mtp_layers > 0 && !c.is_v41();
+  const bool dspark = options.dspark && c.is_v41();
   std::vector<float> prompt_hidden;  // [P, 4, D] for the MTP prefill
   const int64_t chunk = options.prefill_chunk > 0 ? options.prefill_chunk : P;
   for (int64_t p0 = 0; p0 < P; p0 += chunk) {
@@ -54,11 +65,12 @@ TeacherForcedResult run_teacher_forced(Model& model, const std::vector<int32_t>&
     fc.state = &seq;
     fc.ids = std::span<const int32_t>(prompt.data() + p0, size_t(n));
     fc.prompt_len = P;
-    fc.keep_hidden = mtp;
+    fc.keep_hidden = mtp || dspark;
     const bool last_chunk = p0 + n == P;
     if (last_chunk) fc.layer_streams_of_last = &result.layer_streams;
     auto out = model.forward(std::span<const ForwardChunk>(&fc, 1));
     if (mtp) prompt_hidden.insert(prompt_hidden.end(), out[0].hidden.begin(), out[0].hidden.end());
+    if (dspark) model.dspark_seed(seq, p0, out[0].hidden);  // the prefill only seeds the stage rings
     if (last_chunk) result.logits.insert(result.logits.end(), out[0].logits.begin(), out[0].logits.end());
   }
   if (mtp && C > 0) {
@@ -80,10 +92,20 @@ TeacherForcedResult run_teacher_forced(Model& model, const std::vector<int32_t>&
     ForwardChunk fc;
     fc.state = &seq;
     fc.ids = std::span<const int32_t>(&continuation[size_t(i)], 1);
-    fc.keep_hidden = mtp && i + 1 < C;
+    fc.keep_hidden = (mtp && i + 1 < C) || dspark;
     auto out = model.forward(std::span<const ForwardChunk>(&fc, 1));
     result.logits.insert(result.logits.end(), out[0].logits.begin(), out[0].logits.end());
-    if (fc.keep_hidden) {
+    if (dspark) {  // after decode step i + 1 at position P + i: anchor = argmax of its logits
+      const int64_t pos = P + i;
+      model.dspark_seed(seq, pos, out[0].hidden);
+      const int32_t anchor = int32_t(argmax(out[0].logits.data(), c.vocab_size));
+      DsparkDraft draft = model.dspark_draft(seq, pos, anchor);
+      result.dspark_anchor.push_back(anchor);
+      result.dspark_tokens.insert(result.dspark_tokens.end(), draft.tokens.begin(), draft.tokens.end());
+      result.dspark_logits.insert(result.dspark_logits.end(), draft.logits.begin(), draft.logits.end());
+      result.dspark_confidence.insert(result.dspark_confidence.end(), draft.confidence.begin(), draft.confidence.end());
+    }
+    if (mtp && i + 1 < C) {
       MtpChunk mc;
       mc.state = &seq;
       mc.hidden = out[0].hidden;

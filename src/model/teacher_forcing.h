@@ -18,6 +18,11 @@ struct GoldenCase {
   std::vector<float> logits;       // [1 + C, vocab] (empty when the file has none)
   std::vector<float> mtp_logits;   // [C, vocab]
   std::vector<std::vector<float>> hidden;  // hidden.L [4, dim] per main layer, when present
+  // V4.1 DSpark references (every golden v41 case).
+  std::vector<int32_t> dspark_anchor;      // [C]
+  std::vector<int32_t> dspark_tokens;      // [C, block + 1]
+  std::vector<float> dspark_logits;        // [C, block, vocab]
+  std::vector<float> dspark_confidence;    // [C, block]
 };
 // Reads a case-N.safetensors file (prompt, continuation, and the reference tensors when present).
 Result<GoldenCase> load_golden_case(const std::string& path);
@@ -25,11 +30,14 @@ Result<GoldenCase> load_golden_case(const std::string& path);
 struct TeacherForcedOptions {
   int64_t prefill_chunk = 0;  // 0: the whole prompt in one forward
   bool mtp = false;
+  bool dspark = false;        // V4.1: run the DSpark draft after every decode step (golden case semantics)
 };
 struct TeacherForcedResult {
   std::vector<float> logits;      // [1 + C, vocab]
   std::vector<float> mtp_logits;  // [C, vocab] when options.mtp
   std::vector<float> layer_streams;  // [n_layers, 4, dim] at the last prompt position after the prefill
+  std::vector<int32_t> dspark_anchor, dspark_tokens;  // as GoldenCase
+  std::vector<float> dspark_logits, dspark_confidence;
 };
 TeacherForcedResult run_teacher_forced(Model& model, const std::vector<int32_t>& prompt,
                                        const std::vector<int32_t>& continuation, const TeacherForcedOptions& options);

@@ -170,8 +170,15 @@ class Binder {
   }
   template <typename T> const T* ptr(const std::string& name) {
     const TensorView* t = get(name);
-    return t ? t->as<T>() : nullptr;
+    if (!t) return nullptr;
+    if (reinterpret_cast<uintptr_t>(t->data) % alignof(T) == 0) return t->as<T>();
+    auto copy = std::make_unique<uint64_t[]>((t->n_bytes + 7) / 8);
+    std::memcpy(copy.get(), t->data, t->n_bytes);
+    const T* aligned = reinterpret_cast<const T*>(copy.get());
+    aligned_copies.push_back(std::move(copy));
+    return aligned;
   }
+  std::vector<std::unique_ptr<uint64_t[]>> aligned_copies;
   LinearWeight linear(const std::string& prefix) {
     LinearWeight w;
     const TensorView* t = get(prefix + ".weight");
@@ -314,6 +321,7 @@ Result<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt) 
     w.dspark.markov_head = b.linear(last + ".markov_head.head");
     w.dspark.confidence_proj = b.linear(last + ".confidence_head.proj");
     if (!b.error.empty()) return Status::error(b.error);
+    w.aligned_copies = std::move(b.aligned_copies);
     return w;
   }
   w.head = b.head("", "norm.weight");
@@ -330,6 +338,7 @@ Result<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt) 
     w.mtp.push_back(std::move(mw));
   }
   if (!b.error.empty()) return Status::error(b.error);
+  w.aligned_copies = std::move(b.aligned_copies);
   // Hash routes index experts: validate them once here so the forward pass can trust them.
   for (int l = 0; l < c.n_layers; ++l) {
     const int64_t* t = w.layers[size_t(l)].tid2eid;

@@ -124,6 +124,9 @@ struct ModelWeights {
   std::vector<BlockWeights> layers;
   std::vector<MtpWeights> mtp;            // V4: MTP layers; V4.1: the DSpark stages (block only)
   DsparkWeights dspark;                   // V4.1
+  // safetensors does not align tensors: a typed tensor whose bytes sit at a misaligned address is copied
+  // here once at bind time (small fp32/int64 tensors in practice), so every typed pointer above is aligned.
+  std::vector<std::unique_ptr<uint64_t[]>> aligned_copies;
 };
 
 // Binds every expected tensor; errors name the tensor and what is wrong. Extra tensors are errors too.

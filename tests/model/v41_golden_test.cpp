@@ -36,8 +36,13 @@ TEST_P(V41Golden, ExactPathMatchesEveryRow) {
   ASSERT_TRUE(model.ok()) << model.status().message();
   auto gc = load_golden_case(case_path());
   ASSERT_TRUE(gc.ok()) << gc.status().message();
-  auto r = run_teacher_forced(*model.value(), gc->prompt, gc->continuation, {});
+  auto r = run_teacher_forced(*model.value(), gc->prompt, gc->continuation, {.prefill_chunk = 0, .mtp = false, .dspark = true});
   EXPECT_LE(max_abs_diff(gc->logits, r.logits), 1e-3);
+  // DSpark drafts after every decode step: tokens identical, logits and confidences within 1e-3.
+  EXPECT_EQ(gc->dspark_anchor, r.dspark_anchor);
+  EXPECT_EQ(gc->dspark_tokens, r.dspark_tokens);
+  EXPECT_LE(max_abs_diff(gc->dspark_logits, r.dspark_logits), 1e-3);
+  EXPECT_LE(max_abs_diff(gc->dspark_confidence, r.dspark_confidence), 1e-3);
   const int64_t D = model.value()->config().dim;
   for (size_t l = 0; l < gc->hidden.size(); ++l) {
     std::vector<float> got(r.layer_streams.begin() + int64_t(l) * 4 * D, r.layer_streams.begin() + int64_t(l + 1) * 4 * D);
@@ -50,7 +55,7 @@ TEST_P(V41Golden, FastPathWithinReadmeBounds) {
   ASSERT_TRUE(model.ok()) << model.status().message();
   auto gc = load_golden_case(case_path());
   ASSERT_TRUE(gc.ok()) << gc.status().message();
-  auto r = run_teacher_forced(*model.value(), gc->prompt, gc->continuation, {});
+  auto r = run_teacher_forced(*model.value(), gc->prompt, gc->continuation, {.prefill_chunk = 0, .mtp = false, .dspark = true});
   auto tol = testing::read_tolerances(model_dir());
   ASSERT_FALSE(tol.empty()) << "tolerance.args missing in " << model_dir();
   auto s = testing::logit_stats(gc->logits, r.logits, model.value()->config().vocab_size);
@@ -61,6 +66,19 @@ TEST_P(V41Golden, FastPathWithinReadmeBounds) {
   EXPECT_GE(s.min_cos, tol["min-cos"]);
   const bool short_prompt = double(gc->prompt.size()) <= tol["short-prompt"];
   EXPECT_GE(s.row0_cos, short_prompt ? tol["row0-cos-short"] : tol["row0-cos"]);
+  // README: dspark_logits are a smoke test on the fast path (finite, median row cosine >= 0.9). The
+  // fast path's own anchors may differ from the golden ones, so compare rows whose anchor agrees.
+  const int64_t V = model.value()->config().vocab_size, B = model.value()->config().dspark_block_size;
+  std::vector<float> ref, got;
+  for (size_t i = 0; i < gc->dspark_anchor.size(); ++i) {
+    if (gc->dspark_anchor[i] != r.dspark_anchor[i]) continue;
+    ref.insert(ref.end(), gc->dspark_logits.begin() + int64_t(i) * B * V, gc->dspark_logits.begin() + int64_t(i + 1) * B * V);
+    got.insert(got.end(), r.dspark_logits.begin() + int64_t(i) * B * V, r.dspark_logits.begin() + int64_t(i + 1) * B * V);
+  }
+  ASSERT_FALSE(ref.empty());
+  auto d = testing::logit_stats(ref, got, V);
+  EXPECT_TRUE(d.finite);
+  EXPECT_GE(d.median_cos, 0.9);
 }
 
 TEST(V41GoldenBehaviours, TheTwoIndexKeyBehavioursDiffer) {

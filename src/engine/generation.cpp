@@ -1,0 +1,133 @@
+#include "engine/generation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace deepinfer {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The distribution Sampler::sample draws from, as (id, probability) pairs: greedy gives the argmax with
+// probability 1; otherwise temperature, then top-k, min-p and top-p as in Sampler::sample.
+// TODO(sampler): move into Sampler once its penalties/logprobs rework lands, so the filter lives once.
+std::vector<std::pair<int32_t, double>> distribution(const float* logits, int64_t vocab, const SamplingParams& p) {
+  std::vector<std::pair<int32_t, double>> dist;
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i) if (logits[i] > logits[best]) best = i;
+  if (p.temperature <= 0.0f) return {{int32_t(best), 1.0}};
+  for (int64_t i = 0; i < vocab; ++i) dist.emplace_back(int32_t(i), double(logits[i] / p.temperature));
+  std::sort(dist.begin(), dist.end(), [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  if (p.top_k > 0 && size_t(p.top_k) < dist.size()) dist.resize(size_t(p.top_k));
+  const double max_logit = dist[0].second;
+  double total = 0;
+  for (auto& d : dist) total += d.second = std::exp(d.second - max_logit);
+  for (auto& d : dist) d.second /= total;
+  size_t n = dist.size();
+  if (p.min_p > 0.0f) {
+    while (n > 1 && dist[n - 1].second < p.min_p * dist[0].second) --n;
+  }
+  if (p.top_p < 1.0f) {
+    double cumulative = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cumulative += dist[i].second;
+      if (cumulative >= p.top_p) { n = i + 1; break; }
+    }
+  }
+  dist.resize(n);
+  return dist;
+}
+
+int32_t draw(Sampler& sampler, const std::vector<std::pair<int32_t, double>>& weighted) {
+  double mass = 0;
+  for (const auto& w : weighted) mass += w.second;
+  double r = sampler.next_uniform() * mass;
+  for (const auto& w : weighted) {
+    r -= w.second;
+    if (r < 0) return w.first;
+  }
+  return weighted.back().first;
+}
+}  // namespace
+
+GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerationOptions& options) {
+  const ModelConfig& c = model.config();
+  const int64_t V = c.vocab_size, P = int64_t(prompt.size());
+  const bool speculative = options.speculative && c.is_v41() && c.dspark_block_size > 0;
+  DI_CHECK_MSG(!options.speculative || speculative, "speculative decoding needs a V4.1 checkpoint with DSpark");
+  GenerationResult result;
+  Sampler sampler(options.sampling.seed);
+  SequenceState seq = model.new_sequence();
+  auto t0 = Clock::now();
+  ForwardChunk prefill{&seq, prompt, P};
+  prefill.keep_hidden = speculative;
+  auto out = model.forward(std::span<const ForwardChunk>(&prefill, 1));
+  if (speculative) model.dspark_seed(seq, 0, out[0].hidden);
+  result.prefill_seconds = seconds_since(t0);
+  t0 = Clock::now();
+  int32_t next = sampler.sample(out[0].logits.data(), V, options.sampling);
+  // emit() appends a token; false once generation must stop.
+  auto emit = [&](int32_t token) {
+    result.tokens.push_back(token);
+    if (options.stop_at_eos && token == c.eos_token_id) return false;
+    return int64_t(result.tokens.size()) < options.max_tokens;
+  };
+  while (emit(next)) {
+    const int64_t pos = seq.n_tokens - 1;  // the last position the model has processed
+    if (!speculative) {
+      ForwardChunk step{&seq, std::span<const int32_t>(&next, 1), 0};
+      out = model.forward(std::span<const ForwardChunk>(&step, 1));
+      ++result.n_forwards;
+      next = sampler.sample(out[0].logits.data(), V, options.sampling);
+      continue;
+    }
+    // Draft after pos with `next` as the anchor, then feed [next, d1 .. dm] in one forward.
+    const DsparkDraft draft = model.dspark_draft(seq, pos, next);
+    const int64_t remaining = options.max_tokens - int64_t(result.tokens.size());
+    const int64_t m = std::min<int64_t>({int64_t(draft.tokens.size()) - 2, remaining, kSpecSlots - 1});
+    std::vector<int32_t> fed(draft.tokens.begin(), draft.tokens.begin() + 1 + m);
+    ForwardChunk verify{&seq, fed, 0};
+    verify.all_logits = true;
+    verify.keep_hidden = true;
+    out = model.forward(std::span<const ForwardChunk>(&verify, 1));
+    ++result.n_forwards;
+    result.n_drafted += m;
+    // Row i of the logits predicts the token after fed[i]; draft token fed[i + 1] is accepted with
+    // probability p_i(fed[i + 1]) (greedy: when it is the argmax).
+    int64_t k = 0;
+    bool stopped = false;
+    int32_t after = -1;
+    for (; k < m; ++k) {
+      const float* row = &out[0].logits[size_t(k * V)];
+      const int32_t d = fed[size_t(k + 1)];
+      auto dist = distribution(row, V, options.sampling);
+      double p_d = 0;
+      for (const auto& [id, prob] : dist) if (id == d) p_d = prob;
+      const bool accept = options.sampling.temperature <= 0.0f ? dist[0].first == d : sampler.next_uniform() < p_d;
+      if (!accept) {
+        std::erase_if(dist, [&](const auto& e) { return e.first == d; });
+        after = draw(sampler, dist);
+        break;
+      }
+      ++result.n_accepted;
+      if (!emit(d)) {
+        stopped = true;
+        ++k;
+        break;
+      }
+    }
+    if (after < 0 && !stopped) after = sampler.sample(&out[0].logits[size_t(k * V)], V, options.sampling);
+    // Keep next and the k accepted drafts; forget the rest; the DSpark rings learn the kept positions.
+    model.rollback(seq, pos + 2 + k);
+    const int64_t taps_width = int64_t(out[0].hidden.size()) / int64_t(fed.size());
+    model.dspark_seed(seq, pos + 1, std::span<const float>(out[0].hidden.data(), size_t((k + 1) * taps_width)));
+    if (stopped) break;
+    next = after;
+  }
+  result.decode_seconds = seconds_since(t0);
+  return result;
+}
+
+}  // namespace deepinfer

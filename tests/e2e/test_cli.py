@@ -1,0 +1,140 @@
+"""End-to-end tests of the deepinfer CLI on the golden checkpoints: the README commands work, and bad
+input (truncated or corrupt safetensors, a config that disagrees with the tensors, bad token ids)
+gives one clear error and a non-zero exit, never a crash."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BINARY = os.environ.get("DEEPINFER_BINARY", "build/deepinfer")
+GOLDEN = Path(os.environ.get("DEEPINFER_GOLDEN_DIR", "../shared/golden"))
+FLASH = GOLDEN / "v4-flash" / "flash-tiny"
+V41 = GOLDEN / "v41-flash" / "tiny-a"
+
+pytestmark = pytest.mark.skipif(not FLASH.exists(), reason=f"golden data not found at {FLASH}")
+
+
+def run(*args, timeout=300):
+    return subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, errors="replace", timeout=timeout)
+
+
+def read_safetensors(path):
+    data = Path(path).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    dtypes = {"F32": np.float32, "I32": np.int32}
+    out = {}
+    for name, info in header.items():
+        if name != "__metadata__":
+            b, e = info["data_offsets"]
+            out[name] = np.frombuffer(data[8 + n + b:8 + n + e], dtype=dtypes[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
+def copy_model(src, tmp_path):
+    dst = tmp_path / "model"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("case-*"))
+    return dst
+
+
+def assert_clean_error(result, *fragments):
+    assert result.returncode != 0
+    assert result.returncode < 128, f"crashed with signal: {result.stderr}"
+    assert "error:" in result.stderr
+    assert result.stderr.isascii(), "error messages stay printable"
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+def test_logits_exact_matches_golden_bit_for_bit(tmp_path):
+    out = tmp_path / "out.safetensors"
+    r = run("logits", "--model", FLASH, "--case", FLASH / "case-2.safetensors", "--out", out, "--exact", "--mtp", "--chunk", "16")
+    assert r.returncode == 0, r.stderr
+    got, ref = read_safetensors(out), read_safetensors(FLASH / "case-2.safetensors")
+    assert np.array_equal(got["logits"], ref["logits"])
+    assert np.array_equal(got["mtp_logits"], ref["mtp_logits"])
+
+
+@pytest.mark.skipif(not V41.exists(), reason=f"golden data not found at {V41}")
+def test_v41_logits_and_dspark_match_golden(tmp_path):
+    out = tmp_path / "out.safetensors"
+    r = run("logits", "--model", V41, "--case", V41 / "case-3.safetensors", "--out", out, "--exact", "--dspark")
+    assert r.returncode == 0, r.stderr
+    got, ref = read_safetensors(out), read_safetensors(V41 / "case-3.safetensors")
+    for name in ["logits", "dspark_anchor", "dspark_tokens", "dspark_logits", "dspark_confidence"]:
+        assert np.array_equal(got[name], ref[name]), name
+
+
+def test_generate_greedy_is_deterministic_and_reports_speed():
+    a = run("generate", "--model", FLASH, "--prompt-ids", "0,5,9", "--max-tokens", "8", "--ignore-eos")
+    b = run("generate", "--model", FLASH, "--prompt-ids", "0,5,9", "--max-tokens", "8", "--ignore-eos")
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout
+    assert len(a.stdout.strip().split(",")) == 8
+    assert "tok/s" in a.stderr
+
+
+def test_truncated_shard_is_a_clear_error(tmp_path):
+    model = copy_model(FLASH, tmp_path)
+    shard = model / "model-00002-of-00003.safetensors"
+    data = shard.read_bytes()
+    for cut in [4, 100, len(data) // 2, len(data) - 1]:
+        shard.write_bytes(data[:cut])
+        assert_clean_error(run("generate", "--model", model, "--prompt-ids", "0"), "model-00002-of-00003.safetensors")
+
+
+def test_corrupt_header_is_a_clear_error(tmp_path):
+    model = copy_model(FLASH, tmp_path)
+    shard = model / "model-00001-of-00003.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[8:12] = b"\xff\xfe{["  # invalid UTF-8 / JSON at the start of the header
+    shard.write_bytes(bytes(data))
+    assert_clean_error(run("generate", "--model", model, "--prompt-ids", "0"), "model-00001-of-00003.safetensors")
+
+
+def test_header_that_lies_about_offsets_is_a_clear_error(tmp_path):
+    model = copy_model(FLASH, tmp_path)
+    shard = model / "model-00003-of-00003.safetensors"
+    data = shard.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    header[name]["data_offsets"][1] += 10 ** 9
+    text = json.dumps(header).encode()
+    shard.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
+    assert_clean_error(run("generate", "--model", model, "--prompt-ids", "0"), name)
+
+
+def test_config_that_disagrees_with_the_tensors_is_a_clear_error(tmp_path):
+    model = copy_model(FLASH, tmp_path)
+    config = json.loads((model / "config.json").read_text())
+    config["n_routed_experts"] = 16
+    (model / "config.json").write_text(json.dumps(config))
+    assert_clean_error(run("generate", "--model", model, "--prompt-ids", "0"), "layers.0.ffn.gate.weight", "config.json")
+
+
+def test_missing_config_field_is_a_clear_error(tmp_path):
+    model = copy_model(FLASH, tmp_path)
+    config = json.loads((model / "config.json").read_text())
+    del config["hidden_size"]
+    (model / "config.json").write_text(json.dumps(config))
+    assert_clean_error(run("generate", "--model", model, "--prompt-ids", "0"), "hidden_size")
+
+
+def test_bad_prompt_ids_are_clear_errors():
+    assert_clean_error(run("generate", "--model", FLASH, "--prompt-ids", "0,1x"), "1x")
+    assert_clean_error(run("generate", "--model", FLASH, "--prompt-ids", "0,99999"), "99999")
+
+
+def test_make_model_then_generate(tmp_path):
+    out = tmp_path / "made"
+    r = run("make-model", "--config", FLASH / "config.json", "--seed", "3", "--out", out)
+    assert r.returncode == 0, r.stderr
+    g = run("generate", "--model", out, "--prompt-ids", "0,1,2", "--max-tokens", "4", "--ignore-eos")
+    assert g.returncode == 0, g.stderr
+    assert len(g.stdout.strip().split(",")) == 4
