@@ -195,7 +195,8 @@ void handle_messages(ServerContext& ctx, const httplib::Request& req, httplib::R
   std::optional<Json> body = parse_body(req.body, &err);
   if (!body) return write_error(res, err, kFlavor);
   if (!check_known_fields(*body, {"model", "messages", "system", "max_tokens", "stop_sequences", "stream", "temperature",
-                                  "top_p", "top_k", "tools", "tool_choice", "thinking", "metadata", "service_tier"},
+                                  "top_p", "top_k", "tools", "tool_choice", "thinking", "metadata", "service_tier", "cache_control",
+                                  "speed", "inference_geo", "diagnostics", "user_profile_id", "workspace_id"},
                           "", &err)) {
     return write_error(res, err, kFlavor);
   }

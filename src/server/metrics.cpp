@@ -24,7 +24,7 @@ void metric(std::string& out, const char* name, const char* type, const char* he
 
 void histogram(std::string& out, const char* name, const char* help, const Histogram& h) {
   out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
-  char line[160];
+  char line[512];
   for (size_t i = 0; i < Histogram::kBoundsSeconds.size(); ++i) {
     std::snprintf(line, sizeof(line), "%s_bucket{le=\"%g\"} %llu\n", name, Histogram::kBoundsSeconds[i],
                   static_cast<unsigned long long>(h.counts[i]));
