@@ -75,6 +75,9 @@ class Model {
   const Checkpoint& checkpoint() const { return *checkpoint_; }
   Backend& backend() { return *backend_; }
   SequenceState new_sequence() const;
+  // Checks token ids a caller wants to feed: inside the vocabulary, and no image placeholder (V4.1 image
+  // input is not supported yet). The error names the offending id and its position.
+  Status validate_tokens(std::span<const int32_t> ids) const;
 
   // Runs every chunk through the main model. Chunks must belong to distinct sequences.
   std::vector<ChunkOutput> forward(std::span<const ForwardChunk> chunks);
