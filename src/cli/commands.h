@@ -12,5 +12,6 @@ Runner add_logits_command(CLI::App& app);
 Runner add_generate_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_make_model_command(CLI::App& app);
+Runner add_serve_command(CLI::App& app);
 
 }  // namespace deepinfer::cli

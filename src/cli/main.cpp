@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   runners["generate"] = deepinfer::cli::add_generate_command(app);
   runners["bench"] = deepinfer::cli::add_bench_command(app);
   runners["make-model"] = deepinfer::cli::add_make_model_command(app);
+  runners["serve"] = deepinfer::cli::add_serve_command(app);
   CLI11_PARSE(app, argc, argv);
   for (auto* sub : app.get_subcommands()) return runners.at(sub->get_name())();
   return 1;

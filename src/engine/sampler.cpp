@@ -41,38 +41,105 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams
   for (int64_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i] / p.temperature, int32_t(i));
   auto by_logit = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
   size_t keep = candidates_.size();
+  const bool needs_order = p.top_p < 1.0f || p.min_p > 0.0f || p.top_k > 0;
   if (p.top_k > 0 && size_t(p.top_k) < keep) {
     keep = size_t(p.top_k);
     std::partial_sort(candidates_.begin(), candidates_.begin() + long(keep), candidates_.end(), by_logit);
-  } else {
+  } else if (needs_order) {
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  } else {  // plain temperature: only the maximum has to come first (the draw walks the list in any fixed order)
+    std::iter_swap(candidates_.begin(), std::min_element(candidates_.begin(), candidates_.end(), by_logit));
   }
   candidates_.resize(keep);
   // Softmax over the survivors (relative to the max), then min-p and top-p cut the tail.
   const double max_logit = candidates_[0].first;
-  std::vector<double> probs(keep);
+  probs_.resize(keep);
   double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp(double(candidates_[i].first) - max_logit);
-  for (auto& v : probs) v /= total;
+  for (size_t i = 0; i < keep; ++i) total += probs_[i] = std::exp(double(candidates_[i].first) - max_logit);
+  for (auto& v : probs_) v /= total;
   size_t n = keep;
   if (p.min_p > 0.0f) {
-    while (n > 1 && probs[n - 1] < p.min_p * probs[0]) --n;
+    while (n > 1 && probs_[n - 1] < p.min_p * probs_[0]) --n;
   }
   if (p.top_p < 1.0f) {
     double cumulative = 0;
     for (size_t i = 0; i < n; ++i) {
-      cumulative += probs[i];
+      cumulative += probs_[i];
       if (cumulative >= p.top_p) { n = i + 1; break; }
     }
   }
   double mass = 0;
-  for (size_t i = 0; i < n; ++i) mass += probs[i];
+  for (size_t i = 0; i < n; ++i) mass += probs_[i];
   double r = next_uniform() * mass;
   for (size_t i = 0; i < n; ++i) {
-    r -= probs[i];
+    r -= probs_[i];
     if (r < 0) return candidates_[i].second;
   }
   return candidates_[n - 1].second;
+}
+
+bool has_penalties(const SamplingParams& p) {
+  return p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f;
+}
+
+void apply_penalties(float* logits, int64_t vocab, const SamplingParams& p, std::span<const int32_t> prompt,
+                     std::span<const int32_t> generated, PenaltyScratch& scratch) {
+  if (!has_penalties(p)) return;
+  if (int64_t(scratch.counts.size()) < vocab) scratch.counts.assign(size_t(vocab), 0);
+  scratch.touched.clear();
+  auto in_vocab = [&](int32_t id) { return id >= 0 && id < vocab; };
+  if (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) {
+    auto penalise = [&](int32_t id) {
+      if (!in_vocab(id) || scratch.counts[size_t(id)] & 0x80000000u) return;
+      scratch.counts[size_t(id)] |= 0x80000000u;  // high bit: already penalised
+      scratch.touched.push_back(id);
+      float& l = logits[id];
+      l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    };
+    for (int32_t id : prompt) penalise(id);
+    for (int32_t id : generated) penalise(id);
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    for (int32_t id : generated) {
+      if (!in_vocab(id)) continue;
+      if ((scratch.counts[size_t(id)] & 0x7fffffffu) == 0 && !(scratch.counts[size_t(id)] & 0x80000000u)) {
+        scratch.touched.push_back(id);
+      }
+      scratch.counts[size_t(id)] += 1;
+    }
+    for (int32_t id : generated) {
+      if (!in_vocab(id)) continue;
+      const uint32_t c = scratch.counts[size_t(id)] & 0x7fffffffu;
+      if (c == 0) continue;  // already applied for this id
+      logits[id] -= p.frequency_penalty * float(c) + p.presence_penalty;
+      scratch.counts[size_t(id)] &= 0x80000000u;
+    }
+  }
+  for (int32_t id : scratch.touched) scratch.counts[size_t(id)] = 0;
+}
+
+void token_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n, TokenLogprob& out) {
+  float max_logit = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max_logit);
+  const double log_z = double(max_logit) + std::log(sum);
+  out.id = chosen;
+  out.logprob = float(double(logits[chosen]) - log_z);
+  out.top.clear();
+  if (top_n <= 0) return;
+  // Keep the top_n best seen so far in `out.top`, sorted best first (insertion: top_n is at most 20).
+  auto better = [](float a, int32_t ia, float b, int32_t ib) { return a != b ? a > b : ia < ib; };
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float l = logits[i];
+    if (int(out.top.size()) == top_n && !better(l, int32_t(i), out.top.back().second, out.top.back().first)) continue;
+    if (int(out.top.size()) < top_n) out.top.emplace_back(int32_t(i), l);
+    else out.top.back() = {int32_t(i), l};
+    for (size_t j = out.top.size() - 1; j > 0 && better(out.top[j].second, out.top[j].first, out.top[j - 1].second, out.top[j - 1].first); --j) {
+      std::swap(out.top[j], out.top[j - 1]);
+    }
+  }
+  for (auto& [id, value] : out.top) value = float(double(value) - log_z);
 }
 
 }  // namespace deepinfer

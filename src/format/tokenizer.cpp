@@ -9,7 +9,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <unordered_set>
 
 #include "core/utf8.h"
 #include "format/added_tokens.h"
@@ -28,7 +27,7 @@ struct Tokenizer::Impl {
   TokenIdMap added_ids;                   // content -> id
   AddedTokenMatcher raw_matcher;          // tokens with normalized=false, matched on the input
   AddedTokenMatcher normalized_matcher;   // tokens with normalized=true, matched on the gaps left by raw
-  std::vector<std::string> id_token;      // id -> token string ("" when absent)
+  std::vector<std::string_view> id_token;  // id -> token string, a view of a vocab key or added content
   std::vector<uint8_t> id_present;        // id -> known
   std::vector<uint8_t> id_special;        // id -> flagged special in added_tokens
   std::string id_bytes;                   // concatenated decoder output per id
@@ -147,22 +146,22 @@ Result<std::unique_ptr<Tokenizer::Impl>> build_impl(const json& root, const std:
   for (const auto& [s, id] : impl->bpe.vocab()) id_limit = std::max(id_limit, id + 1);
   if (id_limit > kMaxIds) return Status::error(where + ": model vocabulary ids reach " + std::to_string(id_limit));
   for (const AddedToken& t : impl->added) id_limit = std::max(id_limit, t.id + 1);
-  impl->id_token.assign(id_limit, std::string());
+  // Views stay valid: vocab keys live in unordered_map nodes and impl->added is never modified again.
+  impl->id_token.assign(id_limit, std::string_view());
   impl->id_present.assign(id_limit, 0);
   impl->id_special.assign(id_limit, 0);
-  std::unordered_set<std::string_view> distinct;
   for (const auto& [s, id] : impl->bpe.vocab()) {
     impl->id_token[id] = s;
     impl->id_present[id] = 1;
-    distinct.insert(s);
   }
+  size_t n_distinct = impl->bpe.vocab().size();  // HF get_vocab(true): distinct spellings
   for (const AddedToken& t : impl->added) {  // added tokens win over the model vocabulary
     impl->id_token[t.id] = t.content;
     impl->id_present[t.id] = 1;
     impl->id_special[t.id] = t.special ? 1 : 0;
-    distinct.insert(t.content);
+    if (!impl->bpe.token_to_id(t.content)) ++n_distinct;
   }
-  impl->vocab_size = static_cast<int32_t>(distinct.size());
+  impl->vocab_size = static_cast<int32_t>(n_distinct);
   impl->id_bytes_offset.assign(id_limit + 1, 0);
   for (int32_t id = 0; id < id_limit; ++id) {
     impl->id_bytes_offset[id] = static_cast<uint32_t>(impl->id_bytes.size());
@@ -281,7 +280,7 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 
 std::optional<std::string_view> Tokenizer::id_to_token(int32_t id) const {
   if (id < 0 || id >= id_limit() || !impl_->id_present[id]) return std::nullopt;
-  return std::string_view(impl_->id_token[id]);
+  return impl_->id_token[id];
 }
 
 std::string_view Tokenizer::token_bytes(int32_t id) const {

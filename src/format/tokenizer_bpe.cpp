@@ -142,29 +142,31 @@ Result<BpeModel> BpeModel::from_json(const json& model, const std::string& where
   const json& merges = model.contains("merges") && model["merges"].is_array() ? model["merges"] : empty;
   bpe.merges_ = std::make_unique<MergeTable>(merges.size());
   const size_t prefix_len = bpe.continuing_subword_prefix_.size();
+  std::string merged;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const json& m = merges[rank];
-    std::string a, b;
+    std::string_view a, b;
     if (m.is_string()) {
-      const std::string line = m.get<std::string>();
+      const std::string_view line = m.get_ref<const std::string&>();
       const size_t sp = line.find(' ');
-      if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos) {
-        return Status::error(ctx + ".merges[" + std::to_string(rank) + "] '" + line + "' is not 'a b'");
+      if (sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos) {
+        return Status::error(ctx + ".merges[" + std::to_string(rank) + "] '" + std::string(line) + "' is not 'a b'");
       }
       a = line.substr(0, sp);
       b = line.substr(sp + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      a = m[0].get<std::string>();
-      b = m[1].get<std::string>();
+      a = m[0].get_ref<const std::string&>();
+      b = m[1].get_ref<const std::string&>();
     } else {
       return Status::error(ctx + ".merges[" + std::to_string(rank) + "] is neither 'a b' nor [a, b]");
     }
     const auto id_a = bpe.token_to_id(a), id_b = bpe.token_to_id(b);
     if (!id_a || !id_b) {
-      return Status::error(ctx + ".merges[" + std::to_string(rank) + "]: '" + (id_a ? b : a) +
+      return Status::error(ctx + ".merges[" + std::to_string(rank) + "]: '" + std::string(id_a ? b : a) +
                            "' is not in the vocabulary");
     }
-    const std::string merged = a + (b.size() >= prefix_len ? b.substr(prefix_len) : std::string());
+    merged.assign(a);
+    if (b.size() >= prefix_len) merged.append(b.substr(prefix_len));
     const auto id_merged = bpe.token_to_id(merged);
     if (!id_merged) {
       return Status::error(ctx + ".merges[" + std::to_string(rank) + "]: result '" + merged +

@@ -1,0 +1,564 @@
+// Engine (include/deepinfer/engine.h): one thread owns the Model, every resident SequenceState and the prefix
+// cache; callers talk to it through an inbox (submit) and per-request channels (poll / cancel). Each step: take
+// new requests, end cancelled and expired ones, look waiting prompts up in the prefix cache, ask the pure
+// scheduler for a plan, preempt / admit / reject as it says, run one batched forward, then sample, detokenize,
+// parse and publish one event per request. The step loop does not log, block on I/O, or throw.
+#include "deepinfer/engine.h"
+
+#include <algorithm>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/cache_footprint.h"
+#include "engine/request_prep.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+const char* end_reason_name(EndReason reason) {
+  switch (reason) {
+    case EndReason::kStop: return "stop";
+    case EndReason::kLength: return "length";
+    case EndReason::kStopSequence: return "stop_sequence";
+    case EndReason::kToolCalls: return "tool_calls";
+    case EndReason::kCancelled: return "cancelled";
+    case EndReason::kDeadline: return "deadline";
+    case EndReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+void Histogram::observe(double seconds) {
+  for (size_t i = 0; i < kBoundsSeconds.size(); ++i) {
+    if (seconds <= kBoundsSeconds[i]) counts[i] += 1;
+  }
+  count += 1;
+  sum += seconds;
+}
+
+struct Engine::Impl {
+  using Clock = std::chrono::steady_clock;
+
+  EngineOptions options;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  ModelInfo info;
+  PrepareContext prep;
+  SchedulerConfig sched_config;
+  std::unique_ptr<PrefixCache> prefix_cache;
+  int64_t decode_class = 0;
+
+  // Shared with callers.
+  std::mutex inbox_mu;
+  std::condition_variable inbox_cv;
+  std::deque<std::unique_ptr<Sequence>> inbox;
+  bool stopping = false;
+  bool drain = false;
+  std::atomic<bool> accepting{true};
+  std::atomic<uint64_t> next_id{1};
+  std::atomic<int64_t> n_queued{0};  // waiting sequences, as of the last step
+  std::mutex channels_mu;
+  std::unordered_map<RequestId, std::shared_ptr<RequestChannel>> channels;
+  mutable std::mutex stats_mu;
+  EngineStats stats;
+  std::thread thread;
+  std::mutex shutdown_mu;
+
+  // Engine thread only.
+  std::vector<std::unique_ptr<Sequence>> running;  // admission order
+  std::deque<std::unique_ptr<Sequence>> waiting;
+  SchedulerInput sched_input;
+  std::vector<ForwardChunk> chunks;
+  std::vector<Sequence*> chunk_seqs;
+  PenaltyScratch penalty_scratch;
+  std::vector<float> raw_logits;
+  EngineStats local;  // counters accumulated by the engine thread, published every step
+
+  void run();
+  void step();
+  void finish(Sequence& seq, EndReason reason, const std::string& error = "");
+  void publish(Sequence& seq);
+  void sample_next(Sequence& seq, std::vector<float>& logits);
+  void snapshot(const Sequence& seq);
+  int64_t prompt_layout_class(int64_t n_prompt) const {
+    if (options.prefill_layout == PrefillLayout::kPosition || model->config().is_v41()) return decode_class;
+    return std::min<int64_t>(n_prompt, decode_class);  // V4: the window part has min(P, window) slots
+  }
+  void publish_stats();
+};
+
+namespace {
+int64_t read_max_position(const std::string& model_dir) {
+  std::ifstream in(std::filesystem::path(model_dir) / "config.json");
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return 0;
+  const nlohmann::json* cfg = &j;
+  if (j.contains("text_config") && j["text_config"].is_object()) cfg = &j["text_config"];
+  if (cfg->contains("max_position_embeddings") && (*cfg)["max_position_embeddings"].is_number_integer()) {
+    return (*cfg)["max_position_embeddings"].get<int64_t>();
+  }
+  return 0;
+}
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
+  if (options.max_batch_tokens < 1) return Status::error("max_batch_tokens must be >= 1");
+  if (options.max_running < 1) return Status::error("max_running must be >= 1");
+  if (options.cache_budget_bytes <= 0) return Status::error("cache_budget_bytes must be > 0");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  auto model = Model::open(options.model_dir, ModelOptions{.exact = options.exact, .n_threads = options.n_threads});
+  if (!model.ok()) return model.status();
+  impl->model = std::move(model.value());
+  const ModelConfig& c = impl->model->config();
+  const std::filesystem::path tokenizer_path = std::filesystem::path(options.model_dir) / "tokenizer.json";
+  if (std::filesystem::exists(tokenizer_path)) {
+    auto tokenizer = Tokenizer::load(tokenizer_path.string());
+    if (!tokenizer.ok()) return tokenizer.status();
+    impl->tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer.value()));
+  }
+  int64_t max_context = read_max_position(options.model_dir);
+  if (max_context <= 0) max_context = 1 << 20;
+  if (options.max_context_tokens > 0) max_context = std::min(max_context, options.max_context_tokens);
+  ModelInfo& info = impl->info;
+  info.name = std::filesystem::path(options.model_dir).lexically_normal().filename().string();
+  if (info.name.empty()) info.name = std::filesystem::path(options.model_dir).lexically_normal().parent_path().filename().string();
+  info.max_context_tokens = max_context;
+  info.vocab_size = c.vocab_size;
+  info.has_tokenizer = impl->tokenizer != nullptr;
+  info.is_v41 = c.is_v41();
+
+  const CacheFootprint footprint = cache_footprint_of(c, impl->model->new_sequence().cache_bytes());
+  PrepareContext& prep = impl->prep;
+  prep.tokenizer = impl->tokenizer.get();
+  prep.vocab_size = c.vocab_size;
+  prep.eos_token_id = c.eos_token_id;
+  prep.bos_token_id = c.bos_token_id;
+  prep.chat_version = c.is_v41() ? ChatModelVersion::kV41 : ChatModelVersion::kV4;
+  prep.default_thinking = options.default_thinking;
+  prep.max_context_tokens = max_context;
+  prep.default_max_tokens = std::max(1, options.default_max_tokens);
+  prep.footprint = footprint;
+  prep.cache_budget_bytes = options.cache_budget_bytes;
+
+  SchedulerConfig& sc = impl->sched_config;
+  sc.max_batch_tokens = options.max_batch_tokens;
+  sc.max_running = options.max_running;
+  sc.cache_budget_bytes = options.cache_budget_bytes;
+  sc.footprint = footprint;
+  if (options.prefix_cache_bytes > 0) {
+    impl->prefix_cache = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
+    sc.snapshot_interval = std::max<int64_t>(0, options.prefix_snapshot_interval);
+    sc.snapshot_before_last_prompt_token = true;
+  }
+  impl->decode_class = c.window_size;
+  impl->stats.cache_budget_bytes = options.cache_budget_bytes;
+  impl->local.cache_budget_bytes = options.cache_budget_bytes;
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->run(); });
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() { shutdown(false); }
+
+Result<RequestId> Engine::submit(Request request) {
+  Impl& im = *impl_;
+  if (!im.accepting.load()) return Status::error("the engine is shutting down");
+  Result<PreparedRequest> prepared = prepare_request(std::move(request), im.prep);
+  if (!prepared.ok()) {
+    std::lock_guard<std::mutex> lock(im.stats_mu);
+    im.stats.n_requests_rejected += 1;
+    return prepared.status();
+  }
+  auto seq = std::make_unique<Sequence>();
+  PreparedRequest& p = prepared.value();
+  seq->id = im.next_id.fetch_add(1);
+  seq->channel = std::make_shared<RequestChannel>();
+  seq->tokens = std::move(p.prompt);
+  seq->n_prompt = int64_t(seq->tokens.size());
+  seq->tokens.reserve(size_t(seq->n_prompt + p.max_new_tokens));
+  seq->sampling = std::move(p.sampling);
+  seq->sampler = Sampler(seq->sampling.seed);
+  seq->max_new_tokens = p.max_new_tokens;
+  if (p.parser && im.tokenizer) seq->text = std::make_unique<TextOutput>(*im.tokenizer, std::move(*p.parser));
+  seq->deadline = p.deadline;
+  seq->submitted_at = Impl::Clock::now();
+  seq->layout = LayoutClass{im.prompt_layout_class(seq->n_prompt), seq->n_prompt, im.decode_class};
+  const RequestId id = seq->id;
+  {
+    std::lock_guard<std::mutex> lock(im.inbox_mu);
+    if (im.stopping) return Status::error("the engine is shutting down");
+    if (int64_t(im.inbox.size()) + im.n_queued.load() >= im.options.max_waiting) {
+      return Status::error("too many queued requests (" + std::to_string(im.options.max_waiting) + "); retry later");
+    }
+    {
+      std::lock_guard<std::mutex> channels_lock(im.channels_mu);
+      im.channels.emplace(id, seq->channel);
+    }
+    im.inbox.push_back(std::move(seq));
+  }
+  im.inbox_cv.notify_one();
+  {
+    std::lock_guard<std::mutex> lock(im.stats_mu);
+    im.stats.n_requests_submitted += 1;
+  }
+  return id;
+}
+
+bool Engine::poll(RequestId id, std::vector<Event>& out, std::chrono::milliseconds wait) {
+  std::shared_ptr<RequestChannel> channel;
+  {
+    std::lock_guard<std::mutex> lock(impl_->channels_mu);
+    auto it = impl_->channels.find(id);
+    if (it == impl_->channels.end()) return false;
+    channel = it->second;
+  }
+  bool done = false;
+  {
+    std::unique_lock<std::mutex> lock(channel->mu);
+    channel->cv.wait_for(lock, wait, [&] { return !channel->pending.empty(); });
+    for (Event& e : channel->pending) {
+      done = done || e.finished;
+      out.push_back(std::move(e));
+    }
+    channel->pending.clear();
+  }
+  if (done) {
+    std::lock_guard<std::mutex> lock(impl_->channels_mu);
+    impl_->channels.erase(id);
+  }
+  return !done;
+}
+
+void Engine::cancel(RequestId id) {
+  std::lock_guard<std::mutex> lock(impl_->channels_mu);
+  auto it = impl_->channels.find(id);
+  if (it != impl_->channels.end()) it->second->cancel.store(true);
+  impl_->inbox_cv.notify_one();
+}
+
+void Engine::release(RequestId id) {
+  std::lock_guard<std::mutex> lock(impl_->channels_mu);
+  auto it = impl_->channels.find(id);
+  if (it == impl_->channels.end()) return;
+  it->second->cancel.store(true);
+  impl_->channels.erase(it);
+  impl_->inbox_cv.notify_one();
+}
+
+void Engine::shutdown(bool drain) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> shutdown_lock(im.shutdown_mu);
+  im.accepting.store(false);
+  {
+    std::lock_guard<std::mutex> lock(im.inbox_mu);
+    if (!im.stopping) {
+      im.stopping = true;
+      im.drain = drain;
+    } else if (!drain) {
+      im.drain = false;  // a second, harder shutdown stops draining
+    }
+  }
+  im.inbox_cv.notify_one();
+  if (im.thread.joinable()) im.thread.join();
+}
+
+bool Engine::accepting() const { return impl_->accepting.load(); }
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mu);
+  return impl_->stats;
+}
+
+const ModelInfo& Engine::model_info() const { return impl_->info; }
+
+std::string Engine::token_text(int32_t id) const {
+  if (!impl_->tokenizer || id < 0) return "";
+  return impl_->tokenizer->decode(std::span<const int32_t>(&id, 1));
+}
+
+int64_t Engine::count_tokens(const std::string& text) const {
+  if (!impl_->tokenizer) return -1;
+  return int64_t(impl_->tokenizer->encode(text, AddedTokenMatching::kNone).size());
+}
+
+// ---- engine thread ----
+
+void Engine::Impl::run() {
+  while (true) {
+    bool stop = false, drain_now = false;
+    {
+      std::unique_lock<std::mutex> lock(inbox_mu);
+      if (running.empty() && waiting.empty()) {
+        inbox_cv.wait(lock, [&] { return !inbox.empty() || stopping; });
+      }
+      while (!inbox.empty()) {
+        waiting.push_back(std::move(inbox.front()));
+        inbox.pop_front();
+      }
+      stop = stopping;
+      drain_now = drain;
+    }
+    // Cancelled and expired requests end before anything else is planned.
+    const Clock::time_point now = Clock::now();
+    auto should_end = [&](Sequence& s, EndReason& why) {
+      if ((stop && !drain_now) || s.channel->cancel.load()) {
+        why = EndReason::kCancelled;
+        return true;
+      }
+      if (now >= s.deadline) {
+        why = EndReason::kDeadline;
+        return true;
+      }
+      return false;
+    };
+    EndReason why = EndReason::kCancelled;
+    for (size_t i = 0; i < waiting.size();) {
+      if (should_end(*waiting[i], why)) {
+        finish(*waiting[i], why);
+        waiting.erase(waiting.begin() + long(i));
+      } else {
+        ++i;
+      }
+    }
+    for (size_t i = 0; i < running.size();) {
+      if (should_end(*running[i], why)) {
+        finish(*running[i], why);
+        running.erase(running.begin() + long(i));
+      } else {
+        ++i;
+      }
+    }
+    if (!running.empty() || !waiting.empty()) step();
+    publish_stats();
+    if (stop && running.empty() && waiting.empty()) {
+      std::lock_guard<std::mutex> lock(inbox_mu);
+      if (inbox.empty()) break;
+    }
+  }
+}
+
+void Engine::Impl::step() {
+  constexpr uint64_t kWaitingBit = uint64_t(1) << 63;
+  // Prefix-cache lookups for the waiting sequences that may be admitted now (a match is valid for this step).
+  sched_input.running.clear();
+  sched_input.waiting.clear();
+  for (size_t i = 0; i < running.size(); ++i) {
+    const Sequence& s = *running[i];
+    sched_input.running.push_back({uint64_t(i), s.n_computed, s.n_prompt, int64_t(s.tokens.size())});
+  }
+  const size_t n_candidates = std::min(waiting.size(), size_t(std::max(0, options.max_running - int(running.size()))));
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    Sequence& s = *waiting[i];
+    s.match = {};
+    if (prefix_cache && i < n_candidates) {
+      // At least one token must run to produce logits: look up at most n_known - 1 tokens.
+      s.match = prefix_cache->lookup(s.tokens, int64_t(s.tokens.size()) - 1, s.layout);
+    }
+    sched_input.waiting.push_back({kWaitingBit | uint64_t(i), s.match.n_tokens, s.n_prompt, int64_t(s.tokens.size())});
+  }
+  const SchedulePlan plan = schedule(sched_input, sched_config);
+
+  // Rejections, then preemptions (newest first: pushed to the waiting front, oldest ends up first).
+  std::vector<char> drop_running(running.size(), 0), drop_waiting(waiting.size(), 0);
+  for (uint64_t key : plan.rejected) {
+    Sequence& s = (key & kWaitingBit) ? *waiting[size_t(key & ~kWaitingBit)] : *running[size_t(key)];
+    finish(s, EndReason::kError, "the request does not fit the engine's cache budget");
+    ((key & kWaitingBit) ? drop_waiting[size_t(key & ~kWaitingBit)] : drop_running[size_t(key)]) = 1;
+  }
+  std::vector<std::unique_ptr<Sequence>> preempted;
+  for (uint64_t key : plan.preempted) {
+    Sequence& s = *running[size_t(key)];
+    s.state.reset();
+    s.n_computed = 0;
+    drop_running[size_t(key)] = 2;
+    local.n_preemptions += 1;
+  }
+  // Admissions (in plan order) become the newest running sequences.
+  chunks.clear();
+  chunk_seqs.clear();
+  std::vector<std::pair<Sequence*, int64_t>> planned;
+  std::vector<std::unique_ptr<Sequence>> admitted;
+  for (const ScheduledChunk& c : plan.chunks) {
+    Sequence* s = nullptr;
+    if (c.key & kWaitingBit) {
+      const size_t wi = size_t(c.key & ~kWaitingBit);
+      s = waiting[wi].get();
+      s->state = std::make_unique<SequenceState>(s->match.n_tokens > 0 ? *s->match.state : model->new_sequence());
+      s->n_computed = s->match.n_tokens;
+      if (!s->admitted_once) {
+        s->admitted_once = true;
+        s->n_cached = s->match.n_tokens;
+        local.prefix_cache_queries += prefix_cache ? 1 : 0;
+        local.prefix_cache_hits += s->match.n_tokens > 0 ? 1 : 0;
+        local.prefix_cache_hit_tokens += uint64_t(s->match.n_tokens);
+        local.prompt_tokens += uint64_t(s->n_prompt);
+      }
+      drop_waiting[wi] = 3;
+      admitted.push_back(std::move(waiting[wi]));
+    } else {
+      s = running[size_t(c.key)].get();
+    }
+    DI_CHECK(s->state && s->state->n_tokens == s->n_computed);
+    planned.emplace_back(s, c.n_tokens);
+  }
+  {  // Rebuild the queues: survivors keep their order, preempted go to the waiting front, admitted run last.
+    std::vector<std::unique_ptr<Sequence>> next_running;
+    for (size_t i = 0; i < running.size(); ++i) {
+      if (drop_running[i] == 0) next_running.push_back(std::move(running[i]));
+      else if (drop_running[i] == 2) preempted.push_back(std::move(running[i]));
+    }
+    for (auto& s : admitted) next_running.push_back(std::move(s));
+    running = std::move(next_running);
+    std::deque<std::unique_ptr<Sequence>> next_waiting;
+    for (auto& s : preempted) next_waiting.push_back(std::move(s));  // oldest first, ahead of the queue
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      if (drop_waiting[i] == 0) next_waiting.push_back(std::move(waiting[i]));
+    }
+    waiting = std::move(next_waiting);
+  }
+  if (planned.empty()) return;
+
+  for (auto& [s, n] : planned) {
+    ForwardChunk fc;
+    fc.state = s->state.get();
+    fc.ids = std::span<const int32_t>(s->tokens.data() + s->n_computed, size_t(n));
+    const bool is_prompt = s->n_computed < s->n_prompt;
+    DI_CHECK(!is_prompt || s->n_computed + n <= s->n_prompt);
+    fc.prompt_len = is_prompt && options.prefill_layout == PrefillLayout::kPrompt ? s->n_prompt : 0;
+    chunks.push_back(fc);
+    chunk_seqs.push_back(s);
+  }
+  std::vector<ChunkOutput> outputs = model->forward(chunks);
+  local.n_steps += 1;
+
+  std::vector<Sequence*> finished;
+  for (size_t i = 0; i < chunk_seqs.size(); ++i) {
+    Sequence& s = *chunk_seqs[i];
+    s.n_computed += int64_t(chunks[i].ids.size());
+    DI_CHECK(s.state->n_tokens == s.n_computed);
+    if (prefix_cache && s.n_computed <= s.n_prompt && s.n_computed > 0) {
+      const bool at_boundary = (sched_config.snapshot_interval > 0 && s.n_computed % sched_config.snapshot_interval == 0) ||
+                               s.n_computed == s.n_prompt - 1 || s.n_computed == s.n_prompt;
+      if (at_boundary) snapshot(s);
+    }
+    if (s.n_computed == int64_t(s.tokens.size())) {
+      sample_next(s, outputs[i].logits);
+      if (s.done) finished.push_back(&s);
+    }
+    publish(s);
+  }
+  if (!finished.empty()) {
+    running.erase(std::remove_if(running.begin(), running.end(),
+                                 [&](const std::unique_ptr<Sequence>& s) { return s->done; }),
+                  running.end());
+  }
+}
+
+void Engine::Impl::snapshot(const Sequence& seq) {
+  if (!prefix_cache) return;
+  prefix_cache->insert(std::span<const int32_t>(seq.tokens.data(), size_t(seq.n_computed)), seq.layout, *seq.state);
+}
+
+void Engine::Impl::sample_next(Sequence& s, std::vector<float>& logits) {
+  const int64_t vocab = model->config().vocab_size;
+  float* row = logits.data();
+  const Clock::time_point now = Clock::now();
+  if (s.n_generated() == 0) s.first_token_at = now;
+  const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.n_prompt));
+  const std::span<const int32_t> generated(s.tokens.data() + s.n_prompt, size_t(s.n_generated()));
+  const float* raw = row;  // logprobs are over the model's logits, before penalties and temperature
+  if (s.sampling.logprobs && has_penalties(s.sampling)) {
+    raw_logits.assign(row, row + vocab);
+    raw = raw_logits.data();
+  }
+  apply_penalties(row, vocab, s.sampling, prompt, generated, penalty_scratch);
+  const int32_t id = s.sampler.sample(row, vocab, s.sampling);
+  TokenLogprob logprob;
+  if (s.sampling.logprobs) token_logprobs(raw, vocab, id, s.sampling.top_logprobs, logprob);
+  s.tokens.push_back(id);
+  s.event.token_ids.push_back(id);
+  if (s.sampling.logprobs) s.event.logprobs.push_back(std::move(logprob));
+  local.generation_tokens += 1;
+
+  const int32_t eos = model->config().eos_token_id;
+  const bool is_stop_token = (id == eos && !s.sampling.ignore_eos) ||
+                             std::find(s.sampling.stop_token_ids.begin(), s.sampling.stop_token_ids.end(), id) !=
+                                 s.sampling.stop_token_ids.end();
+  if (is_stop_token) {
+    const EndReason reason = s.text ? s.text->finish(StreamEnd::kEos, s.event.deltas) : EndReason::kStop;
+    finish(s, reason);
+    return;
+  }
+  if (s.text && s.text->push(id, s.event.deltas)) {
+    s.event.stop_sequence = s.text->stop_sequence();
+    finish(s, EndReason::kStopSequence);
+    return;
+  }
+  if (s.n_generated() >= s.max_new_tokens) {
+    const EndReason reason = s.text ? s.text->finish(StreamEnd::kLength, s.event.deltas) : EndReason::kLength;
+    finish(s, reason == EndReason::kStop ? EndReason::kLength : reason);
+  }
+}
+
+void Engine::Impl::finish(Sequence& s, EndReason reason, const std::string& error) {
+  if (s.text && (reason == EndReason::kCancelled || reason == EndReason::kDeadline || reason == EndReason::kError)) {
+    s.text->finish(StreamEnd::kUnknown, s.event.deltas);  // flush what was held back
+  }
+  if (prefix_cache && s.state && s.n_computed > 0 && reason != EndReason::kError) snapshot(s);
+  s.state.reset();
+  s.event.finished = true;
+  s.event.end_reason = reason;
+  s.event.error = error;
+  const Clock::time_point now = Clock::now();
+  local.n_requests_finished += 1;
+  if (reason == EndReason::kCancelled) local.n_requests_cancelled += 1;
+  if (s.n_generated() > 0) {
+    local.ttft.observe(std::chrono::duration<double>(s.first_token_at - s.submitted_at).count());
+    if (s.n_generated() > 1) {
+      local.tpot.observe(std::chrono::duration<double>(now - s.first_token_at).count() / double(s.n_generated() - 1));
+    }
+  }
+  local.e2e.observe(std::chrono::duration<double>(now - s.submitted_at).count());
+  publish(s);
+}
+
+void Engine::Impl::publish(Sequence& s) {
+  Event& e = s.event;
+  if (s.done || (!e.finished && e.token_ids.empty() && e.deltas.empty())) return;
+  s.done = e.finished;
+  e.usage.prompt_tokens = s.n_prompt;
+  e.usage.completion_tokens = s.n_generated();
+  e.usage.cached_tokens = s.n_cached;
+  {
+    std::lock_guard<std::mutex> lock(s.channel->mu);
+    s.channel->pending.push_back(std::move(e));
+  }
+  s.channel->cv.notify_all();
+  e = Event{};
+}
+
+void Engine::Impl::publish_stats() {
+  n_queued.store(int64_t(waiting.size()));
+  int64_t bytes = 0;
+  for (const auto& s : running) bytes += s->state ? s->state->cache_bytes() : 0;
+  std::lock_guard<std::mutex> lock(stats_mu);
+  const uint64_t submitted = stats.n_requests_submitted, rejected = stats.n_requests_rejected;
+  stats = local;
+  stats.n_requests_submitted = submitted;
+  stats.n_requests_rejected = rejected;
+  stats.n_waiting = int64_t(waiting.size());
+  stats.n_running = int64_t(running.size());
+  stats.cache_bytes_used = bytes;
+  stats.prefix_cache_bytes_used = prefix_cache ? prefix_cache->bytes_used() : 0;
+  stats.n_prefix_snapshots = prefix_cache ? prefix_cache->n_entries() : 0;
+}
+
+}  // namespace deepinfer

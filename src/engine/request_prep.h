@@ -1,0 +1,49 @@
+// Request → PreparedRequest on the submitting thread: validates sampling parameters and limits, renders a chat
+// request with the DeepSeek chat encoding and tokenizes it (special tokens only where the template put them),
+// and picks the output parser's options. No engine or model state is touched.
+// Invariant: a PreparedRequest fits the context and the cache budget (prompt + max_new_tokens), or prepare fails
+// with a message naming the field; nothing is truncated.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "deepinfer/status.h"
+#include "deepinfer/types.h"
+#include "engine/cache_footprint.h"
+#include "format/chat_encoding.h"
+#include "format/output_parser.h"
+#include "format/tokenizer.h"
+
+namespace deepinfer {
+
+struct PrepareContext {
+  const Tokenizer* tokenizer = nullptr;  // null: token-id requests only, no text output
+  int32_t vocab_size = 0;
+  int32_t eos_token_id = 1;
+  int32_t bos_token_id = 0;
+  ChatModelVersion chat_version = ChatModelVersion::kV4;
+  bool default_thinking = true;
+  int64_t max_context_tokens = 0;
+  int default_max_tokens = 0;
+  CacheFootprint footprint;
+  int64_t cache_budget_bytes = 0;
+};
+
+struct PreparedRequest {
+  std::vector<int32_t> prompt;
+  std::optional<OutputParserOptions> parser;  // text output; absent without a tokenizer
+  SamplingParams sampling;
+  int64_t max_new_tokens = 0;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+[[nodiscard]] Result<PreparedRequest> prepare_request(Request request, const PrepareContext& context);
+
+// Tokenizes an encoded chat prompt: special ranges become their token ids, the text between them is encoded
+// with no added token recognised (so text a user typed never becomes a control token).
+[[nodiscard]] Result<std::vector<int32_t>> tokenize_encoded_prompt(const EncodedPrompt& prompt, const Tokenizer& tokenizer);
+
+}  // namespace deepinfer
