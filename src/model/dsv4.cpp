@@ -71,10 +71,6 @@ Status Model::validate_tokens(std::span<const int32_t> ids) const {
       return Status::error("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) + " is outside the vocabulary (0.." +
                            std::to_string(config_.vocab_size - 1) + ")");
     }
-    if (config_.is_v41() && ids[i] == config_.image_token_id) {
-      return Status::error("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                           " is the image placeholder: image input is not supported yet");
-    }
   }
   return Status();
 }
