@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "cli/commands.h"
 #include "engine/generation.h"
 #include "model/model.h"
@@ -56,18 +58,17 @@ Runner add_generate_command(CLI::App& app) {
       std::fprintf(stderr, "error: %s\n", error.c_str());
       return 2;
     }
-    auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .n_threads = args->threads});
+    auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .n_threads = args->threads,
+                                                       .show_progress = isatty(STDERR_FILENO) != 0});
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
       return 1;
     }
     Model& m = *model.value();
     const ModelConfig& c = m.config();
-    for (int32_t id : prompt) {
-      if (id < 0 || id >= c.vocab_size) {
-        std::fprintf(stderr, "error: --prompt-ids: token id %d is outside the vocabulary (0..%d)\n", id, c.vocab_size - 1);
-        return 2;
-      }
+    if (Status st = m.validate_tokens(prompt); !st.ok()) {
+      std::fprintf(stderr, "error: --prompt-ids: %s\n", st.message().c_str());
+      return 2;
     }
     GenerationOptions options;
     options.max_tokens = args->max_tokens;

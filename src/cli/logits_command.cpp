@@ -1,4 +1,6 @@
 // `deepinfer logits`: teacher-forced evaluation of a golden-format case file, written as safetensors.
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -40,6 +42,7 @@ Runner add_logits_command(CLI::App& app) {
     options.exact = args->exact;
     options.n_threads = args->threads;
     options.index_owner_keys = args->owner_keys;
+    options.show_progress = isatty(STDERR_FILENO) != 0;
     auto model = Model::open(args->model, options);
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
@@ -51,15 +54,9 @@ Runner add_logits_command(CLI::App& app) {
       return 1;
     }
     const ModelConfig& c = model.value()->config();
-    for (int32_t id : gc->prompt) {
-      if (id < 0 || id >= c.vocab_size) {
-        std::fprintf(stderr, "error: %s: token id %d outside the vocabulary (0..%d)\n", args->case_path.c_str(), id, c.vocab_size - 1);
-        return 1;
-      }
-    }
-    for (int32_t id : gc->continuation) {
-      if (id < 0 || id >= c.vocab_size) {
-        std::fprintf(stderr, "error: %s: token id %d outside the vocabulary (0..%d)\n", args->case_path.c_str(), id, c.vocab_size - 1);
+    for (const auto* ids : {&gc->prompt, &gc->continuation}) {
+      if (Status st = model.value()->validate_tokens(*ids); !st.ok()) {
+        std::fprintf(stderr, "error: %s: %s\n", args->case_path.c_str(), st.message().c_str());
         return 1;
       }
     }

@@ -38,7 +38,7 @@ void Model::dspark_seed(SequenceState& seq, int64_t first_pos, std::span<const f
   seq.n_mtp_tokens = std::max(seq.n_mtp_tokens, first_pos + n);
 }
 
-DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor) {
+DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor, std::span<const int32_t> forced_chain) {
   const ModelConfig& c = config_;
   DI_CHECK_MSG(c.is_v41(), "DSpark is a V4.1 feature");
   DI_CHECK_MSG(seq.n_mtp_tokens == pos + 1, "dspark_draft needs the stage rings seeded up to pos");
@@ -96,7 +96,7 @@ DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor)
   draft.confidence.resize(size_t(B));
   std::vector<float> embed_row(static_cast<size_t>(R)), bias(static_cast<size_t>(V)), concat(static_cast<size_t>(D + R));
   for (int64_t i = 0; i < B; ++i) {
-    const int32_t prev = draft.tokens.back();
+    const int32_t prev = forced_chain.empty() ? draft.tokens.back() : forced_chain[size_t(i)];
     for (int64_t r = 0; r < R; ++r) embed_row[size_t(r)] = bf16_to_float(weights_.dspark.markov_embed[int64_t(prev) * R + r]);
     backend_->linear({.x = embed_row.data(), .x_stride = R, .n_tokens = 1, .weight = &weights_.dspark.markov_head, .row_begin = 0,
                       .n_rows = V, .epilogue = Epilogue::kF32, .bias = nullptr, .out = bias.data(), .out_stride = V});  // D6

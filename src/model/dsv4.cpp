@@ -45,6 +45,10 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
   model->backend_ = options.exact ? make_reference_backend() : make_fast_backend(options.n_threads);
   model->options_ = options;
   const ModelConfig& c = model->config_;
+  if (options.show_progress) {
+    std::fprintf(stderr, "loaded %s: %zu tensors, %.2f GB mapped, resident %.2f GB\n", model_dir.c_str(),
+                 model->checkpoint_->tensor_names().size(), model->checkpoint_->total_bytes() / 1e9, resident_bytes() / 1e9);
+  }
   if (c.is_v41() && !c.engram_layers.empty()) {
     auto engram = load_engram_hashing(c, model_dir);
     if (!engram.ok()) return engram.status();
@@ -59,6 +63,16 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
                                                             c.rope.beta_slow));
   }
   return model;
+}
+
+Status Model::validate_tokens(std::span<const int32_t> ids) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return Status::error("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) + " is outside the vocabulary (0.." +
+                           std::to_string(config_.vocab_size - 1) + ")");
+    }
+  }
+  return Status();
 }
 
 SequenceState Model::new_sequence() const {

@@ -75,6 +75,10 @@ class Model {
   const Checkpoint& checkpoint() const { return *checkpoint_; }
   Backend& backend() { return *backend_; }
   SequenceState new_sequence() const;
+  // Checks token ids a caller wants to feed are inside the vocabulary; the error names the id and its
+  // position. (A bare V4.1 image placeholder id is an ordinary token without image data, as in the
+  // reference; image input itself is refused where requests are parsed.)
+  Status validate_tokens(std::span<const int32_t> ids) const;
 
   // Runs every chunk through the main model. Chunks must belong to distinct sequences.
   std::vector<ChunkOutput> forward(std::span<const ForwardChunk> chunks);
@@ -89,7 +93,9 @@ class Model {
   // [first_pos, first_pos + n) from their taps ([n, n_taps * dim], ChunkOutput::hidden of a V4.1 forward).
   void dspark_seed(SequenceState& seq, int64_t first_pos, std::span<const float> taps);
   // Drafts block_size tokens after position `pos` (the last seeded one), anchor at pos + 1; greedy chain.
-  DsparkDraft dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor);
+  // `forced_chain` ([block_size + 1], tests only): the Markov head conditions on these tokens instead of
+  // its own choices, so logits can be compared row by row with a reference chain.
+  DsparkDraft dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor, std::span<const int32_t> forced_chain = {});
 
   struct Batch;  // flattened tokens of one forward (defined in model_internal.h)
   struct V41Scratch;  // per-forward V4.1 selections (defined in model_internal.h)

@@ -98,8 +98,12 @@ TeacherForcedResult run_teacher_forced(Model& model, const std::vector<int32_t>&
     if (dspark) {  // after decode step i + 1 at position P + i: anchor = argmax of its logits
       const int64_t pos = P + i;
       model.dspark_seed(seq, pos, out[0].hidden);
-      const int32_t anchor = int32_t(argmax(out[0].logits.data(), c.vocab_size));
-      DsparkDraft draft = model.dspark_draft(seq, pos, anchor);
+      const int64_t B1 = c.dspark_block_size + 1;
+      const int32_t anchor = options.forced_dspark_anchor ? (*options.forced_dspark_anchor)[size_t(i)]
+                                                          : int32_t(argmax(out[0].logits.data(), c.vocab_size));
+      std::span<const int32_t> chain;
+      if (options.forced_dspark_tokens) chain = std::span<const int32_t>(options.forced_dspark_tokens->data() + i * B1, size_t(B1));
+      DsparkDraft draft = model.dspark_draft(seq, pos, anchor, chain);
       result.dspark_anchor.push_back(anchor);
       result.dspark_tokens.insert(result.dspark_tokens.end(), draft.tokens.begin(), draft.tokens.end());
       result.dspark_logits.insert(result.dspark_logits.end(), draft.logits.begin(), draft.logits.end());

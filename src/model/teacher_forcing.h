@@ -31,6 +31,10 @@ struct TeacherForcedOptions {
   int64_t prefill_chunk = 0;  // 0: the whole prompt in one forward
   bool mtp = false;
   bool dspark = false;        // V4.1: run the DSpark draft after every decode step (golden case semantics)
+  // Tests of a fast path: anchors and Markov chains forced to a reference's ([C] and [C, block + 1]), so
+  // every draft row is conditioned like the reference row it is compared with.
+  const std::vector<int32_t>* forced_dspark_anchor = nullptr;
+  const std::vector<int32_t>* forced_dspark_tokens = nullptr;
 };
 struct TeacherForcedResult {
   std::vector<float> logits;      // [1 + C, vocab]
