@@ -36,7 +36,7 @@ std::string anthropic_error_type(const ApiError& e) {
 
 // The route label for metrics (bounded: unknown paths are "other").
 std::string route_label(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/models", "/health", "/metrics"}) {
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", "/v1/models", "/health", "/metrics"}) {
     if (path == known) return known;
   }
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models" : "other";
@@ -210,6 +210,7 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options) : impl_(std::make_
   http.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) { handle_chat_completions(ctx, req, res); });
   http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) { handle_completions(ctx, req, res); });
   http.Post("/v1/messages", [&ctx](const httplib::Request& req, httplib::Response& res) { handle_messages(ctx, req, res); });
+  http.Post("/v1/responses", [&ctx](const httplib::Request& req, httplib::Response& res) { handle_responses(ctx, req, res); });
 }
 
 HttpServer::~HttpServer() { stop(); }

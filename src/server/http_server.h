@@ -1,5 +1,5 @@
 // The HTTP front door: `deepinfer serve`'s server over an Engine (cpp-httplib). Routes: POST /v1/chat/completions,
-// /v1/completions, /v1/messages; GET /v1/models, /health, /metrics. Owns auth (Bearer or x-api-key, compared in
+// /v1/completions, /v1/messages, /v1/responses; GET /v1/models, /health, /metrics. Owns auth (Bearer or x-api-key, compared in
 // constant time, every route but /health), limits (body size, max tokens, concurrent requests, timeouts), and the
 // drain-then-stop shutdown. It maps protocols onto include/deepinfer/ only: no model or cache internals.
 #pragma once

@@ -67,5 +67,6 @@ bool write_sse_event(httplib::DataSink& sink, const char* event, const Json& dat
 void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_messages(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_responses(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace deepinfer::server

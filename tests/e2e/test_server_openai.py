@@ -228,3 +228,43 @@ def test_metrics_expose_the_engine(server):
                  "deepinfer_generation_tokens_total", "deepinfer_http_responses_total"]:
         assert name in text
     assert metric(server, "deepinfer_prefix_cache_hits_total") >= 1
+
+
+def test_responses_non_stream_and_stream(client):
+    whole = client.responses.create(model="m", input="Tell me something", max_output_tokens=6, temperature=0,
+                                    reasoning={"effort": "none"})
+    assert whole.object == "response"
+    assert whole.status == "incomplete" and whole.incomplete_details.reason == "max_output_tokens"
+    assert whole.usage.output_tokens == 6
+    assert whole.output[-1].type == "message"
+    text = whole.output_text
+    assert text
+    types, deltas = [], ""
+    for event in client.responses.create(model="m", input="Tell me something", max_output_tokens=6, temperature=0,
+                                         reasoning={"effort": "none"}, stream=True):
+        types.append(event.type)
+        if event.type == "response.output_text.delta":
+            deltas += event.delta
+    assert deltas == text
+    assert types[:2] == ["response.created", "response.in_progress"]
+    assert types[-1] == "response.incomplete"
+    assert "response.output_item.added" in types and "response.output_item.done" in types
+
+
+def test_responses_reasoning_items_and_function_calls_round_trip(client):
+    tools = [{"type": "function", "name": "lookup", "description": "Look a word up",
+              "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}]
+    first = client.responses.create(model="m", input="Define 'serendipity'", instructions="Use tools.", tools=tools,
+                                    max_output_tokens=5, temperature=0)
+    assert first.output[0].type == "reasoning"  # thinking by default
+    follow_up = [
+        {"role": "user", "content": "Define 'serendipity'"},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "I will look it up."}]},
+        {"type": "function_call", "call_id": "call_00", "name": "lookup", "arguments": "{\"word\": \"serendipity\"}"},
+        {"type": "function_call_output", "call_id": "call_00", "output": "a happy accident"},
+    ]
+    second = client.responses.create(model="m", input=follow_up, instructions="Use tools.", tools=tools,
+                                     max_output_tokens=5, temperature=0)
+    assert second.usage.input_tokens > first.usage.input_tokens
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model="m", input="x", previous_response_id="resp_123")
