@@ -15,4 +15,8 @@ if [ ! -f "$MODEL_DIR/model.safetensors.index.json" ]; then
   fi
   "$BUILD_DIR/deepinfer" make-model --config configs/deepinfer-v4-tiny.json --seed 7 --out "$MODEL_DIR" "${tokenizer_args[@]}"
 fi
-"$BUILD_DIR/deepinfer" generate --model "$MODEL_DIR" --prompt-ids 0,128803,30594,128804 --max-tokens 32 "$@"
+if [ -f "$MODEL_DIR/tokenizer.json" ]; then
+  "$BUILD_DIR/deepinfer" generate --model "$MODEL_DIR" --prompt "Hello! Who are you?" --max-tokens 32 "$@"
+else  # no tokenizer could be fetched: token ids in, token ids out
+  "$BUILD_DIR/deepinfer" generate --model "$MODEL_DIR" --prompt-ids 0,128803,30594,128804 --max-tokens 32 "$@"
+fi

@@ -13,5 +13,7 @@ Runner add_generate_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_make_model_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
+Runner add_chat_command(CLI::App& app);
+Runner add_tokenize_command(CLI::App& app);
 
 }  // namespace deepinfer::cli

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/text_stream.h"
 #include "engine/generation.h"
 #include "model/model.h"
 
@@ -30,17 +31,54 @@ bool parse_ids(const std::string& text, std::vector<int32_t>* ids, std::string* 
 }
 }  // namespace
 
+// The text path: the in-process Engine renders the chat (or takes the raw text), tokenizes, streams text.
+template <typename Args>
+int run_text_prompt(const Args& args) {
+  EngineOptions options;
+  options.model_dir = args.model;
+  options.exact = args.exact;
+  options.n_threads = args.threads;
+  auto engine = Engine::open(options);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+    return 1;
+  }
+  Request request;
+  if (args.raw) {
+    request.prompt_text = args.prompt;
+  } else {
+    request.chat = nlohmann::ordered_json{{"messages", {{{"role", "user"}, {"content", args.prompt}}}},
+                                          {"thinking_mode", !args.no_thinking}};
+  }
+  request.sampling.temperature = args.sampling.temperature;
+  request.sampling.top_p = args.sampling.top_p;
+  request.sampling.top_k = args.sampling.top_k;
+  request.sampling.min_p = args.sampling.min_p;
+  request.sampling.seed = args.sampling.seed;
+  request.sampling.max_tokens = args.max_tokens;
+  request.sampling.ignore_eos = args.ignore_eos;
+  StreamedReply reply = stream_request(*engine.value(), std::move(request), true);
+  if (!reply.ok) return 1;
+  std::fprintf(stderr, "%lld prompt + %lld generated tokens in %.3f s (%.1f tok/s)\n", (long long)reply.usage.prompt_tokens,
+               (long long)reply.usage.completion_tokens, reply.seconds, double(reply.usage.completion_tokens) / reply.seconds);
+  return 0;
+}
+
 Runner add_generate_command(CLI::App& app) {
   struct Args {
-    std::string model, prompt_ids;
+    std::string model, prompt_ids, prompt;
     int max_tokens = 32, threads = 0;
-    bool exact = false, ignore_eos = false, speculative = false;
+    bool exact = false, ignore_eos = false, speculative = false, raw = false, no_thinking = false;
     SamplingParams sampling;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("generate", "generate tokens from a prompt");
   cmd->add_option("--model", args->model, "checkpoint directory")->required();
-  cmd->add_option("--prompt-ids", args->prompt_ids, "comma-separated prompt token ids, e.g. 0,17,42")->required();
+  auto* ids_opt = cmd->add_option("--prompt-ids", args->prompt_ids, "comma-separated prompt token ids, e.g. 0,17,42");
+  auto* text_opt = cmd->add_option("--prompt", args->prompt, "a user message, rendered with DeepSeek's chat encoding (needs tokenizer.json)");
+  ids_opt->excludes(text_opt);
+  cmd->add_flag("--raw", args->raw, "with --prompt: plain completion of the text, no chat template");
+  cmd->add_flag("--no-thinking", args->no_thinking, "with --prompt: chat mode instead of thinking mode");
   cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--top-p", args->sampling.top_p)->check(CLI::Range(0.0, 1.0));
@@ -52,6 +90,11 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_flag("--speculative", args->speculative, "V4.1: DSpark speculative decoding (same tokens as without, when greedy)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating after the end-of-sequence token");
   return [args]() {
+    if (!args->prompt.empty()) return run_text_prompt(*args);
+    if (args->prompt_ids.empty()) {
+      std::fprintf(stderr, "error: give --prompt-ids or --prompt\n");
+      return 2;
+    }
     std::vector<int32_t> prompt;
     std::string error;
     if (!parse_ids(args->prompt_ids, &prompt, &error)) {

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   runners["bench"] = deepinfer::cli::add_bench_command(app);
   runners["make-model"] = deepinfer::cli::add_make_model_command(app);
   runners["serve"] = deepinfer::cli::add_serve_command(app);
+  runners["chat"] = deepinfer::cli::add_chat_command(app);
+  runners["tokenize"] = deepinfer::cli::add_tokenize_command(app);
   CLI11_PARSE(app, argc, argv);
   for (auto* sub : app.get_subcommands()) return runners.at(sub->get_name())();
   return 1;

@@ -4,6 +4,7 @@ gives one clear error and a non-zero exit, never a crash."""
 import json
 import os
 import shutil
+import sys
 import struct
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ FLASH = GOLDEN / "v4-flash" / "flash-tiny"
 V41 = GOLDEN / "v41-flash" / "tiny-a"
 
 pytestmark = pytest.mark.skipif(not FLASH.exists(), reason=f"golden data not found at {FLASH}")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def run(*args, timeout=300):
@@ -138,3 +140,22 @@ def test_make_model_then_generate(tmp_path):
     g = run("generate", "--model", out, "--prompt-ids", "0,1,2", "--max-tokens", "4", "--ignore-eos")
     assert g.returncode == 0, g.stderr
     assert len(g.stdout.strip().split(",")) == 4
+
+
+def test_text_commands_on_the_embedded_model():
+    """tokenize, generate --prompt (chat and --raw) and chat --prompt on the embedded default model with the
+    real V4 tokenizer (made by the server fixture's ensure_model; skips only if the tokenizer can't be fetched)."""
+    from serve_fixture import ensure_model
+    model = ensure_model()
+    spec = "<｜User｜>你好<｜Assistant｜><think>推理</think>答案<｜end▁of▁sentence｜>"
+    t = run("tokenize", "--model", model, "--text", spec, "--ids")
+    assert t.returncode == 0, t.stderr
+    assert t.stdout.strip() == "128803,30594,128804,128821,36101,128822,7624,1"
+    g = run("generate", "--model", model, "--prompt", "Hello", "--max-tokens", "6", "--ignore-eos", "--no-thinking")
+    assert g.returncode == 0, g.stderr
+    assert "6 generated tokens" in g.stderr
+    raw = run("generate", "--model", model, "--prompt", "Hello", "--raw", "--max-tokens", "4", "--ignore-eos")
+    assert raw.returncode == 0, raw.stderr
+    c = run("chat", "--model", model, "--prompt", "Hi", "--max-tokens", "5")
+    assert c.returncode == 0, c.stderr
+    assert "prompt +" in c.stderr
