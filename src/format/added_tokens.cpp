@@ -82,9 +82,11 @@ Result<AddedTokenMatcher> AddedTokenMatcher::build(const std::vector<const Added
   }
   m.root_child_.fill(0);
   for (auto [b, child] : children[0]) m.root_child_[b] = child;
-  if (needs_word_regex) {
-    auto at_end = UnicodeRegex::compile_pcre2("[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]\\z");
-    auto at_start = UnicodeRegex::compile_pcre2("\\A[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]");
+  if (needs_word_regex) {  // Rust regex's \w (Unicode 16.0 there): Alphabetic, M, Nd, Pc, Join_Control
+    const std::string word = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}" +
+        unicode_delta_class_items({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Mn", "Mc", "Me", "Nd", "Pc"}) + "]";
+    auto at_end = UnicodeRegex::compile_pcre2(word + "\\z");
+    auto at_start = UnicodeRegex::compile_pcre2("\\A" + word);
     if (!at_end.ok()) return at_end.status();
     if (!at_start.ok()) return at_start.status();
     m.word_at_end_ = std::move(*at_end);

@@ -42,12 +42,12 @@ struct PreTokenizer::Step {
   bool add_prefix_space = false;  // ByteLevel only
 
   // HF NormalizedString::split: matches -> (range, is_match) cover, then the behaviour, then drop empties.
-  void split_one(std::string_view text, std::vector<std::pair<uint32_t, uint32_t>>* ranges) const {
+  void split_one(std::string_view text, bool new_cps, std::vector<std::pair<uint32_t, uint32_t>>* ranges) const {
     thread_local std::vector<std::pair<uint32_t, uint32_t>> matches;
     thread_local std::vector<std::tuple<uint32_t, uint32_t, bool>> cover;
     matches.clear();
     cover.clear();
-    regex->find_all(text, &matches);
+    regex->find_all(text, new_cps, &matches);
     uint32_t prev = 0;
     for (auto [b, e] : matches) {
       if (prev != b) cover.emplace_back(prev, b, false);
@@ -98,11 +98,11 @@ struct PreTokenizer::Step {
     }
   }
 
-  void apply(const PreToken& in, std::vector<PreToken>* out) const {
+  void apply(const PreToken& in, bool new_cps, std::vector<PreToken>* out) const {
     thread_local std::vector<std::pair<uint32_t, uint32_t>> ranges;
     ranges.clear();
     if (kind == Kind::kSplit) {
-      split_one(in.text, &ranges);
+      split_one(in.text, new_cps, &ranges);
       for (auto [b, e] : ranges) out->push_back({in.text.substr(b, e - b), false});
       return;
     }
@@ -113,7 +113,7 @@ struct PreTokenizer::Step {
       return;
     }
     if (!add_space) {
-      split_one(in.text, &ranges);
+      split_one(in.text, new_cps, &ranges);
       for (auto [b, e] : ranges) out->push_back({in.text.substr(b, e - b), false});
       return;
     }
@@ -121,7 +121,7 @@ struct PreTokenizer::Step {
     spaced.clear();
     spaced.push_back(' ');
     spaced.append(in.text);
-    split_one(spaced, &ranges);
+    split_one(spaced, new_cps, &ranges);
     for (auto [b, e] : ranges) {
       if (b == 0) out->push_back({in.text.substr(0, e - 1), true});
       else out->push_back({in.text.substr(b - 1, e - b), false});
@@ -199,7 +199,7 @@ Result<PreTokenizer> PreTokenizer::from_json(const json& j, const std::string& w
   return pre;
 }
 
-void PreTokenizer::split(std::string_view segment, std::vector<PreToken>* out) const {
+void PreTokenizer::split(std::string_view segment, bool may_have_new_code_points, std::vector<PreToken>* out) const {
   if (segment.empty()) return;
   if (steps_.empty()) {
     out->push_back({segment, false});
@@ -211,7 +211,7 @@ void PreTokenizer::split(std::string_view segment, std::vector<PreToken>* out) c
   for (size_t k = 0; k < steps_.size(); ++k) {
     std::vector<PreToken>* dst = k + 1 == steps_.size() ? out : &b;
     if (dst == &b) b.clear();
-    for (const PreToken& piece : a) steps_[k]->apply(piece, dst);
+    for (const PreToken& piece : a) steps_[k]->apply(piece, may_have_new_code_points, dst);
     if (dst == &b) std::swap(a, b);
   }
 }

@@ -33,7 +33,8 @@ class PreTokenizer {
   ~PreTokenizer();
 
   // Splits one segment of text (between added tokens) into words, appended to `out`. Empty words are dropped.
-  void split(std::string_view segment, std::vector<PreToken>* out) const;
+  // may_have_new_code_points: see has_code_points_new_to_pcre2 (false allows the faster plain patterns).
+  void split(std::string_view segment, bool may_have_new_code_points, std::vector<PreToken>* out) const;
 
   // True when a ByteLevel pre-tokenizer ends the sequence, so words are byte strings for the model.
   bool byte_level() const { return byte_level_; }

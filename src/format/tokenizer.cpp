@@ -14,6 +14,7 @@
 #include "format/added_tokens.h"
 #include "format/pretokenizer.h"
 #include "format/tokenizer_bpe.h"
+#include "format/unicode_regex.h"
 
 namespace deepinfer {
 
@@ -240,13 +241,14 @@ void Tokenizer::encode_into(std::string_view text, AddedTokenMatching matching, 
     }
   }
   const bool byte_level = im.pre.byte_level();
+  const bool new_code_points = has_code_points_new_to_pcre2(s);
   for (const TextSpan& span : spans) {
     if (span.id >= 0) {
       ids->push_back(span.id);
       continue;
     }
     words.clear();
-    im.pre.split(s.substr(span.begin, span.end - span.begin), &words);
+    im.pre.split(s.substr(span.begin, span.end - span.begin), new_code_points, &words);
     for (const PreToken& w : words) {
       if (!w.prefix_space) {
         im.bpe.encode_word(w.text, byte_level, ids);

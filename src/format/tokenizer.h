@@ -1,9 +1,11 @@
 // Tokenizer: an HF tokenizer.json (byte-level BPE, as DeepSeek V3/V4/V4.1 ship) loaded into an immutable
 // object that encodes text to ids and decodes ids to text, plus StreamDecoder for token-by-token output.
-// Must not know about chat templates or models. Invariants: encode(text) equals HF `tokenizers`
+// Must not know about chat templates or models. Supported: a BPE model, no normalizer (or an empty
+// Sequence), Split/ByteLevel pre-tokenizers in a Sequence, the ByteLevel decoder; anything else is a load
+// error that names it. Invariants: encode(text, kAll) equals HF `tokenizers` 0.23
 // Tokenizer.encode(text, add_special_tokens=False).ids for any input (ill-formed UTF-8 is first repaired
-// the way Rust's String::from_utf8_lossy does); decode(ids) equals Tokenizer.decode(ids); a Tokenizer is
-// immutable after load and safe to use from many threads.
+// the way Rust's String::from_utf8_lossy does); decode(ids, skip) equals Tokenizer.decode(ids,
+// skip_special_tokens=skip); a Tokenizer is immutable after load and safe to use from many threads.
 #pragma once
 
 #include <cstdint>

