@@ -104,6 +104,8 @@ void prefill_args(benchmark::internal::Benchmark* b) {
     }
   }
   b->Args({3, kBf16, 4096, 4096, 512, 1, 0});
+  b->Args({3, kBf16, 1024, 4096, 256, 1, 1});  // single-thread kernel efficiency, K = 4096 vs 1024
+  b->Args({3, kBf16, 4096, 1024, 256, 1, 1});
 }
 
 BENCHMARK(BM_Linear)->Apply(decode_args)->ArgNames({"level", "dtype", "n", "k", "T", "copies", "threads"})->UseRealTime()->MinTime(0.3);

@@ -1,7 +1,10 @@
 // `deepinfer bench`: prefill and decode throughput of a checkpoint on this machine, printed beside the
-// machine's measured ceilings (read bandwidth, peak fp32 FMA rate) and the bytes/FLOPs each token needs.
+// machine's measured ceilings (read bandwidth, peak fp32 FMA and bf16 dot rates) and the bytes / FLOPs each
+// phase needs (weight_traffic.h: weights read once per step, expected distinct experts for a batch,
+// attention multiply-adds over the visible slots). Figures, not assertions.
 #include <chrono>
 #include <cstdio>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/machine_ceiling.h"
@@ -19,6 +22,8 @@ std::vector<int32_t> random_ids(Sampler& rng, int64_t n, int vocab) {
   for (auto& id : ids) id = int32_t(rng.next_uniform() * vocab);
   return ids;
 }
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
 Runner add_bench_command(CLI::App& app) {
@@ -26,8 +31,8 @@ Runner add_bench_command(CLI::App& app) {
     std::string model;
     std::vector<int64_t> prefill_lens{512};
     std::vector<int> batches{1, 4, 16};
-    int decode_steps = 16, threads = 0;
-    bool exact = false, skip_ceiling = false;
+    int decode_steps = 16, threads = 0, context = 16;
+    bool exact = false, skip_ceiling = false, no_warmup = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "prefill / decode tokens per second against the machine's ceilings");
@@ -35,9 +40,12 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--prefill", args->prefill_lens, "prompt lengths to time")->delimiter(',');
   cmd->add_option("--batch", args->batches, "decode batch sizes")->delimiter(',');
   cmd->add_option("--decode-steps", args->decode_steps, "decode steps per batch size")->check(CLI::Range(1, 100000));
+  cmd->add_option("--context", args->context, "prompt tokens of each sequence before its timed decode steps")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", args->threads, "threads (0 = all)");
   cmd->add_flag("--exact", args->exact, "time the reference kernels instead");
   cmd->add_flag("--skip-ceiling", args->skip_ceiling, "do not measure bandwidth / peak FMA");
+  cmd->add_flag("--no-warmup", args->no_warmup, "time the first prefill cold (weights not yet faulted in)");
   return [args]() {
     auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .n_threads = args->threads, .show_progress = true});
     if (!model.ok()) {
@@ -52,39 +60,52 @@ Runner add_bench_command(CLI::App& app) {
     std::printf("model %s: %d layers, dim %d, %d experts (%d active), checkpoint %.3f GB, resident %.3f GB\n",
                 args->model.c_str(), c.n_layers, c.dim, c.n_routed_experts, c.n_activated_experts,
                 traffic.checkpoint_bytes / 1e9, resident_bytes() / 1e9);
-    std::printf("backend %s, %d threads, simd %s; measured read bandwidth %.1f GB/s, peak fp32 FMA %.1f GFLOP/s\n",
-                m.backend().name(), ceiling.n_threads, ceiling.simd.c_str(), ceiling.read_gb_per_s, ceiling.peak_gflops);
-    std::printf("weights read per decoded token (batch 1): %.2f MB; weight MACs per token: %.1f M\n\n",
-                traffic.decode_bytes_per_token / 1e6, traffic.decode_macs_per_token / 1e6);
-    std::printf("%-22s %12s %14s %10s %14s %10s\n", "phase", "tokens/s", "weight GB/s", "% of BW", "GFLOP/s", "% of peak");
+    std::printf("backend %s, %d threads; measured: read bandwidth %.1f GB/s, peak fp32 FMA %.1f GFLOP/s, "
+                "peak bf16 dot %.1f GFLOP/s\n",
+                m.backend().name(), ceiling.n_threads, ceiling.read_gb_per_s, ceiling.peak_gflops, ceiling.peak_bf16_gflops);
+    std::printf("weights read per decoded token (batch 1): %.1f MB; weight MACs per token: %.1f M (head %.1f M)\n\n",
+                traffic.decode_bytes_per_token / 1e6, traffic.decode_macs_per_token / 1e6, traffic.head_macs / 1e6);
+    std::printf("%-18s %10s %11s %13s %10s %8s %10s %9s %9s\n", "phase", "tokens/s", "ms/step", "MB read/tok",
+                "GB/s", "% BW", "GFLOP/s", "% fp32", "% bf16");
     Sampler rng(1234);
-    auto row = [&](const std::string& phase, double tokens, double seconds, double bytes) {
-      const double tps = tokens / seconds, gbs = bytes / seconds / 1e9;
-      const double gflops = 2.0 * double(traffic.decode_macs_per_token) * tokens / seconds / 1e9;
-      std::printf("%-22s %12.1f %14.2f %9.1f%% %14.2f %9.1f%%\n", phase.c_str(), tps, gbs,
-                  ceiling.read_gb_per_s > 0 ? 100 * gbs / ceiling.read_gb_per_s : 0.0, gflops,
-                  ceiling.peak_gflops > 0 ? 100 * gflops / ceiling.peak_gflops : 0.0);
+    auto row = [&](const std::string& phase, double tokens, double steps, double seconds, double bytes, double flops) {
+      const double gbs = bytes / seconds / 1e9, gflops = flops / seconds / 1e9;
+      auto pct = [](double x, double of) { return of > 0 ? 100.0 * x / of : 0.0; };
+      std::printf("%-18s %10.2f %11.2f %13.1f %10.2f %7.1f%% %10.1f %8.1f%% %8.1f%%\n", phase.c_str(), tokens / seconds,
+                  1e3 * seconds / steps, bytes / tokens / 1e6, gbs, pct(gbs, ceiling.read_gb_per_s), gflops,
+                  pct(gflops, ceiling.peak_gflops), pct(gflops, ceiling.peak_bf16_gflops));
+      std::fflush(stdout);
     };
+    const int64_t layer_macs = traffic.decode_macs_per_token - traffic.head_macs;
+
+    if (!args->no_warmup && !args->prefill_lens.empty()) {  // fault the weights in; not timed
+      SequenceState seq = m.new_sequence();
+      const auto ids = random_ids(rng, args->prefill_lens.front(), c.vocab_size);
+      ForwardChunk fc{&seq, ids, int64_t(ids.size())};
+      m.forward(std::span<const ForwardChunk>(&fc, 1));
+    }
     for (int64_t len : args->prefill_lens) {
       SequenceState seq = m.new_sequence();
       const auto ids = random_ids(rng, len, c.vocab_size);
       ForwardChunk fc{&seq, ids, len};
       const auto t0 = Clock::now();
       m.forward(std::span<const ForwardChunk>(&fc, 1));
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      // A prefill reads each weight once for the whole prompt (every expert may be touched).
-      row("prefill " + std::to_string(len), double(len), s, double(traffic.checkpoint_bytes));
+      const double s = seconds_since(t0);
+      double macs = double(len) * double(layer_macs) + double(traffic.head_macs);  // head: last token only
+      for (int64_t t = 0; t < len; ++t) macs += double(attention_macs_at(c, t));
+      row("prefill " + std::to_string(len), double(len), 1.0, s, decode_step_bytes(traffic, c, int(len)), 2.0 * macs);
     }
     for (int batch : args->batches) {
       std::vector<SequenceState> seqs;
       std::vector<std::vector<int32_t>> next(static_cast<size_t>(batch));
       for (int b = 0; b < batch; ++b) {
         seqs.push_back(m.new_sequence());
-        const auto ids = random_ids(rng, 16, c.vocab_size);
-        ForwardChunk fc{&seqs.back(), ids, 16};
+        const auto ids = random_ids(rng, args->context, c.vocab_size);
+        ForwardChunk fc{&seqs.back(), ids, args->context};
         m.forward(std::span<const ForwardChunk>(&fc, 1));
         next[size_t(b)] = random_ids(rng, args->decode_steps, c.vocab_size);
       }
+      double macs = 0;
       const auto t0 = Clock::now();
       for (int step = 0; step < args->decode_steps; ++step) {
         std::vector<ForwardChunk> chunks;
@@ -92,13 +113,14 @@ Runner add_bench_command(CLI::App& app) {
           chunks.push_back(ForwardChunk{&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)][size_t(step)], 1), 0});
         }
         m.forward(chunks);
+        macs += double(batch) * double(traffic.decode_macs_per_token + attention_macs_at(c, args->context + step));
       }
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      // Bytes: batch 1 reads the active set once per step; larger batches at most the whole checkpoint.
-      const double bytes_per_step = std::min<double>(double(traffic.checkpoint_bytes), double(traffic.decode_bytes_per_token) * batch);
-      row("decode batch " + std::to_string(batch), double(batch) * args->decode_steps, s, bytes_per_step * args->decode_steps);
+      const double s = seconds_since(t0);
+      row("decode batch " + std::to_string(batch), double(batch) * args->decode_steps, args->decode_steps, s,
+          decode_step_bytes(traffic, c, batch) * args->decode_steps, 2.0 * macs);
     }
-    std::printf("\nresident memory at exit: %.3f GB\n", resident_bytes() / 1e9);
+    std::printf("\nresident memory at exit: %.3f GB of a %.3f GB checkpoint\n", resident_bytes() / 1e9,
+                traffic.checkpoint_bytes / 1e9);
     return 0;
   };
 }

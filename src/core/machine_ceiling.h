@@ -1,17 +1,21 @@
-// Measures this machine's ceilings, so benchmarks can print achieved figures beside them: sustained
-// read bandwidth (all threads streaming a buffer far larger than the caches) and peak fp32 FMA rate
-// (independent FMA chains per thread, the widest vectors the CPU has).
+// Measures this machine's ceilings, so benchmarks can print achieved figures beside them: sustained read
+// bandwidth (all threads streaming their own slice of a buffer far larger than the caches, with the widest
+// vector loads the CPU has) and peak arithmetic rates (independent register-resident chains per thread):
+// fp32 FMA (the yardstick) and, where the CPU has AVX512-BF16, the bf16 dot-product rate
+// (vdpbf16ps, 2 multiply-adds per fp32 lane) that the fast kernels use. Best of a few repetitions.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace deepinfer {
 
 struct MachineCeiling {
   double read_gb_per_s = 0;
-  double peak_gflops = 0;     // fp32 FMA = 2 flops
+  double peak_gflops = 0;       // fp32 FMA = 2 flops
+  double peak_bf16_gflops = 0;  // vdpbf16ps = 4 flops per fp32 lane; 0 without AVX512-BF16
   int n_threads = 0;
-  std::string simd;           // "avx512f", "avx2+fma" or "scalar"
+  std::string simd;             // "avx512f", "avx2+fma" or "scalar"
 };
 
 MachineCeiling measure_machine_ceiling(int n_threads, size_t buffer_bytes = size_t(1) << 30);

@@ -26,6 +26,7 @@ using deepinfer::cpu::kRowTile;
 using deepinfer::cpu::PackedX;
 
 constexpr int kMaxFp8Scale = 134;  // largest scale byte for the one-multiply fp8 decode
+constexpr int64_t kTileKBytes = 24 * 1024;  // bytes of decoded tile per K block (L1-resident with x)
 
 // Where one weight row's chunks come from.
 struct RowSrc {
@@ -40,6 +41,7 @@ struct Scratch {
   std::vector<typename S::Elem> tile;  // [kRowTile, k_padded]
   std::vector<float> mult;             // fp8: [2 row blocks, n_chunks]
   std::vector<uint8_t> tail;           // one zero-padded chunk per row for K % chunk
+  std::vector<float> state;            // tile mode: unreduced accumulators of every (token block, row group)
 };
 
 template <class S>
@@ -101,15 +103,18 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
   for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
 }
 
-// Tile kernel: R rows of decoded tile (stride ws) times T tokens of x (stride xs), n_chunks chunks.
+// Tile kernel: R rows of decoded tile (stride ws) times T tokens of x (stride xs), n_chunks chunks. With a
+// state (K-blocked tiles), the unreduced accumulators continue from / are saved to it, so the sums are
+// the same, bit for bit, as one pass over all chunks (and as the direct kernel): results never depend on
+// the number of tokens in the call.
 template <class S, int R, int T>
 void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* x, int64_t xs, int64_t n_chunks,
-                 float* c, int64_t cs) {
+                 float* state, bool first, bool last, float* c, int64_t cs) {
   using F = typename S::F;
   using W = typename S::W;
   F acc[T][R];
   for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = S::zero();
+    for (int r = 0; r < R; ++r) acc[t][r] = first ? S::zero() : S::fload(state + (t * R + r) * S::kLanes);
   for (int64_t ch = 0; ch < n_chunks; ++ch) {
     W wv[R];
     for (int r = 0; r < R; ++r) wv[r] = S::load_w(w + r * ws + ch * S::kChunk);
@@ -118,15 +123,20 @@ void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* 
       for (int r = 0; r < R; ++r) acc[t][r] = S::dot(acc[t][r], wv[r], xv);
     }
   }
-  for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
+  if (last) {
+    for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
+  } else {
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) S::fstore(state + (t * R + r) * S::kLanes, acc[t][r]);
+  }
 }
 
 template <class S, int R, int T>
 void tile_tokens(const typename S::Elem* w, int64_t ws, const typename S::Elem* x, int64_t xs, int64_t n_tokens,
-                 int64_t n_chunks, float* c, int64_t cs) {
+                 int64_t n_chunks, float* state, bool first, bool last, float* c, int64_t cs) {
   if constexpr (T > 0) {
-    if (n_tokens == T) return tile_kernel<S, R, T>(w, ws, x, xs, n_chunks, c, cs);
-    return tile_tokens<S, R, T - 1>(w, ws, x, xs, n_tokens, n_chunks, c, cs);
+    if (n_tokens == T) return tile_kernel<S, R, T>(w, ws, x, xs, n_chunks, state, first, last, c, cs);
+    return tile_tokens<S, R, T - 1>(w, ws, x, xs, n_tokens, n_chunks, state, first, last, c, cs);
   }
 }
 
@@ -233,14 +243,28 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
     if (has_tail) S::store_w(tile + i * kp + n_full * S::kChunk, decode_chunk<S, D, kWide>(rows[i], n_full, tails[i]));
   }
   std::fill(tile + n_rows * kp, tile + n_tile_rows * kp, Elem(0));
+  // K blocks small enough that the block's tile rows and one token block of x stay in L1 while every
+  // row group of the tile reuses them; the accumulators of each (token block, row group) persist in state.
+  constexpr int64_t kBlockChunks = std::max<int64_t>(1, kTileKBytes / (kRowTile * S::kChunk * int64_t(sizeof(Elem))));
+  const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks;
+  const int64_t n_groups = (n_rows + S::kTileR - 1) / S::kTileR, n_tblocks = (T + S::kTileT - 1) / S::kTileT;
+  constexpr int64_t kStatePerBlock = S::kTileT * S::kTileR * S::kLanes;
+  if (n_kb > 1) s.state.resize(size_t(n_tblocks * n_groups * kStatePerBlock));
   float part[S::kTileT * S::kTileR];
-  for (int64_t t0 = 0; t0 < T; t0 += S::kTileT) {
-    const int64_t nt = std::min<int64_t>(S::kTileT, T - t0);
-    for (int64_t r0 = 0; r0 < n_rows; r0 += S::kTileR) {
-      tile_tokens<S, S::kTileR, S::kTileT>(tile + r0 * kp, kp, xd + t0 * kp, kp, nt, n_chunks, part, S::kTileR);
-      const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
-      for (int64_t t = 0; t < nt; ++t)
-        for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
+  for (int64_t kb = 0; kb < n_kb; ++kb) {
+    const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
+    for (int64_t tb = 0; tb < n_tblocks; ++tb) {
+      const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
+      for (int64_t g = 0; g < n_groups; ++g) {
+        const int64_t r0 = g * S::kTileR;
+        float* state = n_kb > 1 ? &s.state[size_t((tb * n_groups + g) * kStatePerBlock)] : nullptr;
+        tile_tokens<S, S::kTileR, S::kTileT>(tile + r0 * kp + ch0 * S::kChunk, kp, xd + t0 * kp + ch0 * S::kChunk, kp,
+                                             nt, nch, state, kb == 0, kb == n_kb - 1, part, S::kTileR);
+        if (kb < n_kb - 1) continue;
+        const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
+        for (int64_t t = 0; t < nt; ++t)
+          for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
+      }
     }
   }
 }
