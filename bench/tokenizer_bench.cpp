@@ -47,7 +47,8 @@ std::vector<std::string> builtin_corpus() {
   std::mt19937 rng(1234);
   const std::vector<std::string> words = {"the", "model", "attention", "kernel", "of", "and", "DeepSeek", "token",
                                           "inference", "is", "a", "cache", "we", "batch", "Hello,", "world."};
-  const std::vector<std::string> cjk = {"你好", "世界", "模型", "推理", "注意力", "我们", "的", "是", "こんにちは", "한국어"};
+  const std::vector<std::string> cjk = {"你好", "世界", "模型", "推理", "注意力",
+                                        "我们", "的", "是", "こんにちは", "한국어"};
   const std::vector<std::string> code = {"for (int i = 0; i < n; ++i) {\n", "    return x;\n", "}\n",
                                          "def f(x):\n", "    y = x ** 2  # square\n", "std::vector<float> v;\n"};
   std::vector<std::string> docs;
@@ -74,7 +75,9 @@ const std::vector<std::string>& corpus() {
     std::string line;
     while (std::getline(in, line)) {
       std::string doc;
-      for (size_t i = 0; i + 1 < line.size(); i += 2) doc.push_back(static_cast<char>(std::stoi(line.substr(i, 2), nullptr, 16)));
+      for (size_t i = 0; i + 1 < line.size(); i += 2) {
+        doc.push_back(static_cast<char>(std::stoi(line.substr(i, 2), nullptr, 16)));
+      }
       out.push_back(std::move(doc));
     }
     return out;

@@ -23,10 +23,6 @@ constexpr std::string_view kHexItems = "0-9a-fA-F";
 
 bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
-std::string delta_items(std::initializer_list<std::string_view> categories) {
-  return unicode_delta_class_items(categories);
-}
-
 // Code points some category gained after PCRE2's Unicode version, as a bitmap (all lie below U+40000).
 struct NewCodePoints {
   static constexpr char32_t kLimit = 0x40000;
@@ -147,8 +143,8 @@ bool has_code_points_new_to_pcre2(std::string_view text) {
 
 Result<std::string> onig_pattern_to_pcre2(std::string_view p, bool add_unicode_delta) {
   static const std::string word_items_delta = std::string(kWordItems) +
-      delta_items({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Mn", "Mc", "Me", "Nd", "Pc"});
-  static const std::string digit_items_delta = "\\p{Nd}" + delta_items({"Nd"});
+      unicode_delta_class_items({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Mn", "Mc", "Me", "Nd", "Pc"});
+  static const std::string digit_items_delta = "\\p{Nd}" + unicode_delta_class_items({"Nd"});
   const std::string word_items = add_unicode_delta ? word_items_delta : std::string(kWordItems);
   const std::string digit_items = add_unicode_delta ? digit_items_delta : std::string("\\p{Nd}");
   std::string out;
@@ -202,7 +198,9 @@ Result<std::string> onig_pattern_to_pcre2(std::string_view p, bool add_unicode_d
           }
           i = close;
           const CategoryName* category = find_category(name);
-          std::string delta = category != nullptr && add_unicode_delta ? delta_items(category->categories) : "";
+          const std::string delta = category != nullptr && add_unicode_delta
+                                        ? unicode_delta_class_items(category->categories)
+                                        : std::string();
           if (delta.empty()) {  // a single property item works in and out of a class
             out += negated ? "\\P{" : "\\p{";
             out += category != nullptr ? category->pcre2_name : name;
