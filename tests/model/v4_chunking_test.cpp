@@ -100,3 +100,36 @@ INSTANTIATE_TEST_SUITE_P(Paths, V4Chunking, ::testing::Values(true, false),
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// The same equivalences on V4.1 (Engram n-grams across chunk boundaries, ratio-2 / ratio-1 KV sources,
+// candidate blocks, reuse layers), fast path.
+TEST(V41Chunking, ChunkedPrefillAndBatchingMatchOneShot) {
+  const std::string dir = testing::golden_dir() + "/v41-flash/tiny-a";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "golden data not found: " << dir;
+  auto model = Model::open(dir, ModelOptions{.exact = false, .n_threads = 2});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto gc = load_golden_case(dir + "/case-1.safetensors");  // 300-token prompt
+  ASSERT_TRUE(gc.ok());
+  std::vector<int32_t> continuation(gc->continuation.begin(), gc->continuation.begin() + 10);
+  auto one_shot = run_teacher_forced(*model.value(), gc->prompt, continuation, {});
+  for (int64_t chunk : {1, 7, 128}) {
+    auto chunked = run_teacher_forced(*model.value(), gc->prompt, continuation, {.prefill_chunk = chunk});
+    EXPECT_EQ(one_shot.logits, chunked.logits) << "chunk " << chunk;
+  }
+  // Two sequences in one forward: the 300-token prompt beside a 37-token one.
+  auto other = load_golden_case(dir + "/case-2.safetensors");
+  ASSERT_TRUE(other.ok());
+  auto alone = run_teacher_forced(*model.value(), other->prompt, {}, {});
+  SequenceState a = model.value()->new_sequence(), b = model.value()->new_sequence();
+  std::vector<ForwardChunk> chunks = {ForwardChunk{&a, gc->prompt, int64_t(gc->prompt.size())},
+                                      ForwardChunk{&b, other->prompt, int64_t(other->prompt.size())}};
+  auto out = model.value()->forward(chunks);
+  EXPECT_EQ(std::vector<float>(one_shot.logits.begin(), one_shot.logits.begin() + int64_t(out[0].logits.size())), out[0].logits);
+  EXPECT_EQ(alone.logits, out[1].logits);
+}
+
+}  // namespace
+}  // namespace deepinfer
