@@ -75,6 +75,8 @@ struct Engine::Impl {
   SchedulerInput sched_input;
   std::vector<ForwardChunk> chunks;
   std::vector<Sequence*> chunk_seqs;
+  std::vector<std::pair<Sequence*, int64_t>> planned;
+  std::vector<char> drop_running, drop_waiting;  // per step: 1 rejected, 2 preempted, 3 admitted
   PenaltyScratch penalty_scratch;
   std::vector<float> raw_logits;
   EngineStats local;  // counters accumulated by the engine thread, published every step
@@ -366,14 +368,14 @@ void Engine::Impl::step() {
   }
   const SchedulePlan plan = schedule(sched_input, sched_config);
 
-  // Rejections, then preemptions (newest first: pushed to the waiting front, oldest ends up first).
-  std::vector<char> drop_running(running.size(), 0), drop_waiting(waiting.size(), 0);
+  // Rejections, then preemptions (their state is dropped; they go back to the front of the queue).
+  drop_running.assign(running.size(), 0);
+  drop_waiting.assign(waiting.size(), 0);
   for (uint64_t key : plan.rejected) {
     Sequence& s = (key & kWaitingBit) ? *waiting[size_t(key & ~kWaitingBit)] : *running[size_t(key)];
     finish(s, EndReason::kError, "the request does not fit the engine's cache budget");
     ((key & kWaitingBit) ? drop_waiting[size_t(key & ~kWaitingBit)] : drop_running[size_t(key)]) = 1;
   }
-  std::vector<std::unique_ptr<Sequence>> preempted;
   for (uint64_t key : plan.preempted) {
     Sequence& s = *running[size_t(key)];
     s.state.reset();
@@ -384,8 +386,8 @@ void Engine::Impl::step() {
   // Admissions (in plan order) become the newest running sequences.
   chunks.clear();
   chunk_seqs.clear();
-  std::vector<std::pair<Sequence*, int64_t>> planned;
-  std::vector<std::unique_ptr<Sequence>> admitted;
+  planned.clear();
+  bool queues_change = !plan.rejected.empty() || !plan.preempted.empty();
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence* s = nullptr;
     if (c.key & kWaitingBit) {
@@ -402,26 +404,27 @@ void Engine::Impl::step() {
         local.prompt_tokens += uint64_t(s->n_prompt);
       }
       drop_waiting[wi] = 3;
-      admitted.push_back(std::move(waiting[wi]));
+      queues_change = true;
     } else {
       s = running[size_t(c.key)].get();
     }
     DI_CHECK(s->state && s->state->n_tokens == s->n_computed);
     planned.emplace_back(s, c.n_tokens);
   }
-  {  // Rebuild the queues: survivors keep their order, preempted go to the waiting front, admitted run last.
+  if (queues_change) {  // survivors keep their order, preempted go to the waiting front, admitted run last
     std::vector<std::unique_ptr<Sequence>> next_running;
+    std::deque<std::unique_ptr<Sequence>> next_waiting;
     for (size_t i = 0; i < running.size(); ++i) {
       if (drop_running[i] == 0) next_running.push_back(std::move(running[i]));
-      else if (drop_running[i] == 2) preempted.push_back(std::move(running[i]));
+      else if (drop_running[i] == 2) next_waiting.push_back(std::move(running[i]));  // oldest first
     }
-    for (auto& s : admitted) next_running.push_back(std::move(s));
-    running = std::move(next_running);
-    std::deque<std::unique_ptr<Sequence>> next_waiting;
-    for (auto& s : preempted) next_waiting.push_back(std::move(s));  // oldest first, ahead of the queue
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      if (drop_waiting[i] == 3) next_running.push_back(std::move(waiting[i]));  // admitted, in queue order
+    }
     for (size_t i = 0; i < waiting.size(); ++i) {
       if (drop_waiting[i] == 0) next_waiting.push_back(std::move(waiting[i]));
     }
+    running = std::move(next_running);
     waiting = std::move(next_waiting);
   }
   if (planned.empty()) return;
@@ -439,7 +442,7 @@ void Engine::Impl::step() {
   std::vector<ChunkOutput> outputs = model->forward(chunks);
   local.n_steps += 1;
 
-  std::vector<Sequence*> finished;
+  bool any_finished = false;
   for (size_t i = 0; i < chunk_seqs.size(); ++i) {
     Sequence& s = *chunk_seqs[i];
     s.n_computed += int64_t(chunks[i].ids.size());
@@ -451,11 +454,11 @@ void Engine::Impl::step() {
     }
     if (s.n_computed == int64_t(s.tokens.size())) {
       sample_next(s, outputs[i].logits);
-      if (s.done) finished.push_back(&s);
+      any_finished = any_finished || s.done;
     }
     publish(s);
   }
-  if (!finished.empty()) {
+  if (any_finished) {
     running.erase(std::remove_if(running.begin(), running.end(),
                                  [&](const std::unique_ptr<Sequence>& s) { return s->done; }),
                   running.end());
