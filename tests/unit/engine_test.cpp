@@ -1,4 +1,4 @@
-// The engine end to end on a random-weight V4 tiny model written once per test binary: prefix-cache reuse gives
+// The engine end to end on the embedded default model (random weights; written once into the build directory): prefix-cache reuse gives
 // the same logits as a cold run, batching and preemption do not change any request's output, stop strings,
 // stop token ids, cancellation, deadlines and request validation.
 #include "deepinfer/engine.h"
@@ -21,11 +21,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+const fs::path kBuildDir = fs::path(DEEPINFER_BINARY).parent_path();
+
 std::string find_real_tokenizer() {
   std::vector<fs::path> candidates;
   if (const char* env = std::getenv("DEEPINFER_TOKENIZER_DIR")) candidates.emplace_back(env);
-  candidates.emplace_back(fs::current_path() / ".." / "tokenizers");
-  candidates.emplace_back(fs::current_path() / "tokenizers");
+  candidates.emplace_back(kBuildDir / "tokenizers");
   candidates.emplace_back(fs::path(DEEPINFER_SOURCE_DIR) / "build" / "tokenizers");
   for (const auto& dir : candidates) {
     if (fs::exists(dir / "v4" / "tokenizer.json")) return (dir / "v4" / "tokenizer.json").string();
@@ -33,7 +34,9 @@ std::string find_real_tokenizer() {
   return {};
 }
 
-// The embedded default model's config, written once into a temporary directory for the whole binary.
+// The embedded default model (configs/deepinfer-v4-tiny.json, seed 7: the same bytes scripts/run_default.sh and
+// the e2e tests make) in <build>/models/deepinfer-v4-tiny, written once (to a temporary name, then renamed, so
+// concurrent test processes never see half a model) and reused by every test process after that.
 class EngineModel {
  public:
   static EngineModel& get() {
@@ -41,24 +44,31 @@ class EngineModel {
     return instance;
   }
   const std::string& dir() const { return dir_; }
-  bool has_tokenizer() const { return has_tokenizer_; }
+  bool has_tokenizer() const { return fs::exists(fs::path(dir_) / "tokenizer.json"); }
 
  private:
   EngineModel() {
-    dir_ = (fs::temp_directory_path() / ("deepinfer-engine-test-" + std::to_string(::getpid()))).string();
-    std::ifstream in(fs::path(DEEPINFER_SOURCE_DIR) / "configs" / "deepinfer-v4-tiny.json");
-    const std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const Status s = write_random_checkpoint(config, 7, dir_, 1);
-    DI_CHECK_MSG(s.ok(), s.message());
-    const std::string tokenizer = find_real_tokenizer();
-    if (!tokenizer.empty()) {
-      fs::copy_file(tokenizer, fs::path(dir_) / "tokenizer.json", fs::copy_options::overwrite_existing);
-      has_tokenizer_ = true;
+    const fs::path dir = kBuildDir / "models" / "deepinfer-v4-tiny";
+    dir_ = dir.string();
+    const std::string suffix = ".tmp" + std::to_string(::getpid());
+    if (!fs::exists(dir / "model.safetensors.index.json")) {
+      std::ifstream in(fs::path(DEEPINFER_SOURCE_DIR) / "configs" / "deepinfer-v4-tiny.json");
+      const std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const fs::path tmp = dir.string() + suffix;
+      const Status s = write_random_checkpoint(config, 7, tmp.string(), 1);
+      DI_CHECK_MSG(s.ok(), s.message());
+      std::error_code ec;
+      fs::rename(tmp, dir, ec);  // fails harmlessly when another process got there first
+      if (ec) fs::remove_all(tmp, ec);
     }
-    std::atexit([] { std::error_code ec; fs::remove_all(EngineModel::get().dir_, ec); });
+    const std::string tokenizer = find_real_tokenizer();
+    if (!tokenizer.empty() && !has_tokenizer()) {
+      const fs::path tmp = (dir / "tokenizer.json").string() + suffix;
+      fs::copy_file(tokenizer, tmp, fs::copy_options::overwrite_existing);
+      fs::rename(tmp, dir / "tokenizer.json");
+    }
   }
   std::string dir_;
-  bool has_tokenizer_ = false;
 };
 
 EngineOptions options_for_tests() {
