@@ -189,6 +189,7 @@ Result<RequestId> Engine::submit(Request request) {
   seq->sampling = std::move(p.sampling);
   seq->sampler = Sampler(seq->sampling.seed);
   seq->max_new_tokens = p.max_new_tokens;
+  seq->shared_prefix_tokens = im.prefix_cache ? p.shared_prefix_tokens : 0;
   if (p.parser && im.tokenizer) seq->text = std::make_unique<TextOutput>(*im.tokenizer, std::move(*p.parser));
   seq->deadline = p.deadline;
   seq->submitted_at = Impl::Clock::now();
@@ -354,7 +355,7 @@ void Engine::Impl::step() {
   sched_input.waiting.clear();
   for (size_t i = 0; i < running.size(); ++i) {
     const Sequence& s = *running[i];
-    sched_input.running.push_back({uint64_t(i), s.n_computed, s.n_prompt, int64_t(s.tokens.size())});
+    sched_input.running.push_back({uint64_t(i), s.n_computed, s.n_prompt, int64_t(s.tokens.size()), s.shared_prefix_tokens});
   }
   const size_t n_candidates = std::min(waiting.size(), size_t(std::max(0, options.max_running - int(running.size()))));
   for (size_t i = 0; i < waiting.size(); ++i) {
@@ -364,7 +365,7 @@ void Engine::Impl::step() {
       // At least one token must run to produce logits: look up at most n_known - 1 tokens.
       s.match = prefix_cache->lookup(s.tokens, int64_t(s.tokens.size()) - 1, s.layout);
     }
-    sched_input.waiting.push_back({kWaitingBit | uint64_t(i), s.match.n_tokens, s.n_prompt, int64_t(s.tokens.size())});
+    sched_input.waiting.push_back({kWaitingBit | uint64_t(i), s.match.n_tokens, s.n_prompt, int64_t(s.tokens.size()), s.shared_prefix_tokens});
   }
   const SchedulePlan plan = schedule(sched_input, sched_config);
 
@@ -449,7 +450,8 @@ void Engine::Impl::step() {
     DI_CHECK(s.state->n_tokens == s.n_computed);
     if (prefix_cache && s.n_computed <= s.n_prompt && s.n_computed > 0) {
       const bool at_boundary = (sched_config.snapshot_interval > 0 && s.n_computed % sched_config.snapshot_interval == 0) ||
-                               s.n_computed == s.n_prompt - 1 || s.n_computed == s.n_prompt;
+                               s.n_computed == s.n_prompt - 1 || s.n_computed == s.n_prompt ||
+                               s.n_computed == s.shared_prefix_tokens;
       if (at_boundary) snapshot(s);
     }
     if (s.n_computed == int64_t(s.tokens.size())) {

@@ -78,6 +78,14 @@ Result<PreparedRequest> prepare_request(Request request, const PrepareContext& c
     Result<std::vector<int32_t>> ids = tokenize_encoded_prompt(*encoded, *ctx.tokenizer);
     if (!ids.ok()) return ids.status();
     out.prompt = std::move(ids.value());
+    if (const std::optional<int32_t> user = ctx.tokenizer->token_to_id(kUserToken)) {
+      for (size_t i = out.prompt.size(); i-- > 1;) {
+        if (out.prompt[i] == *user) {
+          out.shared_prefix_tokens = int64_t(i) + 1;
+          break;
+        }
+      }
+    }
     for (std::string& stop : chat->stop) out.sampling.stop.push_back(std::move(stop));
     parser = output_parser_options_for(chat->messages, chat->options, {});
   } else if (request.prompt_text) {

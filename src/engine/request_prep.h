@@ -38,6 +38,9 @@ struct PreparedRequest {
   SamplingParams sampling;
   int64_t max_new_tokens = 0;
   std::chrono::steady_clock::time_point deadline;
+  // Chat: the prompt length up to and including the last user-turn token (the history and system prompt that
+  // other requests share); the engine snapshots its state there for the prefix cache. 0: none.
+  int64_t shared_prefix_tokens = 0;
 };
 
 [[nodiscard]] Result<PreparedRequest> prepare_request(Request request, const PrepareContext& context);

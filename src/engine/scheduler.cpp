@@ -14,6 +14,7 @@ int64_t next_chunk_tokens(const SchedSequence& s, int64_t budget, const Schedule
       end = std::min(end, next_boundary);
     }
     if (config.snapshot_before_last_prompt_token && s.n_computed < s.n_prompt - 1) end = std::min(end, s.n_prompt - 1);
+    if (s.snapshot_at > s.n_computed) end = std::min(end, s.snapshot_at);
   }
   return end - s.n_computed;
 }

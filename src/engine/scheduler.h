@@ -3,8 +3,8 @@
 // token budget, keeps the projected cache bytes of resident sequences under the cache budget (preempting the
 // newest resident sequences when they would not fit: recompute later, nothing lost), and admits waiting
 // sequences in FIFO order. It never touches a model or a SequenceState; tested in tests/unit/scheduler_test.cpp.
-// Invariants: a chunk never crosses the prompt/generated boundary, a multiple of snapshot_interval or the
-// snapshot point before the last prompt token; every resident sequence left out of a plan stays resident.
+// Invariants: a chunk never crosses the prompt/generated boundary, a multiple of snapshot_interval, the
+// sequence's own snapshot point or the snapshot point before the last prompt token; every resident sequence left out of a plan stays resident.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,7 @@ struct SchedSequence {
   int64_t n_computed = 0;  // tokens already in its cache state (waiting: the prefix-cache match, if any)
   int64_t n_prompt = 0;    // prompt tokens (laid out as a prompt)
   int64_t n_known = 0;     // prompt + generated tokens known so far; the step after the last is sampled
+  int64_t snapshot_at = 0; // a prompt position a chunk must end at (a prefix-cache snapshot point), 0: none
 };
 
 struct SchedulerConfig {

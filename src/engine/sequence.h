@@ -34,6 +34,7 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then generated
   int64_t n_prompt = 0;
   int64_t n_computed = 0;       // tokens the state has processed
+  int64_t shared_prefix_tokens = 0;  // chat: snapshot point at the end of the shared history (0: none)
   std::unique_ptr<SequenceState> state;  // resident while running
   LayoutClass layout;
   SamplingParams sampling;

@@ -387,5 +387,32 @@ TEST_F(EngineText, ChatRequestStreamsReasoningInThinkingMode) {
   EXPECT_NE(rejected.status().message().find("role"), std::string::npos);
 }
 
+TEST_F(EngineText, SharedSystemPromptHitsAtTheLastUserTurnAndMatchesCold) {
+  EngineOptions cold_options = options_for_tests();
+  EngineOptions warm_options = cold_options;
+  warm_options.prefix_cache_bytes = 256ll << 20;
+  warm_options.prefix_snapshot_interval = 0;  // only the chat's own snapshot points
+  std::string system;
+  for (int i = 0; i < 30; ++i) system += "Answer carefully and cite sources. ";
+  auto chat_request = [&](const std::string& user) {
+    Request r;
+    r.chat = nlohmann::ordered_json{{"messages", {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", user}}}}};
+    r.sampling.max_tokens = 4;
+    r.sampling.ignore_eos = true;
+    r.sampling.logprobs = true;
+    return r;
+  };
+  auto cold_engine = open_engine(cold_options);
+  const Outcome cold = collect(*cold_engine, cold_engine->submit(chat_request("What is the second question?")).value());
+  auto warm_engine = open_engine(warm_options);
+  const Outcome first = collect(*warm_engine, warm_engine->submit(chat_request("A first question.")).value());
+  const Outcome warm = collect(*warm_engine, warm_engine->submit(chat_request("What is the second question?")).value());
+  EXPECT_EQ(first.usage.cached_tokens, 0);
+  // Everything up to and including the user-turn token is shared: the system prompt's tokens and more.
+  EXPECT_GT(warm.usage.cached_tokens, 128);
+  EXPECT_LT(warm.usage.cached_tokens, warm.usage.prompt_tokens - 5);
+  expect_same(cold, warm);
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -62,6 +62,9 @@ TEST(Scheduler, ChunksStopAtThePromptEndAndAtSnapshotPoints) {
   EXPECT_EQ(next_chunk_tokens({1, 30, 30, 31}, 1000, c), 1);   // decode
   EXPECT_EQ(next_chunk_tokens({1, 31, 30, 31}, 1000, c), 0);   // nothing to compute
   EXPECT_EQ(next_chunk_tokens({1, 0, 30, 30}, 5, c), 5);       // budget-limited
+  // A sequence's own snapshot point (the end of a chat's shared history).
+  EXPECT_EQ(next_chunk_tokens({1, 0, 30, 30, 11}, 1000, c), 11);
+  EXPECT_EQ(next_chunk_tokens({1, 11, 30, 30, 11}, 1000, c), 5);
 }
 
 TEST(Scheduler, AdmitsInFifoOrderWhileMemoryLasts) {
