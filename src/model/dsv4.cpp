@@ -139,6 +139,15 @@ Model::Batch make_batch(std::span<const Chunk> chunks, int window_size, StartFn 
   return b;
 }
 
+void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk> chunks, const std::vector<float>& h, int64_t dim) {
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    std::vector<float>* streams = chunks[ci].layer_streams_of_last;
+    if (!streams || batch.n_chunk_tokens[ci] == 0) continue;
+    const int64_t last = batch.first_token[ci] + batch.n_chunk_tokens[ci] - 1;
+    streams->insert(streams->end(), h.begin() + last * 4 * dim, h.begin() + (last + 1) * 4 * dim);
+  }
+}
+
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size) {
   Model::Batch batch = make_batch<ForwardChunk>(chunks, window_size, [](const ForwardChunk& ch) { return ch.state->n_tokens; },
                                                [](const ForwardChunk& ch) { return int64_t(ch.ids.size()); });
@@ -247,12 +256,7 @@ std::vector<ChunkOutput> Model::forward(std::span<const ForwardChunk> chunks) {
   }
   for (int l = 0; l < c.n_layers; ++l) {
     run_block(weights_.layers[size_t(l)], layer_rope_[size_t(l)], batch, false, l, h);
-    for (size_t ci = 0; ci < chunks.size(); ++ci) {
-      std::vector<float>* streams = chunks[ci].layer_streams_of_last;
-      if (!streams || batch.n_chunk_tokens[ci] == 0) continue;
-      const int64_t last = batch.first_token[ci] + batch.n_chunk_tokens[ci] - 1;
-      streams->insert(streams->end(), h.begin() + last * 4 * D, h.begin() + (last + 1) * 4 * D);
-    }
+    append_last_streams(batch, chunks, h, D);
   }
 
   std::vector<ChunkOutput> outputs(chunks.size());

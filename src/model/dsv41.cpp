@@ -145,12 +145,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
   }
   for (int l = 0; l < c.n_layers; ++l) {
     run_block_v41(l, batch, scratch, h, pre_in);
-    for (size_t ci = 0; ci < chunks.size(); ++ci) {
-      std::vector<float>* streams = chunks[ci].layer_streams_of_last;
-      if (!streams || batch.n_chunk_tokens[ci] == 0) continue;
-      const int64_t last = batch.first_token[ci] + batch.n_chunk_tokens[ci] - 1;
-      streams->insert(streams->end(), h.begin() + last * 4 * D, h.begin() + (last + 1) * 4 * D);
-    }
+    append_last_streams(batch, chunks, h, D);
   }
   std::vector<ChunkOutput> outputs(chunks.size());
   const double eps = c.norm_eps_value();

@@ -33,6 +33,8 @@ struct Model::V41Scratch {
 };
 
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size);
+// After a layer: appends each chunk's last-token stream [4, dim] to its layer_streams_of_last, if asked.
+void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk> chunks, const std::vector<float>& h, int64_t dim);
 
 // V4 QDQ8 with block 128 on every row of [n_rows, width] (the activation side of V4's qlinear).
 void qdq_fp8_rows(std::vector<float>& x, int64_t n_rows, int64_t width);

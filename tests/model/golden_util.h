@@ -2,6 +2,8 @@
 // file that ships beside each golden model (so the bounds come from the data, not from this code).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -50,6 +52,14 @@ inline LogitStats logit_stats(const std::vector<float>& ref, const std::vector<f
   std::sort(cos.begin(), cos.end());
   s.median_cos = rows % 2 ? cos[size_t(rows / 2)] : 0.5 * (cos[size_t(rows / 2 - 1)] + cos[size_t(rows / 2)]);
   return s;
+}
+
+// Largest |a - b| over two equally long vectors (a size mismatch fails the calling test).
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  return m;
 }
 
 // tolerance.args: "--top1 0.6 --mean-abs 0.35 ..." -> {"top1": 0.6, "mean-abs": 0.35, ...}

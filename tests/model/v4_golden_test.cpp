@@ -12,6 +12,7 @@ namespace deepinfer {
 namespace {
 
 using testing::golden_dir;
+using testing::max_abs_diff;
 
 struct GoldenParam {
   std::string model;
@@ -32,13 +33,6 @@ class V4Golden : public ::testing::TestWithParam<GoldenParam> {
     if (!std::filesystem::exists(case_path())) GTEST_SKIP() << "golden case not found: " << case_path();
   }
 };
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
-  return m;
-}
 
 TEST_P(V4Golden, ExactPathMatchesEveryRow) {
   auto model = Model::open(model_dir(), ModelOptions{.exact = true});
