@@ -2,6 +2,9 @@
 // machine's measured ceilings (read bandwidth, peak fp32 FMA and bf16 dot rates) and the bytes / FLOPs each
 // phase needs (weight_traffic.h: weights read once per step, expected distinct experts for a batch,
 // attention multiply-adds over the visible slots). Figures, not assertions.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -24,6 +27,24 @@ std::vector<int32_t> random_ids(Sampler& rng, int64_t n, int vocab) {
 }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Reads one byte of every page of every tensor, so a timed phase finds the weights resident (the page
+// cache may have dropped pages not touched for a while). Returns the seconds it took.
+double prefault_weights(const Checkpoint& checkpoint) {
+  const auto t0 = Clock::now();
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  volatile uint8_t sink = 0;
+  for (const std::string& name : checkpoint.tensor_names()) {
+    const TensorView* t = checkpoint.find(name);
+    if (!t || t->n_bytes == 0) continue;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(t->data) / page * page;
+    madvise(reinterpret_cast<void*>(begin), reinterpret_cast<uintptr_t>(t->data) + t->n_bytes - begin, MADV_WILLNEED);
+    uint8_t acc = 0;
+    for (size_t off = 0; off < t->n_bytes; off += page) acc ^= t->data[off];
+    sink = sink ^ acc;
+  }
+  return seconds_since(t0);
+}
 }  // namespace
 
 Runner add_bench_command(CLI::App& app) {
@@ -32,7 +53,7 @@ Runner add_bench_command(CLI::App& app) {
     std::vector<int64_t> prefill_lens{512};
     std::vector<int> batches{1, 4, 16};
     int decode_steps = 16, threads = 0, context = 16;
-    bool exact = false, skip_ceiling = false, no_warmup = false;
+    bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "prefill / decode tokens per second against the machine's ceilings");
@@ -46,6 +67,9 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_flag("--exact", args->exact, "time the reference kernels instead");
   cmd->add_flag("--skip-ceiling", args->skip_ceiling, "do not measure bandwidth / peak FMA");
   cmd->add_flag("--no-warmup", args->no_warmup, "time the first prefill cold (weights not yet faulted in)");
+  cmd->add_flag("--prefault", args->prefault,
+                "touch every weight page before each timed phase (all weights resident; resident memory then "
+                "shows the whole checkpoint)");
   return [args]() {
     auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .n_threads = args->threads, .show_progress = true});
     if (!model.ok()) {
@@ -84,7 +108,11 @@ Runner add_bench_command(CLI::App& app) {
       ForwardChunk fc{&seq, ids, int64_t(ids.size())};
       m.forward(std::span<const ForwardChunk>(&fc, 1));
     }
+    auto prefault = [&] {
+      if (args->prefault) std::fprintf(stderr, "prefault: %.1f s\n", prefault_weights(m.checkpoint()));
+    };
     for (int64_t len : args->prefill_lens) {
+      prefault();
       SequenceState seq = m.new_sequence();
       const auto ids = random_ids(rng, len, c.vocab_size);
       ForwardChunk fc{&seq, ids, len};
@@ -106,6 +134,7 @@ Runner add_bench_command(CLI::App& app) {
         next[size_t(b)] = random_ids(rng, args->decode_steps, c.vocab_size);
       }
       double macs = 0;
+      prefault();
       const auto t0 = Clock::now();
       for (int step = 0; step < args->decode_steps; ++step) {
         std::vector<ForwardChunk> chunks;

@@ -14,7 +14,7 @@ namespace {
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 // The portable loop (SimdLevel::kScalar): fp32 dots, online softmax over the 64-slot blocks.
-void sparse_attention_portable(const SparseAttentionParams& p, ThreadPool& pool) {
+void sparse_attention_portable(const SparseAttentionParams& p, WorkerPool& pool) {
   pool.parallel_for(p.n_heads, 1, [&](int64_t h0, int64_t h1) {
     thread_local std::vector<float> s, acc;
     s.resize(size_t(p.n_slots));
@@ -62,13 +62,14 @@ void sparse_attention_portable(const SparseAttentionParams& p, ThreadPool& pool)
 }
 
 // Packs K (and V pairs) and q for one family; false when some value is not exact in its format.
-bool pack_attention(const SimdKernels& ks, AttentionLayout& a, ThreadPool& pool, AttentionWorkspace& ws) {
+bool pack_attention(const SimdKernels& ks, AttentionLayout& a, WorkerPool& pool, AttentionWorkspace& ws) {
   a.k_padded = round_up(a.head_dim, ks.chunk);
+  a.stride = row_stride(a.k_padded, ks.elem_bytes);
   const int64_t k_rows = round_up(a.n_rows, 4);
-  ws.k.resize(size_t(k_rows * a.k_padded) * ks.elem_bytes);
-  std::fill(ws.k.begin() + ptrdiff_t(size_t(a.n_rows * a.k_padded) * ks.elem_bytes), ws.k.end(), uint8_t(0));
+  ws.k.resize(size_t(k_rows * a.stride) * ks.elem_bytes);
+  std::fill(ws.k.begin() + ptrdiff_t(size_t(a.n_rows * a.stride) * ks.elem_bytes), ws.k.end(), uint8_t(0));
   if (ks.paired_v) ws.v.resize(size_t(a.n_rows / 2 * a.head_dim) * 4);
-  ws.q.resize(size_t(a.n_heads * a.k_padded) * ks.elem_bytes);
+  ws.q.resize(size_t(a.n_heads * a.stride) * ks.elem_bytes);
   a.k_packed = ws.k.data();
   a.v_packed = ws.v.data();
   a.q_packed = ws.q.data();
@@ -84,7 +85,7 @@ bool pack_attention(const SimdKernels& ks, AttentionLayout& a, ThreadPool& pool,
 
 }  // namespace
 
-void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, ThreadPool& pool, AttentionWorkspace& ws) {
+void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, WorkerPool& pool, AttentionWorkspace& ws) {
   const SimdKernels* ks = &simd_kernels(level);
   if (!ks->attention_attend) return sparse_attention_portable(p, pool);
 
@@ -126,32 +127,32 @@ void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, Thre
   pool.parallel_for(p.n_heads, 4, [&](int64_t h0, int64_t h1) { ks->attention_attend(a, h0, h1); });
 }
 
-void index_scores_fast(const IndexScoreParams& p, SimdLevel level, ThreadPool& pool, IndexWorkspace& ws) {
+void index_scores_fast(const IndexScoreParams& p, SimdLevel level, WorkerPool& pool, IndexWorkspace& ws) {
   if (p.n_keys <= 0) return;
   const SimdKernels* ks = &simd_kernels(level);
   auto pack = [&](const SimdKernels& k) {
-    const int64_t kp = round_up(p.dim, k.chunk), rows = round_up(p.n_keys, 4) + 4;
-    ws.keys.resize(size_t(rows * kp) * k.elem_bytes);
-    std::fill(ws.keys.begin() + ptrdiff_t(size_t(p.n_keys * kp) * k.elem_bytes), ws.keys.end(), uint8_t(0));
-    ws.q.resize(size_t(p.n_heads * kp) * k.elem_bytes);
-    bool ok = k.pack_x(p.keys, p.dim, 0, p.n_keys, p.dim, kp, false, ws.keys.data());
-    return ok & k.pack_x(p.q, p.dim, 0, p.n_heads, p.dim, kp, false, ws.q.data());
+    const int64_t st = row_stride(round_up(p.dim, k.chunk), k.elem_bytes), rows = round_up(p.n_keys, 4) + 4;
+    ws.keys.resize(size_t(rows * st) * k.elem_bytes);
+    std::fill(ws.keys.begin() + ptrdiff_t(size_t(p.n_keys * st) * k.elem_bytes), ws.keys.end(), uint8_t(0));
+    ws.q.resize(size_t(p.n_heads * st) * k.elem_bytes);
+    bool ok = k.pack_x(p.keys, p.dim, 0, p.n_keys, p.dim, st, false, ws.keys.data());
+    return ok & k.pack_x(p.q, p.dim, 0, p.n_heads, p.dim, st, false, ws.q.data());
   };
   if (!pack(*ks)) {
     ks = &kSimdKernelsAvx512;
     DI_CHECK(pack(*ks));
   }
-  const int64_t kp = round_up(p.dim, ks->chunk);
+  const int64_t kp = round_up(p.dim, ks->chunk), st = row_stride(kp, ks->elem_bytes);
   auto body = [&](int64_t j0, int64_t j1) {
     thread_local std::vector<float> dots;
     dots.resize(size_t(p.n_heads * (j1 - j0)));
-    ks->index_scores(ws.keys.data(), ws.q.data(), p.weights, p.n_heads, kp, j0, j1, dots.data(), p.scores);
+    ks->index_scores(ws.keys.data(), ws.q.data(), p.weights, p.n_heads, kp, st, j0, j1, dots.data(), p.scores);
   };
   if (p.n_keys * p.n_heads * p.dim >= (int64_t(1) << 18)) pool.parallel_for(p.n_keys, 64, body);
   else body(0, p.n_keys);
 }
 
-void hc_mix_fast(const HcMixParams& p, SimdLevel level, ThreadPool& pool) {
+void hc_mix_fast(const HcMixParams& p, SimdLevel level, WorkerPool& pool) {
   // fn is fp32: the fp32 family of the widest available width.
   const SimdKernels* ks = &simd_kernels(level == SimdLevel::kAvx512Bf16 ? SimdLevel::kAvx512 : level);
   const bool direct = p.width % ks->chunk == 0 && p.n_mix % 4 == 0;
@@ -170,7 +171,8 @@ void hc_mix_fast(const HcMixParams& p, SimdLevel level, ThreadPool& pool) {
       for (int64_t t = t0; t < t1; ++t) std::copy_n(p.x + t * p.width, p.width, &x_padded[size_t((t - t0) * kp)]);
       x = x_padded.data();
     }
-    ks->dot_tiles(fn, p.n_mix, x, t1 - t0, kp, p.out + t0 * p.n_mix, p.n_mix);
+    const int64_t stride = direct ? p.width : kp;
+    ks->dot_tiles(fn, stride, p.n_mix, x, stride, t1 - t0, kp, p.out + t0 * p.n_mix, p.n_mix);
     for (int64_t t = t0; t < t1; ++t) {
       const float sq = ks->sum_squares(p.x + t * p.width, p.width);
       const float r = std::sqrt(sq / float(p.width) + float(p.eps));

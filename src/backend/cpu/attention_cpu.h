@@ -8,7 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
-#include "core/thread_pool.h"
+#include "backend/cpu/worker_pool.h"
 
 namespace deepinfer::cpu {
 
@@ -19,16 +19,16 @@ struct AttentionWorkspace {
 };
 
 // Spec AT1-AT3 for one token (same rounding points as the reference: P rounded to bf16, the output once).
-void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, ThreadPool& pool, AttentionWorkspace& ws);
+void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, WorkerPool& pool, AttentionWorkspace& ws);
 
 struct IndexWorkspace {
   std::vector<uint8_t> keys, q;
 };
 
 // Spec I7-I9 for one token: bf16 per-head scores, the head sum in fp32, rounded to bf16.
-void index_scores_fast(const IndexScoreParams& p, SimdLevel level, ThreadPool& pool, IndexWorkspace& ws);
+void index_scores_fast(const IndexScoreParams& p, SimdLevel level, WorkerPool& pool, IndexWorkspace& ws);
 
 // Spec B1/H1: out[t, m] = f32((x_t . fn_m) / sqrt(mean(x_t^2) + eps)), fp32 sums.
-void hc_mix_fast(const HcMixParams& p, SimdLevel level, ThreadPool& pool);
+void hc_mix_fast(const HcMixParams& p, SimdLevel level, WorkerPool& pool);
 
 }  // namespace deepinfer::cpu

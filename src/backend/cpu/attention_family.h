@@ -13,29 +13,29 @@ namespace family {
 
 using deepinfer::cpu::AttentionLayout;
 
-// Packs kTileR-padded rows for the tile kernel: rows [r0, r1) of `rows` (nullptr: zero row).
+// Packs rows [r0, r1) of `rows` (nullptr: zero row) into rows of `stride` elements for the tile kernel.
 template <class S>
-bool pack_rows(const float* const* rows, int64_t r0, int64_t r1, int64_t k, int64_t k_padded, typename S::Elem* out) {
+bool pack_rows(const float* const* rows, int64_t r0, int64_t r1, int64_t k, int64_t stride, typename S::Elem* out) {
   bool ok = true;
   for (int64_t r = r0; r < r1; ++r) {
-    typename S::Elem* dst = out + r * k_padded;
-    if (rows[r]) ok &= S::pack_x(rows[r], 0, 0, 1, k, k_padded, false, dst);
-    else std::fill(dst, dst + k_padded, typename S::Elem(0));
+    typename S::Elem* dst = out + r * stride;
+    if (rows[r]) ok &= S::pack_x(rows[r], 0, 0, 1, k, stride, false, dst);
+    else std::fill(dst, dst + stride, typename S::Elem(0));
   }
   return ok;
 }
 
 // c[t * cs + r] = sum_k x[t, k] * w[r, k] for r < n_rows (w padded to a multiple of kTileR rows), t < n_tokens.
 template <class S>
-void dot_tiles(const typename S::Elem* w, int64_t n_rows, const typename S::Elem* x, int64_t n_tokens,
-               int64_t k_padded, float* c, int64_t cs) {
+void dot_tiles(const typename S::Elem* w, int64_t ws, int64_t n_rows, const typename S::Elem* x, int64_t xs,
+               int64_t n_tokens, int64_t k_padded, float* c, int64_t cs) {
   const int64_t n_chunks = k_padded / S::kChunk;
   float part[S::kTileT * S::kTileR];
   for (int64_t t0 = 0; t0 < n_tokens; t0 += S::kTileT) {
     const int64_t nt = std::min<int64_t>(S::kTileT, n_tokens - t0);
     for (int64_t r0 = 0; r0 < n_rows; r0 += S::kTileR) {
-      tile_tokens<S, S::kTileR, S::kTileT>(w + r0 * k_padded, k_padded, x + t0 * k_padded, k_padded, nt, n_chunks,
-                                           nullptr, true, true, part, S::kTileR);
+      tile_tokens<S, S::kTileR, S::kTileT>(w + r0 * ws, ws, x + t0 * xs, xs, nt, n_chunks, nullptr, true, true, part,
+                                           S::kTileR);
       const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
       for (int64_t t = 0; t < nt; ++t)
         for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
@@ -47,7 +47,7 @@ void dot_tiles(const typename S::Elem* w, int64_t n_rows, const typename S::Elem
 template <class S>
 bool attention_pack_kv(const AttentionLayout& a, int64_t r0, int64_t r1) {
   auto* k = static_cast<typename S::Elem*>(a.k_packed);
-  bool ok = pack_rows<S>(a.rows, r0, r1, a.head_dim, a.k_padded, k);
+  bool ok = pack_rows<S>(a.rows, r0, r1, a.head_dim, a.stride, k);
   if constexpr (S::kPairedV) {
     ok &= S::pack_v_pairs(a.rows, r0, r1, a.head_dim, static_cast<uint32_t*>(a.v_packed));
   }
@@ -56,7 +56,7 @@ bool attention_pack_kv(const AttentionLayout& a, int64_t r0, int64_t r1) {
 
 template <class S>
 bool attention_pack_q(const AttentionLayout& a, int64_t h0, int64_t h1) {
-  return S::pack_x(a.q, a.head_dim, h0, h1, a.head_dim, a.k_padded, false, a.q_packed);
+  return S::pack_x(a.q, a.head_dim, h0, h1, a.head_dim, a.stride, false, a.q_packed);
 }
 
 // Per-thread buffers of attend().
@@ -117,8 +117,8 @@ void attention_attend(const AttentionLayout& a, int64_t h0, int64_t h1) {
   s.factor.resize(size_t(nh * a.n_seg));
   s.denom.resize(size_t(nh));
   const auto* kp = static_cast<const typename S::Elem*>(a.k_packed);
-  const auto* qp = static_cast<const typename S::Elem*>(a.q_packed) + h0 * a.k_padded;
-  dot_tiles<S>(kp, nr, qp, nh, a.k_padded, s.dots.data(), nr);  // AT1: q . kv_j (fp32)
+  const auto* qp = static_cast<const typename S::Elem*>(a.q_packed) + h0 * a.stride;
+  dot_tiles<S>(kp, a.stride, nr, qp, a.stride, nh, a.k_padded, s.dots.data(), nr);  // AT1: q . kv_j (fp32)
 
   // AT2: per head, P = bf16(exp(s - m_b)) against the running (or global) max; the denominator sums the
   // unrounded exponentials against the final max M.
@@ -191,11 +191,11 @@ void attention_attend(const AttentionLayout& a, int64_t h0, int64_t h1) {
 // score_j = bf16(sum_h bf16(relu(bf16(q_h . K_j)) * w_h)), the head sum in fp32.
 template <class S>
 void index_scores_range(const typename S::Elem* keys, const typename S::Elem* q, const float* weights, int64_t n_heads,
-                        int64_t k_padded, int64_t j0, int64_t j1, float* dots, float* scores) {
+                        int64_t k_padded, int64_t stride, int64_t j0, int64_t j1, float* dots, float* scores) {
   using F = typename S::F;
   constexpr int64_t L = S::kLanes;
   const int64_t n = j1 - j0;
-  dot_tiles<S>(keys + j0 * k_padded, n, q, n_heads, k_padded, dots, n);  // [heads, n]
+  dot_tiles<S>(keys + j0 * stride, stride, n, q, stride, n_heads, k_padded, dots, n);  // [heads, n]
   int64_t j = 0;
   for (; j + L <= n; j += L) {
     F acc = S::fzero();

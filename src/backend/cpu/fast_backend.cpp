@@ -10,7 +10,7 @@
 #include "backend/cpu/attention_cpu.h"
 #include "backend/cpu/linear_cpu.h"
 #include "core/status.h"
-#include "core/thread_pool.h"
+#include "backend/cpu/worker_pool.h"
 
 namespace deepinfer {
 
@@ -30,7 +30,7 @@ class FastBackend final : public Backend {
   void index_scores(const IndexScoreParams& p) override { cpu::index_scores_fast(p, level_, pool_, index_ws_); }
 
  private:
-  ThreadPool pool_;
+  cpu::WorkerPool pool_;
   SimdLevel level_;
   std::string name_;
   cpu::LinearWorkspace linear_ws_;

@@ -22,25 +22,25 @@ float fast_epilogue(Epilogue epilogue, float acc, float bias) {
 namespace {
 
 // Packs x for a family; false when the family cannot take these values.
-bool pack(const LinearParams& p, const SimdKernels& ks, ThreadPool& pool, LinearWorkspace& ws, PackedX* out) {
+bool pack(const LinearParams& p, const SimdKernels& ks, WorkerPool& pool, LinearWorkspace& ws, PackedX* out) {
   const int64_t K = p.weight->n_in, T = p.n_tokens;
-  const int64_t kp = (K + ks.chunk - 1) / ks.chunk * ks.chunk;
-  const size_t bytes = size_t(T * kp) * ks.elem_bytes;
+  const int64_t kp = (K + ks.chunk - 1) / ks.chunk * ks.chunk, stride = row_stride(kp, ks.elem_bytes);
+  const size_t bytes = size_t(T * stride) * ks.elem_bytes;
   if (ws.x_packed.size() < bytes) ws.x_packed.resize(bytes);
   const bool fp4_order = p.weight->dtype == DType::kI8;
   std::atomic<bool> ok{true};
   auto body = [&](int64_t t0, int64_t t1) {
-    if (!ks.pack_x(p.x, p.x_stride, t0, t1, K, kp, fp4_order, ws.x_packed.data())) ok = false;
+    if (!ks.pack_x(p.x, p.x_stride, t0, t1, K, stride, fp4_order, ws.x_packed.data())) ok = false;
   };
   if (T * K >= (int64_t(1) << 16)) pool.parallel_for(T, 16, body);
   else body(0, T);
-  *out = PackedX{ws.x_packed.data(), T, kp};
+  *out = PackedX{ws.x_packed.data(), T, kp, stride};
   return ok;
 }
 
 }  // namespace
 
-void linear_fast(const LinearParams& p, SimdLevel level, ThreadPool& pool, LinearWorkspace& ws) {
+void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws) {
   const LinearWeight& w = *p.weight;
   DI_CHECK(p.row_begin >= 0 && p.row_begin + p.n_rows <= w.n_out);
   if (p.n_tokens <= 0 || p.n_rows <= 0) return;

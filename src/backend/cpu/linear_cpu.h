@@ -8,7 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
-#include "core/thread_pool.h"
+#include "backend/cpu/worker_pool.h"
 
 namespace deepinfer::cpu {
 
@@ -18,7 +18,7 @@ struct LinearWorkspace {
 
 // p.out = epilogue(x . W^T) with the family of `level` (falling back to a wider-input family when the
 // activations or the weight layout need it). fp32 accumulation.
-void linear_fast(const LinearParams& p, SimdLevel level, ThreadPool& pool, LinearWorkspace& ws);
+void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws);
 
 // The epilogue applied to an fp32 accumulator (same rounding points as apply_epilogue).
 float fast_epilogue(Epilogue epilogue, float acc, float bias);

@@ -27,6 +27,7 @@ using deepinfer::cpu::PackedX;
 
 constexpr int kMaxFp8Scale = 134;  // largest scale byte for the one-multiply fp8 decode
 constexpr int64_t kTileKBytes = 24 * 1024;  // bytes of decoded tile per K block (L1-resident with x)
+constexpr int64_t kPrefetchGroups = 2;       // direct mode: prefetch distance in row groups
 
 // Where one weight row's chunks come from.
 struct RowSrc {
@@ -38,7 +39,7 @@ struct RowSrc {
 // Per-thread buffers (grown once, reused by every call).
 template <class S>
 struct Scratch {
-  std::vector<typename S::Elem> tile;  // [kRowTile, k_padded]
+  std::vector<typename S::Elem> tile;  // [kRowTile, row_stride(k_padded)]
   std::vector<float> mult;             // fp8: [2 row blocks, n_chunks]
   std::vector<uint8_t> tail;           // one zero-padded chunk per row for K % chunk
   std::vector<float> state;            // tile mode: unreduced accumulators of every (token block, row group)
@@ -74,7 +75,8 @@ constexpr int64_t chunk_bytes(int64_t chunk) {
 template <class S, DType D, bool kWide, int R, int T>
 void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const typename S::Elem* x, int64_t xs,
                    int64_t n_full, bool has_tail, float* c, int64_t cs) {
-  const int64_t prefetch_distance = R * n_full * chunk_bytes<D>(S::kChunk);
+  const int64_t prefetch_distance = kPrefetchGroups * R * n_full * chunk_bytes<D>(S::kChunk);
+  constexpr int64_t kPrefetchEvery = chunk_bytes<D>(S::kChunk) >= 64 ? 1 : 64 / chunk_bytes<D>(S::kChunk);  // once per line
   using F = typename S::F;
   using W = typename S::W;
   constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
@@ -90,7 +92,7 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
   for (int64_t ch = 0; ch < n_full; ++ch) {
     W w[R];
     for (int r = 0; r < R; ++r) {
-      __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
+      if (D != DType::kBF16 && ch % kPrefetchEvery == 0) __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
       w[r] = decode_chunk<S, D, kWide>(rows[r], ch, rows[r].data + ch * kBytes);
     }
     step(ch, w);
@@ -107,14 +109,17 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
 // state (K-blocked tiles), the unreduced accumulators continue from / are saved to it, so the sums are
 // the same, bit for bit, as one pass over all chunks (and as the direct kernel): results never depend on
 // the number of tokens in the call.
-template <class S, int R, int T>
+template <class S, int R, int T, bool kFirst, bool kLast>
 void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* x, int64_t xs, int64_t n_chunks,
-                 float* state, bool first, bool last, float* c, int64_t cs) {
+                 float* state, float* c, int64_t cs) {
   using F = typename S::F;
   using W = typename S::W;
   F acc[T][R];
   for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = first ? S::zero() : S::fload(state + (t * R + r) * S::kLanes);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kFirst) acc[t][r] = S::zero();
+      else acc[t][r] = S::fload(state + (t * R + r) * S::kLanes);
+    }
   for (int64_t ch = 0; ch < n_chunks; ++ch) {
     W wv[R];
     for (int r = 0; r < R; ++r) wv[r] = S::load_w(w + r * ws + ch * S::kChunk);
@@ -123,7 +128,7 @@ void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* 
       for (int r = 0; r < R; ++r) acc[t][r] = S::dot(acc[t][r], wv[r], xv);
     }
   }
-  if (last) {
+  if constexpr (kLast) {
     for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
   } else {
     for (int t = 0; t < T; ++t)
@@ -135,7 +140,12 @@ template <class S, int R, int T>
 void tile_tokens(const typename S::Elem* w, int64_t ws, const typename S::Elem* x, int64_t xs, int64_t n_tokens,
                  int64_t n_chunks, float* state, bool first, bool last, float* c, int64_t cs) {
   if constexpr (T > 0) {
-    if (n_tokens == T) return tile_kernel<S, R, T>(w, ws, x, xs, n_chunks, state, first, last, c, cs);
+    if (n_tokens == T) {
+      if (first && last) return tile_kernel<S, R, T, true, true>(w, ws, x, xs, n_chunks, state, c, cs);
+      if (first) return tile_kernel<S, R, T, true, false>(w, ws, x, xs, n_chunks, state, c, cs);
+      if (last) return tile_kernel<S, R, T, false, true>(w, ws, x, xs, n_chunks, state, c, cs);
+      return tile_kernel<S, R, T, false, false>(w, ws, x, xs, n_chunks, state, c, cs);
+    }
     return tile_tokens<S, R, T - 1>(w, ws, x, xs, n_tokens, n_chunks, state, first, last, c, cs);
   }
 }
@@ -205,7 +215,8 @@ template <class S, DType D, bool kWide>
 void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const PackedX& x, float* c, int64_t cs,
               Scratch<S>& s) {
   using Elem = typename S::Elem;
-  const int64_t K = w.n_in, kp = x.k_padded, T = x.n_tokens;
+  const int64_t K = w.n_in, kp = x.k_padded, xs = x.stride, T = x.n_tokens;
+  const int64_t ts = deepinfer::cpu::row_stride(kp, sizeof(Elem));  // tile row stride
   const int64_t n_full = K / S::kChunk, n_chunks = kp / S::kChunk;
   const bool has_tail = n_full < n_chunks;
   const uint8_t* tails[kRowTile] = {};
@@ -224,7 +235,7 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
         grp[r] = rows[i];
         grp_tails[r] = tails[i];
       }
-      direct_tokens<S, D, kWide, S::kDirectT>(grp, grp_tails, xd, kp, T, n_full, has_tail, part, S::kDirectR);
+      direct_tokens<S, D, kWide, S::kDirectT>(grp, grp_tails, xd, xs, T, n_full, has_tail, part, S::kDirectR);
       const int64_t nr = std::min<int64_t>(S::kDirectR, n_rows - r0);
       for (int64_t t = 0; t < T; ++t)
         for (int64_t r = 0; r < nr; ++r) c[t * cs + r0 + r] = part[t * S::kDirectR + r];
@@ -234,15 +245,15 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
 
   // Tile: decode the rows once, then every block of tokens reads them from the (L2-resident) tile.
   const int64_t n_tile_rows = (n_rows + S::kTileR - 1) / S::kTileR * S::kTileR;
-  s.tile.resize(size_t(kRowTile * kp));
+  s.tile.resize(size_t(kRowTile * ts));
   Elem* tile = s.tile.data();
   for (int64_t i = 0; i < n_rows; ++i) {
     for (int64_t ch = 0; ch < n_full; ++ch) {
-      S::store_w(tile + i * kp + ch * S::kChunk, decode_chunk<S, D, kWide>(rows[i], ch, rows[i].data + ch * kBytes));
+      S::store_w(tile + i * ts + ch * S::kChunk, decode_chunk<S, D, kWide>(rows[i], ch, rows[i].data + ch * kBytes));
     }
-    if (has_tail) S::store_w(tile + i * kp + n_full * S::kChunk, decode_chunk<S, D, kWide>(rows[i], n_full, tails[i]));
+    if (has_tail) S::store_w(tile + i * ts + n_full * S::kChunk, decode_chunk<S, D, kWide>(rows[i], n_full, tails[i]));
   }
-  std::fill(tile + n_rows * kp, tile + n_tile_rows * kp, Elem(0));
+  std::fill(tile + n_rows * ts, tile + n_tile_rows * ts, Elem(0));
   // K blocks small enough that the block's tile rows and one token block of x stay in L1 while every
   // row group of the tile reuses them; the accumulators of each (token block, row group) persist in state.
   constexpr int64_t kBlockChunks = std::max<int64_t>(1, kTileKBytes / (kRowTile * S::kChunk * int64_t(sizeof(Elem))));
@@ -258,7 +269,7 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
       for (int64_t g = 0; g < n_groups; ++g) {
         const int64_t r0 = g * S::kTileR;
         float* state = n_kb > 1 ? &s.state[size_t((tb * n_groups + g) * kStatePerBlock)] : nullptr;
-        tile_tokens<S, S::kTileR, S::kTileT>(tile + r0 * kp + ch0 * S::kChunk, kp, xd + t0 * kp + ch0 * S::kChunk, kp,
+        tile_tokens<S, S::kTileR, S::kTileT>(tile + r0 * ts + ch0 * S::kChunk, ts, xd + t0 * xs + ch0 * S::kChunk, xs,
                                              nt, nch, state, kb == 0, kb == n_kb - 1, part, S::kTileR);
         if (kb < n_kb - 1) continue;
         const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);

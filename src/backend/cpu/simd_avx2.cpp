@@ -52,7 +52,7 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded, bool fp4_order,
+bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride, bool fp4_order,
             void* out);
 
 struct Avx2Ops {
@@ -163,11 +163,11 @@ struct S : Avx2Ops {
   static W pv_p(const PvRow* row, int64_t jp) { return {_mm256_set1_ps(row[2 * jp]), _mm256_set1_ps(row[2 * jp + 1])}; }
 };
 
-bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded, bool fp4_order,
+bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride, bool fp4_order,
             void* out) {
   for (int64_t t = t0; t < t1; ++t) {
     const float* src = x + t * x_stride;
-    float* dst = static_cast<float*>(out) + t * k_padded;
+    float* dst = static_cast<float*>(out) + t * out_stride;
     if (fp4_order) {
       for (int64_t i = 0; i < k; i += 16) {
         for (int j = 0; j < 8; ++j) {
@@ -177,7 +177,7 @@ bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k,
       }
     } else {
       std::copy_n(src, k, dst);
-      std::fill(dst + k, dst + k_padded, 0.0f);
+      std::fill(dst + k, dst + out_stride, 0.0f);
     }
   }
   return true;
@@ -202,12 +202,13 @@ namespace deepinfer::cpu {
 namespace {
 namespace fam = avx2::family;
 using S8 = avx2::S;
-void dot_tiles(const void* w, int64_t n_rows, const void* x, int64_t n_tokens, int64_t kp, float* c, int64_t cs) {
-  fam::dot_tiles<S8>(static_cast<const float*>(w), n_rows, static_cast<const float*>(x), n_tokens, kp, c, cs);
+void dot_tiles(const void* w, int64_t ws, int64_t n_rows, const void* x, int64_t xs, int64_t n_tokens, int64_t kp,
+               float* c, int64_t cs) {
+  fam::dot_tiles<S8>(static_cast<const float*>(w), ws, n_rows, static_cast<const float*>(x), xs, n_tokens, kp, c, cs);
 }
-void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t j0,
-                  int64_t j1, float* dots, float* scores) {
-  fam::index_scores_range<S8>(static_cast<const float*>(keys), static_cast<const float*>(q), weights, n_heads, kp, j0,
+void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t stride,
+                  int64_t j0, int64_t j1, float* dots, float* scores) {
+  fam::index_scores_range<S8>(static_cast<const float*>(keys), static_cast<const float*>(q), weights, n_heads, kp, stride, j0,
                               j1, dots, scores);
 }
 }  // namespace

@@ -42,7 +42,7 @@ inline __m512 bf16_to_f32(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 
-bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded, bool fp4_order,
+bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride, bool fp4_order,
             void* out);
 
 struct S : Avx512Ops {
@@ -111,11 +111,11 @@ struct S : Avx512Ops {
   static W pv_p(const PvRow* row, int64_t jp) { return {_mm512_set1_ps(row[2 * jp]), _mm512_set1_ps(row[2 * jp + 1])}; }
 };
 
-bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded, bool fp4_order,
+bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride, bool fp4_order,
             void* out) {
   for (int64_t t = t0; t < t1; ++t) {
     const float* src = x + t * x_stride;
-    float* dst = static_cast<float*>(out) + t * k_padded;
+    float* dst = static_cast<float*>(out) + t * out_stride;
     if (fp4_order) {
       for (int64_t i = 0; i < k; i += 32) {
         for (int j = 0; j < 16; ++j) {
@@ -125,7 +125,7 @@ bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k,
       }
     } else {
       std::copy_n(src, k, dst);
-      std::fill(dst + k, dst + k_padded, 0.0f);
+      std::fill(dst + k, dst + out_stride, 0.0f);
     }
   }
   return true;
@@ -150,12 +150,13 @@ namespace deepinfer::cpu {
 namespace {
 namespace fam = avx512::family;
 using S16 = avx512::S;
-void dot_tiles(const void* w, int64_t n_rows, const void* x, int64_t n_tokens, int64_t kp, float* c, int64_t cs) {
-  fam::dot_tiles<S16>(static_cast<const float*>(w), n_rows, static_cast<const float*>(x), n_tokens, kp, c, cs);
+void dot_tiles(const void* w, int64_t ws, int64_t n_rows, const void* x, int64_t xs, int64_t n_tokens, int64_t kp,
+               float* c, int64_t cs) {
+  fam::dot_tiles<S16>(static_cast<const float*>(w), ws, n_rows, static_cast<const float*>(x), xs, n_tokens, kp, c, cs);
 }
-void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t j0,
-                  int64_t j1, float* dots, float* scores) {
-  fam::index_scores_range<S16>(static_cast<const float*>(keys), static_cast<const float*>(q), weights, n_heads, kp, j0,
+void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t stride,
+                  int64_t j0, int64_t j1, float* dots, float* scores) {
+  fam::index_scores_range<S16>(static_cast<const float*>(keys), static_cast<const float*>(q), weights, n_heads, kp, stride, j0,
                                j1, dots, scores);
 }
 }  // namespace

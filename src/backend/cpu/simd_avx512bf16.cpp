@@ -61,14 +61,14 @@ inline __m256i to_bf16_bits(__m512 v, __mmask16* bad) {
   return _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16));
 }
 
-bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded, bool fp4_order,
+bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride, bool fp4_order,
             void* out) {
   __mmask16 bad = 0;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   for (int64_t t = t0; t < t1; ++t) {
     const float* src = x + t * x_stride;
-    uint16_t* dst = static_cast<uint16_t*>(out) + t * k_padded;
+    uint16_t* dst = static_cast<uint16_t*>(out) + t * out_stride;
     if (fp4_order) {  // k is a multiple of 32
       for (int64_t i = 0; i < k; i += 32) {
         const __m512 a = _mm512_loadu_ps(src + i), b = _mm512_loadu_ps(src + i + 16);
@@ -76,7 +76,7 @@ bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k,
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 16), to_bf16_bits(_mm512_permutex2var_ps(a, odd, b), &bad));
       }
     } else {
-      for (int64_t i = 0; i < k_padded; i += 16) {
+      for (int64_t i = 0; i < out_stride; i += 16) {
         const int64_t n = k - i < 16 ? (k - i > 0 ? k - i : 0) : 16;
         const __mmask16 m = __mmask16((1u << n) - 1u);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), to_bf16_bits(_mm512_maskz_loadu_ps(m, src + i), &bad));
@@ -209,12 +209,13 @@ namespace deepinfer::cpu {
 namespace {
 namespace fam = avx512bf16::family;
 using S16 = avx512bf16::S;
-void dot_tiles(const void* w, int64_t n_rows, const void* x, int64_t n_tokens, int64_t kp, float* c, int64_t cs) {
-  fam::dot_tiles<S16>(static_cast<const uint16_t*>(w), n_rows, static_cast<const uint16_t*>(x), n_tokens, kp, c, cs);
+void dot_tiles(const void* w, int64_t ws, int64_t n_rows, const void* x, int64_t xs, int64_t n_tokens, int64_t kp,
+               float* c, int64_t cs) {
+  fam::dot_tiles<S16>(static_cast<const uint16_t*>(w), ws, n_rows, static_cast<const uint16_t*>(x), xs, n_tokens, kp, c, cs);
 }
-void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t j0,
-                  int64_t j1, float* dots, float* scores) {
-  fam::index_scores_range<S16>(static_cast<const uint16_t*>(keys), static_cast<const uint16_t*>(q), weights, n_heads, kp,
+void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t stride,
+                  int64_t j0, int64_t j1, float* dots, float* scores) {
+  fam::index_scores_range<S16>(static_cast<const uint16_t*>(keys), static_cast<const uint16_t*>(q), weights, n_heads, kp, stride,
                                j0, j1, dots, scores);
 }
 }  // namespace

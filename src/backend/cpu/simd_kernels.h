@@ -25,7 +25,12 @@ struct PackedX {
   const void* data = nullptr;
   int64_t n_tokens = 0;
   int64_t k_padded = 0;
+  int64_t stride = 0;  // elements between token rows (row_stride(k_padded))
 };
+
+// Row stride of packed rows and tiles: one cache line more than the padded length, so that rows of
+// power-of-two length do not all map to the same L1 sets (4 KiB aliasing thrashed the tile kernel).
+constexpr int64_t row_stride(int64_t k_padded, size_t elem_bytes) { return k_padded + int64_t(64 / elem_bytes); }
 
 // One query token's sparse attention laid out by the driver: the non-empty slots compacted per 64-slot
 // block ("segment", blocks without a non-empty slot dropped), each segment padded to an even length
@@ -39,13 +44,14 @@ struct AttentionLayout {
   const float* q = nullptr;            // [n_heads, head_dim]
   int64_t n_heads = 0, head_dim = 0;
   int64_t k_padded = 0;                // head_dim rounded up to the family's chunk
+  int64_t stride = 0;                  // row_stride(k_padded) of k_packed / q_packed rows
   const float* sink = nullptr;         // [n_heads]
   float scale = 0;
   bool running_max = true;
   float* out = nullptr;                // [n_heads, head_dim]
-  void* k_packed = nullptr;            // [round_up(n_rows, 4), k_padded] elements
+  void* k_packed = nullptr;            // [round_up(n_rows, 4), stride] elements
   void* v_packed = nullptr;            // bf16 family: [n_rows / 2, head_dim] (j, j+1) bf16 pairs
-  void* q_packed = nullptr;            // [n_heads, k_padded] elements
+  void* q_packed = nullptr;            // [n_heads, stride] elements
 };
 
 struct SimdKernels {
@@ -57,27 +63,29 @@ struct SimdKernels {
   // ---- linear ----
   // Whether this family handles the weight (dtype, e4m3 block a multiple of chunk).
   bool (*supports)(const LinearWeight& w) = nullptr;
-  // Packs tokens [t0, t1) of x [*, x_stride] (first k values each) into out rows of k_padded elements.
-  // Returns false if some value cannot be packed exactly (bf16 family: a value that is not a normal bf16).
-  bool (*pack_x)(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded,
+  // Packs tokens [t0, t1) of x [*, x_stride] (first k values each) into out rows of out_stride elements
+  // (zero padded past k). Returns false if some value cannot be packed exactly (bf16 family: a value that
+  // is not a normal bf16).
+  bool (*pack_x)(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride,
                  bool fp4_order, void* out) = nullptr;
   // c[t * c_stride + i] = sum_k x[t, k] * W[row0 + i, k] for i < n_rows <= kRowTile and every token of x.
   void (*tile)(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x, float* c,
                int64_t c_stride) = nullptr;
 
   // ---- dot products of packed rows (indexer, mHC): c[t * cs + r] = sum_k x[t, k] * w[r, k] ----
-  // w holds round_up(n_rows, 4) readable rows.
-  void (*dot_tiles)(const void* w, int64_t n_rows, const void* x, int64_t n_tokens, int64_t k_padded, float* c,
-                    int64_t cs) = nullptr;
+  // w [*, w_stride] holds round_up(n_rows, 4) readable rows; x [n_tokens, x_stride]; k_padded elements each.
+  void (*dot_tiles)(const void* w, int64_t w_stride, int64_t n_rows, const void* x, int64_t x_stride,
+                    int64_t n_tokens, int64_t k_padded, float* c, int64_t cs) = nullptr;
 
   // ---- sparse attention (one token) ----
   bool (*attention_pack_kv)(const AttentionLayout& a, int64_t r0, int64_t r1) = nullptr;  // r0, r1 even
   bool (*attention_pack_q)(const AttentionLayout& a, int64_t h0, int64_t h1) = nullptr;
   void (*attention_attend)(const AttentionLayout& a, int64_t h0, int64_t h1) = nullptr;
 
-  // ---- indexer scores for keys [j0, j1): dots is scratch of [n_heads, j1 - j0] ----
+  // ---- indexer scores for keys [j0, j1) of packed keys / queries (rows of `stride` elements) ----
+  // dots is scratch of [n_heads, j1 - j0].
   void (*index_scores)(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t k_padded,
-                       int64_t j0, int64_t j1, float* dots, float* scores) = nullptr;
+                       int64_t stride, int64_t j0, int64_t j1, float* dots, float* scores) = nullptr;
   float (*sum_squares)(const float* x, int64_t n) = nullptr;
 };
 

@@ -31,12 +31,12 @@ bool scalar_supports(const LinearWeight& w) {
   return w.dtype == DType::kBF16 || w.dtype == DType::kF8E4M3 || w.dtype == DType::kI8;
 }
 
-bool scalar_pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t k_padded,
+bool scalar_pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride,
                    bool /*fp4_order*/, void* out) {
   for (int64_t t = t0; t < t1; ++t) {
-    float* dst = static_cast<float*>(out) + t * k_padded;
+    float* dst = static_cast<float*>(out) + t * out_stride;
     std::copy_n(x + t * x_stride, k, dst);
-    std::fill(dst + k, dst + k_padded, 0.0f);
+    std::fill(dst + k, dst + out_stride, 0.0f);
   }
   return true;
 }
@@ -49,7 +49,7 @@ void scalar_tile(const LinearWeight& w, int64_t row0, int64_t n_rows, const Pack
   for (int64_t i = 0; i < n_rows; ++i) {
     decode_weight_row(w, row0 + i, row.data());
     for (int64_t t = 0; t < x.n_tokens; ++t) {
-      const float* xt = xd + t * x.k_padded;
+      const float* xt = xd + t * x.stride;
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int64_t k = 0;
       for (; k + 8 <= K; k += 8)
@@ -71,21 +71,22 @@ float dot8(const float* a, const float* b, int64_t n) {
   return total;
 }
 
-void scalar_dot_tiles(const void* w, int64_t n_rows, const void* x, int64_t n_tokens, int64_t kp, float* c, int64_t cs) {
+void scalar_dot_tiles(const void* w, int64_t ws, int64_t n_rows, const void* x, int64_t xs, int64_t n_tokens,
+                      int64_t kp, float* c, int64_t cs) {
   const float* wf = static_cast<const float*>(w);
   const float* xf = static_cast<const float*>(x);
   for (int64_t t = 0; t < n_tokens; ++t)
-    for (int64_t r = 0; r < n_rows; ++r) c[t * cs + r] = dot8(xf + t * kp, wf + r * kp, kp);
+    for (int64_t r = 0; r < n_rows; ++r) c[t * cs + r] = dot8(xf + t * xs, wf + r * ws, kp);
 }
 
 void scalar_index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp,
-                         int64_t j0, int64_t j1, float* /*dots*/, float* scores) {
+                         int64_t stride, int64_t j0, int64_t j1, float* /*dots*/, float* scores) {
   const float* kf = static_cast<const float*>(keys);
   const float* qf = static_cast<const float*>(q);
   for (int64_t j = j0; j < j1; ++j) {
     float total = 0;
     for (int64_t h = 0; h < n_heads; ++h) {
-      const float s = round_bf16_from_float(dot8(qf + h * kp, kf + j * kp, kp));
+      const float s = round_bf16_from_float(dot8(qf + h * stride, kf + j * stride, kp));
       total += round_bf16_from_float(std::max(s, 0.0f) * weights[h]);
     }
     scores[j] = round_bf16_from_float(total);
