@@ -3,7 +3,9 @@
 // and blocks), row_begin offsets that straddle scale blocks, 1..64 tokens (register and tile kernels),
 // strided inputs and outputs, every epilogue, non-bf16 activations (fp32 fallback) and large scale bytes.
 // Bound per output: |fast - ref| <= 2 bf16 ulps of ref (bf16 outputs) + 2^-16 * sum_k |x_k w_k| (fp32
-// accumulation); the figures printed are calc_diff, max abs / rel error and the ulp histogram.
+// accumulation); the figures printed are calc_diff, max abs / rel error and the ulp histogram. Also: a
+// token's outputs are bit-identical whatever the number of tokens in the call (register and tile kernels
+// sum in the same order), which chunked prefill and batched decode rely on.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,6 +76,7 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
   const std::vector<double> mass = l1_mass(pr);
 
   Diff worst;
+  std::vector<float> first_row;  // token 0's outputs, from the first (1-token) call
   for (int64_t T : kTokenCounts) {
     std::vector<float> got(size_t(T * out_stride), -7.0f);
     // The bias of kF32AddBias is [n_tokens, n_rows]: the first T rows of the same buffer.
@@ -96,6 +99,12 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
           if (++n_bad <= 3) { ADD_FAILURE() << c.name << " T=" << T << " t=" << t << " row=" << i << " ref=" << r << " fast=" << g << " bound=" << bound; }
         }
       }
+    }
+    if (first_row.empty()) {
+      first_row.assign(got.begin(), got.begin() + c.n_rows);
+    } else {
+      EXPECT_TRUE(std::equal(first_row.begin(), first_row.end(), got.begin()))
+          << c.name << ": token 0 differs between a 1-token call and a " << T << "-token call";
     }
     const Diff d = compare(ref_c, got_c, bf16_out);
     EXPECT_TRUE(d.finite) << c.name << " T=" << T;

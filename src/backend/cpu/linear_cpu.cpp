@@ -34,7 +34,8 @@ bool pack(const LinearParams& p, const SimdKernels& ks, WorkerPool& pool, Linear
   };
   if (T * K >= (int64_t(1) << 16)) pool.parallel_for(T, 16, body);
   else body(0, T);
-  *out = PackedX{ws.x_packed.data(), T, kp, stride};
+  static std::atomic<uint64_t> n_calls{0};  // process-wide: keys per-thread caches across backends
+  *out = PackedX{ws.x_packed.data(), T, kp, stride, ++n_calls};
   return ok;
 }
 

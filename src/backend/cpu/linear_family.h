@@ -43,6 +43,9 @@ struct Scratch {
   std::vector<float> mult;             // fp8: [2 row blocks, n_chunks]
   std::vector<uint8_t> tail;           // one zero-padded chunk per row for K % chunk
   std::vector<float> state;            // tile mode: unreduced accumulators of every (token block, row group)
+  std::vector<typename S::Elem> x_scaled;  // raw-fp8 direct mode: x times the row block's scales
+  uint64_t x_scaled_call = ~uint64_t(0);   // (call, row block) that x_scaled holds
+  int64_t x_scaled_block = -1;
 };
 
 template <class S>
@@ -280,9 +283,117 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   }
 }
 
+// Raw-fp8 direct mode (families with S::kRawFp8): e4m3 codes become bf16 through byte tables, unscaled,
+// and the tile's single row block of scales multiplies x instead (x' = x * 2^(s-127), exact and cached
+// per call and row block). Every product w * x is the same real number as in the scaled decode, so the
+// sums are bit for bit those of the other modes. Used when the tile lies in one row block whose scale
+// bytes are all <= 127 (so x' cannot overflow).
+template <class S, int R, int T>
+void raw_fp8_kernel(const uint8_t* const* rows, const uint8_t* const* tails, const typename S::Elem* x, int64_t xs,
+                    int64_t n_full, bool has_tail, int64_t prefetch_distance, float* c, int64_t cs) {
+  using F = typename S::F;
+  using W = typename S::W;
+  const typename S::RawFp8Tables tables;
+  F acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = S::zero();
+  int64_t ch = 0;
+  for (; ch + 2 <= n_full; ch += 2) {
+    for (int r = 0; r < R; ++r) {
+      __builtin_prefetch(rows[r] + ch * S::kChunk + prefetch_distance);
+      W w0, w1;
+      S::decode_fp8_raw64(tables, rows[r] + ch * S::kChunk, &w0, &w1);
+      for (int t = 0; t < T; ++t) {
+        acc[t][r] = S::dot(acc[t][r], w0, S::load_w(x + t * xs + ch * S::kChunk));
+        acc[t][r] = S::dot(acc[t][r], w1, S::load_w(x + t * xs + (ch + 1) * S::kChunk));
+      }
+    }
+  }
+  for (; ch < n_full + (has_tail ? 1 : 0); ++ch) {
+    for (int r = 0; r < R; ++r) {
+      const W w0 = S::decode_fp8_raw32(tables, ch < n_full ? rows[r] + ch * S::kChunk : tails[r]);
+      for (int t = 0; t < T; ++t) acc[t][r] = S::dot(acc[t][r], w0, S::load_w(x + t * xs + ch * S::kChunk));
+    }
+  }
+  for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
+}
+
+template <class S, int T>
+void raw_fp8_tokens(const uint8_t* const* rows, const uint8_t* const* tails, const typename S::Elem* x, int64_t xs,
+                    int64_t n_tokens, int64_t n_full, bool has_tail, int64_t pd, float* c, int64_t cs) {
+  if constexpr (T > 0) {
+    if (n_tokens == T) return raw_fp8_kernel<S, S::kDirectR, T>(rows, tails, x, xs, n_full, has_tail, pd, c, cs);
+    return raw_fp8_tokens<S, T - 1>(rows, tails, x, xs, n_tokens, n_full, has_tail, pd, c, cs);
+  }
+}
+
+// Whether the raw-fp8 direct mode applies to this tile: one row block, scale bytes <= 127.
+template <class S>
+bool raw_fp8_applies(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x) {
+  if constexpr (!S::kRawFp8) {
+    return false;
+  } else {
+    if (w.dtype != DType::kF8E4M3 || x.n_tokens > S::kDirectT) return false;
+    const int64_t B = w.block, n_kb = (w.n_in + B - 1) / B;
+    if (row0 / B != (row0 + n_rows - 1) / B) return false;
+    const uint8_t* sc = w.scale + (row0 / B) * n_kb;
+    for (int64_t kb = 0; kb < n_kb; ++kb) if (sc[kb] > 127) return false;
+    return true;
+  }
+}
+
+template <class S>
+void run_raw_fp8(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x, float* c, int64_t cs,
+                 Scratch<S>& s) {
+  if constexpr (S::kRawFp8) {
+    using Elem = typename S::Elem;
+    const int64_t K = w.n_in, B = w.block, n_kb = (K + B - 1) / B, rb = row0 / B;
+    const int64_t kp = x.k_padded, xs = x.stride, T = x.n_tokens;
+    const int64_t n_full = K / S::kChunk, n_chunks = kp / S::kChunk;
+    const bool has_tail = n_full < n_chunks;
+    if (s.x_scaled_call != x.call_id || s.x_scaled_block != rb) {  // x' = x * scale of (rb, chunk's k block)
+      s.x_scaled.resize(size_t(T * xs));
+      const uint8_t* sc = w.scale + rb * n_kb;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t ch = 0; ch < n_chunks; ++ch)
+          S::scale_chunk(static_cast<const Elem*>(x.data) + t * xs + ch * S::kChunk, kE8m0Values[sc[ch * S::kChunk / B]],
+                         s.x_scaled.data() + t * xs + ch * S::kChunk);
+      s.x_scaled_call = x.call_id;
+      s.x_scaled_block = rb;
+    }
+    const uint8_t* rows[kRowTile];
+    const uint8_t* tails[kRowTile] = {};
+    for (int64_t i = 0; i < n_rows; ++i) rows[i] = w.data + (row0 + i) * K;
+    if (has_tail) {
+      s.tail.assign(size_t(n_rows * S::kChunk), 0);
+      for (int64_t i = 0; i < n_rows; ++i) {
+        std::memcpy(&s.tail[size_t(i * S::kChunk)], rows[i] + n_full * S::kChunk, size_t(K - n_full * S::kChunk));
+        tails[i] = &s.tail[size_t(i * S::kChunk)];
+      }
+    }
+    const int64_t prefetch_distance = kPrefetchGroups * S::kDirectR * K;
+    float part[S::kDirectT * S::kDirectR];
+    for (int64_t r0 = 0; r0 < n_rows; r0 += S::kDirectR) {
+      const uint8_t* grp[S::kDirectR];
+      const uint8_t* grp_tails[S::kDirectR];
+      for (int r = 0; r < S::kDirectR; ++r) {
+        const int64_t i = std::min(r0 + r, n_rows - 1);
+        grp[r] = rows[i];
+        grp_tails[r] = tails[i];
+      }
+      raw_fp8_tokens<S, S::kDirectT>(grp, grp_tails, s.x_scaled.data(), xs, T, n_full, has_tail, prefetch_distance, part,
+                                     S::kDirectR);
+      const int64_t nr = std::min<int64_t>(S::kDirectR, n_rows - r0);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < nr; ++r) c[t * cs + r0 + r] = part[t * S::kDirectR + r];
+    }
+  }
+}
+
 template <class S>
 void tile(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x, float* c, int64_t cs) {
   Scratch<S>& s = scratch<S>();
+  if (raw_fp8_applies<S>(w, row0, n_rows, x)) return run_raw_fp8<S>(w, row0, n_rows, x, c, cs, s);
   const int64_t n_chunks = x.k_padded / S::kChunk;
   RowSrc rows[kRowTile];
   const bool wide = row_sources<S>(w, row0, n_rows, n_chunks, s, rows);

@@ -108,6 +108,7 @@ struct S : Avx2Ops {
   static constexpr int kDirectR = 2, kDirectT = 3;
   static constexpr int kTileR = 2, kTileT = 4;
   static constexpr bool kPairedV = false;
+  static constexpr bool kRawFp8 = false;
   static constexpr int kPvHeads = 3, kPvVectors = 2;
 
   static F zero() { return _mm256_setzero_ps(); }

@@ -54,6 +54,7 @@ struct S : Avx512Ops {
   static constexpr int kDirectR = 4, kDirectT = 4;
   static constexpr int kTileR = 4, kTileT = 4;
   static constexpr bool kPairedV = false;
+  static constexpr bool kRawFp8 = false;
   static constexpr int kPvHeads = 4, kPvVectors = 4;
 
   static F zero() { return _mm512_setzero_ps(); }

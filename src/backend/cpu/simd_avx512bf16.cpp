@@ -22,10 +22,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma")
 #endif
 
 namespace deepinfer::cpu::avx512bf16 {
@@ -106,6 +106,20 @@ bool pack_v_pairs(const float* const* rows, int64_t r0, int64_t r1, int64_t head
   return bad == 0;
 }
 
+// bf16 bits of the 128 e4m3 magnitudes (code & 0x7f; 0x7f = NaN), split into high and low bytes.
+struct Fp8ByteTables {
+  alignas(64) uint8_t hi[128];
+  alignas(64) uint8_t lo[128];
+  Fp8ByteTables() {
+    for (int m = 0; m < 128; ++m) {
+      const uint16_t b = bf16_bits(e4m3_to_float(uint8_t(m)));
+      hi[m] = uint8_t(b >> 8);
+      lo[m] = uint8_t(b & 0xff);
+    }
+  }
+};
+const Fp8ByteTables kFp8Bytes;
+
 struct S : Avx512Ops {
   using Elem = uint16_t;
   using W = __m512bh;
@@ -113,6 +127,45 @@ struct S : Avx512Ops {
   static constexpr int kDirectR = 4, kDirectT = 4;
   static constexpr int kTileR = 4, kTileT = 6;
   static constexpr bool kPairedV = true;
+  static constexpr bool kRawFp8 = true;
+
+  // Raw fp8: 64 codes -> 64 bf16 e4m3 values (unscaled) by two 128-entry byte lookups (vpermt2b) and a byte
+  // interleave; the sign bit is ORed into the high byte.
+  struct RawFp8Tables {
+    __m512i hi0, hi1, lo0, lo1, interleave0, interleave1, sign;
+    RawFp8Tables()
+        : hi0(_mm512_load_si512(kFp8Bytes.hi)), hi1(_mm512_load_si512(kFp8Bytes.hi + 64)),
+          lo0(_mm512_load_si512(kFp8Bytes.lo)), lo1(_mm512_load_si512(kFp8Bytes.lo + 64)),
+          interleave0(interleave_index(0)), interleave1(interleave_index(32)), sign(_mm512_set1_epi8(char(0x80))) {}
+    static __m512i interleave_index(int first) {  // byte 2i <- lo[first + i], byte 2i+1 <- hi[first + i]
+      alignas(64) uint8_t idx[64];
+      for (int i = 0; i < 32; ++i) {
+        idx[2 * i] = uint8_t(first + i);
+        idx[2 * i + 1] = uint8_t(64 + first + i);
+      }
+      return _mm512_load_si512(idx);
+    }
+  };
+  static void decode_fp8_raw64(const RawFp8Tables& t, const uint8_t* p, W* w0, W* w1) {
+    const __m512i codes = _mm512_loadu_si512(p);
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, codes, t.hi1), codes, t.sign, 0xF8);
+    const __m512i lo = _mm512_permutex2var_epi8(t.lo0, codes, t.lo1);
+    *w0 = (W)_mm512_permutex2var_epi8(lo, t.interleave0, hi);
+    *w1 = (W)_mm512_permutex2var_epi8(lo, t.interleave1, hi);
+  }
+  static W decode_fp8_raw32(const RawFp8Tables& t, const uint8_t* p) {
+    const __m512i codes = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, codes, t.hi1), codes, t.sign, 0xF8);
+    const __m512i lo = _mm512_permutex2var_epi8(t.lo0, codes, t.lo1);
+    return (W)_mm512_permutex2var_epi8(lo, t.interleave0, hi);
+  }
+  // out = bf16(x * scale) for one chunk of bf16 values (scale a power of two: exact unless below 2^-126).
+  static void scale_chunk(const uint16_t* x, float scale, uint16_t* out) {
+    const __m512 s = _mm512_set1_ps(scale);
+    const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16));
+    const __m512 hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))), 16));
+    _mm512_storeu_si512(out, (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s)));
+  }
   static constexpr int kPvHeads = 6, kPvVectors = 4;
 
   static F zero() { return _mm512_setzero_ps(); }

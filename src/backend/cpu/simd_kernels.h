@@ -26,6 +26,7 @@ struct PackedX {
   int64_t n_tokens = 0;
   int64_t k_padded = 0;
   int64_t stride = 0;  // elements between token rows (row_stride(k_padded))
+  uint64_t call_id = 0;  // distinct per linear call: keys per-call caches derived from x
 };
 
 // Row stride of packed rows and tiles: one cache line more than the padded length, so that rows of

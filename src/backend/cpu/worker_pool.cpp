@@ -14,8 +14,7 @@ namespace deepinfer::cpu {
 
 WorkerPool::WorkerPool(int n_threads) {
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  ranges_.assign(size_t(n_threads), {0, 0});
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 WorkerPool::~WorkerPool() {
@@ -25,11 +24,25 @@ WorkerPool::~WorkerPool() {
   for (auto& w : workers_) w.join();
 }
 
-void WorkerPool::worker_loop(int index) {
-  using Clock = std::chrono::steady_clock;
-  uint64_t seen = 0;
+void WorkerPool::run_chunks(uint32_t gen) {
   while (true) {
-    uint64_t g = generation_.load(std::memory_order_acquire);
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    if (uint32_t(t >> 32) != gen) return;
+    const int64_t n_chunks = n_chunks_.load(std::memory_order_relaxed);  // stale values fail the CAS below
+    const int64_t i = int64_t(t & 0xffffffffu);
+    if (i >= n_chunks) return;
+    if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
+    const int64_t n = n_.load(std::memory_order_relaxed);
+    (*body_.load(std::memory_order_relaxed))(n * i / n_chunks, n * (i + 1) / n_chunks);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+void WorkerPool::worker_loop() {
+  using Clock = std::chrono::steady_clock;
+  uint32_t seen = 0;
+  while (true) {
+    uint32_t g = generation_.load(std::memory_order_acquire);
     if (g == seen) {
       const auto spin_start = Clock::now();
       for (uint32_t spins = 1; (g = generation_.load(std::memory_order_acquire)) == seen; ++spins) {
@@ -43,30 +56,28 @@ void WorkerPool::worker_loop(int index) {
     }
     if (stop_.load()) return;
     seen = g;
-    const auto range = ranges_[size_t(index)];
-    if (range.first < range.second) (*body_)(range.first, range.second);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    run_chunks(g);
   }
 }
 
 void WorkerPool::parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& body) {
   if (n <= 0) return;
-  const int64_t n_parts =
-      std::max<int64_t>(1, std::min<int64_t>(size(), (n + min_chunk - 1) / std::max<int64_t>(1, min_chunk)));
-  if (n_parts == 1 || workers_.empty()) {
+  const int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk));
+  const int64_t n_chunks = std::min<int64_t>(max_chunks, int64_t(size()) * kChunksPerThread);
+  if (n_chunks == 1 || workers_.empty()) {
     body(0, n);
     return;
   }
-  for (int64_t p = 0; p < int64_t(ranges_.size()); ++p) {
-    ranges_[size_t(p)] = p < n_parts ? std::pair<int64_t, int64_t>{n * p / n_parts, n * (p + 1) / n_parts}
-                                     : std::pair<int64_t, int64_t>{0, 0};
-  }
-  body_ = &body;
-  pending_.store(int(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1);  // seq_cst: publishes ranges_ / body_ and orders against the sleeping_ check
+  body_.store(&body, std::memory_order_relaxed);
+  n_.store(n, std::memory_order_relaxed);
+  n_chunks_.store(n_chunks, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  ticket_.store(uint64_t(gen) << 32, std::memory_order_release);
+  generation_.store(gen);  // seq_cst: ordered before the sleeping_ check
   if (sleeping_.load() > 0) generation_.notify_all();
-  body(ranges_[0].first, ranges_[0].second);
-  while (pending_.load(std::memory_order_acquire) != 0) DI_CPU_RELAX();
+  run_chunks(gen);
+  while (done_.load(std::memory_order_acquire) != n_chunks) DI_CPU_RELAX();
 }
 
 }  // namespace deepinfer::cpu

@@ -1,15 +1,17 @@
-// The fast backend's worker threads: parallel_for splits [0, n) into contiguous ranges, one per thread
-// (the caller takes the first), and returns when all are done. Unlike a sleeping pool, idle workers spin
-// on the work counter for a while (kSpinMicros) before blocking, so the ~150 parallel ops of a decode step
-// do not each pay a futex wake-up (tens of microseconds on a VM). Not re-entrant: a body must not call
-// parallel_for on the same pool. Invariant: ranges_ and body_ are written before generation_ is released.
+// The fast backend's worker threads. parallel_for splits [0, n) into contiguous chunks (about
+// kChunksPerThread per thread, each at least min_chunk long) that the caller and the workers claim from a
+// shared counter, and returns when every chunk is done. Two properties matter on a shared machine:
+// idle workers spin on the work counter for a while (kSpinMicros) before blocking, so the ~150 parallel ops
+// of a decode step do not each pay a futex wake-up (tens of microseconds on a VM); and a worker that is
+// descheduled does not stall the op, because the caller claims the chunks it has not started (the caller
+// waits for chunks, never for workers). What a chunk computes never depends on which thread runs it.
+// Not re-entrant: a body must not call parallel_for on the same pool.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <thread>
-#include <utility>
 #include <vector>
 
 namespace deepinfer::cpu {
@@ -22,18 +24,26 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   int size() const { return int(workers_.size()) + 1; }
-  // body(begin, end) over contiguous ranges covering [0, n); ranges are at least min_chunk long.
+  // body(begin, end) over contiguous ranges covering [0, n); ranges are at least min_chunk long (except
+  // when n is shorter). A thread may run several ranges.
   void parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& body);
 
-  static constexpr int64_t kSpinMicros = 2000;  // how long an idle worker polls before it blocks
+  static constexpr int64_t kSpinMicros = 2000;   // how long an idle worker polls before it blocks
+  static constexpr int64_t kChunksPerThread = 4;
 
  private:
-  void worker_loop(int index);
+  void worker_loop();
+  // Claims and runs chunks of generation `gen` until none is left.
+  void run_chunks(uint32_t gen);
+
   std::vector<std::thread> workers_;
-  std::vector<std::pair<int64_t, int64_t>> ranges_;
-  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  // Work of the current generation: written before ticket_ / generation_ are released.
+  std::atomic<const std::function<void(int64_t, int64_t)>*> body_{nullptr};
+  std::atomic<int64_t> n_{0};
+  std::atomic<int64_t> n_chunks_{0};
+  std::atomic<uint64_t> ticket_{0};      // (generation << 32) | next chunk to claim
+  std::atomic<uint32_t> generation_{0};  // what idle workers wait on
+  std::atomic<int64_t> done_{0};         // chunks finished in the current generation
   std::atomic<int> sleeping_{0};
   std::atomic<bool> stop_{false};
 };
