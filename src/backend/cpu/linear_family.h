@@ -1,15 +1,19 @@
 // The row-tile algorithm of the SIMD linear families, written once over an ISA traits struct `S` and
-// instantiated by linear_avx2.cpp, linear_avx512.cpp and linear_avx512bf16.cpp INSIDE their target region
-// and their own namespace (so no inline function compiled for one ISA can be picked for another).
-// Must not be included anywhere else (it has no include guard on purpose). Invariants: weights are decoded exactly (code value times a power of
-// two) into registers (direct mode) or into one per-thread tile of kRowTile rows (tile mode); sums are fp32.
+// instantiated by simd_avx2.cpp, simd_avx512.cpp and simd_avx512bf16.cpp INSIDE their target region and
+// their own namespace (so no inline function compiled for one ISA can be picked for another). Must not be
+// included anywhere else (it has no include guard on purpose).
+// Invariants: weights are decoded exactly (code value times a power of two) into registers (direct mode,
+// <= kDirectT tokens) or into one per-thread tile of kRowTile rows (tile mode, K-blocked so a block of
+// the tile and of x stays in L1); sums are fp32 and, for every (row, token), accumulate the same products
+// in the same order in every mode, so a token's outputs never depend on how many tokens share the call.
 //
 // S provides: Elem (packed activation / tile element), W (one decoded chunk), kChunk (elements per chunk),
 // kDirectR / kDirectT (rows x tokens of the register-decode kernel), kTileR / kTileT (rows x tokens of the
-// tile kernel); F (accumulator vector), zero(), dot(acc, W, W) (acc + sum of elementwise products, fp32),
-// load_w(const Elem*), store_w(Elem*, W), decode_bf16(const uint16_t*), decode_fp8(const uint8_t*, float
-// multiplier), decode_fp4(const uint8_t*, float scale), reduce(F[], float*) (R horizontal sums),
-// pack_x(...) (the LinearKernels signature).
+// tile kernel); F (accumulator vector) with the fp32 vector ops (fload, fstore, ...), zero(), dot(acc, W, W)
+// (acc + sum of elementwise products, fp32), load_w(const Elem*), store_w(Elem*, W), decode_bf16(const
+// uint16_t*), decode_fp8(const uint8_t*, float multiplier), decode_fp8_wide, decode_fp4(const uint8_t*,
+// float scale), reduce<R>(const F*, float*) (R horizontal sums), pack_x (the SimdKernels signature);
+// kRawFp8 and, when true, RawFp8Tables, decode_fp8_raw64/raw32 and scale_chunk (see run_raw_fp8).
 //
 // fp8 chunks use the multiplier 2^(s - 7) on the raw code bits (e4m3 value * 2^-120), which is exact
 // whenever the scale byte s <= 134 (|w| < 2^15 per unit code); tiles with a larger scale byte take the

@@ -1,10 +1,10 @@
 // The per-ISA kernel table of the fast backend: one SimdKernels per SimdLevel (simd_avx2.cpp,
 // simd_avx512.cpp, simd_avx512bf16.cpp instantiate linear_family.h / attention_family.h in their target
-// region; simd_scalar.cpp is portable C++). The drivers (linear_cpu.cpp, attention_cpu.cpp,
-// mix_and_index_cpu.cpp) own threading, layouts and epilogues; a table entry owns only arithmetic on the
-// slice it is given. Weights are decoded in registers (few tokens: "direct" mode) or into one small
-// per-thread tile of kRowTile rows (many tokens: "tile" mode, reused by every block of tokens); a weight
-// matrix is never expanded in memory. Accumulation is fp32 everywhere.
+// region; simd_scalar.cpp is portable C++). The drivers (linear_cpu.cpp; attention_cpu.cpp for sparse
+// attention, indexer scores and mHC mixes) own threading, layouts and epilogues; a table entry owns only
+// arithmetic on the slice it is given. Weights are decoded in registers (few tokens: "direct" mode) or
+// into one small per-thread tile of kRowTile rows (many tokens: "tile" mode, reused by every block of
+// tokens); a weight matrix is never expanded in memory. Accumulation is fp32 everywhere.
 #pragma once
 
 #include <array>
