@@ -109,7 +109,9 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
     const Diff d = compare(ref_c, got_c, bf16_out);
     EXPECT_TRUE(d.finite) << c.name << " T=" << T;
     EXPECT_LT(d.calc_diff, 1e-6) << c.name << " T=" << T;
-    if (bf16_out) EXPECT_LE(double(d.n_differ), 0.02 * double(d.n) + 2) << c.name << " T=" << T;
+    if (bf16_out) {
+      EXPECT_LE(double(d.n_differ), 0.02 * double(d.n) + 2) << c.name << " T=" << T;
+    }
     if (d.calc_diff >= worst.calc_diff) worst = d;
   }
   print_diff(std::string(simd_level_name(level)) + " " + c.name + " (worst of T=1..64)", worst);
