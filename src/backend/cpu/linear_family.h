@@ -30,7 +30,7 @@ using deepinfer::cpu::kRowTile;
 using deepinfer::cpu::PackedX;
 
 constexpr int kMaxFp8Scale = 134;  // largest scale byte for the one-multiply fp8 decode
-constexpr int64_t kTileKBytes = 24 * 1024;  // bytes of decoded tile per K block (L1-resident with x)
+constexpr int64_t kTileKBytes = 32 * 1024;  // bytes of decoded tile per K block (L1-resident with x)
 constexpr int64_t kPrefetchGroups = 2;       // direct mode: prefetch distance in row groups
 
 // Where one weight row's chunks come from.
