@@ -1,6 +1,6 @@
 // The fast linear op (every SIMD level this CPU has) against the exact reference backend on fresh random
 // weights of real V4 / V4.1 shapes: bf16, e4m3 with 128- and 32-blocks, packed e2m1; odd K (partial chunks
-// and blocks), row_begin offsets that straddle scale blocks, 1..64 tokens (register and tile kernels),
+// and blocks), row_begin offsets that straddle scale blocks, 1..70 tokens (register, raw-e4m3 and scaled tile kernels),
 // strided inputs and outputs, every epilogue, non-bf16 activations (fp32 fallback) and large scale bytes.
 // Bound per output: |fast - ref| <= 2 bf16 ulps of ref (bf16 outputs) + 2^-16 * sum_k |x_k w_k| (fp32
 // accumulation); the figures printed are calc_diff, max abs / rel error and the ulp histogram. Also: a
@@ -29,7 +29,7 @@ struct LinearCase {
   bool fp32_x = false;             // activations that are not bf16 values
 };
 
-const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 16, 33, 64};
+const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 16, 33, 64, 70};
 
 // sum_k |x_k| |w_k| per output, in double: the scale of an fp32 accumulation error.
 std::vector<double> l1_mass(const LinearParams& p) {
@@ -114,7 +114,7 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
     }
     if (d.calc_diff >= worst.calc_diff) worst = d;
   }
-  print_diff(std::string(simd_level_name(level)) + " " + c.name + " (worst of T=1..64)", worst);
+  print_diff(std::string(simd_level_name(level)) + " " + c.name + " (worst of T=1..70)", worst);
 }
 
 TEST_P(LinearKernel, Bf16WeightsAllEpilogues) {

@@ -32,6 +32,7 @@ using deepinfer::cpu::PackedX;
 constexpr int kMaxFp8Scale = 134;  // largest scale byte for the one-multiply fp8 decode
 constexpr int64_t kTileKBytes = 32 * 1024;  // bytes of decoded tile per K block (L1-resident with x)
 constexpr int64_t kPrefetchGroups = 2;       // direct mode: prefetch distance in row groups
+constexpr int64_t kRawFp8MaxTokens = 64;     // raw-fp8 mode (x scaled per row block) up to this many tokens
 
 // Where one weight row's chunks come from.
 struct RowSrc {
@@ -218,6 +219,37 @@ void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, S
   }
 }
 
+// The tile-mode products of a decoded tile [n_rows, ts] with every token of x.
+// K blocks small enough that the block's tile rows and one token block of x stay in L1 while every
+// row group of the tile reuses them; the accumulators of each (token block, row group) persist in state.
+template <class S>
+void tile_loop(const typename S::Elem* tile, int64_t ts, int64_t n_rows, const typename S::Elem* xd, int64_t xs,
+               int64_t T, int64_t n_chunks, float* c, int64_t cs, Scratch<S>& s) {
+  using Elem = typename S::Elem;
+  constexpr int64_t kBlockChunks = std::max<int64_t>(1, kTileKBytes / (kRowTile * S::kChunk * int64_t(sizeof(Elem))));
+  const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks;
+  const int64_t n_groups = (n_rows + S::kTileR - 1) / S::kTileR, n_tblocks = (T + S::kTileT - 1) / S::kTileT;
+  constexpr int64_t kStatePerBlock = S::kTileT * S::kTileR * S::kLanes;
+  if (n_kb > 1) s.state.resize(size_t(n_tblocks * n_groups * kStatePerBlock));
+  float part[S::kTileT * S::kTileR];
+  for (int64_t kb = 0; kb < n_kb; ++kb) {
+    const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
+    for (int64_t tb = 0; tb < n_tblocks; ++tb) {
+      const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
+      for (int64_t g = 0; g < n_groups; ++g) {
+        const int64_t r0 = g * S::kTileR;
+        float* state = n_kb > 1 ? &s.state[size_t((tb * n_groups + g) * kStatePerBlock)] : nullptr;
+        tile_tokens<S, S::kTileR, S::kTileT>(tile + r0 * ts + ch0 * S::kChunk, ts, xd + t0 * xs + ch0 * S::kChunk, xs,
+                                             nt, nch, state, kb == 0, kb == n_kb - 1, part, S::kTileR);
+        if (kb < n_kb - 1) continue;
+        const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
+        for (int64_t t = 0; t < nt; ++t)
+          for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
+      }
+    }
+  }
+}
+
 template <class S, DType D, bool kWide>
 void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const PackedX& x, float* c, int64_t cs,
               Scratch<S>& s) {
@@ -261,37 +293,14 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
     if (has_tail) S::store_w(tile + i * ts + n_full * S::kChunk, decode_chunk<S, D, kWide>(rows[i], n_full, tails[i]));
   }
   std::fill(tile + n_rows * ts, tile + n_tile_rows * ts, Elem(0));
-  // K blocks small enough that the block's tile rows and one token block of x stay in L1 while every
-  // row group of the tile reuses them; the accumulators of each (token block, row group) persist in state.
-  constexpr int64_t kBlockChunks = std::max<int64_t>(1, kTileKBytes / (kRowTile * S::kChunk * int64_t(sizeof(Elem))));
-  const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks;
-  const int64_t n_groups = (n_rows + S::kTileR - 1) / S::kTileR, n_tblocks = (T + S::kTileT - 1) / S::kTileT;
-  constexpr int64_t kStatePerBlock = S::kTileT * S::kTileR * S::kLanes;
-  if (n_kb > 1) s.state.resize(size_t(n_tblocks * n_groups * kStatePerBlock));
-  float part[S::kTileT * S::kTileR];
-  for (int64_t kb = 0; kb < n_kb; ++kb) {
-    const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
-    for (int64_t tb = 0; tb < n_tblocks; ++tb) {
-      const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
-      for (int64_t g = 0; g < n_groups; ++g) {
-        const int64_t r0 = g * S::kTileR;
-        float* state = n_kb > 1 ? &s.state[size_t((tb * n_groups + g) * kStatePerBlock)] : nullptr;
-        tile_tokens<S, S::kTileR, S::kTileT>(tile + r0 * ts + ch0 * S::kChunk, ts, xd + t0 * xs + ch0 * S::kChunk, xs,
-                                             nt, nch, state, kb == 0, kb == n_kb - 1, part, S::kTileR);
-        if (kb < n_kb - 1) continue;
-        const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
-        for (int64_t t = 0; t < nt; ++t)
-          for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
-      }
-    }
-  }
+  tile_loop<S>(tile, ts, n_rows, xd, xs, T, n_chunks, c, cs, s);
 }
 
-// Raw-fp8 direct mode (families with S::kRawFp8): e4m3 codes become bf16 through byte tables, unscaled,
-// and the tile's single row block of scales multiplies x instead (x' = x * 2^(s-127), exact and cached
-// per call and row block). Every product w * x is the same real number as in the scaled decode, so the
-// sums are bit for bit those of the other modes. Used when the tile lies in one row block whose scale
-// bytes are all <= 127 (so x' cannot overflow).
+// Raw-fp8 mode (families with S::kRawFp8): e4m3 codes become bf16 through byte tables, unscaled (in
+// registers, or into the tile for many tokens), and the tile's single row block of scales multiplies x
+// instead (x' = x * 2^(s-127), exact, cached per call and row block). Every product w * x is the same real
+// number as in the scaled decode, so the sums are bit for bit those of the other modes. Used when the tile
+// lies in one row block whose scale bytes are all <= 127 (so x' cannot overflow).
 template <class S, int R, int T>
 void raw_fp8_kernel(const uint8_t* const* rows, const uint8_t* const* tails, const typename S::Elem* x, int64_t xs,
                     int64_t n_full, bool has_tail, int64_t prefetch_distance, float* c, int64_t cs) {
@@ -337,7 +346,8 @@ bool raw_fp8_applies(const LinearWeight& w, int64_t row0, int64_t n_rows, const 
   if constexpr (!S::kRawFp8) {
     return false;
   } else {
-    if (w.dtype != DType::kF8E4M3 || x.n_tokens > S::kDirectT) return false;
+    // Many tokens amortize the scaled decode; then scaling x per row block would cost more than it saves.
+    if (w.dtype != DType::kF8E4M3 || x.n_tokens > kRawFp8MaxTokens) return false;
     const int64_t B = w.block, n_kb = (w.n_in + B - 1) / B;
     if (row0 / B != (row0 + n_rows - 1) / B) return false;
     const uint8_t* sc = w.scale + (row0 / B) * n_kb;
@@ -374,6 +384,28 @@ void run_raw_fp8(const LinearWeight& w, int64_t row0, int64_t n_rows, const Pack
         std::memcpy(&s.tail[size_t(i * S::kChunk)], rows[i] + n_full * S::kChunk, size_t(K - n_full * S::kChunk));
         tails[i] = &s.tail[size_t(i * S::kChunk)];
       }
+    }
+    if (T > S::kDirectT) {  // tile of raw values, x' for every token
+      const int64_t ts = deepinfer::cpu::row_stride(kp, sizeof(Elem));
+      const int64_t n_tile_rows = (n_rows + S::kTileR - 1) / S::kTileR * S::kTileR;
+      s.tile.resize(size_t(kRowTile * ts));
+      Elem* tile = s.tile.data();
+      const typename S::RawFp8Tables tables;
+      for (int64_t i = 0; i < n_rows; ++i) {
+        int64_t ch = 0;
+        for (; ch + 2 <= n_full; ch += 2) {
+          typename S::W w0, w1;
+          S::decode_fp8_raw64(tables, rows[i] + ch * S::kChunk, &w0, &w1);
+          S::store_w(tile + i * ts + ch * S::kChunk, w0);
+          S::store_w(tile + i * ts + (ch + 1) * S::kChunk, w1);
+        }
+        for (; ch < n_chunks; ++ch) {
+          S::store_w(tile + i * ts + ch * S::kChunk,
+                     S::decode_fp8_raw32(tables, ch < n_full ? rows[i] + ch * S::kChunk : tails[i]));
+        }
+      }
+      std::fill(tile + n_rows * ts, tile + n_tile_rows * ts, Elem(0));
+      return tile_loop<S>(tile, ts, n_rows, s.x_scaled.data(), xs, T, n_chunks, c, cs, s);
     }
     const int64_t prefetch_distance = kPrefetchGroups * S::kDirectR * K;
     float part[S::kDirectT * S::kDirectR];
