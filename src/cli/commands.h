@@ -15,5 +15,6 @@ Runner add_make_model_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
 Runner add_chat_command(CLI::App& app);
 Runner add_tokenize_command(CLI::App& app);
+Runner add_engram_map_command(CLI::App& app);
 
 }  // namespace deepinfer::cli

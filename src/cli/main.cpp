@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   runners["serve"] = deepinfer::cli::add_serve_command(app);
   runners["chat"] = deepinfer::cli::add_chat_command(app);
   runners["tokenize"] = deepinfer::cli::add_tokenize_command(app);
+  runners["engram-map"] = deepinfer::cli::add_engram_map_command(app);
   CLI11_PARSE(app, argc, argv);
   for (auto* sub : app.get_subcommands()) return runners.at(sub->get_name())();
   return 1;

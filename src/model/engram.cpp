@@ -5,6 +5,8 @@
 #include <set>
 
 #include "core/dtypes.h"
+#include "core/pcg64.h"
+#include "format/engram_token_map.h"
 #include "format/safetensors.h"
 
 namespace deepinfer {
@@ -50,12 +52,37 @@ void EngramHashing::rows(int layer, const int32_t* history, int64_t* out) const 
   }
 }
 
-Result<EngramHashing> load_engram_hashing(const ModelConfig& c, const std::string& model_dir) {
-  const std::string path = model_dir + "/engram_token_map.safetensors";
-  if (!std::filesystem::exists(path)) {
-    return Status::error(path + ": not found. This V4.1 model has Engram layers; deepinfer reads the token map and hash "
-                                "multipliers from this file (deriving them from tokenizer.json is not implemented yet)");
+namespace {
+
+constexpr const char* kSideFileName = "engram_token_map.safetensors";
+
+std::vector<std::vector<int64_t>> derived_multipliers(const ModelConfig& c) {
+  std::vector<std::vector<int64_t>> out;
+  for (int layer : c.engram_layers) out.push_back(engram_multipliers(layer, c.engram_compressed_vocab_size, c.engram_max_ngram));
+  return out;
+}
+
+// Primes and offsets (steps 8-9), checked against engram_num_embeddings; `source` names the map's origin.
+Status add_primes(const ModelConfig& c, const std::string& source, EngramHashing* e) {
+  e->primes = engram_primes(c);
+  for (size_t l = 0; l < c.engram_layers.size(); ++l) {
+    std::vector<int64_t> offsets;
+    int64_t total = 0;
+    for (int64_t p : e->primes[l]) {
+      offsets.push_back(total);
+      total += p;
+    }
+    if (total != c.engram_num_embeddings[l]) {
+      return Status::error(source + ": the Engram primes of layer " + std::to_string(c.engram_layers[l]) + " sum to " + std::to_string(total) +
+                           " but engram_num_embeddings says " + std::to_string(c.engram_num_embeddings[l]));
+    }
+    e->offsets.push_back(std::move(offsets));
   }
+  return Status();
+}
+
+// The golden models' side file: token_map and multipliers as shipped (the multipliers must equal PCG64's).
+Result<EngramHashing> load_side_file(const ModelConfig& c, const std::string& path) {
   auto file = SafetensorsFile::open(path);
   if (!file.ok()) return file.status();
   const size_t n_layers = c.engram_layers.size();
@@ -85,28 +112,19 @@ Result<EngramHashing> load_engram_hashing(const ModelConfig& c, const std::strin
   if (!mult.ok()) return mult.status();
   std::vector<int64_t> all_multipliers(n_layers * size_t(c.engram_max_ngram));
   std::memcpy(all_multipliers.data(), mult.value()->data, mult.value()->n_bytes);
+  const std::vector<std::vector<int64_t>> derived = derived_multipliers(c);
   for (size_t l = 0; l < n_layers; ++l) {
     const int64_t* row = all_multipliers.data() + l * size_t(c.engram_max_ngram);
     e.multipliers.emplace_back(row, row + c.engram_max_ngram);
     for (int n = 0; n < c.engram_max_ngram; ++n) {
-      // |id * m| must stay below 2^63 (the spec's bound guarantees it for real multipliers).
-      if (row[n] <= 0 || row[n] > INT64_MAX / c.engram_compressed_vocab_size) return Status::error(path + ": engram.multipliers out of range");
+      if (row[n] != derived[l][size_t(n)]) {
+        return Status::error(path + ": tensor 'engram.multipliers' [" + std::to_string(l) + ", " + std::to_string(n) + "] is " + std::to_string(row[n]) +
+                             " but numpy default_rng(10007*" + std::to_string(c.engram_layers[l]) + ") with engram_compressed_vocab_size " +
+                             std::to_string(c.engram_compressed_vocab_size) + " gives " + std::to_string(derived[l][size_t(n)]));
+      }
     }
   }
-  e.primes = engram_primes(c);
-  for (size_t l = 0; l < n_layers; ++l) {
-    std::vector<int64_t> offsets;
-    int64_t total = 0;
-    for (int64_t p : e.primes[l]) {
-      offsets.push_back(total);
-      total += p;
-    }
-    if (total != c.engram_num_embeddings[l]) {
-      return Status::error(path + ": the Engram primes of layer " + std::to_string(c.engram_layers[l]) + " sum to " + std::to_string(total) +
-                           " but engram_num_embeddings says " + std::to_string(c.engram_num_embeddings[l]));
-    }
-    e.offsets.push_back(std::move(offsets));
-  }
+  DI_RETURN_IF_ERROR(add_primes(c, path, &e));
   // The file's own primes, when present, must agree with the derivation.
   if (const TensorView* primes = file.value()->find("engram.primes"); primes && primes->dtype == DType::kI64) {
     std::vector<int64_t> file_primes(size_t(primes->numel()));
@@ -120,6 +138,67 @@ Result<EngramHashing> load_engram_hashing(const ModelConfig& c, const std::strin
     }
   }
   return e;
+}
+
+}  // namespace
+
+Result<EngramHashing> derive_engram_hashing(const ModelConfig& c, const Tokenizer& tokenizer, const std::string& tokenizer_name) {
+  const EngramTokenMap map = build_engram_token_map(tokenizer);
+  if (map.n_compressed != c.engram_compressed_vocab_size) {
+    return Status::error(tokenizer_name + ": the Engram normalizer gives a compressed vocabulary of " + std::to_string(map.n_compressed) +
+                         " ids but config.json's engram_compressed_vocab_size is " + std::to_string(c.engram_compressed_vocab_size) +
+                         " (a different tokenizer than the model was trained with?)");
+  }
+  if (int64_t(map.token_map.size()) > c.vocab_size) {
+    return Status::error(tokenizer_name + ": " + std::to_string(map.token_map.size()) + " tokens, more than config.json's vocab_size " + std::to_string(c.vocab_size));
+  }
+  if (c.engram_pad_token_id < 0 || size_t(c.engram_pad_token_id) >= map.token_map.size()) {
+    return Status::error(tokenizer_name + ": engram_pad_token_id " + std::to_string(c.engram_pad_token_id) + " is not a token id of this tokenizer");
+  }
+  EngramHashing e;
+  e.max_ngram = c.engram_max_ngram;
+  e.n_heads = c.engram_n_heads;
+  e.token_map = map.token_map;
+  e.pad = e.token_map[size_t(c.engram_pad_token_id)];  // spec §7.6 step 3
+  // The reference's map has len(tokenizer) entries and would fail on a larger id. Ids the tokenizer does
+  // not have (only reachable by sampling a padded embedding row) hash as the pad id here.
+  e.token_map.resize(size_t(c.vocab_size), e.pad);
+  e.multipliers = derived_multipliers(c);
+  DI_RETURN_IF_ERROR(add_primes(c, tokenizer_name, &e));
+  return e;
+}
+
+Result<EngramHashing> load_engram_hashing(const ModelConfig& c, const std::string& model_dir) {
+  const std::string side_file = model_dir + "/" + kSideFileName, tokenizer_file = model_dir + "/tokenizer.json";
+  if (std::filesystem::exists(side_file)) return load_side_file(c, side_file);
+  if (!std::filesystem::exists(tokenizer_file)) {
+    return Status::error(model_dir + ": this V4.1 model has Engram layers, whose token map comes from " + kSideFileName + " or is derived from " +
+                         "tokenizer.json; neither is in the folder");
+  }
+  auto tokenizer = Tokenizer::load(tokenizer_file);
+  if (!tokenizer.ok()) return tokenizer.status();
+  return derive_engram_hashing(c, tokenizer.value(), tokenizer_file);
+}
+
+Status write_engram_side_file(const ModelConfig& c, const EngramHashing& e, const std::string& path) {
+  const auto bytes_of = [](const void* data, size_t n) {
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    return std::vector<uint8_t>(p, p + n);
+  };
+  const auto flat = [](const std::vector<std::vector<int64_t>>& rows) {
+    std::vector<int64_t> out;
+    for (const auto& r : rows) out.insert(out.end(), r.begin(), r.end());
+    return out;
+  };
+  const int64_t n_layers = int64_t(c.engram_layers.size());
+  const std::vector<int64_t> multipliers = flat(e.multipliers), primes = flat(e.primes), offsets = flat(e.offsets);
+  std::vector<TensorToWrite> tensors = {
+      {"engram.token_map", DType::kI32, {int64_t(e.token_map.size())}, bytes_of(e.token_map.data(), e.token_map.size() * sizeof(int32_t))},
+      {"engram.multipliers", DType::kI64, {n_layers, c.engram_max_ngram}, bytes_of(multipliers.data(), multipliers.size() * sizeof(int64_t))},
+      {"engram.primes", DType::kI64, {n_layers, e.n_rows_per_token()}, bytes_of(primes.data(), primes.size() * sizeof(int64_t))},
+      {"engram.offsets", DType::kI64, {n_layers, e.n_rows_per_token()}, bytes_of(offsets.data(), offsets.size() * sizeof(int64_t))},
+  };
+  return write_safetensors(path, tensors, {{"note", "Engram token map derived by deepinfer engram-map (spec 7.6 steps 1-5)"}});
 }
 
 void engram_table_row(const EngramTable& table, int64_t row, float* out) {

@@ -1,7 +1,8 @@
 // V4.1 Engram (spec §7.6): the token map into the compressed vocabulary, the per-layer n-gram hash
 // (int64 multipliers, primes, offsets) and the table-row lookup. Integer-exact; no floating point here.
-// The token map and multipliers come from `engram_token_map.safetensors` in the model folder (the golden
-// models ship it); deriving them from tokenizer.json and numpy's PCG64 is not implemented yet.
+// The token map comes from `engram_token_map.safetensors` when the model folder has it (the golden models
+// ship one), else it is derived from the folder's tokenizer.json; the multipliers are always numpy's PCG64
+// draws (a side file's must equal them).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "format/tokenizer.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -33,7 +35,14 @@ struct EngramHashing {
 // engram_vocab_size - 1, never reused across layers and heads.
 std::vector<std::vector<int64_t>> engram_primes(const ModelConfig& config);
 
+// From `model_dir`: the side file if present (used exactly as shipped), else tokenizer.json; neither is an error.
 Result<EngramHashing> load_engram_hashing(const ModelConfig& config, const std::string& model_dir);
+// Derives everything from `tokenizer` (named `tokenizer_name` in errors). The map spans config.vocab_size:
+// ids past the tokenizer's last one map to pad. The compressed vocabulary must equal the config's.
+Result<EngramHashing> derive_engram_hashing(const ModelConfig& config, const Tokenizer& tokenizer, const std::string& tokenizer_name);
+// Writes the side-file format (engram.token_map I32 [vocab], engram.multipliers I64 [layers, max_ngram],
+// engram.primes / engram.offsets I64 [layers, rows per token]).
+Status write_engram_side_file(const ModelConfig& config, const EngramHashing& hashing, const std::string& path);
 
 // Writes table row `row` as exact values (e4m3 x e8m0 per 32), [table.dim].
 void engram_table_row(const EngramTable& table, int64_t row, float* out);
