@@ -19,22 +19,24 @@ lines = res.stdout.split("\n")
 version = lines[0]
 icu = {}
 for c, line in zip(cps, lines[1:]):
-    mark, nfkc, nfd, lower = line.split(" ")
-    icu[c] = (mark == "1", bytes.fromhex(nfkc).decode(), bytes.fromhex(nfd).decode(), bytes.fromhex(lower).decode())
+    mark, ccc, nfkc, nfd, lower = line.split(" ")
+    icu[c] = (mark == "1", int(ccc), bytes.fromhex(nfkc).decode(), bytes.fromhex(nfd).decode(), bytes.fromhex(lower).decode())
 
 nfkc_hf, nfd_hf = normalizers.NFKC(), normalizers.NFD()
 strip_hf, lower_hf = normalizers.StripAccents(), normalizers.Lowercase()
 keeps_mark, strips_non_mark, opaque, lowercase, unhandled = [], [], [], [], []
 for c in cps:
     s = chr(c)
-    i_mark, i_nfkc, i_nfd, i_lower = icu[c]
+    i_mark, i_ccc, i_nfkc, i_nfd, i_lower = icu[c]
     h_nfkc = nfkc_hf.normalize_str(s)
     h_nfd = nfd_hf.normalize_str(h_nfkc)
-    if (h_nfkc, h_nfd) != (i_nfkc, i_nfd):
-        if h_nfkc == s and h_nfd == s:
+    # HF's combining class is 0 unless c is reordered after U+0301 (class 230) or before U+0334 (class 1).
+    h_ccc0 = nfd_hf.normalize_str("\u0301" + s) == "\u0301" + s and nfd_hf.normalize_str(s + "\u0334") == s + "\u0334"
+    if (h_nfkc, h_nfd) != (i_nfkc, i_nfd) or (i_ccc != 0 and h_ccc0):
+        if h_nfkc == s and h_nfd == s and h_ccc0:
             opaque.append(c)
         else:
-            unhandled.append(f"U+{c:04X}: HF NFKC/NFD {h_nfkc!r}/{h_nfd!r}, ICU {i_nfkc!r}/{i_nfd!r}")
+            unhandled.append(f"U+{c:04X}: HF NFKC/NFD {h_nfkc!r}/{h_nfd!r}, ICU {i_nfkc!r}/{i_nfd!r}, ccc {i_ccc}")
     h_mark = strip_hf.normalize_str(s) == ""
     if h_mark != i_mark:
         (keeps_mark if i_mark else strips_non_mark).append(c)
@@ -75,8 +77,9 @@ inline constexpr std::array<char32_t, {len(keeps_mark)}> kEngramHfKeepsMark = {{
 inline constexpr std::array<char32_t, {len(strips_non_mark)}> kEngramHfStripsNonMark = {{
 {cp_list(strips_non_mark)}
 }};
-// ICU's NFKC or NFD changes the code point; HF's leaves it as is (no decomposition in its tables).
-inline constexpr std::array<char32_t, {len(opaque)}> kEngramHfNoDecomposition = {{
+// HF's tables do not know the code point: no decomposition, canonical combining class 0, composes with
+// nothing; ICU's decompose it or give it a nonzero combining class.
+inline constexpr std::array<char32_t, {len(opaque)}> kEngramHfPlainStarters = {{
 {cp_list(opaque)}
 }};
 
@@ -90,4 +93,4 @@ inline constexpr std::array<EngramLowercaseDelta, {len(lowercase)}> kEngramHfLow
 
 }  // namespace deepinfer""")
 print(f"gen_engram_unicode_delta: {len(keeps_mark)} kept marks, {len(strips_non_mark)} stripped non-marks, "
-      f"{len(opaque)} undecomposed, {len(lowercase)} lowercase", file=sys.stderr)
+      f"{len(opaque)} plain starters, {len(lowercase)} lowercase", file=sys.stderr)

@@ -5,7 +5,7 @@
 //   engram_tool normalize                  each stdin line is hex UTF-8 -> the hex of its Engram normalization
 //   engram_tool token-map TOKENIZER_JSON   "<n_compressed>" then one line of comma-separated compressed ids
 //   engram_tool icu-steps                  ICU's Unicode version, then for each stdin line (a hex code point)
-//                                          "<is_mark 0|1> <nfkc hex> <nfd of nfkc hex> <lowercase hex>"
+//                                          "<is_mark 0|1> <ccc> <nfkc hex> <nfd of nfkc hex> <lowercase hex>"
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     std::string line;
     while (std::getline(std::cin, line)) {
       const deepinfer::EngramIcuSteps s = deepinfer::engram_icu_steps(char32_t(std::strtoul(line.c_str(), nullptr, 16)));
-      std::printf("%d %s %s %s\n", s.is_mark ? 1 : 0, to_hex(s.nfkc).c_str(), to_hex(s.nfd_of_nfkc).c_str(), to_hex(s.lowercase).c_str());
+      std::printf("%d %d %s %s %s\n", s.is_mark ? 1 : 0, s.combining_class, to_hex(s.nfkc).c_str(), to_hex(s.nfd_of_nfkc).c_str(), to_hex(s.lowercase).c_str());
     }
     return 0;
   }

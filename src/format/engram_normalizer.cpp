@@ -80,13 +80,14 @@ std::string to_utf8(const icu::UnicodeString& s) {
 
 std::string engram_normalize(std::string_view utf8) {
   const icu::UnicodeString text = icu::UnicodeString::fromUTF8(icu::StringPiece(utf8.data(), int32_t(utf8.size())));
-  // NFKC then NFD. Code points HF's tables do not decompose are starters that compose with nothing there,
-  // so normalizing the runs between them separately and keeping them verbatim is exactly HF's result.
+  // NFKC then NFD. Code points HF's tables do not know (no decomposition, combining class 0) are starters
+  // that compose with nothing and are never reordered there, so normalizing the runs between them
+  // separately and keeping them verbatim is exactly HF's result.
   icu::UnicodeString decomposed;
   int32_t run_begin = 0;
   for (int32_t i = 0; i <= text.length();) {
     const UChar32 c = i < text.length() ? text.char32At(i) : -1;
-    if (c >= 0 && !contains(kEngramHfNoDecomposition, c)) {
+    if (c >= 0 && !contains(kEngramHfPlainStarters, c)) {
       i += U16_LENGTH(c);
       continue;
     }
@@ -131,6 +132,7 @@ EngramIcuSteps engram_icu_steps(char32_t c) {
   EngramIcuSteps out;
   const icu::UnicodeString s{UChar32(c)};
   out.is_mark = icu_is_mark(UChar32(c));
+  out.combining_class = u_getCombiningClass(UChar32(c));
   UErrorCode err = U_ZERO_ERROR;
   out.nfkc = to_utf8(normalizer(true).normalize(s, err));
   out.nfd_of_nfkc = to_utf8(nfd_of_nfkc(s));

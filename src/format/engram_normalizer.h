@@ -13,9 +13,11 @@ namespace deepinfer {
 std::string engram_normalize(std::string_view utf8);
 
 // ICU's own answers for one code point, before the delta (scripts/gen_engram_unicode_delta.py compares them
-// with HF's): General_Category is a Mark; NFKC; NFD of that; the full lowercase mapping (UTF-8).
+// with HF's): General_Category is a Mark; the canonical combining class; NFKC; NFD of that; the full
+// lowercase mapping (UTF-8).
 struct EngramIcuSteps {
   bool is_mark = false;
+  int combining_class = 0;
   std::string nfkc, nfd_of_nfkc, lowercase;
 };
 EngramIcuSteps engram_icu_steps(char32_t c);

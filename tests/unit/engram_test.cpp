@@ -13,6 +13,7 @@
 #include "core/utf8.h"
 #include "format/engram_normalizer.h"
 #include "format/engram_token_map.h"
+#include "format/engram_unicode_delta.h"
 #include "format/safetensors.h"
 #include "format/tokenizer_bpe.h"
 #include "model/config.h"
@@ -74,6 +75,14 @@ TEST(EngramNormalizer, FollowsTheReferenceSteps) {
   EXPECT_EQ(engram_normalize("\xCC\x81"), "");                      // a lone combining mark vanishes
   EXPECT_EQ(engram_normalize("\xE3\x80\x80" "a\xC2\xA0"), "a");     // ideographic / no-break spaces: NFKC + Strip
   EXPECT_EQ(engram_normalize("<|User|>"), "<|user|>");
+}
+
+// engram_unicode_delta.h is ICU-version specific: another ICU needs scripts/gen_engram_unicode_delta.py rerun.
+TEST(EngramNormalizer, DeltaTableMatchesLinkedIcu) {
+  EXPECT_EQ(engram_icu_unicode_version(), std::string(kEngramDeltaIcuUnicodeVersion))
+      << "regenerate src/format/engram_unicode_delta.h with scripts/gen_engram_unicode_delta.py";
+  // U+07FD (NKO DANTAYALAN) is a mark to ICU 15 but unknown to HF's normalization tables: kept, unreordered.
+  EXPECT_EQ(engram_normalize("a\xDF\xBD\xE0\xA2\x98"), "a\xDF\xBD\xE0\xA2\x98");
 }
 
 std::string byte_level(std::string_view text) {
