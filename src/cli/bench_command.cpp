@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/machine_ceiling.h"
+#include "engine/generation.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "model/weight_traffic.h"
@@ -54,7 +56,7 @@ Runner add_bench_command(CLI::App& app) {
     std::string model;
     std::vector<int64_t> prefill_lens{512};
     std::vector<int> batches{1, 4, 16};
-    int decode_steps = 16, threads = 0, context = 16;
+    int decode_steps = 16, threads = 0, context = 16, speculative_tokens = 32;
     bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false;
   };
   auto args = std::make_shared<Args>();
@@ -66,6 +68,9 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--context", args->context, "prompt tokens of each sequence before its timed decode steps")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", args->threads, "threads (0 = all)");
+  cmd->add_option("--speculative-tokens", args->speculative_tokens,
+                  "V4.1: greedy tokens generated with and without DSpark speculation (0 = skip)")
+      ->check(CLI::Range(0, 100000));
   cmd->add_flag("--exact", args->exact, "time the reference kernels instead");
   cmd->add_flag("--skip-ceiling", args->skip_ceiling, "do not measure bandwidth / peak FMA");
   cmd->add_flag("--no-warmup", args->no_warmup, "time the first prefill cold (weights not yet faulted in)");
@@ -150,6 +155,22 @@ Runner add_bench_command(CLI::App& app) {
       row("decode batch " + std::to_string(batch), double(batch) * args->decode_steps, args->decode_steps, s,
           decode_step_bytes(traffic, c, batch) * args->decode_steps, 2.0 * macs);
     }
+    // V4.1 DSpark: the same greedy continuation with and without speculation (they must be identical);
+    // acceptance and speed-up depend on the weights (random weights accept ~nothing).
+    struct Speculation {
+      GenerationResult plain, speculative;
+    };
+    std::optional<Speculation> spec;
+    if (c.is_v41() && args->speculative_tokens > 0) {
+      const auto prompt = random_ids(rng, args->context, c.vocab_size);
+      GenerationOptions options;
+      options.max_tokens = args->speculative_tokens;
+      options.stop_at_eos = false;
+      spec.emplace();
+      spec->plain = generate(m, prompt, options);
+      options.speculative = true;
+      spec->speculative = generate(m, prompt, options);
+    }
     if (!args->skip_ceiling) {
       const MachineCeiling after = measure_machine_ceiling(args->threads);
       ceiling.read_gb_per_s = std::max(before.read_gb_per_s, after.read_gb_per_s);
@@ -169,6 +190,17 @@ Runner add_bench_command(CLI::App& app) {
                   r.tokens / r.seconds, 1e3 * r.seconds / r.steps, r.bytes / r.tokens / 1e6, gbs,
                   pct(gbs, ceiling.read_gb_per_s), gflops, pct(gflops, ceiling.peak_gflops),
                   pct(gflops, ceiling.peak_bf16_gflops));
+    }
+    if (spec) {
+      const GenerationResult &p = spec->plain, &sp = spec->speculative;
+      const double plain_rate = double(p.tokens.size()) / p.decode_seconds, spec_rate = double(sp.tokens.size()) / sp.decode_seconds;
+      std::printf("\nspeculative decoding (DSpark, greedy, %zu tokens after a %d-token prompt): %lld of %lld drafts "
+                  "accepted (%.1f%%), acceptance length %.2f tokens per verifying forward, decode %.2f tokens/s vs %.2f "
+                  "without = speed-up %.2fx; output identical to plain greedy: %s\n",
+                  sp.tokens.size(), args->context, (long long)sp.n_accepted, (long long)sp.n_drafted,
+                  sp.n_drafted ? 100.0 * double(sp.n_accepted) / double(sp.n_drafted) : 0.0,
+                  sp.n_forwards ? 1.0 + double(sp.n_accepted) / double(sp.n_forwards) : 0.0,
+                  spec_rate, plain_rate, spec_rate / plain_rate, sp.tokens == p.tokens ? "yes" : "NO");
     }
     std::printf("\nresident memory at exit: %.3f GB of a %.3f GB checkpoint\n", resident_bytes() / 1e9,
                 traffic.checkpoint_bytes / 1e9);

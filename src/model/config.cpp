@@ -223,6 +223,8 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     }
     if (c.candidate_source_layer >= 0 && !c.is_kv_source(c.candidate_source_layer)) return bad("candidate_source_layer_id must be a KV source");
     if (c.dspark_target_layers.size() * size_t(c.dim) == 0 || c.n_mtp_layers < 1) return bad("DSpark needs dspark_target_layer_ids and num_nextn_predict_layers");
+    if (c.dspark_noise_token_id < 0 || c.dspark_noise_token_id >= c.vocab_size) return bad("dspark_noise_token_id " + std::to_string(c.dspark_noise_token_id) + " is outside the vocabulary (vocab_size " + std::to_string(c.vocab_size) + ")");
+    if (c.engram_pad_token_id < 0 || c.engram_pad_token_id >= c.vocab_size) return bad("engram_pad_token_id " + std::to_string(c.engram_pad_token_id) + " is outside the vocabulary");
     if (c.engram_max_ngram < 2 || c.engram_n_heads <= 0 || c.engram_head_dim % 32) return bad("engram_max_ngram_size >= 2, engram_n_heads > 0 and engram_head_dim % 32 == 0 are required");
   }
   if (c.n_hash_layers > c.n_layers) return bad("num_hash_layers exceeds num_hidden_layers");

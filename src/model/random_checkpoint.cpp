@@ -1,11 +1,12 @@
-// Random V4 checkpoints: value rules per tensor kind, fp8/fp4 block quantization with pow2 e8m0 scales,
-// sharding and the index. Value statistics were measured on the golden flash-tiny / pro-tiny checkpoints
-// (see the table above plain_tensor below). Every tensor draws from its own stream, seeded from (seed, name),
+// Random V4 / V4.1 checkpoints: value rules per tensor kind, fp8/fp4 block quantization with pow2 e8m0 scales,
+// sharding and the index, and for V4.1 the Engram side file. Value statistics were measured on the golden
+// flash-tiny / pro-tiny / tiny-a checkpoints (see the table above plain_tensor below). Every tensor draws from its own stream, seeded from (seed, name),
 // so a tensor's bytes do not depend on which other tensors the config implies or on the shard layout.
 // No std:: distribution or libm transcendental is used: their results differ across library versions.
 #include "model/random_checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,10 +14,14 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <thread>
 
 #include "core/dtypes.h"
 #include "format/safetensors.h"
+#include "core/pcg64.h"
 #include "model/config.h"
+#include "model/engram.h"
 #include "model/weights.h"
 
 namespace deepinfer {
@@ -64,26 +69,51 @@ class Rng {
   }
   // Uniform double in [0, 1) with 53 random bits (exact).
   double uniform() { return double(next() >> 11) * 0x1p-53; }
-  // Standard normal by Marsaglia's polar method. Only +, -, *, / and sqrt (all correctly rounded in
-  // IEEE arithmetic) and the portable log below are used, so the draws are identical on every platform.
+  // Standard normal by the ziggurat method (Marsaglia & Tsang, 128 strips; the layout of Doornik's ZIGNOR).
+  // Only +, -, *, /, sqrt (all correctly rounded in IEEE arithmetic) and the portable log / exp below are
+  // used, tables included, so the draws are identical on every platform. ~99% of draws cost one 64-bit
+  // draw and a compare, which keeps writing a multi-GB benchmark checkpoint in minutes.
   double normal() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
+    const Ziggurat& z = ziggurat();
+    for (;;) {
+      const uint64_t bits = next();
+      const int strip = int(bits & 127);
+      const double u = 2.0 * (double(bits >> 11) * 0x1p-53) - 1.0;  // (-1, 1), 53 random bits
+      if (std::fabs(u) < z.ratio[strip]) return u * z.x[strip];
+      if (strip == 0) {  // the tail beyond R
+        double tx, ty;
+        do {
+          tx = -portable_log(1.0 - uniform()) / Ziggurat::kR;
+          ty = -portable_log(1.0 - uniform());
+        } while (ty + ty < tx * tx);
+        return u < 0 ? -(Ziggurat::kR + tx) : Ziggurat::kR + tx;
+      }
+      const double x = u * z.x[strip];
+      const double f0 = z.f[strip], f1 = z.f[strip + 1];
+      if (f1 + uniform() * (f0 - f1) < portable_exp(-0.5 * x * x)) return x;
     }
-    double u, v, s;
-    do {
-      u = 2.0 * uniform() - 1.0;
-      v = 2.0 * uniform() - 1.0;
-      s = u * u + v * v;
-    } while (s >= 1.0 || s == 0.0);
-    const double factor = std::sqrt(-2.0 * portable_log(s) / s);
-    spare_ = v * factor;
-    has_spare_ = true;
-    return u * factor;
   }
 
  private:
+  struct Ziggurat {
+    static constexpr double kR = 3.442619855899;          // start of the tail
+    static constexpr double kV = 9.91256303526217e-3;     // area of each strip
+    double x[129], f[129], ratio[128];
+    Ziggurat() {
+      const double f_r = portable_exp(-0.5 * kR * kR);
+      x[0] = kV / f_r;
+      x[1] = kR;
+      for (int i = 2; i < 128; ++i) x[i] = std::sqrt(-2.0 * portable_log(kV / x[i - 1] + portable_exp(-0.5 * x[i - 1] * x[i - 1])));
+      x[128] = 0.0;
+      for (int i = 0; i <= 128; ++i) f[i] = portable_exp(-0.5 * x[i] * x[i]);
+      for (int i = 0; i < 128; ++i) ratio[i] = x[i + 1] / x[i];
+    }
+  };
+  static const Ziggurat& ziggurat() {
+    static const Ziggurat z;
+    return z;
+  }
+
   // ln(x) for finite x > 0 from basic operations only: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
   // ln m = 2 atanh(t), t = (m - 1) / (m + 1), |t| < 0.1716, series to t^27 (truncation < 1e-19 relative).
   static double portable_log(double x) {
@@ -101,10 +131,18 @@ class Rng {
     return 2.0 * t * sum + e * 0.69314718055994530942;
   }
 
+  // exp(x) for -745 < x <= 0 from basic operations only: x = k ln2 + r, |r| <= ln2 / 2 (ln2 split in two
+  // parts so r is accurate), Taylor series to r^22 (truncation < 1e-25 relative), times 2^k (exact).
+  static double portable_exp(double x) {
+    const double k = std::nearbyint(x * 1.44269504088896340736);
+    const double r = (x - k * 0.693147180369123816490) - k * 1.90821492927058770002e-10;
+    double sum = 1.0;
+    for (int i = 22; i >= 1; --i) sum = 1.0 + sum * r / i;
+    return std::ldexp(sum, int(k));
+  }
+
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   uint64_t s_[4];
-  double spare_ = 0.0;
-  bool has_spare_ = false;
 };
 
 // ---- encoders (grid value -> storage code) ----
@@ -131,11 +169,13 @@ uint8_t e4m3_code_fast(double grid) {
   return uint8_t(code | sign);
 }
 
-uint8_t e2m1_code_fast(double grid) {
-  if (grid == 0.0) return 0;
-  const uint8_t code = e2m1_code(grid);
-  DI_CHECK_MSG(double(e2m1_to_float(code)) == grid, "value not on the e2m1 grid");
-  return code;
+// The e2m1 code of v rounded to the grid {0, 0.5, 1, 1.5, 2, 3, 4, 6}, nearest with ties to the even code,
+// saturating at 6 (= e2m1_code(e2m1_round(v)), without its frexp / ldexp: the fp4 experts are most of a
+// benchmark checkpoint's bytes). -0 is stored as +0, like the goldens.
+uint8_t e2m1_code_rne(double v) {
+  const double a = std::fabs(v);
+  const uint8_t code = uint8_t((a > 0.25) + (a >= 0.75) + (a > 1.25) + (a >= 1.75) + (a > 2.5) + (a >= 3.5) + (a > 5.0));
+  return code != 0 && v < 0 ? uint8_t(code | 8) : code;
 }
 
 // e8m0 byte of a power of two.
@@ -206,6 +246,26 @@ Quantized quantize_fp8(Rng& rng, int64_t n_out, int64_t n_in, int block, double 
   return q;
 }
 
+// Engram tables: e4m3 [n_rows, dim] with e8m0 [n_rows, dim/32] (1x32 blocks along each row), values N(0, 1)
+// (tiny-a: value std 1.04, every block's max code at 448).
+Quantized quantize_fp8_rows(Rng& rng, int64_t n_rows, int64_t dim) {
+  Quantized q;
+  q.weight.resize(size_t(n_rows * dim));
+  q.scale.resize(size_t(n_rows * dim / 32));
+  double x[32];
+  for (int64_t b = 0; b < n_rows * dim / 32; ++b) {
+    double amax = 0;
+    for (double& v : x) {
+      v = rng.normal();
+      amax = std::max(amax, std::fabs(v));
+    }
+    const double s = amax > 0 ? pow2_scale_at_least(amax, 448.0) : 1.0;
+    q.scale[size_t(b)] = e8m0_byte(s);
+    for (int i = 0; i < 32; ++i) q.weight[size_t(b * 32 + i)] = e4m3_code_fast(e4m3_round(x[i] / s));
+  }
+  return q;
+}
+
 // Packed e2m1 [n_out, n_in/2] (element 2k in the low nibble) with e8m0 [n_out, n_in/32].
 Quantized quantize_fp4(Rng& rng, int64_t n_out, int64_t n_in, double gain) {
   const std::vector<double> w = normals(rng, n_out * n_in, 0.0, gain / std::sqrt(double(n_in)));
@@ -220,19 +280,17 @@ Quantized quantize_fp4(Rng& rng, int64_t n_out, int64_t n_in, double gain) {
       const double s = amax > 0 ? pow2_scale_at_least(amax, 6.0) : 1.0;
       q.scale[size_t(r * (n_in / 32) + b)] = e8m0_byte(s);
       uint8_t* out = &q.weight[size_t((r * n_in + b * 32) / 2)];
-      for (int i = 0; i < 32; i += 2) {
-        const uint8_t lo = e2m1_code_fast(e2m1_round(x[i] / s));
-        const uint8_t hi = e2m1_code_fast(e2m1_round(x[i + 1] / s));
-        out[i / 2] = uint8_t(lo | (hi << 4));
-      }
+      const double inv_s = 1.0 / s;  // exact: s is a power of two
+      for (int i = 0; i < 32; i += 2) out[i / 2] = uint8_t(e2m1_code_rne(x[i] * inv_s) | (e2m1_code_rne(x[i + 1] * inv_s) << 4));
     }
   }
   return q;
 }
 
-// Gains (std * sqrt(n_in)) of the golden quantized weights: 1 for every fp8 weight except
-// shared_experts.w2 (0.5); fp4 experts w1 4, w3 2, w2 0.5.
-double quantized_gain(const std::string& name, DType dtype) {
+// Gains (std * sqrt(n_in)) of the golden quantized weights. V4: 1 for every fp8 weight except
+// shared_experts.w2 (0.5); fp4 experts w1 4, w3 2, w2 0.5. V4.1 (tiny-a): 1 everywhere but attn.wq_b (2).
+double quantized_gain(const std::string& name, DType dtype, bool v41) {
+  if (v41) return ends_with(name, "attn.wq_b.weight") ? 2.0 : 1.0;
   if (dtype == DType::kI8) {
     if (ends_with(name, ".w1.weight")) return 4.0;
     if (ends_with(name, ".w3.weight")) return 2.0;
@@ -243,28 +301,34 @@ double quantized_gain(const std::string& name, DType dtype) {
 
 // Values of one non-quantized tensor. Golden statistics (flash-tiny + pro-tiny) -> rule:
 //   embed.weight        std 1.00                   -> N(0, 1)
-//   head.weight         std 0.125 (dim 256)        -> N(0, 2/sqrt(dim))
+//   head.weight         std 0.125 (dim 256)        -> N(0, 2/sqrt(dim))     V4.1: std 0.1875 -> N(0, 3/sqrt(dim))
 //   *norm.weight        mean 1.00, std 0.10        -> 1 + 0.1 N
 //   other bf16 [n, k]   std 0.0625 (k 256)         -> N(0, 1/sqrt(k))  (compressor, gate, weights_proj)
-//   hc_*_fn [m, 4D]     std 0.0156 (4D 1024)       -> N(0, 0.5/sqrt(4D))
+//   engram q/k_weight   mean 1.01, std 0.49        -> 1 + 0.5 N                      (V4.1)
+//   markov_head.embed   std 1.00                   -> N(0, 1)                        (V4.1)
+//   hc_*_fn [m, 4D]     std 0.0156 (4D 1024)       -> N(0, 0.5/sqrt(4D))    V4.1: std 0.031 -> N(0, 1/sqrt(4D))
 //   hc_{attn,ffn}_base  pre/post/off-diag comb: mean 0.05, std 0.52; comb diagonal: mean 1.54, std 0.53
 //                                                  -> N(0, 0.5), diagonal 1.5 + N(0, 0.5)
+//                       V4.1: mean 0, std 0.50 everywhere -> N(0, 0.5)
 //   hc_{attn,ffn}_scale mean 0.98, std 0.20        -> 1 + 0.2 N
 //   hc_head_base        mean -0.04, std 0.54       -> N(0, 0.5)
 //   hc_head_scale       mean 1.01, std 0.05        -> 1 + 0.05 N
 //   attn_sink           mean -0.15, std 0.79       -> N(0, 0.8)
 //   compressor ape      std 0.50                   -> N(0, 0.5)
-//   gate.bias           std 0.08                   -> N(0, 0.1)
+//   gate.bias(_vl)      std 0.08 / 0.13            -> N(0, 0.1)
 //   gate.tid2eid        uniform distinct experts per token
 Status plain_tensor(const TensorSpec& spec, const ModelConfig& c, Rng& rng, std::vector<uint8_t>* bytes) {
   const std::string& name = spec.name;
   const int64_t n = numel(spec.shape);
   if (spec.dtype == DType::kBF16) {
     double mean = 0, stddev = 0;
-    if (name == "embed.weight") {
+    if (name == "embed.weight" || ends_with(name, "markov_head.embed.weight")) {
       stddev = 1.0;
+    } else if (ends_with(name, "engram.q_weight") || ends_with(name, "engram.k_weight")) {
+      mean = 1.0;
+      stddev = 0.5;
     } else if (name == "head.weight") {
-      stddev = 2.0 / std::sqrt(double(c.dim));
+      stddev = (c.is_v41() ? 3.0 : 2.0) / std::sqrt(double(c.dim));
     } else if (ends_with(name, "norm.weight")) {
       mean = 1.0;
       stddev = 0.1;
@@ -280,7 +344,7 @@ Status plain_tensor(const TensorSpec& spec, const ModelConfig& c, Rng& rng, std:
   if (spec.dtype == DType::kF32) {
     std::vector<double> v;
     if (ends_with(name, "_fn") && spec.shape.size() == 2) {
-      v = normals(rng, n, 0.0, 0.5 / std::sqrt(double(spec.shape[1])));
+      v = normals(rng, n, 0.0, (c.is_v41() ? 1.0 : 0.5) / std::sqrt(double(spec.shape[1])));
     } else if (ends_with(name, "hc_head_base")) {
       v = normals(rng, n, 0.0, 0.5);
     } else if (ends_with(name, "_base")) {
@@ -288,7 +352,7 @@ Status plain_tensor(const TensorSpec& spec, const ModelConfig& c, Rng& rng, std:
       v = normals(rng, n, 0.0, 0.5);
       const int hc = c.hc_mult;
       if (n != int64_t(2 + hc) * hc) return Status::error("random checkpoint: unexpected shape of '" + name + "'");
-      for (int j = 0; j < hc; ++j) v[size_t(2 * hc + j * hc + j)] += 1.5;
+      if (!c.is_v41()) for (int j = 0; j < hc; ++j) v[size_t(2 * hc + j * hc + j)] += 1.5;
     } else if (ends_with(name, "hc_head_scale")) {
       v = normals(rng, n, 1.0, 0.05);
     } else if (ends_with(name, "_scale")) {
@@ -297,7 +361,7 @@ Status plain_tensor(const TensorSpec& spec, const ModelConfig& c, Rng& rng, std:
       v = normals(rng, n, 0.0, 0.8);
     } else if (ends_with(name, ".ape")) {
       v = normals(rng, n, 0.0, 0.5);
-    } else if (ends_with(name, "gate.bias")) {
+    } else if (ends_with(name, "gate.bias") || ends_with(name, "gate.bias_vl")) {
       v = normals(rng, n, 0.0, 0.1);
     } else {
       return Status::error("random checkpoint: no value rule for F32 tensor '" + name + "'");
@@ -351,10 +415,10 @@ Status make_tensor(const TensorSpec& spec, const std::map<std::string, TensorSpe
       return Status::error("random checkpoint: quantized tensor '" + spec.name + "' has no .scale");
     }
     Rng rng(seed, spec.name);
-    const double gain = quantized_gain(spec.name, spec.dtype);
-    Quantized q = spec.dtype == DType::kF8E4M3
-                      ? quantize_fp8(rng, spec.shape[0], spec.shape[1], c.weight_block, gain)
-                      : quantize_fp4(rng, spec.shape[0], spec.shape[1] * 2, gain);
+    const double gain = quantized_gain(spec.name, spec.dtype, c.is_v41());
+    Quantized q = ends_with(spec.name, "engram.embed.weight") ? quantize_fp8_rows(rng, spec.shape[0], spec.shape[1])
+                  : spec.dtype == DType::kF8E4M3 ? quantize_fp8(rng, spec.shape[0], spec.shape[1], c.weight_block, gain)
+                                                 : quantize_fp4(rng, spec.shape[0], spec.shape[1] * 2, gain);
     out->bytes = std::move(q.weight);
     (*scales_cache)[prefix + ".scale"] = std::move(q.scale);
   } else {
@@ -364,6 +428,41 @@ Status make_tensor(const TensorSpec& spec, const std::map<std::string, TensorSpe
   if (out->bytes.size() != size_t(numel(spec.shape)) * size_t(dtype_size(spec.dtype))) {
     return Status::error("random checkpoint: generated tensor '" + spec.name + "' has the wrong byte count");
   }
+  return Status();
+}
+
+// The tensors of one shard, generated by one worker per hardware thread (each tensor has its own stream,
+// so the bytes do not depend on the thread count). Weights first, in parallel; then each .scale from the
+// cache its weight's worker filled (a shard always holds a scale together with its weight).
+Status make_tensors_parallel(std::span<const TensorSpec> part, const std::map<std::string, TensorSpec>& specs,
+                             const ModelConfig& c, uint64_t seed, std::vector<TensorToWrite>* out) {
+  auto is_scale = [](const TensorSpec& s) { return s.dtype == DType::kF8E8M0 && ends_with(s.name, ".scale"); };
+  out->assign(part.size(), TensorToWrite{});
+  const size_t n_workers = std::max(1u, std::min(std::thread::hardware_concurrency(), 16u));
+  std::vector<std::map<std::string, std::vector<uint8_t>>> caches(n_workers);
+  std::vector<Status> errors(n_workers);
+  std::atomic<size_t> cursor{0};
+  auto work = [&](size_t w) {
+    for (size_t k; (k = cursor.fetch_add(1)) < part.size();) {
+      if (is_scale(part[k])) continue;
+      Status st = make_tensor(part[k], specs, c, seed, &caches[w], &(*out)[k]);
+      if (!st.ok()) {
+        errors[w] = st;
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < n_workers; ++w) threads.emplace_back(work, w);
+  work(0);
+  for (std::thread& t : threads) t.join();
+  for (const Status& st : errors) DI_RETURN_IF_ERROR(st);
+  std::map<std::string, std::vector<uint8_t>> scales;
+  for (auto& cache : caches) scales.merge(cache);
+  for (size_t k = 0; k < part.size(); ++k) {
+    if (is_scale(part[k])) DI_RETURN_IF_ERROR(make_tensor(part[k], specs, c, seed, &scales, &(*out)[k]));
+  }
+  DI_CHECK(scales.empty());
   return Status();
 }
 
@@ -434,6 +533,49 @@ Status write_text_file(const std::string& path, const std::string& text) {
   return Status();
 }
 
+// V4.1 Engram side file (the golden format, /work/shared/golden/v41-flash/README.md): a random token map with
+// first-appearance numbering (ids 0..C-1 map to themselves, the rest to uniform draws), numpy's multipliers for
+// the config's layer ids, and the primes / offsets of the primes rule.
+Status write_engram_side_file(const ModelConfig& c, uint64_t seed, const std::string& path) {
+  const int64_t n_compressed = c.engram_compressed_vocab_size;
+  if (n_compressed < 1 || n_compressed > c.vocab_size) {
+    return Status::error("random checkpoint: engram_compressed_vocab_size must be in 1..vocab_size");
+  }
+  Rng rng(seed, "engram.token_map");
+  std::vector<int32_t> token_map(size_t(c.vocab_size));
+  for (int64_t i = 0; i < c.vocab_size; ++i) token_map[size_t(i)] = int32_t(i < n_compressed ? i : int64_t(rng.below(uint64_t(n_compressed))));
+  const std::vector<std::vector<int64_t>> primes = engram_primes(c);
+  std::vector<int64_t> multipliers, all_primes, offsets;
+  for (size_t l = 0; l < c.engram_layers.size(); ++l) {
+    const std::vector<int64_t> m = engram_multipliers(c.engram_layers[l], n_compressed, c.engram_max_ngram);
+    multipliers.insert(multipliers.end(), m.begin(), m.end());
+    int64_t total = 0;
+    for (int64_t p : primes[l]) {
+      all_primes.push_back(p);
+      offsets.push_back(total);
+      total += p;
+    }
+  }
+  auto as_bytes = [](const auto& v) {
+    std::vector<uint8_t> bytes(v.size() * sizeof(v[0]));
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    return bytes;
+  };
+  const int64_t n_layers = int64_t(c.engram_layers.size()), n_cols = int64_t(c.engram_max_ngram - 1) * c.engram_n_heads;
+  std::vector<TensorToWrite> tensors = {
+      {"engram.token_map", DType::kI32, {c.vocab_size}, as_bytes(token_map)},
+      {"engram.multipliers", DType::kI64, {n_layers, c.engram_max_ngram}, as_bytes(multipliers)},
+      {"engram.primes", DType::kI64, {n_layers, n_cols}, as_bytes(all_primes)},
+      {"engram.offsets", DType::kI64, {n_layers, n_cols}, as_bytes(offsets)},
+  };
+  const std::string tmp = path + ".tmp";
+  DI_RETURN_IF_ERROR(write_safetensors(tmp, tensors, {{"note", "deepinfer random checkpoint: random token map"}}));
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::error(path + ": cannot rename from " + tmp + ": " + ec.message());
+  return Status();
+}
+
 }  // namespace
 
 Status write_random_checkpoint(const std::string& config_json_text, uint64_t seed, const std::string& out_dir,
@@ -466,19 +608,18 @@ Status write_random_checkpoint(const std::string& config_json_text, uint64_t see
 
   nlohmann::json weight_map = nlohmann::json::object();
   uint64_t total_size = 0;
-  std::map<std::string, std::vector<uint8_t>> scales_cache;
   const std::map<std::string, std::string> metadata = {{"format", "pt"},
                                                         {"deepinfer_random_weights_seed", std::to_string(seed)}};
   size_t next = 0;
   for (int shard = 0; shard < n_shards; ++shard) {
     const std::string file_name = shard_file_name(shard, n_shards);
+    const size_t first = next;
+    while (next < order.size() && shard_of[next] == shard) ++next;
     std::vector<TensorToWrite> tensors;
-    for (; next < order.size() && shard_of[next] == shard; ++next) {
-      TensorToWrite t;
-      DI_RETURN_IF_ERROR(make_tensor(order[next], specs, c, seed, &scales_cache, &t));
+    DI_RETURN_IF_ERROR(make_tensors_parallel(std::span(order).subspan(first, next - first), specs, c, seed, &tensors));
+    for (const TensorToWrite& t : tensors) {
       total_size += t.bytes.size();
       weight_map[t.name] = file_name;
-      tensors.push_back(std::move(t));
     }
     const fs::path path = fs::path(out_dir) / file_name;
     const std::string tmp = path.string() + ".tmp";
@@ -486,8 +627,11 @@ Status write_random_checkpoint(const std::string& config_json_text, uint64_t see
     fs::rename(tmp, path, ec);
     if (ec) return Status::error(path.string() + ": cannot rename from " + tmp + ": " + ec.message());
   }
-  DI_CHECK(next == order.size() && scales_cache.empty());
+  DI_CHECK(next == order.size());
 
+  if (c.is_v41() && !c.engram_layers.empty()) {
+    DI_RETURN_IF_ERROR(write_engram_side_file(c, seed, (fs::path(out_dir) / "engram_token_map.safetensors").string()));
+  }
   nlohmann::json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
   return write_text_file((fs::path(out_dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
 }

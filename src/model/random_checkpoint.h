@@ -1,9 +1,10 @@
-// Deterministic random-weight checkpoints in the real V4 on-disk format (the embedded default model and
+// Deterministic random-weight checkpoints in the real V4 / V4.1 on-disk format (the embedded default model and
 // test fixtures). Owns only generation and writing; it must not depend on the forward pass. Invariants:
 // the bytes written depend only on (config.json text, seed, n_shards), never on the platform or the
 // standard library (own PRNG and normal sampler from basic IEEE operations); every tensor of
 // expected_tensors(config) is written with its exact dtype and shape; value statistics mimic the golden
-// flash-tiny / pro-tiny checkpoints.
+// flash-tiny / pro-tiny / tiny-a checkpoints. A V4.1 model with Engram layers also gets the golden-format
+// `engram_token_map.safetensors` (random token map, numpy's multipliers), since it has no tokenizer.
 #pragma once
 
 #include <cstdint>

@@ -235,6 +235,20 @@ TEST_F(ModelConfigParse, InconsistentValuesAreNamed) {
   }
 }
 
+// V4.1 token ids the model embeds itself must lie inside the vocabulary.
+TEST_F(ModelConfigParse, V41SpecialIdsOutsideTheVocabulary) {
+  const std::string path = DEEPINFER_GOLDEN_DIR "/v41-flash/tiny-a/config.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "golden config not found: " << path;
+  for (const char* field : {"dspark_noise_token_id", "engram_pad_token_id"}) {
+    for (int value : {-1, 512, 128799}) {
+      json j = json::parse(deepinfer::testing::read_text(path));
+      j["text_config"][field] = value;
+      SCOPED_TRACE(std::string(field) + " = " + std::to_string(value));
+      expect_error_naming(parse(j), field);
+    }
+  }
+}
+
 TEST_F(ModelConfigParse, OptionalFieldsDefault) {
   json j = golden_config("flash-tiny");
   j.erase("bos_token_id");

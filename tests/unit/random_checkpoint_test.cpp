@@ -1,5 +1,5 @@
 // The random checkpoint generator: deterministic bytes, the golden on-disk layout, valid codes and
-// scales, and per-kind value statistics that match the golden flash-tiny / pro-tiny checkpoints.
+// scales, and per-kind value statistics that match the golden flash-tiny / pro-tiny / tiny-a checkpoints.
 #include "model/random_checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 
 #include "checkpoint_edit.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/weights.h"
 #include "temp_dir.h"
 
@@ -30,6 +31,7 @@ using deepinfer::testing::TempDir;
 using nlohmann::json;
 
 const std::string kGolden = DEEPINFER_GOLDEN_DIR "/v4-flash";
+const std::string kGoldenV41 = DEEPINFER_GOLDEN_DIR "/v41-flash/tiny-a";
 
 class RandomCheckpoint : public ::testing::Test {
  protected:
@@ -204,7 +206,8 @@ std::string kind_of(const std::string& name) {
   return std::regex_replace(std::regex_replace(name, layer, ""), expert, "experts.E.");
 }
 
-std::map<std::string, KindStats> statistics(const std::string& dir, int block) {
+// Scale blocks are inferred from the shapes: 128x128 (V4), 32x32 (V4.1) or 1x32 (V4.1 Engram tables).
+std::map<std::string, KindStats> statistics(const std::string& dir) {
   const auto tensors = by_name(read_checkpoint(dir));
   std::map<std::string, KindStats> stats;
   auto scale_of = [&](const std::string& name) -> const TensorToWrite& {
@@ -227,10 +230,12 @@ std::map<std::string, KindStats> statistics(const std::string& dir, int block) {
         break;
       case DType::kF8E4M3: {
         const TensorToWrite& sc = scale_of(name);
-        const int64_t cols = t.shape[1], scale_cols = sc.shape[1];
-        for (int64_t r = 0; r < t.shape[0]; ++r)
+        const int64_t rows = t.shape[0], cols = t.shape[1], scale_cols = sc.shape[1];
+        const int64_t block_rows = (rows + sc.shape[0] - 1) / sc.shape[0], block_cols = (cols + scale_cols - 1) / scale_cols;
+        for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c)
-            add(e4m3_to_float(t.bytes[size_t(r * cols + c)]) * e8m0_to_float(sc.bytes[size_t((r / block) * scale_cols + c / block)]));
+            add(e4m3_to_float(t.bytes[size_t(r * cols + c)]) *
+                e8m0_to_float(sc.bytes[size_t((r / block_rows) * scale_cols + c / block_cols)]));
         for (uint8_t b : sc.bytes) ++k.scale_bytes[b];
         break;
       }
@@ -258,11 +263,11 @@ int mode(const std::map<int, int>& histogram) {
   return best;
 }
 
-void expect_statistics_like_golden(const std::string& model, uint64_t seed) {
+void expect_statistics_like_golden(const std::string& golden_dir, uint64_t seed, int mode_slack = 0) {
   TempDir dir;
-  ASSERT_TRUE(write_random_checkpoint(read_text(kGolden + "/" + model + "/config.json"), seed, dir.path().string(), 3).ok());
-  const auto golden = statistics(kGolden + "/" + model, 128);
-  const auto generated = statistics(dir.path().string(), 128);
+  ASSERT_TRUE(write_random_checkpoint(read_text(golden_dir + "/config.json"), seed, dir.path().string(), 3).ok());
+  const auto golden = statistics(golden_dir);
+  const auto generated = statistics(dir.path().string());
   ASSERT_EQ(golden.size(), generated.size());
   for (const auto& [kind, g] : golden) {
     ASSERT_TRUE(generated.count(kind)) << kind;
@@ -274,13 +279,15 @@ void expect_statistics_like_golden(const std::string& model, uint64_t seed) {
     EXPECT_LE(std::fabs(r.mean() - g.mean()), 5 * g.stddev() * std::sqrt(2.0 / g.n) + 1e-3);
     EXPECT_LE(std::fabs(r.stddev() / g.stddev() - 1), 0.06 + 5 / std::sqrt(g.n));
     if (!g.scale_bytes.empty()) {
-      EXPECT_EQ(mode(r.scale_bytes), mode(g.scale_bytes));
+      // The most frequent block exponent. Blocks of 32x32 gaussians have their max near a power-of-two
+      // boundary of max/448, so there two neighbouring exponents are about equally frequent.
+      EXPECT_LE(std::abs(mode(r.scale_bytes) - mode(g.scale_bytes)), mode_slack);
     }
   }
 }
 
-TEST_F(RandomCheckpoint, StatisticsMatchGoldenFlashTiny) { expect_statistics_like_golden("flash-tiny", 1001); }
-TEST_F(RandomCheckpoint, StatisticsMatchGoldenProTiny) { expect_statistics_like_golden("pro-tiny", 2002); }
+TEST_F(RandomCheckpoint, StatisticsMatchGoldenFlashTiny) { expect_statistics_like_golden(kGolden + "/flash-tiny", 1001); }
+TEST_F(RandomCheckpoint, StatisticsMatchGoldenProTiny) { expect_statistics_like_golden(kGolden + "/pro-tiny", 2002); }
 
 TEST_F(RandomCheckpoint, GeneratedCheckpointBinds) {
   TempDir dir;
@@ -291,6 +298,73 @@ TEST_F(RandomCheckpoint, GeneratedCheckpointBinds) {
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   auto weights = bind_weights(config.value(), *ckpt.value());
   EXPECT_TRUE(weights.ok()) << weights.status().message();
+}
+
+// V4.1 (tiny-a's config): the golden tensor inventory, the Engram side file with numpy's multipliers and
+// the primes rule (equal to the golden file's, which depend only on the config), statistics like tiny-a's,
+// and a forward pass with finite logits.
+class RandomCheckpointV41 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kGoldenV41 + "/config.json")) GTEST_SKIP() << "golden checkpoint not found under " << kGoldenV41;
+  }
+};
+
+TEST_F(RandomCheckpointV41, LayoutAndEngramSideFile) {
+  TempDir dir;
+  ASSERT_TRUE(write_random_checkpoint(read_text(kGoldenV41 + "/config.json"), 41, dir.path().string(), 4).ok());
+  const auto golden = by_name(read_checkpoint(kGoldenV41));
+  const auto generated = by_name(read_checkpoint(dir.path().string()));
+  ASSERT_EQ(generated.size(), golden.size());
+  for (const auto& [name, g] : golden) {
+    ASSERT_TRUE(generated.count(name)) << name;
+    EXPECT_EQ(generated.at(name).tensor.dtype, g.tensor.dtype) << name;
+    EXPECT_EQ(generated.at(name).tensor.shape, g.tensor.shape) << name;
+  }
+  auto side = SafetensorsFile::open(dir.file("engram_token_map.safetensors"));
+  auto golden_side = SafetensorsFile::open(kGoldenV41 + "/engram_token_map.safetensors");
+  ASSERT_TRUE(side.ok()) << side.status().message();
+  ASSERT_TRUE(golden_side.ok());
+  for (const char* name : {"engram.multipliers", "engram.primes", "engram.offsets"}) {
+    const TensorView* t = side.value()->find(name);
+    const TensorView* g = golden_side.value()->find(name);
+    ASSERT_TRUE(t && g) << name;
+    EXPECT_EQ(t->shape, g->shape) << name;
+    EXPECT_EQ(std::vector<uint8_t>(t->data, t->data + t->n_bytes), std::vector<uint8_t>(g->data, g->data + g->n_bytes)) << name;
+  }
+  const TensorView* map = side.value()->find("engram.token_map");
+  ASSERT_TRUE(map);
+  auto config = parse_model_config(read_text(kGoldenV41 + "/config.json"), "tiny-a");
+  ASSERT_TRUE(config.ok());
+  std::vector<int32_t> ids(size_t(map->numel()));
+  std::memcpy(ids.data(), map->data, map->n_bytes);
+  int32_t next_new = 0;  // first-appearance numbering covering the whole compressed vocabulary
+  for (int32_t id : ids) {
+    ASSERT_TRUE(id >= 0 && id <= next_new) << id;
+    if (id == next_new) ++next_new;
+  }
+  EXPECT_EQ(next_new, config.value().engram_compressed_vocab_size);
+}
+
+TEST_F(RandomCheckpointV41, StatisticsMatchGoldenTinyA) { expect_statistics_like_golden(kGoldenV41, 4101, 1); }
+
+TEST_F(RandomCheckpointV41, ForwardGivesFiniteLogits) {
+  TempDir dir;
+  ASSERT_TRUE(write_random_checkpoint(read_text(kGoldenV41 + "/config.json"), 7, dir.path().string(), 2).ok());
+  auto model = Model::open(dir.path().string(), ModelOptions{.n_threads = 1});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  SequenceState seq = model.value()->new_sequence();
+  const std::vector<int32_t> ids = {0, 17, 42, 99, 3, 250, 7, 8, 9, 10, 11, 12};
+  ForwardChunk chunk{.state = &seq, .ids = ids, .prompt_len = int64_t(ids.size()), .all_logits = true};
+  const std::vector<ChunkOutput> out = model.value()->forward({&chunk, 1});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].logits.size(), ids.size() * size_t(model.value()->config().vocab_size));
+  double sum_sq = 0;
+  for (float v : out[0].logits) {
+    ASSERT_TRUE(std::isfinite(v));
+    sum_sq += double(v) * v;
+  }
+  EXPECT_GT(sum_sq, 0.0);
 }
 
 TEST_F(RandomCheckpoint, WithoutMtpLayer) {
