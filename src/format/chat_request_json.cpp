@@ -45,6 +45,10 @@ Result<std::string> content_text(const Json& message, const std::string& path) {
     if (!part.is_object()) return Status::error(part_path + ": expected an object");
     const Json* type = find(part, "type");
     if (type == nullptr || !type->is_string()) return Status::error(part_path + ".type: expected a string");
+    if (*type == "image_url" || *type == "image" || *type == "input_image") {
+      return Status::error(part_path + ".type: '" + type->get<std::string>() +
+                           "': image input is not supported yet (the V4.1 vision tower is not implemented)");
+    }
     if (*type != "text") {
       return Status::error(part_path + ".type: '" + type->get<std::string>() +
                            "' is not supported by the chat encoding (text parts only)");

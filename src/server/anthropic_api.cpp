@@ -104,7 +104,8 @@ bool convert_messages(const Json& body, Json* messages, ApiError* err) {
         if (block.value("is_error", false) == true) result = "Error: " + result;
         messages->push_back({{"role", "tool"}, {"tool_call_id", block["tool_use_id"]}, {"content", result}});
       } else {
-        *err = bad_request(bw + ".type: \"" + type + "\" blocks are not supported in " + role + " messages", bw + ".type");
+        *err = type == "image" ? bad_request(bw + ".type: image input is not supported yet (the V4.1 vision tower is not implemented)", bw + ".type")
+                               : bad_request(bw + ".type: \"" + type + "\" blocks are not supported in " + role + " messages", bw + ".type");
         return false;
       }
     }

@@ -485,6 +485,16 @@ TEST(ChatRequestJson, NamedToolChoiceKeepsThatToolAndRequiresIt) {
   EXPECT_EQ(request->options.tool_choice, ToolChoice::kRequired);
 }
 
+TEST(ChatRequestJson, ImagePartsAreRefusedAsNotSupportedYet) {
+  for (const char* type : {"image_url", "image", "input_image"}) {
+    const std::string body = std::string(R"({"messages": [{"role": "user", "content": [{"type": ")") + type + R"("}]}]})";
+    Result<ChatRequest> request = chat_request_from_json_text(body, ChatRequestJsonOptions{});
+    ASSERT_FALSE(request.ok()) << type;
+    EXPECT_NE(request.status().message().find("image input is not supported yet"), std::string::npos) << request.status().message();
+    EXPECT_NE(request.status().message().find("messages[0].content[0].type"), std::string::npos) << request.status().message();
+  }
+}
+
 TEST(ChatRequestJson, ErrorsNameTheField) {
   const std::pair<std::string, std::string> cases[] = {
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
