@@ -56,6 +56,16 @@ namespace {
 
 constexpr const char* kSideFileName = "engram_token_map.safetensors";
 
+// The sizes the derivations divide by or loop over; config.json may leave them out.
+Status check_engram_sizes(const ModelConfig& c) {
+  if (c.engram_compressed_vocab_size <= 0 || c.engram_max_ngram < 2 || c.engram_n_heads <= 0) {
+    return Status::error("config.json: a model with engram_layer_ids needs engram_compressed_vocab_size > 0, engram_max_ngram_size >= 2 and "
+                         "engram_n_heads > 0 (got " + std::to_string(c.engram_compressed_vocab_size) + ", " + std::to_string(c.engram_max_ngram) +
+                         ", " + std::to_string(c.engram_n_heads) + ")");
+  }
+  return Status();
+}
+
 std::vector<std::vector<int64_t>> derived_multipliers(const ModelConfig& c) {
   std::vector<std::vector<int64_t>> out;
   for (int layer : c.engram_layers) out.push_back(engram_multipliers(layer, c.engram_compressed_vocab_size, c.engram_max_ngram));
@@ -143,6 +153,7 @@ Result<EngramHashing> load_side_file(const ModelConfig& c, const std::string& pa
 }  // namespace
 
 Result<EngramHashing> derive_engram_hashing(const ModelConfig& c, const Tokenizer& tokenizer, const std::string& tokenizer_name) {
+  DI_RETURN_IF_ERROR(check_engram_sizes(c));
   const EngramTokenMap map = build_engram_token_map(tokenizer);
   if (map.n_compressed != c.engram_compressed_vocab_size) {
     return Status::error(tokenizer_name + ": the Engram normalizer gives a compressed vocabulary of " + std::to_string(map.n_compressed) +
@@ -169,6 +180,7 @@ Result<EngramHashing> derive_engram_hashing(const ModelConfig& c, const Tokenize
 }
 
 Result<EngramHashing> load_engram_hashing(const ModelConfig& c, const std::string& model_dir) {
+  DI_RETURN_IF_ERROR(check_engram_sizes(c));
   const std::string side_file = model_dir + "/" + kSideFileName, tokenizer_file = model_dir + "/tokenizer.json";
   if (std::filesystem::exists(side_file)) return load_side_file(c, side_file);
   if (!std::filesystem::exists(tokenizer_file)) {

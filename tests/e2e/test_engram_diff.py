@@ -130,3 +130,46 @@ def test_token_map_real_v4_tokenizer(tool):
     mismatches = [i for i in range(len(want)) if got[i] != want[i]]
     assert not mismatches, f"{len(mismatches)} ids differ, first {mismatches[:10]}"
     assert n_got == n_want == 99092  # DeepSeek-V4.1-Flash's engram_compressed_vocab_size
+
+
+def read_safetensors(path):
+    import json
+    import struct
+    data = Path(path).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    dtypes = {"I32": np.int32, "I64": np.int64}
+    return {name: np.frombuffer(data[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]],
+                                dtype=dtypes[t["dtype"]]).reshape(t["shape"])
+            for name, t in header.items() if name != "__metadata__"}
+
+
+def test_engram_map_command(tmp_path):
+    """`deepinfer engram-map` on a V4.1 config with the real model's Engram sizes and the V4 tokenizer."""
+    import json
+    binary = Path(os.environ.get("DEEPINFER_BINARY", BUILD / "deepinfer"))
+    golden = Path(os.environ.get("DEEPINFER_GOLDEN_DIR", ROOT.parent / "shared" / "golden")) / "v41-flash" / "tiny-a"
+    tok = Path(os.environ.get("DEEPINFER_TOKENIZER_DIR", BUILD / "tokenizers")) / "v4" / "tokenizer.json"
+    if not (golden / "config.json").exists() or not tok.exists():
+        pytest.skip(f"needs {golden / 'config.json'} and {tok}")
+    config = json.loads((golden / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "tokenizer.json").symlink_to(tok)
+    out = tmp_path / "engram_token_map.safetensors"
+    # tiny-a's compressed vocabulary (308) is not the tokenizer's: a clear error naming both numbers.
+    res = subprocess.run([str(binary), "engram-map", "--model", str(tmp_path), "--out", str(out)], capture_output=True, text=True)
+    assert res.returncode != 0 and not out.exists()
+    assert "tokenizer.json: the Engram normalizer gives a compressed vocabulary of 99092 ids" in res.stderr
+    assert "engram_compressed_vocab_size is 308" in res.stderr
+    text = config.get("text_config", config)
+    text["engram_compressed_vocab_size"], text["vocab_size"] = 99092, 129280
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    res = subprocess.run([str(binary), "engram-map", "--model", str(tmp_path), "--out", str(out)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    tensors = read_safetensors(out)
+    assert tensors["engram.token_map"].shape == (129280,) and int(tensors["engram.token_map"].max()) == 99091
+    bound = max(1, (2**63 - 1) // 99092 // 2)
+    want = np.stack([np.random.default_rng(10007 * layer).integers(0, bound, size=4, dtype=np.int64) * 2 + 1
+                     for layer in text["engram_layer_ids"]])
+    assert (tensors["engram.multipliers"] == want).all()
+    assert tensors["engram.primes"].sum(axis=1).tolist() == text["engram_num_embeddings"]

@@ -183,6 +183,12 @@ TEST(EngramHashing, DerivesFromTokenizerJsonWithoutSideFile) {
             std::string::npos)
       << mismatch.status().message();
 
+  ModelConfig no_size = config;
+  no_size.engram_compressed_vocab_size = 0;  // a config that leaves the field out: an error, not a crash
+  auto zero = load_engram_hashing(no_size, dir.path().string());
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("engram_compressed_vocab_size > 0"), std::string::npos) << zero.status().message();
+
   config.engram_compressed_vocab_size = 232;
   auto derived = load_engram_hashing(config, dir.path().string());
   ASSERT_TRUE(derived.ok()) << derived.status().message();
