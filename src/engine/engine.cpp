@@ -84,6 +84,7 @@ struct Engine::Impl {
   std::unique_ptr<JsonTokenTable> json_table;  // built at open when there is a tokenizer
   int32_t think_end_id = -1;                   // </think>: a thinking answer's JSON constraint starts after it
   std::vector<uint8_t> json_allowed;           // [vocab] scratch for the JSON mask
+  JsonPrefixValidator json_scratch;            // scratch for the JSON mask
   EngineStats local;  // counters accumulated by the engine thread, published every step
 
   void run();
@@ -501,7 +502,7 @@ void Engine::Impl::sample_next(Sequence& s, std::vector<float>& logits) {
   }
   apply_penalties(row, vocab, s.sampling, prompt, generated, penalty_scratch);
   if (constrained) {  // only tokens that keep the answer a JSON-object prefix (greedy and sampled alike)
-    json_token_mask(*json_table, *s.json, model->config().eos_token_id, json_allowed);
+    json_token_mask(*json_table, *s.json, model->config().eos_token_id, json_allowed, json_scratch);
     for (int64_t i = 0; i < vocab; ++i) {
       if (!json_allowed[size_t(i)]) row[i] = -std::numeric_limits<float>::infinity();
     }

@@ -39,7 +39,8 @@ JsonTokenTable build_json_token_table(const Tokenizer& tokenizer, int32_t n_voca
   return t;
 }
 
-void json_token_mask(const JsonTokenTable& table, const JsonPrefixValidator& v, int32_t eos_id, std::vector<uint8_t>& allowed) {
+void json_token_mask(const JsonTokenTable& table, const JsonPrefixValidator& v, int32_t eos_id, std::vector<uint8_t>& allowed,
+                     JsonPrefixValidator& after_ws) {
   allowed.resize(size_t(table.n_vocab));
   if (v.complete()) {  // the object is closed: end here (trailing whitespace would only delay the end)
     std::fill(allowed.begin(), allowed.end(), 0);
@@ -63,7 +64,7 @@ void json_token_mask(const JsonTokenTable& table, const JsonPrefixValidator& v, 
   // state whichever it is (a finished number ends), the others leave that state unchanged; the rest of the token
   // is tried from there.
   if (!v.accepts(" ")) return;
-  JsonPrefixValidator after_ws = v;
+  after_ws = v;  // copy-assignment keeps the scratch stack's capacity
   after_ws.feed(uint8_t(' '));
   for (int32_t id : table.ws_only) allowed[size_t(id)] = 1;
   for (int first = 0; first < 256; ++first) {

@@ -38,7 +38,8 @@ JsonTokenTable build_json_token_table(const Tokenizer& tokenizer, int32_t n_voca
 
 // allowed[i] = 1 when token i may come next (allowed is resized to n_vocab). `eos_id` is allowed only when the
 // object is complete, and then it is the only token allowed.
+// `scratch` is working state (reused, so that after warm-up nothing is allocated per token).
 void json_token_mask(const JsonTokenTable& table, const JsonPrefixValidator& validator, int32_t eos_id,
-                     std::vector<uint8_t>& allowed);
+                     std::vector<uint8_t>& allowed, JsonPrefixValidator& scratch);
 
 }  // namespace deepinfer

@@ -218,15 +218,8 @@ bool JsonPrefixValidator::feed(uint8_t byte) {
 }
 
 bool JsonPrefixValidator::feed(std::string_view bytes) {
-  const JsonLexState saved_lex = lex_;
-  const std::vector<uint8_t> saved_stack = stack_;
-  for (char c : bytes) {
-    if (!feed(uint8_t(c))) {
-      lex_ = saved_lex;
-      stack_ = saved_stack;
-      return false;
-    }
-  }
+  if (!accepts(bytes)) return false;  // all or nothing, without a copy of the stack
+  for (char c : bytes) feed(uint8_t(c));
   return true;
 }
 

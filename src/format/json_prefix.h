@@ -48,6 +48,8 @@ class JsonPrefixValidator {
  public:
   static constexpr int kMaxDepth = 64;  // deeper nesting is refused (a bound on the stack, not JSON's)
 
+  JsonPrefixValidator() { stack_.reserve(kMaxDepth); }  // feeding never allocates
+
   // Feeds one byte; false (state unchanged) if no valid document starts with the bytes fed so far plus this one.
   bool feed(uint8_t byte);
   // Feeds bytes until one is refused; false then, and the state is the one before `bytes` (all or nothing).

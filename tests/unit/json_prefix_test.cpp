@@ -140,12 +140,13 @@ TEST(JsonTokenMask, EqualsTryingEveryTokenWithTheRealTokenizer) {
   const std::string doc = kDocuments[5];  // strings, escapes, \u, multi-byte UTF-8
   const std::string doc2 = "{\"n\": [-1.5e3, true, null], \"o\": {}}";
   std::vector<uint8_t> allowed;
+  JsonPrefixValidator scratch;
   int n_states = 0;
   for (const std::string& d : {doc, doc2}) {
     for (size_t i = 0; i <= d.size(); ++i) {
       JsonPrefixValidator at;
       ASSERT_TRUE(at.feed(std::string_view(d).substr(0, i)));
-      json_token_mask(table, at, eos, allowed);
+      json_token_mask(table, at, eos, allowed, scratch);
       ++n_states;
       int64_t n_allowed = 0;
       for (int32_t id = 0; id < n_vocab; ++id) {
