@@ -1,7 +1,8 @@
 // `deepinfer bench`: prefill and decode throughput of a checkpoint on this machine, printed beside the
 // machine's measured ceilings (read bandwidth, peak fp32 FMA and bf16 dot rates) and the bytes / FLOPs each
 // phase needs (weight_traffic.h: weights read once per step, expected distinct experts for a batch,
-// attention multiply-adds over the visible slots). Figures, not assertions.
+// attention multiply-adds over the visible slots). Figures, not assertions. `bench serve` (the HTTP load test) is
+// bench_serve_command.cpp.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -12,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.h"
+#include "cli/bench_serve.h"
 #include "core/machine_ceiling.h"
 #include "engine/generation.h"
 #include "engine/sampler.h"
@@ -61,7 +62,9 @@ Runner add_bench_command(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "prefill / decode tokens per second against the machine's ceilings");
-  cmd->add_option("--model", args->model, "checkpoint directory")->required();
+  cmd->add_option("--model", args->model, "checkpoint directory (required unless a subcommand runs)");
+  const Runner serve_runner = add_bench_serve_command(*cmd);
+  CLI::App* serve_cmd = cmd->get_subcommand("serve");
   cmd->add_option("--prefill", args->prefill_lens, "prompt lengths to time")->delimiter(',');
   cmd->add_option("--batch", args->batches, "decode batch sizes")->delimiter(',');
   cmd->add_option("--decode-steps", args->decode_steps, "decode steps per batch size")->check(CLI::Range(1, 100000));
@@ -77,7 +80,12 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_flag("--prefault", args->prefault,
                 "touch every weight page before each timed phase (all weights resident; resident memory then "
                 "shows the whole checkpoint)");
-  return [args]() {
+  return [args, serve_runner, serve_cmd]() {
+    if (serve_cmd->parsed()) return serve_runner();
+    if (args->model.empty()) {
+      std::fprintf(stderr, "error: bench: --model is required (or `deepinfer bench serve ...`)\n");
+      return 1;
+    }
     auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .n_threads = args->threads, .show_progress = true});
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());

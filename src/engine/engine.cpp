@@ -9,10 +9,12 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 #include <unordered_map>
 
 #include "engine/cache_footprint.h"
+#include "engine/json_mask.h"
 #include "engine/request_prep.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -79,6 +81,10 @@ struct Engine::Impl {
   std::vector<char> drop_running, drop_waiting;  // per step: 1 rejected, 2 preempted, 3 admitted
   PenaltyScratch penalty_scratch;
   std::vector<float> raw_logits;
+  std::unique_ptr<JsonTokenTable> json_table;  // built at open when there is a tokenizer
+  int32_t think_end_id = -1;                   // </think>: a thinking answer's JSON constraint starts after it
+  std::vector<uint8_t> json_allowed;           // [vocab] scratch for the JSON mask
+  JsonPrefixValidator json_scratch;            // scratch for the JSON mask
   EngineStats local;  // counters accumulated by the engine thread, published every step
 
   void run();
@@ -123,6 +129,10 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     auto tokenizer = Tokenizer::load(tokenizer_path.string());
     if (!tokenizer.ok()) return tokenizer.status();
     impl->tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer.value()));
+  }
+  if (impl->tokenizer) {
+    impl->json_table = std::make_unique<JsonTokenTable>(build_json_token_table(*impl->tokenizer, c.vocab_size));
+    impl->think_end_id = impl->tokenizer->token_to_id("</think>").value_or(-1);
   }
   int64_t max_context = read_max_position(options.model_dir);
   if (max_context <= 0) max_context = 1 << 20;
@@ -190,6 +200,11 @@ Result<RequestId> Engine::submit(Request request) {
   seq->sampler = Sampler(seq->sampling.seed);
   seq->max_new_tokens = p.max_new_tokens;
   seq->shared_prefix_tokens = im.prefix_cache ? p.shared_prefix_tokens : 0;
+  if (p.json_object && im.json_table) {
+    seq->json = std::make_unique<JsonPrefixValidator>();
+    seq->json->feed(p.json_prefix);  // checked by prepare_request
+    seq->json_active = !p.json_after_think;
+  }
   if (p.parser && im.tokenizer) seq->text = std::make_unique<TextOutput>(*im.tokenizer, std::move(*p.parser));
   seq->deadline = p.deadline;
   seq->submitted_at = Impl::Clock::now();
@@ -480,12 +495,27 @@ void Engine::Impl::sample_next(Sequence& s, std::vector<float>& logits) {
   const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.n_prompt));
   const std::span<const int32_t> generated(s.tokens.data() + s.n_prompt, size_t(s.n_generated()));
   const float* raw = row;  // logprobs are over the model's logits, before penalties and temperature
-  if (s.sampling.logprobs && has_penalties(s.sampling)) {
+  const bool constrained = s.json && s.json_active;
+  if (s.sampling.logprobs && (has_penalties(s.sampling) || constrained)) {
     raw_logits.assign(row, row + vocab);
     raw = raw_logits.data();
   }
   apply_penalties(row, vocab, s.sampling, prompt, generated, penalty_scratch);
+  if (constrained) {  // only tokens that keep the answer a JSON-object prefix (greedy and sampled alike)
+    json_token_mask(*json_table, *s.json, model->config().eos_token_id, json_allowed, json_scratch);
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (!json_allowed[size_t(i)]) row[i] = -std::numeric_limits<float>::infinity();
+    }
+  }
   const int32_t id = s.sampler.sample(row, vocab, s.sampling);
+  bool json_complete_eos = false;
+  if (constrained) {
+    DI_CHECK(json_allowed[size_t(id)]);
+    json_complete_eos = id == model->config().eos_token_id;  // allowed only once the object is complete
+    if (!json_complete_eos) DI_CHECK(s.json->feed(json_table->token(id)));
+  } else if (s.json && id == think_end_id) {
+    s.json_active = true;  // the reasoning ended: the answer starts now
+  }
   TokenLogprob logprob;
   if (s.sampling.logprobs) token_logprobs(raw, vocab, id, s.sampling.top_logprobs, logprob);
   s.tokens.push_back(id);
@@ -494,7 +524,7 @@ void Engine::Impl::sample_next(Sequence& s, std::vector<float>& logits) {
   local.generation_tokens += 1;
 
   const int32_t eos = model->config().eos_token_id;
-  const bool is_stop_token = (id == eos && !s.sampling.ignore_eos) ||
+  const bool is_stop_token = json_complete_eos || (id == eos && !s.sampling.ignore_eos) ||
                              std::find(s.sampling.stop_token_ids.begin(), s.sampling.stop_token_ids.end(), id) !=
                                  s.sampling.stop_token_ids.end();
   if (is_stop_token) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "format/chat_request_json.h"
+#include "format/json_prefix.h"
 
 namespace deepinfer {
 
@@ -88,6 +89,20 @@ Result<PreparedRequest> prepare_request(Request request, const PrepareContext& c
     }
     for (std::string& stop : chat->stop) out.sampling.stop.push_back(std::move(stop));
     parser = output_parser_options_for(chat->messages, chat->options, {});
+    if (chat->options.response_format.kind == ResponseFormatKind::kJsonObject) {
+      out.json_object = true;
+      if (parser.start == ParserStart::kToolCalls) {
+        return Status::error("response_format json_object cannot be combined with tool_choice 'required' (the answer must be a JSON object)");
+      }
+      out.json_after_think = parser.start == ParserStart::kReasoning || parser.start == ParserStart::kReasoningContinuation;
+      const Message* last = chat->messages.empty() ? nullptr : &chat->messages.back();
+      if (last != nullptr && last->role == ChatRole::kAssistant && last->prefix && !out.json_after_think) {
+        out.json_prefix = chat->messages.back().content;
+        if (!is_json_object_prefix(out.json_prefix)) {
+          return Status::error("response_format json_object: the assistant prefix's content is not the start of a JSON object");
+        }
+      }
+    }
   } else if (request.prompt_text) {
     if (ctx.tokenizer == nullptr) return Status::error("text prompts need a tokenizer (the model directory has none)");
     if (request.add_bos) out.prompt.push_back(ctx.bos_token_id);

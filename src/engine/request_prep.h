@@ -41,6 +41,12 @@ struct PreparedRequest {
   // Chat: the prompt length up to and including the last user-turn token (the history and system prompt that
   // other requests share); the engine snapshots its state there for the prefix cache. 0: none.
   int64_t shared_prefix_tokens = 0;
+  // response_format json_object: the answer is constrained to one JSON object (engine/json_mask.h). In thinking
+  // mode the constraint starts after the model's </think> (the reasoning is free text); an assistant prefix's
+  // content is the start of the object and is fed to the validator first.
+  bool json_object = false;
+  bool json_after_think = false;
+  std::string json_prefix;
 };
 
 [[nodiscard]] Result<PreparedRequest> prepare_request(Request request, const PrepareContext& context);

@@ -75,6 +75,8 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams
     r -= probs_[i];
     if (r < 0) return candidates_[i].second;
   }
+  // Rounding left r >= 0: take the last candidate with any probability (a masked token has none).
+  while (n > 1 && probs_[n - 1] == 0.0) --n;
   return candidates_[n - 1].second;
 }
 

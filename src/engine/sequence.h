@@ -13,6 +13,7 @@
 
 #include "deepinfer/types.h"
 #include "engine/prefix_cache.h"
+#include "format/json_prefix.h"
 #include "engine/sampler.h"
 #include "engine/text_output.h"
 #include "model/sequence_state.h"
@@ -49,6 +50,8 @@ struct Sequence {
   PrefixCache::Match match;              // this step's lookup (waiting only)
   Event event;                           // what this step produced, pushed at the end of the step
   bool done = false;                     // the finishing event has been published
+  std::unique_ptr<JsonPrefixValidator> json;  // response_format json_object: the answer so far
+  bool json_active = false;                   // the constrained answer has begun (thinking: after </think>)
 
   int64_t n_generated() const { return int64_t(tokens.size()) - n_prompt; }
 };

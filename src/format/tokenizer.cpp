@@ -295,6 +295,12 @@ bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && id < id_limit() && impl_->id_special[id] != 0;
 }
 
+std::vector<int32_t> Tokenizer::added_token_ids() const {
+  std::vector<int32_t> ids;
+  for (const AddedToken& t : impl_->added) ids.push_back(t.id);
+  return ids;
+}
+
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
 int32_t Tokenizer::id_limit() const { return static_cast<int32_t>(impl_->id_present.size()); }

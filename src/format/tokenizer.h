@@ -54,6 +54,8 @@ class Tokenizer {
   // The raw bytes the decoder produces for `id` (possibly a partial UTF-8 sequence); empty if unknown.
   std::string_view token_bytes(int32_t id) const;
   bool is_special(int32_t id) const;
+  // Ids of the added_tokens entries (control tokens such as <｜User｜> and </think>, special-flagged or not).
+  std::vector<int32_t> added_token_ids() const;
   // Number of distinct tokens, model vocabulary plus added tokens (HF get_vocab_size(with_added_tokens=True)).
   int32_t vocab_size() const;
   // One past the largest id (the embedding table needs at least this many rows).
