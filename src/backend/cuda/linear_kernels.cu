@@ -64,14 +64,14 @@ __device__ __forceinline__ float apply_epilogue(LinearEpilogue e, float acc, flo
 }
 
 template <WeightKind K, int TT>
-__global__ void __launch_bounds__(kWarps * 32) linear_kernel(const LinearLaunch p) {
+__global__ void __launch_bounds__(kWarps * 32, 1) linear_kernel(const LinearLaunch p) {
   constexpr int kChunk = KindTraits<K>::kChunk, R = kRowsPerWarp;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
   if (n0 >= p.n_rows) return;  // the whole warp leaves; no block-wide barrier follows
   const int64_t t0 = int64_t(blockIdx.y) * TT;
   const int n_valid_t = int(p.n_tokens - t0 < TT ? p.n_tokens - t0 : TT);
-  const int64_t n_chunks = p.k_pad / kChunk;
+  const int n_chunks = int(p.k_pad / kChunk);  // k_pad < 2^31 elements
 
   const uint4* wrow[R];
   const uint8_t* srow[R];
@@ -91,15 +91,15 @@ __global__ void __launch_bounds__(kWarps * 32) linear_kernel(const LinearLaunch 
 #pragma unroll
     for (int t = 0; t < TT; ++t) acc[r][t] = 0.0f;
 
-  for (int64_t c = lane; c < n_chunks; c += 32) {
+  for (int c = lane; c < n_chunks; c += 32) {
     uint4 raw[R];
     float s[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       raw[r] = __ldg(wrow[r] + c);
       if constexpr (K == WeightKind::kFp8) {
-        const int64_t kb = (c * kChunk) / p.block;  // a chunk wholly in the padding may pass the last block
-        s[r] = e8m0_value(__ldg(srow[r] + (kb < p.scale_pitch ? kb : p.scale_pitch - 1)));
+        const int kb = (c * kChunk) / p.block;  // a chunk wholly in the padding may pass the last block
+        s[r] = e8m0_value(__ldg(srow[r] + (kb < p.scale_pitch ? kb : int(p.scale_pitch) - 1)));
       }
       else if constexpr (K == WeightKind::kFp4) s[r] = e8m0_value(__ldg(srow[r] + c));
       else s[r] = 1.0f;
