@@ -63,8 +63,10 @@ __device__ __forceinline__ float apply_epilogue(LinearEpilogue e, float acc, flo
   return 0.0f;
 }
 
+// At most 168 registers (3 blocks of 128 threads per SM): left uncapped, ptxas hoists a whole chunk's x
+// loads for TT = 8 (up to 255 registers) and spills on sm_100a and sm_120; capped, no variant spills.
 template <WeightKind K, int TT>
-__global__ void __launch_bounds__(kWarps * 32, 1) linear_kernel(const LinearLaunch p) {
+__global__ void __launch_bounds__(kWarps * 32, 3) linear_kernel(const LinearLaunch p) {
   constexpr int kChunk = KindTraits<K>::kChunk, R = kRowsPerWarp;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
@@ -91,6 +93,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) linear_kernel(const LinearLaun
 #pragma unroll
     for (int t = 0; t < TT; ++t) acc[r][t] = 0.0f;
 
+  // Not unrolled: one chunk's R row loads are in flight together; more would only raise register pressure.
+#pragma unroll 1
   for (int c = lane; c < n_chunks; c += 32) {
     uint4 raw[R];
     float s[R];
