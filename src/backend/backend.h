@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "model/weights.h"
 
@@ -86,5 +87,9 @@ class Backend {
 std::unique_ptr<Backend> make_reference_backend();
 // n_threads <= 0: one per hardware thread.
 std::unique_ptr<Backend> make_fast_backend(int n_threads);
+// The CUDA backend (src/backend/cuda, built with -DDEEPINFER_CUDA=ON) on the given device. nullptr with
+// *error set when the build has no CUDA backend or the device is not usable. Weights are uploaded on first
+// use and must outlive the backend unchanged (a model's checkpoint mapping does).
+std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error);
 
 }  // namespace deepinfer

@@ -42,7 +42,14 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
   model->config_ = config.value();
   model->checkpoint_ = std::move(checkpoint.value());
   model->weights_ = std::move(weights.value());
-  model->backend_ = options.exact ? make_reference_backend() : make_fast_backend(options.n_threads);
+  if (options.cuda) {
+    if (options.exact) return Status::error("the exact (reference) kernels run on the CPU only: drop --exact or the CUDA backend");
+    std::string error;
+    model->backend_ = make_cuda_backend(options.cuda_device, &error);
+    if (!model->backend_) return Status::error(error);
+  } else {
+    model->backend_ = options.exact ? make_reference_backend() : make_fast_backend(options.n_threads);
+  }
   model->options_ = options;
   const ModelConfig& c = model->config_;
   if (options.show_progress) {

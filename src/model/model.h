@@ -29,6 +29,8 @@ struct ModelOptions {
   // republish behaviour (spec §7.5 / §11.1; the default follows DeepSeek's model.py).
   bool index_owner_keys = false;
   int n_threads = 0;        // fast kernels: 0 = all hardware threads
+  bool cuda = false;        // the CUDA backend (a -DDEEPINFER_CUDA=ON build) instead of the CPU kernels
+  int cuda_device = 0;
   bool show_progress = false;
 };
 

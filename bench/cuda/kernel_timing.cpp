@@ -1,0 +1,265 @@
+// cuda_kernel_timing: per-kernel time, achieved bandwidth and rate of the CUDA backend's kernels (device
+// buffers only, no host transfers), against two ceilings measured in the same run: a device-to-device copy
+// (bytes read + written) and a cuBLASLt GEMM (FP8 e4m3 in, bf16 out, fp32 accumulation; bf16 for the bf16
+// rows) at the same shape with the token count rounded up to 16 (cuBLASLt FP8 needs multiples of 16).
+// Weights rotate over several copies (>= 128 MiB in all) so that the timings read HBM, not the 60 MB L2.
+// Prints one table; no assertions (timings are reported, never tested).
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+#define LT_CHECK(call)                                                                          \
+  do {                                                                                          \
+    const cublasStatus_t s_ = (call);                                                           \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                          \
+      std::fprintf(stderr, "cuBLASLt: %s failed (%d)\n", #call, int(s_));                       \
+      return -1.0;                                                                              \
+    }                                                                                           \
+  } while (0)
+
+// Median milliseconds of `run` over `reps` launches, each timed with its own events, after warm-up.
+double median_ms(const std::function<void(int)>& run, int reps = 30) {
+  for (int i = 0; i < 3; ++i) run(i);
+  DI_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> ms(static_cast<size_t>(reps));
+  cudaEvent_t a, b;
+  DI_CUDA_CHECK(cudaEventCreate(&a));
+  DI_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < reps; ++i) {
+    DI_CUDA_CHECK(cudaEventRecord(a));
+    run(i);
+    DI_CUDA_CHECK(cudaEventRecord(b));
+    DI_CUDA_CHECK(cudaEventSynchronize(b));
+    DI_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(i)], a, b));
+  }
+  DI_CUDA_CHECK(cudaGetLastError());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+DeviceBuffer upload_random_bytes(size_t n, std::mt19937& rng, int lo, int hi) {
+  std::vector<uint8_t> h(n);
+  std::uniform_int_distribution<int> d(lo, hi);
+  for (auto& v : h) {
+    v = uint8_t(d(rng));
+    if ((v & 0x7f) == 0x7f) v ^= 1;  // no e4m3 NaN codes
+  }
+  DeviceBuffer b(n);
+  DI_CUDA_CHECK(cudaMemcpy(b.get(), h.data(), n, cudaMemcpyHostToDevice));
+  return b;
+}
+
+DeviceBuffer upload_random_floats(size_t n, std::mt19937& rng, float stddev) {
+  std::vector<float> h(n);
+  std::normal_distribution<float> d(0.0f, stddev);
+  for (auto& v : h) {
+    uint32_t bits;
+    const float f = d(rng);
+    std::memcpy(&bits, &f, 4);
+    bits &= 0xffff0000u;  // bf16 values, as the model's activations are
+    std::memcpy(&v, &bits, 4);
+  }
+  DeviceBuffer b(n * 4);
+  DI_CUDA_CHECK(cudaMemcpy(b.get(), h.data(), n * 4, cudaMemcpyHostToDevice));
+  return b;
+}
+
+double copy_gbs() {
+  const size_t bytes = size_t(1) << 30;
+  DeviceBuffer src(bytes), dst(bytes);
+  DI_CUDA_CHECK(cudaMemset(src.get(), 1, bytes));
+  const double ms = median_ms([&](int) { DI_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice)); }, 10);
+  return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+}
+
+// TFLOP/s of D[n_out, T] = W[n_out, K] . X[T, K]^T through cuBLASLt (TN layout), or -1 when it cannot run.
+double cublaslt_tflops(bool fp8, int64_t n_out, int64_t T, int64_t K) {
+  static cublasLtHandle_t handle = nullptr;
+  if (!handle) LT_CHECK(cublasLtCreate(&handle));
+  const cudaDataType_t in_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  const size_t in_size = fp8 ? 1 : 2;
+  std::mt19937 rng(7);
+  DeviceBuffer a = upload_random_bytes(size_t(n_out * K) * in_size, rng, 0x30, 0x48);  // small finite values
+  DeviceBuffer b = upload_random_bytes(size_t(T * K) * in_size, rng, 0x30, 0x48);
+  DeviceBuffer d(size_t(n_out * T) * 2);
+  const size_t ws_bytes = size_t(64) << 20;
+  DeviceBuffer ws(ws_bytes);
+  cublasLtMatmulDesc_t op;
+  LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  cublasLtMatrixLayout_t la, lb, lc;
+  LT_CHECK(cublasLtMatrixLayoutCreate(&la, in_type, uint64_t(K), uint64_t(n_out), K));
+  LT_CHECK(cublasLtMatrixLayoutCreate(&lb, in_type, uint64_t(K), uint64_t(T), K));
+  LT_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, uint64_t(n_out), uint64_t(T), n_out));
+  cublasLtMatmulPreference_t pref;
+  LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int n_found = 0;
+  LT_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, lc, lc, pref, 1, &heur, &n_found));
+  if (n_found == 0) return -1.0;
+  const float alpha = 1.0f, beta = 0.0f;
+  bool failed = false;
+  const double ms = median_ms([&](int) {
+    failed |= cublasLtMatmul(handle, op, &alpha, a.get(), la, b.get(), lb, &beta, d.get(), lc, d.get(), lc, &heur.algo,
+                             ws.get(), ws_bytes, nullptr) != CUBLAS_STATUS_SUCCESS;
+  });
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+  if (failed) return -1.0;
+  return 2.0 * double(n_out) * double(T) * double(K) / (ms * 1e-3) / 1e12;
+}
+
+struct Row {
+  std::string name;
+  double us, gbs, tflops, lt_tflops;
+};
+
+Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, int64_t K, int64_t T) {
+  std::mt19937 rng(1);
+  const int64_t k_pad = (K + 31) / 32 * 32;
+  const int64_t pitch = kind == WeightKind::kBf16 ? 2 * k_pad : kind == WeightKind::kFp8 ? k_pad : k_pad / 2;
+  const int64_t scale_pitch = kind == WeightKind::kFp8 ? (K + block - 1) / block : K / 32;
+  const int64_t scale_rows = kind == WeightKind::kFp8 ? (n_out + block - 1) / block : n_out;
+  const size_t w_bytes = size_t(n_out * pitch), s_bytes = kind == WeightKind::kBf16 ? 0 : size_t(scale_rows * scale_pitch);
+  const int n_sets = int(std::clamp<size_t>((size_t(128) << 20) / (w_bytes + 1) + 1, 1, 16));
+  std::vector<DeviceBuffer> w, s;
+  for (int i = 0; i < n_sets; ++i) {
+    // bf16: bytes 0x30..0x48 give small normal values in each byte pair's high byte as well
+    w.push_back(upload_random_bytes(w_bytes, rng, kind == WeightKind::kBf16 ? 0x30 : 0, kind == WeightKind::kBf16 ? 0x48 : 253));
+    s.push_back(upload_random_bytes(std::max<size_t>(s_bytes, 1), rng, 115, 121));
+  }
+  DeviceBuffer x = upload_random_floats(size_t(T * k_pad), rng, 1.0f);
+  DeviceBuffer out(size_t(T * n_out) * 4);
+  LinearLaunch l;
+  l.kind = kind;
+  l.row_pitch = pitch;
+  l.scale_pitch = scale_pitch;
+  l.block = block;
+  l.k_pad = k_pad;
+  l.x = x.get<float>();
+  l.n_tokens = T;
+  l.n_rows = n_out;
+  l.out = out.get<float>();
+  const double ms = median_ms([&](int i) {
+    l.w = w[size_t(i % n_sets)].get<uint8_t>();
+    l.scale = s[size_t(i % n_sets)].get<uint8_t>();
+    launch_linear(l, nullptr);
+  });
+  const double bytes = double(w_bytes + s_bytes) + double(T * K) * 4 + double(T * n_out) * 4;
+  const double flops = 2.0 * double(n_out) * double(T) * double(K);
+  const int64_t t16 = (T + 15) / 16 * 16;
+  const double lt = cublaslt_tflops(kind != WeightKind::kBf16, n_out, t16, k_pad);
+  char name[160];
+  std::snprintf(name, sizeof(name), "%s [%lldx%lld] T=%lld", label, (long long)n_out, (long long)K, (long long)T);
+  return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, lt};
+}
+
+Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running) {
+  std::mt19937 rng(2);
+  DeviceBuffer q = upload_random_floats(size_t(H * D), rng, 1.0f);
+  DeviceBuffer rows = upload_random_floats(size_t(n_slots * D), rng, 1.0f);
+  DeviceBuffer sink = upload_random_floats(size_t(H), rng, 0.5f);
+  std::vector<int32_t> idx(static_cast<size_t>(n_slots));
+  for (int64_t j = 0; j < n_slots; ++j) idx[size_t(j)] = int32_t(j);
+  DeviceBuffer slot_row(size_t(n_slots) * 4);
+  DI_CUDA_CHECK(cudaMemcpy(slot_row.get(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+  DeviceBuffer out(size_t(H * D) * 4);
+  AttentionLaunch a{q.get<float>(), H, D, rows.get<float>(), slot_row.get<int32_t>(), n_slots, sink.get<float>(),
+                    1.0 / 22.627416997969522, running, out.get<float>()};
+  const double ms = median_ms([&](int) { launch_sparse_attention(a, nullptr); });
+  const double bytes = double(n_slots * D) * 4 + double(2 * H * D) * 4;  // rows read once, q and out
+  const double flops = 4.0 * double(H) * double(n_slots) * double(D);
+  char name[160];
+  std::snprintf(name, sizeof(name), "sparse attention %lldh x %lld, %lld slots%s", (long long)H, (long long)D,
+                (long long)n_slots, running ? "" : " (global max)");
+  return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
+}
+
+Row time_index(int64_t H, int64_t dim, int64_t n_keys) {
+  std::mt19937 rng(3);
+  DeviceBuffer q = upload_random_floats(size_t(H * dim), rng, 1.0f);
+  DeviceBuffer w = upload_random_floats(size_t(H), rng, 0.1f);
+  DeviceBuffer keys = upload_random_floats(size_t(n_keys * dim), rng, 1.0f);
+  DeviceBuffer out(size_t(n_keys) * 4);
+  IndexScoreLaunch l{q.get<float>(), w.get<float>(), H, dim, keys.get<float>(), n_keys, out.get<float>()};
+  const double ms = median_ms([&](int) { launch_index_scores(l, nullptr); });
+  const double bytes = double(n_keys * dim) * 4 + double(n_keys) * 4;
+  const double flops = 2.0 * double(H) * double(n_keys) * double(dim);
+  char name[160];
+  std::snprintf(name, sizeof(name), "index scores %lldh x %lld, %lld keys", (long long)H, (long long)dim, (long long)n_keys);
+  return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
+}
+
+Row time_hc_mix(int64_t T, int64_t width, int64_t n_mix) {
+  std::mt19937 rng(4);
+  DeviceBuffer x = upload_random_floats(size_t(T * width), rng, 1.0f);
+  DeviceBuffer fn = upload_random_floats(size_t(n_mix * width), rng, 0.01f);
+  DeviceBuffer out(size_t(T * n_mix) * 4);
+  HcMixLaunch l{x.get<float>(), T, width, fn.get<float>(), n_mix, 1e-6, out.get<float>()};
+  const double ms = median_ms([&](int) { launch_hc_mix(l, nullptr); });
+  const double bytes = double(T * width + n_mix * width) * 4 + double(T * n_mix) * 4;
+  const double flops = 2.0 * double(T) * double(width) * double(n_mix + 1);
+  char name[160];
+  std::snprintf(name, sizeof(name), "hc_mix %lld x %lld, T=%lld", (long long)n_mix, (long long)width, (long long)T);
+  return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
+}
+
+int run() {
+  cudaDeviceProp prop{};
+  DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
+  const double copy = copy_gbs();
+  const double lt_big = cublaslt_tflops(true, 8192, 8192, 8192);
+  std::vector<Row> rows;
+  for (int64_t T : {1, 8, 64, 256}) rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T));
+  rows.push_back(time_linear("e4m3/32", WeightKind::kFp8, 32, 4096, 4096, 1));
+  rows.push_back(time_linear("e4m3/32", WeightKind::kFp8, 32, 4096, 4096, 64));
+  for (int64_t T : {1, 8, 64}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T));
+  rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 1));
+  rows.push_back(time_attention(64, 512, 640, true));
+  rows.push_back(time_attention(64, 512, 640, false));
+  rows.push_back(time_index(64, 128, 4096));
+  rows.push_back(time_hc_mix(1, 4 * 4096, 24));
+  rows.push_back(time_hc_mix(64, 4 * 4096, 24));
+
+  std::printf("\nceilings, measured now: device-to-device copy %.0f GB/s (read + write); cuBLASLt e4m3 GEMM 8192^3 %.0f TFLOP/s\n",
+              copy, lt_big);
+  std::printf("%-48s %10s %9s %7s %9s %12s %7s\n", "kernel", "time us", "GB/s", "%copy", "TFLOP/s", "cuBLASLt TF", "%Lt");
+  for (const Row& r : rows) {
+    char lt[32] = "-", pct[32] = "-";
+    if (r.lt_tflops > 0) {
+      std::snprintf(lt, sizeof(lt), "%.1f", r.lt_tflops);
+      std::snprintf(pct, sizeof(pct), "%.1f", 100.0 * r.tflops / r.lt_tflops);
+    }
+    std::printf("%-48s %10.1f %9.0f %7.1f %9.2f %12s %7s\n", r.name.c_str(), r.us, r.gbs, 100.0 * r.gbs / copy, r.tflops, lt, pct);
+  }
+  std::printf("(cuBLASLt at the same shape with T rounded up to 16: e4m3 for e4m3 and e2m1 rows, bf16 for bf16 rows)\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace deepinfer::cuda
+
+int main() { return deepinfer::cuda::run(); }

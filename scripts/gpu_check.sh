@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The one prepared GPU run (an H200; about 5 minutes, the build included). On the CPU machine first:
+# `bash scripts/gpu_prepare.sh` (fills .gpu/), then run this on the device with .gpu carried.
+#   1. configure and build the CUDA backend for sm_90a only: cuda_tests and cuda_kernel_timing;
+#   2. cuda_tests: every kernel against the CPU reference backend, the golden models end to end;
+#   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt.
+# Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT_DIR"
+t0=$(date +%s)
+step() { echo "== $(( $(date +%s) - t0 ))s: $*"; }
+
+# The project's Debian build dependencies, unpacked (not installed) from .gpu/debs. The deps' bin folder
+# goes last on PATH so that a pkg-config of the machine's own wins.
+DEPS=/tmp/gpu-deps
+if compgen -G ".gpu/debs/*.deb" >/dev/null; then
+  mkdir -p "$DEPS"
+  for f in .gpu/debs/*.deb; do dpkg -x "$f" "$DEPS"; done
+  ML=$DEPS/usr/lib/x86_64-linux-gnu
+  export CMAKE_PREFIX_PATH="$DEPS/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export PKG_CONFIG_LIBDIR="$ML/pkgconfig:$DEPS/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$DEPS"
+  export LD_LIBRARY_PATH="$ML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PATH="$PATH:$DEPS/usr/bin"
+  # The HTTP server is not built here (only cuda_tests and the timing program): drop cpp-httplib's
+  # openssl/zlib/brotli requirements so configure need not find their .pc files.
+  sed -i '/^Requires/d' "$ML/pkgconfig/cpp-httplib.pc"
+  command -v pkg-config >/dev/null || ln -sf "$DEPS/usr/bin/pkgconf" "$DEPS/usr/bin/pkg-config"
+fi
+command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
+GTEST_SRC=""  # googletest built from source (from the googletest .deb) when the machine has none
+[ -d "$DEPS/usr/src/googletest" ] && GTEST_SRC="$DEPS/usr/src/googletest"
+GOLDEN=${GOLDEN:-$PWD/.gpu/golden}
+[ -d "$GOLDEN" ] || GOLDEN=$PWD/../shared/golden
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT_DIR/device.txt"
+nvcc --version | tail -2
+
+step "configure (sm_90a)"
+BUILD=build-gpu
+if ! cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DDEEPINFER_PYTHON=OFF -DDEEPINFER_BENCH=OFF -DDEEPINFER_GOLDEN_DIR="$GOLDEN" -DCMAKE_CUDA_FLAGS=-Xptxas=-v \
+    ${GTEST_SRC:+-DDEEPINFER_GTEST_SOURCE=$GTEST_SRC} \
+    >"$OUT_DIR/configure.log" 2>&1; then
+  tail -40 "$OUT_DIR/configure.log"
+  echo "gpu_check: configure failed (log: configure.log)"
+  exit 1
+fi
+step "build"
+if ! ninja -C $BUILD -j16 cuda_tests cuda_kernel_timing >"$OUT_DIR/build.log" 2>&1; then
+  grep -E "error" -A3 "$OUT_DIR/build.log" | head -60
+  echo "gpu_check: build failed (log: build.log)"
+  exit 1
+fi
+grep -E "spill stores" "$OUT_DIR/build.log" | grep -v " 0 bytes spill stores" | head -5
+
+step "cuda_tests (kernels vs the CPU reference, golden models end to end)"
+timeout 240 ./$BUILD/tests/cuda_tests >"$OUT_DIR/cuda_tests.log" 2>&1
+tests_rc=$?
+grep -E "^\s+cuda-|backend:|top1 " "$OUT_DIR/cuda_tests.log" | head -80
+grep -E "Failure|FAILED|error" "$OUT_DIR/cuda_tests.log" | head -30
+
+step "kernel timing"
+timeout 180 ./$BUILD/cuda_kernel_timing >"$OUT_DIR/timing.txt" 2>&1
+timing_rc=$?
+
+step "summary"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT_DIR/cuda_tests.log"
+echo "cuda_tests exit code $tests_rc (0 = all passed)"
+cat "$OUT_DIR/timing.txt"
+echo "timing exit code $timing_rc; total $(( $(date +%s) - t0 ))s"
+[ $tests_rc -eq 0 ] && [ $timing_rc -eq 0 ]

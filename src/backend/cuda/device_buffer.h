@@ -1,0 +1,44 @@
+// Owning device allocations: DeviceBuffer (one cudaMalloc, freed on destruction) and a grow-only scratch
+// buffer for the per-op activations that cross from and to the host.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace deepinfer::cuda {
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes) DI_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  template <typename T = void> T* get() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  // Grows to at least `bytes` (contents are not kept).
+  void reserve(size_t bytes) {
+    if (bytes > bytes_) *this = DeviceBuffer(bytes + bytes / 4);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace deepinfer::cuda

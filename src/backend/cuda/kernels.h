@@ -1,0 +1,73 @@
+// The launch interface of the CUDA kernels: plain structs of device pointers and sizes, one launcher per
+// op. Shared by the .cu files (which define the launchers) and the host side of the backend
+// (cuda_backend.cpp) and the timing program; nothing outside src/backend/cuda includes it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+// Stored weight kinds as they sit in device memory: every row padded with zero codes to k_pad elements
+// (a multiple of 32), so each row starts 16-byte aligned and a 16-byte chunk never straddles a scale block.
+enum class WeightKind : int { kBf16 = 0, kFp8 = 1, kFp4 = 2 };
+
+// The epilogues of backend.h's Epilogue, in the same order.
+enum class LinearEpilogue : int { kBf16 = 0, kF32 = 1, kF32AddBias = 2, kSqrtSoftplus = 3 };
+
+// out[t, n] = epilogue( sum_k x[t, k] * W[row_begin + n, k] ), decoded in registers, fp32 accumulation.
+struct LinearLaunch {
+  WeightKind kind = WeightKind::kBf16;
+  const uint8_t* w = nullptr;      // [n_out, row_pitch bytes]
+  int64_t row_pitch = 0;           // bytes
+  const uint8_t* scale = nullptr;  // fp8: e8m0 [ceil(n_out/block), scale_pitch]; fp4: e8m0 [n_out, scale_pitch]
+  int64_t scale_pitch = 0;         // scale bytes per scale row
+  int block = 0;                   // fp8 scale block edge (32 or 128)
+  int64_t k_pad = 0;               // multiple of 32
+  const float* x = nullptr;        // [n_tokens, k_pad], zero past the real K
+  int64_t n_tokens = 0;
+  int64_t row_begin = 0, n_rows = 0;
+  LinearEpilogue epilogue = LinearEpilogue::kBf16;
+  const float* bias = nullptr;     // [n_tokens, n_rows] for kF32AddBias
+  float* out = nullptr;            // [n_tokens, n_rows]
+};
+void launch_linear(const LinearLaunch& p, cudaStream_t stream);
+
+// mHC mixes: out[t, m] = f32((x_t . fn[m]) / sqrt(mean(x_t^2) + eps)).
+struct HcMixLaunch {
+  const float* x = nullptr;   // [n_tokens, width]
+  int64_t n_tokens = 0, width = 0;
+  const float* fn = nullptr;  // [n_mix, width]
+  int64_t n_mix = 0;
+  double eps = 0;
+  float* out = nullptr;       // [n_tokens, n_mix]
+};
+void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream);
+
+// Sparse attention with sink for one query token; slot j holds row slot_row[j] of rows, or is empty (-1).
+struct AttentionLaunch {
+  const float* q = nullptr;        // [n_heads, head_dim]
+  int64_t n_heads = 0, head_dim = 0;
+  const float* rows = nullptr;     // [n_filled, head_dim] (K = V)
+  const int32_t* slot_row = nullptr;  // [n_slots]
+  int64_t n_slots = 0;             // a multiple of 64
+  const float* sink = nullptr;     // [n_heads]
+  double softmax_scale = 0;
+  bool block_running_max = true;
+  float* out = nullptr;            // [n_heads, head_dim] bf16 values
+};
+void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream);
+
+// Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
+struct IndexScoreLaunch {
+  const float* q = nullptr;        // [n_heads, dim]
+  const float* weights = nullptr;  // [n_heads]
+  int64_t n_heads = 0, dim = 0;
+  const float* keys = nullptr;     // [n_keys, dim]
+  int64_t n_keys = 0;
+  float* scores = nullptr;         // [n_keys]
+};
+void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream);
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,74 @@
+#include "backend/cuda/weight_cache.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace deepinfer::cuda {
+
+const DeviceWeight& WeightCache::get(const LinearWeight& w) {
+  auto it = weights_.find(w.data);
+  if (it != weights_.end()) {
+    DI_CHECK_MSG(it->second.n_out == w.n_out && it->second.n_in == w.n_in,
+                 "a different weight at a cached weight's address");
+    return it->second;
+  }
+  DeviceWeight d;
+  d.n_out = w.n_out;
+  d.n_in = w.n_in;
+  d.k_pad = (w.n_in + 31) / 32 * 32;
+  int64_t src_pitch = 0;  // bytes per stored row
+  switch (w.dtype) {
+    case DType::kBF16:
+      d.kind = WeightKind::kBf16;
+      src_pitch = w.n_in * 2;
+      d.row_pitch = d.k_pad * 2;
+      break;
+    case DType::kF8E4M3:
+      d.kind = WeightKind::kFp8;
+      DI_CHECK_MSG(w.block > 0 && w.block % 16 == 0, "e4m3 scale blocks must be multiples of 16 for the CUDA kernels");
+      src_pitch = w.n_in;
+      d.row_pitch = d.k_pad;
+      d.block = w.block;
+      d.scale_pitch = (w.n_in + w.block - 1) / w.block;
+      break;
+    case DType::kI8:
+      d.kind = WeightKind::kFp4;
+      DI_CHECK_MSG(w.n_in % 32 == 0, "packed e2m1 rows must hold a multiple of 32 values");
+      src_pitch = w.n_in / 2;
+      d.row_pitch = d.k_pad / 2;
+      d.scale_pitch = w.n_in / 32;
+      break;
+    default:
+      DI_CHECK_MSG(false, std::string("unsupported linear weight dtype for CUDA: ") + dtype_name(w.dtype));
+  }
+  d.data = DeviceBuffer(size_t(d.n_out * d.row_pitch));
+  if (src_pitch == d.row_pitch) {
+    DI_CUDA_CHECK(cudaMemcpy(d.data.get(), w.data, d.data.bytes(), cudaMemcpyHostToDevice));
+  } else {  // zero-padded rows
+    DI_CUDA_CHECK(cudaMemset(d.data.get(), 0, d.data.bytes()));
+    DI_CUDA_CHECK(cudaMemcpy2D(d.data.get(), size_t(d.row_pitch), w.data, size_t(src_pitch), size_t(src_pitch),
+                               size_t(d.n_out), cudaMemcpyHostToDevice));
+  }
+  if (d.kind != WeightKind::kBf16) {
+    const int64_t scale_rows = d.kind == WeightKind::kFp8 ? (d.n_out + d.block - 1) / d.block : d.n_out;
+    d.scale = DeviceBuffer(size_t(scale_rows * d.scale_pitch));
+    DI_CUDA_CHECK(cudaMemcpy(d.scale.get(), w.scale, d.scale.bytes(), cudaMemcpyHostToDevice));
+  }
+  bytes_ += d.data.bytes() + d.scale.bytes();
+  return weights_.emplace(w.data, std::move(d)).first->second;
+}
+
+const float* WeightCache::constant(const float* host, int64_t n) {
+  auto it = constants_.find(host);
+  if (it != constants_.end()) {
+    DI_CHECK_MSG(it->second.first == n, "a different constant array at a cached array's address");
+    return it->second.second.get<float>();
+  }
+  DeviceBuffer b(size_t(n) * sizeof(float));
+  DI_CUDA_CHECK(cudaMemcpy(b.get(), host, b.bytes(), cudaMemcpyHostToDevice));
+  bytes_ += b.bytes();
+  return constants_.emplace(host, std::make_pair(n, std::move(b))).first->second.second.get<float>();
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,37 @@
+// Device copies of the stored linear weights, uploaded once on first use and kept for the backend's
+// lifetime. The key is the weight's data pointer (a checkpoint mapping: its bytes must stay alive and
+// unchanged while the backend lives, as a model's do). Rows are repacked to a padded pitch (k_pad, a
+// multiple of 32 elements, zero codes past K) so that every row starts 16-byte aligned.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/kernels.h"
+#include "model/weights.h"
+
+namespace deepinfer::cuda {
+
+struct DeviceWeight {
+  WeightKind kind = WeightKind::kBf16;
+  int64_t n_out = 0, n_in = 0, k_pad = 0;
+  int64_t row_pitch = 0, scale_pitch = 0;
+  int block = 0;
+  DeviceBuffer data, scale;
+};
+
+class WeightCache {
+ public:
+  const DeviceWeight& get(const LinearWeight& w);
+  // Device copy of a constant float array of a model (mHC fn rows): same lifetime rule as the weights.
+  const float* constant(const float* host, int64_t n);
+  size_t device_bytes() const { return bytes_; }
+
+ private:
+  std::unordered_map<const void*, DeviceWeight> weights_;
+  std::unordered_map<const void*, std::pair<int64_t, DeviceBuffer>> constants_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,188 @@
+// CUDA sparse attention and indexer scores against the exact reference, on the cases and bounds of the
+// CPU kernel tests (tests/kernel/attention_test.cpp, index_scores_test.cpp).
+// Attention, per output: 2 bf16 ulps of ref + 2^-10 of the head's largest |output|; both max variants
+// (V4 64-block running max, V4.1 global max), empty slots, whole empty blocks, fp32 rows.
+// Index scores, per score: 2 bf16 ulps of ref + 2^-7 * sum_h |p_h|.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backend/backend.h"
+#include "cuda/cuda_util.h"
+#include "kernel/kernel_test_util.h"
+
+namespace deepinfer::testing {
+namespace {
+
+struct AttentionCase {
+  std::string name;
+  int64_t n_heads = 64, head_dim = 512;
+  int64_t n_window = 128, n_window_filled = 128;
+  int64_t n_compressed = 512, n_compressed_filled = 512;
+  int64_t empty_block = -1;
+  bool fp32_rows = false;
+  float score_scale = 1.0f;
+  double softmax_scale = 0;  // 0: f32(head_dim^-0.5) (V4)
+};
+
+void run_attention(const AttentionCase& c, uint32_t seed) {
+  DI_MAKE_CUDA_BACKEND(gpu);
+  std::mt19937 rng(seed);
+  const int64_t H = c.n_heads, D = c.head_dim;
+  const int64_t n_rows = c.n_window_filled + c.n_compressed_filled;
+  std::vector<float> kv = random_bf16_values(rng, n_rows * D, 1.0f);
+  if (c.fp32_rows) {
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (auto& v : kv) v = u(rng);
+  }
+  std::vector<float> q = random_bf16_values(rng, H * D, c.score_scale);
+  std::vector<float> sink(static_cast<size_t>(H));
+  for (auto& s : sink) s = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+  std::vector<const float*> slots;
+  for (int64_t i = 0; i < c.n_window; ++i) slots.push_back(i < c.n_window_filled ? &kv[size_t(i * D)] : nullptr);
+  for (int64_t i = 0; i < c.n_compressed; ++i) {
+    const bool filled = i < c.n_compressed_filled && i / 64 != c.empty_block;
+    slots.push_back(filled ? &kv[size_t((c.n_window_filled + i) * D)] : nullptr);
+  }
+  while (slots.size() % 64) slots.push_back(nullptr);
+  const double softmax_scale = c.softmax_scale ? c.softmax_scale : double(float(1.0 / std::sqrt(double(D))));
+  auto reference = make_reference_backend();
+  for (bool running : {true, false}) {
+    std::vector<float> ref(size_t(H * D)), got(size_t(H * D), -7.0f);
+    SparseAttentionParams p{q.data(), H, D, slots.data(), int64_t(slots.size()), sink.data(), softmax_scale, running, ref.data()};
+    reference->sparse_attention(p);
+    p.out = got.data();
+    gpu->sparse_attention(p);
+    int64_t n_bad = 0;
+    for (int64_t h = 0; h < H; ++h) {
+      float head_max = 0;
+      for (int64_t d = 0; d < D; ++d) head_max = std::max(head_max, std::fabs(ref[size_t(h * D + d)]));
+      for (int64_t d = 0; d < D; ++d) {
+        const float r = ref[size_t(h * D + d)], g = got[size_t(h * D + d)];
+        const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7);
+        const double bound = 2 * ulp + std::ldexp(double(head_max), -10);
+        if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
+          ADD_FAILURE() << c.name << " running=" << running << " h=" << h << " d=" << d << " ref=" << r << " cuda=" << g;
+        }
+      }
+    }
+    const Diff d = compare(ref, got, true);
+    EXPECT_TRUE(d.finite);
+    EXPECT_LT(d.calc_diff, 1e-5) << c.name;
+    if (!c.fp32_rows) {
+      EXPECT_LE(double(d.n_differ), 0.05 * double(d.n)) << c.name;
+    }
+    print_diff(std::string(gpu->name()) + " " + c.name + (running ? " [block max]" : " [global max]"), d);
+  }
+}
+
+TEST(SparseAttentionCuda, DecodeWindowPlusTopK) {
+  DI_SKIP_WITHOUT_CUDA();
+  run_attention({"decode ratio-4: 128 window + 512 top-k"}, 1);
+  AttentionCase v41{"V4.1 real softmax scale, 1024 top-k"};
+  v41.n_compressed = 1024;
+  v41.n_compressed_filled = 1000;
+  v41.softmax_scale = 1.0 / std::sqrt(512.0);
+  run_attention(v41, 7);
+}
+
+TEST(SparseAttentionCuda, ShortContextAndEmptySlots) {
+  DI_SKIP_WITHOUT_CUDA();
+  AttentionCase c{"short context: 37 window rows, 9 compressed rows"};
+  c.n_window_filled = 37;
+  c.n_compressed = 64;
+  c.n_compressed_filled = 9;
+  run_attention(c, 2);
+  AttentionCase e{"prefill layout: odd fills, an empty 64-block"};
+  e.n_window_filled = 101;
+  e.n_compressed_filled = 333;
+  e.empty_block = 2;
+  run_attention(e, 3);
+  AttentionCase w{"window only (ratio 0), 1 row"};
+  w.n_window_filled = 1;
+  w.n_compressed = 0;
+  w.n_compressed_filled = 0;
+  run_attention(w, 4);
+}
+
+TEST(SparseAttentionCuda, SharpSoftmaxSmallHeads) {
+  DI_SKIP_WITHOUT_CUDA();
+  AttentionCase c{"sharp scores, 8 heads x 128"};
+  c.n_heads = 8;
+  c.head_dim = 128;
+  c.n_compressed_filled = 300;
+  c.score_scale = 3.0f;
+  run_attention(c, 5);
+}
+
+TEST(SparseAttentionCuda, NonBf16Rows) {
+  DI_SKIP_WITHOUT_CUDA();
+  AttentionCase c{"fp32 kv rows"};
+  c.n_heads = 16;
+  c.n_compressed_filled = 200;
+  c.fp32_rows = true;
+  run_attention(c, 6);
+}
+
+std::vector<float> fp4_grid_values(std::mt19937& rng, int64_t n) {
+  std::uniform_int_distribution<int> code(0, 15), scale(-6, 2);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; b += 32) {
+    const float s = std::ldexp(1.0f, scale(rng));
+    for (int64_t i = b; i < std::min(n, b + 32); ++i) v[size_t(i)] = e2m1_to_float(uint8_t(code(rng))) * s;
+  }
+  return v;
+}
+
+void run_index(int64_t n_heads, int64_t dim, int64_t n_keys, bool fp32_inputs, uint32_t seed) {
+  DI_MAKE_CUDA_BACKEND(gpu);
+  std::mt19937 rng(seed);
+  std::vector<float> q = fp4_grid_values(rng, n_heads * dim), keys = fp4_grid_values(rng, n_keys * dim);
+  std::vector<float> w = random_bf16_values(rng, n_heads, 0.125f);
+  if (fp32_inputs) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& v : keys) v = u(rng);
+  }
+  auto reference = make_reference_backend();
+  std::vector<float> ref(static_cast<size_t>(n_keys)), got(static_cast<size_t>(n_keys), -7.0f);
+  IndexScoreParams p{q.data(), w.data(), n_heads, dim, keys.data(), n_keys, ref.data()};
+  reference->index_scores(p);
+  p.scores = got.data();
+  gpu->index_scores(p);
+  int64_t n_bad = 0;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    double mass = 0;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      double s = 0;
+      for (int64_t d = 0; d < dim; ++d) s += double(q[size_t(h * dim + d)]) * keys[size_t(j * dim + d)];
+      mass += std::fabs(std::max(s, 0.0) * w[size_t(h)]);
+    }
+    const float r = ref[size_t(j)], g = got[size_t(j)];
+    const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7);
+    if (!(std::fabs(double(g) - double(r)) <= 2 * ulp + std::ldexp(mass, -7)) && ++n_bad <= 3) {
+      ADD_FAILURE() << "key " << j << " ref=" << r << " cuda=" << g << " mass=" << mass;
+    }
+  }
+  const Diff d = compare(ref, got, true);
+  EXPECT_TRUE(d.finite);
+  EXPECT_LT(d.calc_diff, 1e-5);
+  print_diff(std::string(gpu->name()) + " index " + std::to_string(n_heads) + " heads x " + std::to_string(dim) + ", " +
+                 std::to_string(n_keys) + " keys" + (fp32_inputs ? " (fp32 keys)" : ""),
+             d);
+}
+
+TEST(IndexScoresCuda, V4FlashShapes) {
+  DI_SKIP_WITHOUT_CUDA();
+  for (int64_t n_keys : {1, 5, 100, 1024}) run_index(64, 128, n_keys, false, uint32_t(10 + n_keys));
+}
+
+TEST(IndexScoresCuda, OddDimFewHeadsFp32Keys) {
+  DI_SKIP_WITHOUT_CUDA();
+  run_index(4, 100, 77, false, 21);
+  run_index(8, 128, 300, false, 22);
+  run_index(64, 128, 200, true, 31);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing

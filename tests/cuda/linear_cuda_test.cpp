@@ -1,0 +1,151 @@
+// The CUDA linear op against the exact reference backend, on the cases and bounds of the CPU kernel test
+// (tests/kernel/linear_test.cpp): bf16, e4m3 with 128- and 32-blocks, packed e2m1, odd K, row_begin
+// offsets, 1..70 tokens (token groups of 1, 2, 4 and 8), strided inputs and outputs, every epilogue,
+// non-bf16 activations and large scale bytes. Bound per output: 2 bf16 ulps of ref (bf16 outputs) +
+// 2^-16 * sum_k |x_k w_k| (fp32 accumulation); padding past n_rows untouched; a token's outputs
+// bit-identical whatever the number of tokens in the call (batch invariance).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backend/backend.h"
+#include "backend/cpu/weight_decode.h"
+#include "cuda/cuda_util.h"
+#include "kernel/kernel_test_util.h"
+
+namespace deepinfer::testing {
+namespace {
+
+struct LinearCase {
+  std::string name;
+  DType dtype;
+  int block;
+  int64_t n_out, k;
+  int64_t row_begin, n_rows;
+  Epilogue epilogue = Epilogue::kBf16;
+  int scale_lo = 0, scale_hi = 0;
+  bool fp32_x = false;
+};
+
+const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 16, 33, 64, 70};
+
+std::vector<double> l1_mass(const LinearParams& p) {
+  const LinearWeight& w = *p.weight;
+  std::vector<double> row(size_t(w.n_in)), mass(size_t(p.n_tokens * p.n_rows));
+  for (int64_t n = 0; n < p.n_rows; ++n) {
+    decode_weight_row(w, p.row_begin + n, row.data());
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      double m = 0;
+      for (int64_t k = 0; k < w.n_in; ++k) m += std::fabs(double(p.x[t * p.x_stride + k]) * row[size_t(k)]);
+      mass[size_t(t * p.n_rows + n)] = m;
+    }
+  }
+  return mass;
+}
+
+void run_case(const LinearCase& c, uint32_t seed) {
+  DI_MAKE_CUDA_BACKEND(gpu);
+  std::mt19937 rng(seed);
+  OwnedWeight ow;
+  if (c.dtype == DType::kBF16) ow = random_bf16_weight(rng, c.n_out, c.k);
+  else if (c.dtype == DType::kF8E4M3)
+    ow = c.scale_lo ? random_fp8_weight(rng, c.n_out, c.k, c.block, c.scale_lo, c.scale_hi)
+                    : random_fp8_weight(rng, c.n_out, c.k, c.block);
+  else
+    ow = c.scale_lo ? random_fp4_weight(rng, c.n_out, c.k, c.scale_lo, c.scale_hi) : random_fp4_weight(rng, c.n_out, c.k);
+  auto reference = make_reference_backend();
+  const int64_t max_t = kTokenCounts.back(), x_stride = c.k + 3, out_stride = c.n_rows + 5;
+  std::vector<float> x = random_bf16_values(rng, max_t * x_stride, 1.0f);
+  if (c.fp32_x) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& v : x) v = u(rng);
+  }
+  std::vector<float> bias(size_t(max_t * c.n_rows));
+  for (auto& b : bias) b = std::normal_distribution<float>(0.0f, 0.5f)(rng);
+  const bool bf16_out = c.epilogue == Epilogue::kBf16;
+  std::vector<float> ref(size_t(max_t * out_stride), -7.0f);
+  LinearParams pr{x.data(), x_stride, max_t, &ow.w, c.row_begin, c.n_rows, c.epilogue, bias.data(), ref.data(), out_stride};
+  reference->linear(pr);
+  const std::vector<double> mass = l1_mass(pr);
+
+  Diff worst;
+  std::vector<float> first_row;
+  for (int64_t T : kTokenCounts) {
+    std::vector<float> got(size_t(T * out_stride), -7.0f);
+    LinearParams p{x.data(), x_stride, T, &ow.w, c.row_begin, c.n_rows, c.epilogue, bias.data(), got.data(), out_stride};
+    gpu->linear(p);
+    std::vector<float> ref_c, got_c;
+    int64_t n_bad = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < out_stride; ++i) {
+        const float r = ref[size_t(t * out_stride + i)], g = got[size_t(t * out_stride + i)];
+        if (i >= c.n_rows) {
+          EXPECT_EQ(g, -7.0f) << c.name << " T=" << T << " wrote past n_rows";
+          continue;
+        }
+        ref_c.push_back(r);
+        got_c.push_back(g);
+        const double ulp = bf16_out ? std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7) : 0.0;
+        const double bound = 2 * ulp + std::ldexp(mass[size_t(t * c.n_rows + i)], -16) + 1e-30;
+        if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
+          ADD_FAILURE() << c.name << " T=" << T << " t=" << t << " row=" << i << " ref=" << r << " cuda=" << g << " bound=" << bound;
+        }
+      }
+    }
+    if (first_row.empty()) {
+      first_row.assign(got.begin(), got.begin() + c.n_rows);
+    } else {
+      EXPECT_TRUE(std::equal(first_row.begin(), first_row.end(), got.begin()))
+          << c.name << ": token 0 differs between a 1-token call and a " << T << "-token call";
+    }
+    const Diff d = compare(ref_c, got_c, bf16_out);
+    EXPECT_TRUE(d.finite) << c.name << " T=" << T;
+    EXPECT_LT(d.calc_diff, 1e-6) << c.name << " T=" << T;
+    if (bf16_out) {
+      EXPECT_LE(double(d.n_differ), 0.02 * double(d.n) + 2) << c.name << " T=" << T;
+    }
+    if (d.calc_diff >= worst.calc_diff) worst = d;
+  }
+  print_diff(std::string(gpu->name()) + " " + c.name + " (worst of T=1..70)", worst);
+}
+
+TEST(LinearCuda, Bf16WeightsAllEpilogues) {
+  DI_SKIP_WITHOUT_CUDA();
+  run_case({"bf16 head-like [300x4096] kBf16", DType::kBF16, 0, 300, 4096, 0, 300}, 11);
+  run_case({"bf16 compressor [200x4096] kF32", DType::kBF16, 0, 200, 4096, 0, 200, Epilogue::kF32}, 12);
+  run_case({"bf16 wgate [96x1000]+7 kF32AddBias", DType::kBF16, 0, 120, 1000, 7, 96, Epilogue::kF32AddBias}, 13);
+  run_case({"bf16 gate [256x4096] kSqrtSoftplus", DType::kBF16, 0, 256, 4096, 0, 256, Epilogue::kSqrtSoftplus}, 14);
+  run_case({"bf16 odd [37x77]", DType::kBF16, 0, 37, 77, 0, 37}, 15);
+}
+
+TEST(LinearCuda, Fp8Block128) {
+  DI_SKIP_WITHOUT_CUDA();
+  run_case({"e4m3/128 wq_a-like [1024x4096] rows 37..337", DType::kF8E4M3, 128, 1024, 4096, 37, 300}, 21);
+  run_case({"e4m3/128 wo_a-like [2048x1024] rows 1024..1280", DType::kF8E4M3, 128, 2048, 1024, 1024, 256}, 22);
+  run_case({"e4m3/128 odd K [200x1000]", DType::kF8E4M3, 128, 200, 1000, 0, 200}, 23);
+  run_case({"e4m3/128 wide scale bytes [64x512]", DType::kF8E4M3, 128, 64, 512, 0, 64, Epilogue::kF32, 128, 140}, 24);
+}
+
+TEST(LinearCuda, Fp8Block32) {
+  DI_SKIP_WITHOUT_CUDA();
+  run_case({"e4m3/32 V4.1-like [320x5120] rows 5..293", DType::kF8E4M3, 32, 320, 5120, 5, 288}, 31);
+  run_case({"e4m3/32 odd K [100x1000]", DType::kF8E4M3, 32, 100, 1000, 0, 100}, 32);
+}
+
+TEST(LinearCuda, Fp4Experts) {
+  DI_SKIP_WITHOUT_CUDA();
+  run_case({"e2m1 w1-like [256x4096] rows 3..253", DType::kI8, 0, 256, 4096, 3, 250}, 41);
+  run_case({"e2m1 w2-like [300x2048]", DType::kI8, 0, 300, 2048, 0, 300}, 42);
+  run_case({"e2m1 extreme scale bytes [40x256]", DType::kI8, 0, 40, 256, 0, 40, Epilogue::kF32, 1, 200}, 43);
+}
+
+TEST(LinearCuda, NonBf16Activations) {
+  DI_SKIP_WITHOUT_CUDA();
+  LinearCase c{"fp32 x, e4m3/128 [130x768] kF32", DType::kF8E4M3, 128, 130, 768, 0, 130, Epilogue::kF32};
+  c.fp32_x = true;
+  run_case(c, 51);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
