@@ -1,3 +1,4 @@
+// RowDecodeCache / KeyDecodeCache: decode on demand into storage that outlives one token's pointer list.
 #include "model/kv_decode_cache.h"
 
 #include "core/status.h"
