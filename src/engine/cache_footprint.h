@@ -1,5 +1,5 @@
 // Bytes of per-sequence cache state as a function of the sequence length, derived from the model config:
-// the fixed part (window rings, compressor rings) plus compressed rows / index keys that grow by one row per
+// the fixed part (packed window rings, fp32 compressor rings) plus compressed rows / index keys that grow by one row per
 // `ratio` tokens. Pure data; the scheduler plans memory with it without touching a SequenceState.
 // Invariant: bytes_at(n) == SequenceState::cache_bytes() of a sequence after n main-model tokens.
 #pragma once
@@ -22,6 +22,12 @@ struct CacheFootprint {
   int64_t bytes_at(int64_t n_tokens) const {
     int64_t bytes = fixed_bytes;
     for (const Growth& g : growth) bytes += (n_tokens / g.ratio) * g.row_bytes;
+    return bytes;
+  }
+  // Bytes per token of the parts that grow with the sequence (the "global" cache), averaged over groups.
+  double bytes_per_token() const {
+    double bytes = 0;
+    for (const Growth& g : growth) bytes += double(g.row_bytes) / g.ratio;
     return bytes;
   }
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/dtypes.h"
+#include "model/kv_decode_cache.h"
 #include "model/model_internal.h"
 
 namespace deepinfer {
@@ -31,8 +32,7 @@ void Model::dspark_seed(SequenceState& seq, int64_t first_pos, std::span<const f
       rmsnorm(row, w.kv_norm, HD, eps, row);
       rope.apply(row + HD - RD, first_pos + i, false);
       qdq_fp8_v41(row, HD, 32);
-      LayerState& ring = seq.mtp_layers[size_t(s)];
-      std::copy_n(row, HD, &ring.window[size_t(ring.slot(first_pos + i) * HD)]);
+      seq.mtp_layers[size_t(s)].store_window_row(first_pos + i, row);
     }
   }
   seq.n_mtp_tokens = std::max(seq.n_mtp_tokens, first_pos + n);
@@ -75,7 +75,9 @@ DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor,
       QkvV41 qkv;
       project_qkv_v41(w, rope, batch.pos, u, qkv);
       std::vector<const float*> rows;
-      for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) rows.push_back(&ring.window[size_t(ring.slot(p) * HD)]);
+      RowDecodeCache window_rows;
+      window_rows.bind(ring.window_format, ring.window.data(), ring.ring_slots);
+      for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) rows.push_back(window_rows.row(ring.slot(p)));
       for (int64_t i = 0; i < B; ++i) rows.push_back(&qkv.kv[size_t(i * HD)]);  // non-causal over the block
       std::vector<float> o(static_cast<size_t>(B * H * HD));
       for (int64_t i = 0; i < B; ++i) attend_v41(w, rope, &qkv.q[size_t(i * H * HD)], pos + 1 + i, rows, &o[size_t(i * H * HD)]);

@@ -10,20 +10,6 @@
 
 namespace deepinfer {
 
-int64_t SequenceState::cache_bytes() const {
-  int64_t bytes = 0;
-  auto add = [&](const std::vector<LayerState>& layers) {
-    for (const auto& l : layers) {
-      bytes += int64_t(l.window.size() + l.compressor.kv.size() + l.compressor.score.size() + l.compressor.rows.size() +
-                       l.index_compressor.kv.size() + l.index_compressor.score.size() + l.index_compressor.rows.size()) *
-               int64_t(sizeof(float));
-    }
-  };
-  add(layers);
-  add(mtp_layers);
-  return bytes;
-}
-
 void qdq_fp8_rows(std::vector<float>& x, int64_t n_rows, int64_t width) {
   for (int64_t r = 0; r < n_rows; ++r) qdq_fp8(x.data() + r * width, width, 128);
 }
@@ -82,39 +68,7 @@ Status Model::validate_tokens(std::span<const int32_t> ids) const {
   return Status();
 }
 
-SequenceState Model::new_sequence() const {
-  const ModelConfig& c = config_;
-  auto make_layer = [&](int layer_id) {
-    LayerState l;
-    l.ring_slots = c.window_size + kSpecSlots;
-    l.window.assign(size_t(l.ring_slots) * c.head_dim, 0.0f);
-    const int ratio = c.compress_ratio(layer_id);
-    if (c.is_v41()) {  // only KV sources own compressed rows and index keys (spec §5.1 "semantics trap")
-      if (layer_id < c.n_layers && c.is_kv_source(layer_id)) {
-        l.compressor.ratio = ratio;
-        l.compressor.width = c.head_dim;
-        l.compressor.kv.assign(size_t(l.compressor.ring_rows() * c.head_dim), 0.0f);
-        l.compressor.score.assign(size_t(l.compressor.ring_rows() * c.head_dim), -INFINITY);
-        l.index_compressor.ratio = ratio;
-        l.index_compressor.width = c.index_head_dim;
-      }
-      return l;
-    }
-    auto init = [&](CompressorState& cs, int64_t d) {
-      cs.ratio = ratio;
-      cs.width = (ratio == 4 ? 2 : 1) * d;
-      cs.kv.assign(size_t(cs.ring_rows() * cs.width), 0.0f);
-      cs.score.assign(size_t(cs.ring_rows() * cs.width), -INFINITY);
-    };
-    if (ratio != 0) init(l.compressor, c.head_dim);
-    if (ratio == 4) init(l.index_compressor, c.index_head_dim);
-    return l;
-  };
-  SequenceState s;
-  for (int l = 0; l < c.n_layers; ++l) s.layers.push_back(make_layer(l));
-  for (int m = 0; m < c.n_mtp_layers; ++m) s.mtp_layers.push_back(make_layer(c.n_layers + m));
-  return s;
-}
+SequenceState Model::new_sequence() const { return new_sequence_state(config_); }
 
 // Flattens chunks into per-token metadata; `start` gives each chunk's first position.
 template <typename Chunk, typename StartFn>
@@ -216,10 +170,7 @@ void Model::rollback(SequenceState& seq, int64_t n_tokens) const {
   // Rings: the slots of removed positions are rewritten before anything reads them, and the spare slots
   // kept every slot an earlier position needs. Rows and keys: keep the groups completed by n_tokens.
   auto truncate = [&](CompressorState& cs) {
-    if (cs.ratio == 0 || cs.n_rows == 0) return;
-    const size_t width = cs.rows.size() / size_t(cs.n_rows);
-    cs.n_rows = std::min(cs.n_rows, n_tokens / cs.ratio);
-    cs.rows.resize(size_t(cs.n_rows) * width);
+    if (cs.ratio != 0) cs.truncate_rows(n_tokens / cs.ratio);
   };
   for (LayerState& l : seq.layers) {
     truncate(l.compressor);

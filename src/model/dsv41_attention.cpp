@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/dtypes.h"
+#include "model/kv_decode_cache.h"
 #include "model/model_internal.h"
 
 namespace deepinfer {
@@ -110,10 +111,8 @@ void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scra
     SequenceState& seq = *batch.states[size_t(latent_chunk[size_t(r)])];
     LayerState& ls = seq.layers[size_t(layer)];
     DI_CHECK(ls.compressor.n_rows == j && ls.index_compressor.n_rows == j);
-    ls.compressor.rows.insert(ls.compressor.rows.end(), row, row + HD);
-    ls.compressor.n_rows += 1;
-    ls.index_compressor.rows.insert(ls.index_compressor.rows.end(), key, key + ID);
-    ls.index_compressor.n_rows += 1;
+    ls.compressor.append_row(row);
+    ls.index_compressor.append_row(key);
   }
 }
 
@@ -202,6 +201,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     const bool uses_candidates = c.candidate_source_layer >= 0 && layer > c.candidate_source_layer;
     std::vector<int64_t> order, block_order;
     std::vector<float> block_score;
+    // Index keys decoded once per chunk and key cache (the cache a token scores against can vary by token).
+    std::vector<KeyDecodeCache> key_caches(size_t(c.n_layers));
     for (int64_t t = 0; t < T; ++t) {
       const int ci = batch.chunk[size_t(t)];
       SequenceState& seq = *batch.states[size_t(ci)];
@@ -228,7 +229,9 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
       }
       DI_CHECK(keys.n_rows >= n_visible);
       scores.resize(size_t(n_visible));
-      backend_->index_scores({&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, keys.rows.data(), n_visible, scores.data()});
+      KeyDecodeCache& key_cache = key_caches[size_t(keys_layer)];
+      key_cache.bind(keys.row_format, keys.rows.data(), &keys);
+      backend_->index_scores({&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, key_cache.keys(n_visible), n_visible, scores.data()});
       auto better = [&](const std::vector<float>& s, int64_t a, int64_t b) {
         return s[size_t(a)] != s[size_t(b)] ? s[size_t(a)] > s[size_t(b)] : a < b;
       };
@@ -260,29 +263,39 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   // Step 28: window rows + the selected compressed rows of the KV owner.
   std::vector<float> o(static_cast<size_t>(T * H * HD));
   std::vector<const float*> rows;
+  RowDecodeCache window_rows, compressed_rows;  // per chunk: the rows its tokens read, each decoded once
+  int bound_chunk = -1;
   for (int64_t t = 0; t < T; ++t) {
     const int ci = batch.chunk[size_t(t)];
     const SequenceState& seq = *batch.states[size_t(ci)];
     const LayerState& ls = seq.layers[size_t(layer)];
+    if (ci != bound_chunk) {
+      bound_chunk = ci;
+      window_rows.bind(ls.window_format, ls.window.data(), ls.ring_slots);
+      if (ratio != 0) {
+        const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
+        compressed_rows.bind(cmp.row_format, cmp.rows.data(), cmp.n_rows);
+      }
+    }
     const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
     const int64_t chunk_first_token = batch.first_token[size_t(ci)];
     rows.clear();
     for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) {
       rows.push_back(p >= chunk_first_pos ? &kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]
-                                          : &ls.window[size_t(ls.slot(p) * HD)]);
+                                          : window_rows.row(ls.slot(p)));
     }
     if (ratio != 0) {
       const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
       for (int64_t j : scratch.selection[size_t(t)]) {
         DI_CHECK(j < cmp.n_rows);
-        rows.push_back(&cmp.rows[size_t(j * HD)]);
+        rows.push_back(compressed_rows.row(j));
       }
     }
     attend_v41(w, rope, &q[size_t(t * H * HD)], pos, rows, &o[size_t(t * H * HD)]);
   }
   for (int64_t t = 0; t < T; ++t) {
     LayerState& ls = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)];
-    std::copy_n(&kv[size_t(t * HD)], HD, &ls.window[size_t(ls.slot(batch.pos[size_t(t)]) * HD)]);
+    ls.store_window_row(batch.pos[size_t(t)], &kv[size_t(t * HD)]);
   }
   output_projection_v41(w, o, T, out);
 }

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/dtypes.h"
+#include "model/kv_decode_cache.h"
 #include "model/model_internal.h"
 
 namespace deepinfer {
@@ -58,8 +59,7 @@ void pool_group(CompressorState& cs, int64_t g, int64_t d, const uint16_t* norm,
     qdq_fp8(pooled.data(), d - rope_dim, 64);
   }
   DI_CHECK(cs.n_rows == g);
-  cs.rows.insert(cs.rows.end(), pooled.begin(), pooled.end());
-  cs.n_rows += 1;
+  cs.append_row(pooled.data());
 }
 
 }  // namespace
@@ -141,9 +141,19 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   std::vector<const float*> slots;
   std::vector<float> scores;
   std::vector<int64_t> order;
+  // Packed rows decoded for this call: per chunk, only the slots its tokens read, each once.
+  RowDecodeCache window_rows, compressed_rows;
+  KeyDecodeCache index_keys;
+  int bound_chunk = -1;
   for (int64_t t = 0; t < T; ++t) {
     const int ci = batch.chunk[size_t(t)];
     const LayerState& ls = layer_state(batch.states[size_t(ci)], is_mtp, layer_index);
+    if (ci != bound_chunk) {
+      bound_chunk = ci;
+      window_rows.bind(ls.window_format, ls.window.data(), ls.ring_slots);
+      if (ratio != 0) compressed_rows.bind(ls.compressor.row_format, ls.compressor.rows.data(), ls.compressor.n_rows);
+      if (ratio == 4) index_keys.bind(ls.index_compressor.row_format, ls.index_compressor.rows.data(), &ls.index_compressor);
+    }
     const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
     const int64_t chunk_first_token = batch.first_token[size_t(ci)];
     slots.clear();
@@ -156,20 +166,20 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       } else if (p >= chunk_first_pos) {
         slots.push_back(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);  // fresh row of this call
       } else {
-        slots.push_back(&ls.window[size_t(ls.slot(p) * HD)]);
+        slots.push_back(window_rows.row(ls.slot(p)));
       }
     }
     const int64_t layout = batch.layout_tokens[size_t(t)];
     if (ratio == 128) {
       const int64_t n_slots = layout / 128, n_visible = (pos + 1) / 128;
-      for (int64_t j = 0; j < n_slots; ++j) slots.push_back(j < n_visible ? &ls.compressor.rows[size_t(j * HD)] : nullptr);
+      for (int64_t j = 0; j < n_slots; ++j) slots.push_back(j < n_visible ? compressed_rows.row(j) : nullptr);
     } else if (ratio == 4) {
       const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_visible = (pos + 1) / 4;
       const int64_t n_fill = std::min(n_slots, n_visible);
       scores.resize(size_t(n_visible));
       if (n_visible > 0) {
         backend_->index_scores({&iq[size_t(t * IH * ID)], &index_w[size_t(t * IH)], IH, ID,
-                                ls.index_compressor.rows.data(), n_visible, scores.data()});  // I7-I9
+                                index_keys.keys(n_visible), n_visible, scores.data()});  // I7-I9
       }
       order.resize(size_t(n_visible));
       std::iota(order.begin(), order.end(), 0);
@@ -177,7 +187,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
         return scores[size_t(a)] != scores[size_t(b)] ? scores[size_t(a)] > scores[size_t(b)] : a < b;
       });  // I10: larger score first, ties lower index first
       for (int64_t j = 0; j < n_slots; ++j) {
-        slots.push_back(j < n_fill ? &ls.compressor.rows[size_t(order[size_t(j)] * HD)] : nullptr);
+        slots.push_back(j < n_fill ? compressed_rows.row(order[size_t(j)]) : nullptr);
       }
     }
     while (slots.size() % 64) slots.push_back(nullptr);
@@ -191,7 +201,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   // The window ring takes this call's rows only now: earlier tokens of the call still needed the old ones.
   for (int64_t t = 0; t < T; ++t) {
     LayerState& ls = layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index);
-    std::copy_n(&kv[size_t(t * HD)], HD, &ls.window[size_t(ls.slot(batch.pos[size_t(t)]) * HD)]);
+    ls.store_window_row(batch.pos[size_t(t)], &kv[size_t(t * HD)]);
   }
 
   // AT5: grouped wo_a (no activation QDQ), AT6: wo_b.

@@ -1,11 +1,14 @@
 // Per-sequence state of the V4 forward pass: per layer a 128-slot window ring, the compressor rings,
 // the compressed KV rows and the indexer keys; the MTP layer has its own window ring. A fresh
 // SequenceState is the golden "fresh sequence state" (empty ring, compressor kv 0 / score -inf, no rows).
-// Values are stored as floats holding bf16 (rows) or fp32 (compressor state) values.
+// Window rings, compressed rows and index keys are held packed in their serving formats (kv_format.h:
+// lossless for the QDQ'd values the model stores); the compressor rings stay fp32 (small, fixed size).
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "model/kv_format.h"
 
 namespace deepinfer {
 
@@ -19,16 +22,25 @@ struct CompressorState {
   int64_t width = 0;               // coff * d
   std::vector<float> kv;           // [ring_rows, width] fp32 C1 outputs, slot = pos mod ring_rows
   std::vector<float> score;        // [ring_rows, width] fp32 C2 outputs (ape included)
-  std::vector<float> rows;         // [n_rows, d] finished compressed rows (bf16 values)
+  KvRowFormat row_format;          // compressed rows (V4 584 B, V4.1 288 B) or index keys (68 B)
+  std::vector<uint8_t> rows;       // [n_rows, row_format.row_bytes] finished rows, packed
   int64_t n_rows = 0;
   // V4 ratio 4 pools the previous group too; every ring leaves kSpecSlots for rollback.
   int ring_rows() const { return (ratio == 4 ? 2 * ratio : ratio) + kSpecSlots; }
+  const uint8_t* row(int64_t j) const { return rows.data() + j * row_format.row_bytes; }
+  // Packs and appends row n_rows ([row_format.n_values] QDQ'd floats); a value the format cannot hold
+  // exactly is a bug and stops the process.
+  void append_row(const float* values);
+  void truncate_rows(int64_t n);
 };
 
 struct LayerState {
-  std::vector<float> window;       // [ring_slots, head_dim], slot = pos mod ring_slots
+  KvRowFormat window_format;
+  std::vector<uint8_t> window;     // [ring_slots, window_format.row_bytes], slot = pos mod ring_slots
   int64_t ring_slots = 0;          // window_size + kSpecSlots
   int64_t slot(int64_t pos) const { return pos % ring_slots; }
+  // Packs [window_format.n_values] QDQ'd floats into the slot of `pos`.
+  void store_window_row(int64_t pos, const float* values);
   CompressorState compressor;      // V4 ratio != 0 / V4.1 KV sources: compressed KV rows
   CompressorState index_compressor;  // V4 ratio 4: indexer keys; V4.1 KV sources: index keys in `rows`
 };
@@ -41,8 +53,11 @@ struct SequenceState {
   // V4.1: compressed ids of the latest positions (Engram n-grams; most recent last; max_ngram - 1 +
   // kSpecSlots of them, so a rollback keeps what the next n-grams need).
   std::vector<int32_t> engram_history;
-  // Bytes held by this sequence's caches (window rings, compressor state, rows, keys).
+  // Bytes held by this sequence's caches (packed window rings, rows and keys; fp32 compressor rings).
   int64_t cache_bytes() const;
 };
+
+// The fresh state of one sequence (what Model::new_sequence returns), from the config alone.
+SequenceState new_sequence_state(const ModelConfig& config);
 
 }  // namespace deepinfer

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/prefix_cache.h"
+#include "model/kv_format.h"
 #include "model/model.h"
 #include "model/random_checkpoint.h"
 #include "temp_dir.h"
@@ -244,12 +245,14 @@ TEST(Engine, PreemptionRecomputesWithoutChangingOutputs) {
   auto model = Model::open(EngineModel::get().dir(), ModelOptions{.n_threads = 1});
   ASSERT_TRUE(model.ok());
   const int64_t fixed = model.value()->new_sequence().cache_bytes();
+  const KvFormats formats = kv_formats_of(model.value()->config());
+  const int64_t group = formats.compressed.row_bytes + formats.index_key.row_bytes;  // 584 + 68
   model.value().reset();
   EngineOptions roomy = options_for_tests();
   EngineOptions tight = roomy;
-  // A 40-token prompt adds 10 groups of 2560 bytes (ratio-4 rows and index keys): three sequences fit at
-  // admission, not once each has generated 60 more tokens.
-  tight.cache_budget_bytes = 3 * (fixed + 10 * 2560) + 30000;
+  // A 40-token prompt adds 10 groups (ratio-4 rows and index keys): three sequences fit at admission, not
+  // once each has generated 60 more tokens (15 more groups).
+  tight.cache_budget_bytes = 3 * (fixed + 10 * group) + 12 * group;
   std::vector<Request> requests;
   for (int i = 0; i < 5; ++i) requests.push_back(ids_request(random_prompt(40, 20 + uint32_t(i)), 60));
   auto reference = open_engine(roomy);

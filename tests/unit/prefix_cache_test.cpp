@@ -10,10 +10,10 @@
 namespace deepinfer {
 namespace {
 
-SequenceState state_with_bytes(size_t n_floats, int64_t n_tokens) {
+SequenceState state_with_bytes(size_t n_floats, int64_t n_tokens) {  // n_floats * 4 cache bytes
   SequenceState s;
   s.layers.resize(1);
-  s.layers[0].window.assign(n_floats, float(n_tokens));
+  s.layers[0].window.assign(n_floats * sizeof(float), uint8_t(n_tokens));
   s.n_tokens = n_tokens;
   return s;
 }

@@ -1,0 +1,50 @@
+// RowDecodeCache / KeyDecodeCache: decode on demand into storage that outlives one token's pointer list.
+#include "model/kv_decode_cache.h"
+
+#include "core/status.h"
+
+namespace deepinfer {
+
+void RowDecodeCache::bind(const KvRowFormat& format, const uint8_t* rows, int64_t n_rows) {
+  if (format.n_values != format_.n_values) blocks_.clear();
+  format_ = format;
+  rows_ = rows;
+  slot_of_row_.assign(size_t(n_rows), -1);
+  n_decoded_ = 0;
+}
+
+const float* RowDecodeCache::row(int64_t j) {
+  DI_CHECK(j >= 0 && j < int64_t(slot_of_row_.size()));
+  int32_t& slot = slot_of_row_[size_t(j)];
+  if (slot < 0) {
+    slot = int32_t(n_decoded_++);
+    if (size_t(slot / kRowsPerBlock) == blocks_.size()) {
+      blocks_.push_back(std::make_unique<float[]>(size_t(kRowsPerBlock * format_.n_values)));
+    }
+    unpack_kv_row(format_, rows_ + j * format_.row_bytes, row_at(slot));
+  }
+  return row_at(slot);
+}
+
+float* RowDecodeCache::row_at(int64_t slot) {
+  return blocks_[size_t(slot / kRowsPerBlock)].get() + (slot % kRowsPerBlock) * format_.n_values;
+}
+
+void KeyDecodeCache::bind(const KvRowFormat& format, const uint8_t* rows, const void* owner) {
+  if (rows == rows_ && owner == owner_) return;
+  format_ = format;
+  rows_ = rows;
+  owner_ = owner;
+  n_decoded_ = 0;
+}
+
+const float* KeyDecodeCache::keys(int64_t n_keys) {
+  if (n_keys > n_decoded_) {
+    if (decoded_.size() < size_t(n_keys * format_.n_values)) decoded_.resize(size_t(n_keys * format_.n_values));
+    unpack_kv_rows(format_, rows_ + n_decoded_ * format_.row_bytes, n_keys - n_decoded_, decoded_.data() + n_decoded_ * format_.n_values);
+    n_decoded_ = n_keys;
+  }
+  return decoded_.data();
+}
+
+}  // namespace deepinfer

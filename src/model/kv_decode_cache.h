@@ -1,0 +1,47 @@
+// Per-call float copies of packed cache rows (sequence_state.h), for the backend ops that take floats.
+// RowDecodeCache decodes a row the first time a token asks for it and keeps it at the same address until
+// the next bind(), so the slot pointer lists handed to sparse_attention stay valid and a row several tokens
+// select is decoded once. KeyDecodeCache decodes index keys contiguously ([n_keys, dim], what index_scores
+// reads), growing as later tokens of a chunk see more keys: once per chunk, not once per query token.
+// Neither owns or changes the packed rows; bind after the call has appended its rows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/kv_format.h"
+
+namespace deepinfer {
+
+class RowDecodeCache {
+ public:
+  // rows: [n_rows, format.row_bytes].
+  void bind(const KvRowFormat& format, const uint8_t* rows, int64_t n_rows);
+  const float* row(int64_t j);  // [format.n_values]
+
+ private:
+  static constexpr int64_t kRowsPerBlock = 32;
+  float* row_at(int64_t slot);
+  KvRowFormat format_;
+  const uint8_t* rows_ = nullptr;
+  std::vector<int32_t> slot_of_row_;              // [n_rows] decoded slot, -1 = not yet
+  std::vector<std::unique_ptr<float[]>> blocks_;  // [kRowsPerBlock, n_values] each, kept across binds
+  int64_t n_decoded_ = 0;
+};
+
+class KeyDecodeCache {
+ public:
+  // Rebinds (dropping what was decoded) only when `rows` / `owner` differ from the bound ones.
+  void bind(const KvRowFormat& format, const uint8_t* rows, const void* owner);
+  const float* keys(int64_t n_keys);  // [n_keys, format.n_values]; valid until the next keys() / bind()
+
+ private:
+  KvRowFormat format_;
+  const uint8_t* rows_ = nullptr;
+  const void* owner_ = nullptr;
+  std::vector<float> decoded_;
+  int64_t n_decoded_ = 0;
+};
+
+}  // namespace deepinfer
