@@ -166,16 +166,25 @@ Result<EngramHashing> derive_engram_hashing(const ModelConfig& c, const Tokenize
   if (c.engram_pad_token_id < 0 || size_t(c.engram_pad_token_id) >= map.token_map.size()) {
     return Status::error(tokenizer_name + ": engram_pad_token_id " + std::to_string(c.engram_pad_token_id) + " is not a token id of this tokenizer");
   }
+  std::vector<int32_t> token_map = map.token_map;
+  // The reference's map has len(tokenizer) entries and would fail on a larger id. Ids the tokenizer does
+  // not have (only reachable by sampling a padded embedding row) hash as the pad id here.
+  token_map.resize(size_t(c.vocab_size), token_map[size_t(c.engram_pad_token_id)]);
+  return engram_hashing_for_map(c, std::move(token_map), tokenizer_name);
+}
+
+Result<EngramHashing> engram_hashing_for_map(const ModelConfig& c, std::vector<int32_t> token_map, const std::string& source) {
+  DI_RETURN_IF_ERROR(check_engram_sizes(c));
+  if (int64_t(token_map.size()) != c.vocab_size || c.engram_pad_token_id < 0 || c.engram_pad_token_id >= c.vocab_size) {
+    return Status::error(source + ": the Engram token map needs vocab_size entries and engram_pad_token_id inside it");
+  }
   EngramHashing e;
   e.max_ngram = c.engram_max_ngram;
   e.n_heads = c.engram_n_heads;
-  e.token_map = map.token_map;
+  e.token_map = std::move(token_map);
   e.pad = e.token_map[size_t(c.engram_pad_token_id)];  // spec §7.6 step 3
-  // The reference's map has len(tokenizer) entries and would fail on a larger id. Ids the tokenizer does
-  // not have (only reachable by sampling a padded embedding row) hash as the pad id here.
-  e.token_map.resize(size_t(c.vocab_size), e.pad);
   e.multipliers = derived_multipliers(c);
-  DI_RETURN_IF_ERROR(add_primes(c, tokenizer_name, &e));
+  DI_RETURN_IF_ERROR(add_primes(c, source, &e));
   return e;
 }
 
@@ -192,7 +201,7 @@ Result<EngramHashing> load_engram_hashing(const ModelConfig& c, const std::strin
   return derive_engram_hashing(c, tokenizer.value(), tokenizer_file);
 }
 
-Status write_engram_side_file(const ModelConfig& c, const EngramHashing& e, const std::string& path) {
+Status write_engram_side_file(const ModelConfig& c, const EngramHashing& e, const std::string& path, const std::string& note) {
   const auto bytes_of = [](const void* data, size_t n) {
     const uint8_t* p = static_cast<const uint8_t*>(data);
     return std::vector<uint8_t>(p, p + n);
@@ -210,7 +219,7 @@ Status write_engram_side_file(const ModelConfig& c, const EngramHashing& e, cons
       {"engram.primes", DType::kI64, {n_layers, e.n_rows_per_token()}, bytes_of(primes.data(), primes.size() * sizeof(int64_t))},
       {"engram.offsets", DType::kI64, {n_layers, e.n_rows_per_token()}, bytes_of(offsets.data(), offsets.size() * sizeof(int64_t))},
   };
-  return write_safetensors(path, tensors, {{"note", "Engram token map derived by deepinfer engram-map (spec 7.6 steps 1-5)"}});
+  return write_safetensors(path, tensors, {{"note", note}});
 }
 
 void engram_table_row(const EngramTable& table, int64_t row, float* out) {

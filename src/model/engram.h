@@ -40,9 +40,13 @@ Result<EngramHashing> load_engram_hashing(const ModelConfig& config, const std::
 // Derives everything from `tokenizer` (named `tokenizer_name` in errors). The map spans config.vocab_size:
 // ids past the tokenizer's last one map to pad. The compressed vocabulary must equal the config's.
 Result<EngramHashing> derive_engram_hashing(const ModelConfig& config, const Tokenizer& tokenizer, const std::string& tokenizer_name);
+// The hashing for a given token map ([vocab_size] compressed ids): pad, numpy's multipliers, primes and
+// offsets (checked against engram_num_embeddings). `source` names the map's origin in errors.
+Result<EngramHashing> engram_hashing_for_map(const ModelConfig& config, std::vector<int32_t> token_map, const std::string& source);
 // Writes the side-file format (engram.token_map I32 [vocab], engram.multipliers I64 [layers, max_ngram],
-// engram.primes / engram.offsets I64 [layers, rows per token]).
-Status write_engram_side_file(const ModelConfig& config, const EngramHashing& hashing, const std::string& path);
+// engram.primes / engram.offsets I64 [layers, rows per token]); `note` goes in the file's metadata.
+Status write_engram_side_file(const ModelConfig& config, const EngramHashing& hashing, const std::string& path,
+                              const std::string& note = "Engram token map derived by deepinfer engram-map (spec 7.6 steps 1-5)");
 
 // Writes table row `row` as exact values (e4m3 x e8m0 per 32), [table.dim].
 void engram_table_row(const EngramTable& table, int64_t row, float* out);

@@ -19,7 +19,6 @@
 
 #include "core/dtypes.h"
 #include "format/safetensors.h"
-#include "core/pcg64.h"
 #include "model/config.h"
 #include "model/engram.h"
 #include "model/weights.h"
@@ -536,7 +535,7 @@ Status write_text_file(const std::string& path, const std::string& text) {
 // V4.1 Engram side file (the golden format, /work/shared/golden/v41-flash/README.md): a random token map with
 // first-appearance numbering (ids 0..C-1 map to themselves, the rest to uniform draws), numpy's multipliers for
 // the config's layer ids, and the primes / offsets of the primes rule.
-Status write_engram_side_file(const ModelConfig& c, uint64_t seed, const std::string& path) {
+Status write_random_engram_side_file(const ModelConfig& c, uint64_t seed, const std::string& path) {
   const int64_t n_compressed = c.engram_compressed_vocab_size;
   if (n_compressed < 1 || n_compressed > c.vocab_size) {
     return Status::error("random checkpoint: engram_compressed_vocab_size must be in 1..vocab_size");
@@ -544,32 +543,10 @@ Status write_engram_side_file(const ModelConfig& c, uint64_t seed, const std::st
   Rng rng(seed, "engram.token_map");
   std::vector<int32_t> token_map(size_t(c.vocab_size));
   for (int64_t i = 0; i < c.vocab_size; ++i) token_map[size_t(i)] = int32_t(i < n_compressed ? i : int64_t(rng.below(uint64_t(n_compressed))));
-  const std::vector<std::vector<int64_t>> primes = engram_primes(c);
-  std::vector<int64_t> multipliers, all_primes, offsets;
-  for (size_t l = 0; l < c.engram_layers.size(); ++l) {
-    const std::vector<int64_t> m = engram_multipliers(c.engram_layers[l], n_compressed, c.engram_max_ngram);
-    multipliers.insert(multipliers.end(), m.begin(), m.end());
-    int64_t total = 0;
-    for (int64_t p : primes[l]) {
-      all_primes.push_back(p);
-      offsets.push_back(total);
-      total += p;
-    }
-  }
-  auto as_bytes = [](const auto& v) {
-    std::vector<uint8_t> bytes(v.size() * sizeof(v[0]));
-    std::memcpy(bytes.data(), v.data(), bytes.size());
-    return bytes;
-  };
-  const int64_t n_layers = int64_t(c.engram_layers.size()), n_cols = int64_t(c.engram_max_ngram - 1) * c.engram_n_heads;
-  std::vector<TensorToWrite> tensors = {
-      {"engram.token_map", DType::kI32, {c.vocab_size}, as_bytes(token_map)},
-      {"engram.multipliers", DType::kI64, {n_layers, c.engram_max_ngram}, as_bytes(multipliers)},
-      {"engram.primes", DType::kI64, {n_layers, n_cols}, as_bytes(all_primes)},
-      {"engram.offsets", DType::kI64, {n_layers, n_cols}, as_bytes(offsets)},
-  };
+  Result<EngramHashing> hashing = engram_hashing_for_map(c, std::move(token_map), "random checkpoint");
+  if (!hashing.ok()) return hashing.status();
   const std::string tmp = path + ".tmp";
-  DI_RETURN_IF_ERROR(write_safetensors(tmp, tensors, {{"note", "deepinfer random checkpoint: random token map"}}));
+  DI_RETURN_IF_ERROR(write_engram_side_file(c, hashing.value(), tmp, "deepinfer random checkpoint: random token map"));
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) return Status::error(path + ": cannot rename from " + tmp + ": " + ec.message());
@@ -630,7 +607,7 @@ Status write_random_checkpoint(const std::string& config_json_text, uint64_t see
   DI_CHECK(next == order.size());
 
   if (c.is_v41() && !c.engram_layers.empty()) {
-    DI_RETURN_IF_ERROR(write_engram_side_file(c, seed, (fs::path(out_dir) / "engram_token_map.safetensors").string()));
+    DI_RETURN_IF_ERROR(write_random_engram_side_file(c, seed, (fs::path(out_dir) / "engram_token_map.safetensors").string()));
   }
   nlohmann::json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
   return write_text_file((fs::path(out_dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
