@@ -9,20 +9,21 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/worker_pool.h"
+#include "core/aligned_vector.h"
 
 namespace deepinfer::cpu {
 
 struct AttentionWorkspace {
   std::vector<const float*> rows;
   std::vector<int64_t> seg_begin, seg_valid;
-  std::vector<uint8_t> k, v, q;
+  AlignedVector<uint8_t> k, v, q;
 };
 
 // Spec AT1-AT3 for one token (same rounding points as the reference: P rounded to bf16, the output once).
 void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, WorkerPool& pool, AttentionWorkspace& ws);
 
 struct IndexWorkspace {
-  std::vector<uint8_t> keys, q;
+  AlignedVector<uint8_t> keys, q;
 };
 
 // Spec I7-I9 for one token: bf16 per-head scores, the head sum in fp32, rounded to bf16.

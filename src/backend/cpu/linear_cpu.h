@@ -9,11 +9,12 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/worker_pool.h"
+#include "core/aligned_vector.h"
 
 namespace deepinfer::cpu {
 
 struct LinearWorkspace {
-  std::vector<uint8_t> x_packed;
+  AlignedVector<uint8_t> x_packed;
 };
 
 // p.out = epilogue(x . W^T) with the family of `level` (falling back to a wider-input family when the

@@ -44,11 +44,11 @@ struct RowSrc {
 // Per-thread buffers (grown once, reused by every call).
 template <class S>
 struct Scratch {
-  std::vector<typename S::Elem> tile;  // [kRowTile, row_stride(k_padded)]
+  AlignedVector<typename S::Elem> tile;  // [kRowTile, row_stride(k_padded)]
   std::vector<float> mult;             // fp8: [2 row blocks, n_chunks]
   std::vector<uint8_t> tail;           // one zero-padded chunk per row for K % chunk
   std::vector<float> state;            // tile mode: unreduced accumulators of every (token block, row group)
-  std::vector<typename S::Elem> x_scaled;  // raw-fp8 direct mode: x times the row block's scales
+  AlignedVector<typename S::Elem> x_scaled;  // raw-fp8 direct mode: x times the row block's scales
   uint64_t x_scaled_call = ~uint64_t(0);   // (call, row block) that x_scaled holds
   int64_t x_scaled_block = -1;
 };
@@ -113,6 +113,19 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
   for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
 }
 
+// Families whose W is several accumulator-width parts (S::kParts, S::load_part) run the tile kernel one
+// part at a time.
+template <class S>
+constexpr bool kSplitChunks = requires { S::kParts; };
+
+// Rows per direct-kernel group for T tokens: S::kDirectR1 (when given) for a single token, whose few
+// accumulators would otherwise leave the FMA latency uncovered; S::kDirectR otherwise.
+template <class S, int T>
+constexpr int direct_rows() {
+  if constexpr (T == 1 && requires { S::kDirectR1; }) return S::kDirectR1;
+  else return S::kDirectR;
+}
+
 // Tile kernel: R rows of decoded tile (stride ws) times T tokens of x (stride xs), n_chunks chunks. With a
 // state (K-blocked tiles), the unreduced accumulators continue from / are saved to it, so the sums are
 // the same, bit for bit, as one pass over all chunks (and as the direct kernel): results never depend on
@@ -128,12 +141,28 @@ void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* 
       if constexpr (kFirst) acc[t][r] = S::zero();
       else acc[t][r] = S::fload(state + (t * R + r) * S::kLanes);
     }
-  for (int64_t ch = 0; ch < n_chunks; ++ch) {
-    W wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = S::load_w(w + r * ws + ch * S::kChunk);
-    for (int t = 0; t < T; ++t) {
-      const W xv = S::load_w(x + t * xs + ch * S::kChunk);
-      for (int r = 0; r < R; ++r) acc[t][r] = S::dot(acc[t][r], wv[r], xv);
+  if constexpr (kSplitChunks<S>) {
+    // One accumulator-width part of the chunk at a time: R + 1 live operand registers instead of 2R + 2,
+    // which leaves room for R * T accumulators (enough independent FMA chains to cover the FMA latency).
+    // The products are added in the order S::dot adds them (part 0 first), so the sums are unchanged.
+    for (int64_t ch = 0; ch < n_chunks; ++ch) {
+      for (int part = 0; part < S::kParts; ++part) {
+        F wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = S::load_part(w + r * ws + ch * S::kChunk, part);
+        for (int t = 0; t < T; ++t) {
+          const F xv = S::load_part(x + t * xs + ch * S::kChunk, part);
+          for (int r = 0; r < R; ++r) acc[t][r] = S::ffma(wv[r], xv, acc[t][r]);
+        }
+      }
+    }
+  } else {
+    for (int64_t ch = 0; ch < n_chunks; ++ch) {
+      W wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = S::load_w(w + r * ws + ch * S::kChunk);
+      for (int t = 0; t < T; ++t) {
+        const W xv = S::load_w(x + t * xs + ch * S::kChunk);
+        for (int r = 0; r < R; ++r) acc[t][r] = S::dot(acc[t][r], wv[r], xv);
+      }
     }
   }
   if constexpr (kLast) {
@@ -158,12 +187,28 @@ void tile_tokens(const typename S::Elem* w, int64_t ws, const typename S::Elem* 
   }
 }
 
+// Direct mode over all n_rows rows, R = direct_rows<S, T>() at a time (a short last group repeats its last
+// row); T is the call's token count, found by recursion.
 template <class S, DType D, bool kWide, int T>
-void direct_tokens(const RowSrc* rows, const uint8_t* const* tails, const typename S::Elem* x, int64_t xs,
-                   int64_t n_tokens, int64_t n_full, bool has_tail, float* c, int64_t cs) {
+void direct_tokens(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, const typename S::Elem* x,
+                   int64_t xs, int64_t n_tokens, int64_t n_full, bool has_tail, float* c, int64_t cs) {
   if constexpr (T > 0) {
-    if (n_tokens == T) return direct_kernel<S, D, kWide, S::kDirectR, T>(rows, tails, x, xs, n_full, has_tail, c, cs);
-    return direct_tokens<S, D, kWide, T - 1>(rows, tails, x, xs, n_tokens, n_full, has_tail, c, cs);
+    if (n_tokens != T) return direct_tokens<S, D, kWide, T - 1>(rows, tails, n_rows, x, xs, n_tokens, n_full, has_tail, c, cs);
+    constexpr int R = direct_rows<S, T>();
+    float part[T * R];
+    for (int64_t r0 = 0; r0 < n_rows; r0 += R) {
+      RowSrc grp[R];
+      const uint8_t* grp_tails[R];
+      for (int r = 0; r < R; ++r) {
+        const int64_t i = std::min<int64_t>(r0 + r, n_rows - 1);
+        grp[r] = rows[i];
+        grp_tails[r] = tails[i];
+      }
+      direct_kernel<S, D, kWide, R, T>(grp, grp_tails, x, xs, n_full, has_tail, part, R);
+      const int64_t nr = std::min<int64_t>(R, n_rows - r0);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < nr; ++r) c[t * cs + r0 + r] = part[t * R + r];
+    }
   }
 }
 
@@ -263,23 +308,8 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   const Elem* xd = static_cast<const Elem*>(x.data);
   constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
 
-  if (T <= S::kDirectT) {
-    // Direct: decode in registers, kDirectR rows at a time (a short last group repeats its last row).
-    float part[S::kDirectT * S::kDirectR];
-    for (int64_t r0 = 0; r0 < n_rows; r0 += S::kDirectR) {
-      RowSrc grp[S::kDirectR];
-      const uint8_t* grp_tails[S::kDirectR];
-      for (int r = 0; r < S::kDirectR; ++r) {
-        const int64_t i = std::min(r0 + r, n_rows - 1);
-        grp[r] = rows[i];
-        grp_tails[r] = tails[i];
-      }
-      direct_tokens<S, D, kWide, S::kDirectT>(grp, grp_tails, xd, xs, T, n_full, has_tail, part, S::kDirectR);
-      const int64_t nr = std::min<int64_t>(S::kDirectR, n_rows - r0);
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t r = 0; r < nr; ++r) c[t * cs + r0 + r] = part[t * S::kDirectR + r];
-    }
-    return;
+  if (T <= S::kDirectT) {  // direct: decode in registers
+    return direct_tokens<S, D, kWide, S::kDirectT>(rows, tails, n_rows, xd, xs, T, n_full, has_tail, c, cs);
   }
 
   // Tile: decode the rows once, then every block of tokens reads them from the (L2-resident) tile.

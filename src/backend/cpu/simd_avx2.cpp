@@ -105,8 +105,11 @@ struct S : Avx2Ops {
     __m256 a, b;
   };
   static constexpr int64_t kChunk = 16;
-  static constexpr int kDirectR = 2, kDirectT = 3;
-  static constexpr int kTileR = 2, kTileT = 4;
+  // Direct mode: 2 rows x up to 3 tokens, 4 rows for one token (decode). Tile mode: 2 rows x 6 tokens =
+  // 12 accumulators, stepped one 8-lane half of a chunk at a time (kParts), which covers the FMA latency.
+  static constexpr int kDirectR = 2, kDirectR1 = 4, kDirectT = 3;
+  static constexpr int kTileR = 2, kTileT = 6;
+  static constexpr int kParts = 2;
   static constexpr bool kPairedV = false;
   static constexpr bool kRawFp8 = false;
   static constexpr int kPvHeads = 3, kPvVectors = 2;
@@ -114,6 +117,7 @@ struct S : Avx2Ops {
   static F zero() { return _mm256_setzero_ps(); }
   static F dot(F acc, W w, W x) { return _mm256_fmadd_ps(w.b, x.b, _mm256_fmadd_ps(w.a, x.a, acc)); }
   static W load_w(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  static F load_part(const float* p, int part) { return _mm256_loadu_ps(p + 8 * part); }  // part 0 = W::a
   static void store_w(float* p, W w) {
     _mm256_storeu_ps(p, w.a);
     _mm256_storeu_ps(p + 8, w.b);

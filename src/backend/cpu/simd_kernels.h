@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/cpu/cpu_features.h"
+#include "core/aligned_vector.h"
 #include "model/weights.h"
 
 namespace deepinfer::cpu {
