@@ -7,9 +7,10 @@ namespace deepinfer {
 
 namespace {
 
-// Tries each group whose first byte `v` accepts; `skip` leading bytes of every token are taken as already fed.
+// Tries each group whose first byte `v` accepts. With `ws_left` >= 0 every token starts with whitespace that `v`
+// stands after: the token needs at most ws_left leading whitespace bytes, and the rest is tried.
 void try_groups(const JsonTokenTable& table, const std::array<std::vector<int32_t>, 256>& groups, const JsonSchemaPrefixValidator& v,
-                bool skip_leading_ws, std::vector<uint8_t>& allowed) {
+                int ws_left, std::vector<uint8_t>& allowed) {
   for (int first = 0; first < 256; ++first) {
     const std::vector<int32_t>& group = groups[size_t(first)];
     if (group.empty()) continue;
@@ -17,7 +18,10 @@ void try_groups(const JsonTokenTable& table, const std::array<std::vector<int32_
     if (!v.accepts(std::string_view(&byte, 1))) continue;
     for (int32_t id : group) {
       std::string_view text = table.token(id);
-      if (skip_leading_ws) text.remove_prefix(table.n_leading_ws[size_t(id)]);
+      if (ws_left >= 0) {
+        if (table.n_leading_ws[size_t(id)] > ws_left) continue;
+        text.remove_prefix(table.n_leading_ws[size_t(id)]);
+      }
       allowed[size_t(id)] = v.accepts(text) ? 1 : 0;
     }
   }
@@ -39,15 +43,16 @@ void json_schema_token_mask(const JsonTokenTable& table, const JsonSchemaPrefixV
     for (int32_t id : table.not_plain) allowed[size_t(id)] = v.accepts(table.token(id)) ? 1 : 0;
   } else {
     std::fill(allowed.begin(), allowed.end(), 0);
-    try_groups(table, table.by_first_byte, v, false, allowed);
+    try_groups(table, table.by_first_byte, v, -1, allowed);
     if (v.whitespace_collapses()) {
-      // The first whitespace byte leads to one state whichever it is, and more whitespace changes nothing: the
-      // rest of each token is tried from there.
+      // The first whitespace byte leads to one state whichever it is, and more whitespace changes nothing but the
+      // run count: the rest of each token is tried from there, if its leading whitespace fits in the run.
       if (v.accepts(" ")) {
         after_ws = v;  // copy-assignment keeps the scratch stack's capacity
         after_ws.feed(uint8_t(' '));
-        for (int32_t id : table.ws_only) allowed[size_t(id)] = 1;
-        try_groups(table, table.ws_by_rest_byte, after_ws, true, allowed);
+        const int ws_left = v.whitespace_left();
+        for (int32_t id : table.ws_only) allowed[size_t(id)] = table.token(id).size() <= size_t(ws_left) ? 1 : 0;
+        try_groups(table, table.ws_by_rest_byte, after_ws, ws_left, allowed);
       }
     } else if (v.accepts(" ") || v.accepts("\n") || v.accepts("\t") || v.accepts("\r")) {
       // Whitespace is text here (a key or an enum string): every such token is tried whole.

@@ -85,6 +85,13 @@ uint64_t filter(const std::vector<std::string>& names, uint64_t cand, uint32_t p
 template <class Stack>
 bool step(const CompiledJsonSchema& schema, JsonSchemaLexState& s, Stack& st, uint8_t c) {
   const std::vector<JsonSchemaNode>& nodes = schema.nodes;
+  if (!is_ws(c)) s.n_ws = 0;
+  // Whitespace between tokens, up to the run limit.
+  auto take_ws = [&] {
+    if (s.n_ws >= JsonSchemaPrefixValidator::kMaxWhitespaceRun) return false;
+    ++s.n_ws;
+    return true;
+  };
   auto after_value = [&] { s.mode = st.depth() == 0 ? Mode::kDone : Mode::kAfterValue; };
   // A key can still be added to the innermost object (a declared one not yet seen, or any other).
   auto key_possible = [&] {
@@ -158,12 +165,12 @@ bool step(const CompiledJsonSchema& schema, JsonSchemaLexState& s, Stack& st, ui
   };
   switch (s.mode) {
     case Mode::kValue: {
-      if (is_ws(c)) return true;
+      if (is_ws(c)) return take_ws();
       const int32_t t = target_of(s.node);
       return t >= 0 && begin_value(t);
     }
     case Mode::kValueOrClose: {
-      if (is_ws(c)) return true;
+      if (is_ws(c)) return take_ws();
       if (c == ']') return close(false);
       const int32_t t = target_of(s.node);
       if (t < 0 || nodes[size_t(st.top().node)].max_items < 1) return false;
@@ -171,19 +178,19 @@ bool step(const CompiledJsonSchema& schema, JsonSchemaLexState& s, Stack& st, ui
       return begin_value(t);
     }
     case Mode::kKeyOrClose:
-      if (is_ws(c)) return true;
+      if (is_ws(c)) return take_ws();
       if (c == '"') return begin_key();
       return c == '}' && close(true);
     case Mode::kKey:
-      if (is_ws(c)) return true;
+      if (is_ws(c)) return take_ws();
       return c == '"' && begin_key();
     case Mode::kColon:
-      if (is_ws(c)) return true;
+      if (is_ws(c)) return take_ws();
       if (c != ':') return false;
       s.mode = Mode::kValue;
       return true;
     case Mode::kAfterValue: {
-      if (is_ws(c)) return true;
+      if (is_ws(c)) return take_ws();
       const JsonSchemaFrame& f = st.top();
       if (c == ',') {
         if (f.is_object) {
@@ -342,7 +349,7 @@ bool step(const CompiledJsonSchema& schema, JsonSchemaLexState& s, Stack& st, ui
       return false;
     }
     case Mode::kDone:
-      return is_ws(c);
+      return is_ws(c) && take_ws();
   }
   return false;
 }

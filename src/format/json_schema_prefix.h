@@ -5,7 +5,9 @@
 // unless other keys are allowed, '}' is refused while a required key is missing, ',' while no key (or no item under
 // maxItems) can follow, ']' under minItems, enum/const values are matched byte for byte against their compact
 // text. Output restrictions that keep it exact: object keys contain no escapes (raw bytes = the key), a declared
-// key may not repeat, integers have no fraction or exponent. Used for `response_format: json_schema`
+// key may not repeat, integers have no fraction or exponent, and a run of whitespace between tokens is at most
+// kMaxWhitespaceRun bytes (a model can otherwise spend its whole budget on whitespace, which JSON allows anywhere
+// between tokens). Used for `response_format: json_schema`
 // (engine/json_schema_mask.h). Invariant: after a rejected byte the state is unchanged.
 #pragma once
 
@@ -38,6 +40,7 @@ struct JsonSchemaLexState {
   };
   Mode mode = Mode::kValue;
   bool in_key = false;     // kUtf8: the sequence is in a key
+  uint8_t n_ws = 0;        // whitespace bytes since the last other byte (outside strings)
   bool integer_only = false;  // number modes: no fraction or exponent
   uint8_t n_pending = 0;
   uint8_t utf8_lo = 0x80, utf8_hi = 0xBF;
@@ -59,6 +62,7 @@ struct JsonSchemaFrame {
 class JsonSchemaPrefixValidator {
  public:
   static constexpr int kMaxDepth = 64;
+  static constexpr int kMaxWhitespaceRun = 32;  // newline + indentation of pretty-printed JSON fits easily
 
   explicit JsonSchemaPrefixValidator(std::shared_ptr<const CompiledJsonSchema> schema);
 
@@ -71,8 +75,11 @@ class JsonSchemaPrefixValidator {
   bool can_end() const;
   // Any string text without '"', '\\' or control bytes (whole UTF-8 characters) may follow, leaving the mode as is.
   bool in_free_string() const;
-  // One whitespace byte leads to the same state whichever it is, and further whitespace changes nothing.
+  // One whitespace byte leads to the same state whichever it is, and further whitespace changes nothing but the
+  // count of whitespace_left().
   bool whitespace_collapses() const;
+  // whitespace_collapses(): how many more whitespace bytes may come before another byte must.
+  int whitespace_left() const { return kMaxWhitespaceRun - int(lex_.n_ws); }
 
   const JsonSchemaLexState& lex() const { return lex_; }
 

@@ -162,7 +162,13 @@ bool convert_options(const Json& body, Json* chat, ApiError* err) {
     const Json& format = (*text)["format"];
     const std::string type = format.is_object() ? format.value("type", "") : "";
     if (type == "json_object") (*chat)["response_format"] = Json{{"type", "json_object"}};
-    else if (type == "json_schema") (*chat)["response_format"] = Json{{"type", "json_schema"}, {"json_schema", {{"schema", format.value("schema", Json::object())}}}};
+    else if (type == "json_schema") {
+      if (!format.contains("schema")) {
+        *err = bad_request("text.format.schema: required for type json_schema", "text.format.schema");
+        return false;
+      }
+      (*chat)["response_format"] = Json{{"type", "json_schema"}, {"json_schema", {{"schema", format["schema"]}}}};
+    }
   }
   return true;
 }

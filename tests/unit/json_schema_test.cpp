@@ -217,6 +217,14 @@ TEST(JsonSchemaPrefix, TopLevelScalarsEndWhereTheyCan) {
   EXPECT_TRUE(x.complete());
 }
 
+TEST(JsonSchemaPrefix, WhitespaceRunsAreBounded) {
+  auto any = compile(R"({"type": "array"})");
+  const std::string run(JsonSchemaPrefixValidator::kMaxWhitespaceRun, ' ');
+  EXPECT_EQ(first_refused(any, run + "[" + run + "\"  " + run + "\"" + run + "," + run + "1" + run + "]"), -1);
+  EXPECT_EQ(first_refused(any, run + " ["), int64_t(run.size()));
+  EXPECT_EQ(first_refused(any, "[1" + run + "\n]"), int64_t(run.size()) + 2);
+}
+
 TEST(JsonSchemaPrefix, RecursiveReferencesAreFollowed) {
   auto tree = compile(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "properties": {
       "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"], "additionalProperties": false}}})");
@@ -257,7 +265,7 @@ class Generator {
       const int64_t n = depth > 4 ? lo : lo + int64_t(pick(size_t(hi - lo + 1)));
       std::string out = "[" + ws();
       for (int64_t i = 0; i < n; ++i) {
-        if (i > 0) out += "," + ws();
+        if (i > 0) out += ",", out += ws();
         out += value(s.value("items", Json(true)), depth + 1) + ws();
       }
       return out + "]";
@@ -273,7 +281,7 @@ class Generator {
     std::shuffle(keys.begin(), keys.end(), rng_);
     std::string out = "{" + ws();
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (i > 0) out += "," + ws();
+      if (i > 0) out += ",", out += ws();
       out += Json(keys[i]).dump() + ws() + ":" + ws() + value(props[keys[i]], depth + 1) + ws();
     }
     return out + "}";
@@ -377,6 +385,7 @@ TEST(JsonSchemaTokenMask, EqualsTryingEveryTokenWithTheRealTokenizer) {
       {R"({"type": "object", "properties": {"the key": {"enum": ["a b", 10, 1]}}, "additionalProperties": {"type": "number"}})",
        R"({"other": 1.5, "the key": "a b", "k": -2})"},
       {R"({"type": "integer"})", "-120"},
+      {R"({"type": "array", "items": {"type": "boolean"}})", "[                             true  ,\n\n\t  false]"},
   };
   std::vector<uint8_t> allowed;
   int n_states = 0;
