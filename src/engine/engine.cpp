@@ -519,6 +519,9 @@ void Engine::Impl::sample_next(Sequence& s, std::vector<float>& logits) {
     for (int64_t i = 0; i < vocab; ++i) {
       if (!json_allowed[size_t(i)]) row[i] = -std::numeric_limits<float>::infinity();
     }
+  } else if (s.json || s.json_schema) {  // thinking: the JSON answer is still to come, so the reasoning may not end here
+    const int32_t eos_id = model->config().eos_token_id;
+    if (eos_id >= 0 && eos_id < vocab) row[eos_id] = -std::numeric_limits<float>::infinity();
   }
   const int32_t id = s.sampler.sample(row, vocab, s.sampling);
   bool json_complete_eos = false;
