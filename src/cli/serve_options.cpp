@@ -28,6 +28,9 @@ void add_serve_options(CLI::App* cmd, ServeArgs& a, bool with_address, bool mode
   cmd->add_option("--max-concurrent", a.server.max_concurrent, "generation requests in flight before 429")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-tokens-limit", a.server.max_tokens_limit, "the most max_tokens a request may ask")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_option("--request-timeout", a.server.request_timeout_s, "seconds per generation request (0 = none)")->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  cmd->add_option("--responses-store", a.server.responses_store_count,
+                  "responses kept in memory for previous_response_id (least recently used out; 0 = none)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   cmd->add_option("--read-timeout", a.server.read_timeout_s, "seconds a client may idle while sending")->check(CLI::Range(1, 3600));
 }
 

@@ -10,11 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "engine/cache_footprint.h"
 #include "engine/json_mask.h"
+#include "engine/json_schema_mask.h"
 #include "engine/request_prep.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -85,6 +87,7 @@ struct Engine::Impl {
   int32_t think_end_id = -1;                   // </think>: a thinking answer's JSON constraint starts after it
   std::vector<uint8_t> json_allowed;           // [vocab] scratch for the JSON mask
   JsonPrefixValidator json_scratch;            // scratch for the JSON mask
+  std::optional<JsonSchemaPrefixValidator> json_schema_scratch;  // scratch for the JSON Schema mask
   EngineStats local;  // counters accumulated by the engine thread, published every step
 
   void run();
@@ -203,6 +206,11 @@ Result<RequestId> Engine::submit(Request request) {
   if (p.json_object && im.json_table) {
     seq->json = std::make_unique<JsonPrefixValidator>();
     seq->json->feed(p.json_prefix);  // checked by prepare_request
+    seq->json_active = !p.json_after_think;
+  }
+  if (p.json_schema && im.json_table) {
+    seq->json_schema = std::make_unique<JsonSchemaPrefixValidator>(p.json_schema);
+    seq->json_schema->feed(p.json_prefix);  // checked by prepare_request
     seq->json_active = !p.json_after_think;
   }
   if (p.parser && im.tokenizer) seq->text = std::make_unique<TextOutput>(*im.tokenizer, std::move(*p.parser));
@@ -495,25 +503,33 @@ void Engine::Impl::sample_next(Sequence& s, std::vector<float>& logits) {
   const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.n_prompt));
   const std::span<const int32_t> generated(s.tokens.data() + s.n_prompt, size_t(s.n_generated()));
   const float* raw = row;  // logprobs are over the model's logits, before penalties and temperature
-  const bool constrained = s.json && s.json_active;
+  const bool constrained = (s.json || s.json_schema) && s.json_active;
   if (s.sampling.logprobs && (has_penalties(s.sampling) || constrained)) {
     raw_logits.assign(row, row + vocab);
     raw = raw_logits.data();
   }
   apply_penalties(row, vocab, s.sampling, prompt, generated, penalty_scratch);
-  if (constrained) {  // only tokens that keep the answer a JSON-object prefix (greedy and sampled alike)
-    json_token_mask(*json_table, *s.json, model->config().eos_token_id, json_allowed, json_scratch);
+  if (constrained) {  // only tokens that keep the answer a valid prefix (greedy and sampled alike)
+    if (s.json) {
+      json_token_mask(*json_table, *s.json, model->config().eos_token_id, json_allowed, json_scratch);
+    } else {
+      if (!json_schema_scratch) json_schema_scratch.emplace(*s.json_schema);  // once; later masks copy into it
+      json_schema_token_mask(*json_table, *s.json_schema, model->config().eos_token_id, json_allowed, *json_schema_scratch);
+    }
     for (int64_t i = 0; i < vocab; ++i) {
       if (!json_allowed[size_t(i)]) row[i] = -std::numeric_limits<float>::infinity();
     }
+  } else if (s.json || s.json_schema) {  // thinking: the JSON answer is still to come, so the reasoning may not end here
+    const int32_t eos_id = model->config().eos_token_id;
+    if (eos_id >= 0 && eos_id < vocab) row[eos_id] = -std::numeric_limits<float>::infinity();
   }
   const int32_t id = s.sampler.sample(row, vocab, s.sampling);
   bool json_complete_eos = false;
   if (constrained) {
     DI_CHECK(json_allowed[size_t(id)]);
-    json_complete_eos = id == model->config().eos_token_id;  // allowed only once the object is complete
-    if (!json_complete_eos) DI_CHECK(s.json->feed(json_table->token(id)));
-  } else if (s.json && id == think_end_id) {
+    json_complete_eos = id == model->config().eos_token_id;  // allowed only where the document may end
+    if (!json_complete_eos) DI_CHECK(s.json ? s.json->feed(json_table->token(id)) : s.json_schema->feed(json_table->token(id)));
+  } else if ((s.json || s.json_schema) && id == think_end_id) {
     s.json_active = true;  // the reasoning ended: the answer starts now
   }
   TokenLogprob logprob;

@@ -5,6 +5,7 @@
 
 #include "format/chat_request_json.h"
 #include "format/json_prefix.h"
+#include "format/json_schema_prefix.h"
 
 namespace deepinfer {
 
@@ -89,18 +90,26 @@ Result<PreparedRequest> prepare_request(Request request, const PrepareContext& c
     }
     for (std::string& stop : chat->stop) out.sampling.stop.push_back(std::move(stop));
     parser = output_parser_options_for(chat->messages, chat->options, {});
-    if (chat->options.response_format.kind == ResponseFormatKind::kJsonObject) {
-      out.json_object = true;
+    const ResponseFormat& format = chat->options.response_format;
+    if (format.kind == ResponseFormatKind::kJsonObject || format.kind == ResponseFormatKind::kJsonSchema) {
+      const bool schema = format.kind == ResponseFormatKind::kJsonSchema;
+      const std::string what = schema ? "response_format json_schema" : "response_format json_object";
+      if (schema) {
+        Result<CompiledJsonSchema> compiled = compile_json_schema(format.schema);
+        if (!compiled.ok()) return Status::error("response_format.json_schema.schema: " + compiled.status().message());
+        out.json_schema = std::make_shared<const CompiledJsonSchema>(std::move(compiled.value()));
+      } else {
+        out.json_object = true;
+      }
       if (parser.start == ParserStart::kToolCalls) {
-        return Status::error("response_format json_object cannot be combined with tool_choice 'required' (the answer must be a JSON object)");
+        return Status::error(what + " cannot be combined with tool_choice 'required' (the answer must be the JSON document)");
       }
       out.json_after_think = parser.start == ParserStart::kReasoning || parser.start == ParserStart::kReasoningContinuation;
       const Message* last = chat->messages.empty() ? nullptr : &chat->messages.back();
       if (last != nullptr && last->role == ChatRole::kAssistant && last->prefix && !out.json_after_think) {
         out.json_prefix = chat->messages.back().content;
-        if (!is_json_object_prefix(out.json_prefix)) {
-          return Status::error("response_format json_object: the assistant prefix's content is not the start of a JSON object");
-        }
+        const bool ok = schema ? JsonSchemaPrefixValidator(out.json_schema).feed(out.json_prefix) : is_json_object_prefix(out.json_prefix);
+        if (!ok) return Status::error(what + ": the assistant prefix's content is not the start of a valid document");
       }
     }
   } else if (request.prompt_text) {

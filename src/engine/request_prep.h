@@ -14,6 +14,7 @@
 #include "deepinfer/types.h"
 #include "engine/cache_footprint.h"
 #include "format/chat_encoding.h"
+#include "format/json_schema.h"
 #include "format/output_parser.h"
 #include "format/tokenizer.h"
 
@@ -41,10 +42,12 @@ struct PreparedRequest {
   // Chat: the prompt length up to and including the last user-turn token (the history and system prompt that
   // other requests share); the engine snapshots its state there for the prefix cache. 0: none.
   int64_t shared_prefix_tokens = 0;
-  // response_format json_object: the answer is constrained to one JSON object (engine/json_mask.h). In thinking
-  // mode the constraint starts after the model's </think> (the reasoning is free text); an assistant prefix's
-  // content is the start of the object and is fed to the validator first.
+  // response_format json_object / json_schema: the answer is constrained to one JSON object (engine/json_mask.h)
+  // or to a document valid against json_schema (engine/json_schema_mask.h). In thinking mode the constraint
+  // starts after the model's </think> (the reasoning is free text); an assistant prefix's content is the start of
+  // the document and is fed to the validator first.
   bool json_object = false;
+  std::shared_ptr<const CompiledJsonSchema> json_schema;
   bool json_after_think = false;
   std::string json_prefix;
 };

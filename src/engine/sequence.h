@@ -14,6 +14,7 @@
 #include "deepinfer/types.h"
 #include "engine/prefix_cache.h"
 #include "format/json_prefix.h"
+#include "format/json_schema_prefix.h"
 #include "engine/sampler.h"
 #include "engine/text_output.h"
 #include "model/sequence_state.h"
@@ -51,6 +52,7 @@ struct Sequence {
   Event event;                           // what this step produced, pushed at the end of the step
   bool done = false;                     // the finishing event has been published
   std::unique_ptr<JsonPrefixValidator> json;  // response_format json_object: the answer so far
+  std::unique_ptr<JsonSchemaPrefixValidator> json_schema;  // response_format json_schema: the answer so far
   bool json_active = false;                   // the constrained answer has begun (thinking: after </think>)
 
   int64_t n_generated() const { return int64_t(tokens.size()) - n_prompt; }

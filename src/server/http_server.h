@@ -23,6 +23,7 @@ struct ServerOptions {
   int read_timeout_s = 60;                // idle client while sending its request
   int keep_alive_timeout_s = 5;           // idle keep-alive connection
   int64_t request_timeout_s = 0;          // per generation request (engine deadline); 0 = none
+  int64_t responses_store_count = 1000;   // /v1/responses kept in memory for previous_response_id (LRU); 0 = none
 };
 
 class HttpServer {

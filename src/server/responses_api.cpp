@@ -2,7 +2,9 @@
 // (messages, function_call, function_call_output, reasoning) are rewritten into the chat shape the engine takes;
 // reasoning items passed back become the next assistant turn's reasoning_content. Output: reasoning, message and
 // function_call items; streaming follows the Responses event sequence (response.created ... response.completed).
-// Stateless: previous_response_id and store are not supported (refused / ignored).
+// previous_response_id: a response is kept (server/response_store.h, unless store is false) as its whole
+// conversation in input items; a request naming it continues from those items, then its own input. As OpenAI
+// does, the previous request's instructions are not carried over.
 #include "server/routes.h"
 
 namespace deepinfer::server {
@@ -162,7 +164,13 @@ bool convert_options(const Json& body, Json* chat, ApiError* err) {
     const Json& format = (*text)["format"];
     const std::string type = format.is_object() ? format.value("type", "") : "";
     if (type == "json_object") (*chat)["response_format"] = Json{{"type", "json_object"}};
-    else if (type == "json_schema") (*chat)["response_format"] = Json{{"type", "json_schema"}, {"json_schema", {{"schema", format.value("schema", Json::object())}}}};
+    else if (type == "json_schema") {
+      if (!format.contains("schema")) {
+        *err = bad_request("text.format.schema: required for type json_schema", "text.format.schema");
+        return false;
+      }
+      (*chat)["response_format"] = Json{{"type", "json_schema"}, {"json_schema", {{"schema", format["schema"]}}}};
+    }
   }
   return true;
 }
@@ -179,14 +187,31 @@ struct ResponseShell {
   Json tools = Json::array();
   Json tool_choice = "auto";
   Json request_reasoning = nullptr;
+  Json text = {{"format", {{"type", "text"}}}};
+  Json previous_response_id = nullptr;
+  bool store = true;
 
   Json make(const char* status, const Json& output, const Json& usage, const Json& incomplete) const {
     return Json{{"id", id}, {"object", "response"}, {"created_at", created}, {"status", status}, {"model", model},
                 {"output", output}, {"parallel_tool_calls", true}, {"tool_choice", tool_choice}, {"tools", tools},
                 {"reasoning", request_reasoning}, {"incomplete_details", incomplete}, {"error", nullptr},
-                {"usage", usage}, {"text", {{"format", {{"type", "text"}}}}}};
+                {"usage", usage}, {"text", text}, {"previous_response_id", previous_response_id}, {"store", store}};
   }
 };
+
+// The request's input as items (a string is one user message).
+Json input_items(const Json& input) {
+  if (input.is_string()) return Json::array({Json{{"type", "message"}, {"role", "user"}, {"content", input}}});
+  return input;
+}
+
+// Keeps a finished response's conversation (the items it ran on, then its output) for previous_response_id.
+void store_response(ServerContext& ctx, const ResponseShell& shell, const std::shared_ptr<const Json>& conversation, const Json& output) {
+  if (!shell.store) return;
+  auto items = std::make_shared<Json>(*conversation);
+  for (const Json& item : output) items->push_back(item);
+  ctx.responses.put(shell.id, std::move(items));
+}
 
 Json reasoning_item(const std::string& id, const std::string& text) {
   return Json{{"type", "reasoning"}, {"id", id}, {"summary", Json::array()},
@@ -229,23 +254,39 @@ void handle_responses(ServerContext& ctx, const httplib::Request& req, httplib::
                           "", &err)) {
     return write_error(res, err, kFlavor);
   }
-  if (auto prev = body->find("previous_response_id"); prev != body->end() && !prev->is_null()) {
-    return write_error(res, bad_request("'previous_response_id' is not supported: this server keeps no responses; send the whole input",
-                                        "previous_response_id"), kFlavor);
-  }
-  std::optional<std::string> model;
+  std::optional<std::string> model, previous_id;
   std::optional<int64_t> max_output_tokens;
   std::optional<double> temperature, top_p;
-  std::optional<bool> stream;
+  std::optional<bool> stream, store;
   if (!read_string(*body, "model", &model, &err) ||
       !read_int(*body, "max_output_tokens", 1, ctx.options.max_tokens_limit, &max_output_tokens, &err) ||
       !read_number(*body, "temperature", 0, 2, &temperature, &err) || !read_number(*body, "top_p", 0, 1, &top_p, &err) ||
-      !read_bool(*body, "stream", &stream, &err)) {
+      !read_bool(*body, "stream", &stream, &err) || !read_bool(*body, "store", &store, &err) ||
+      !read_string(*body, "previous_response_id", &previous_id, &err)) {
     return write_error(res, err, kFlavor);
+  }
+  std::shared_ptr<const Json> previous;
+  if (previous_id) {
+    previous = ctx.responses.get(*previous_id);
+    if (!previous) {
+      return write_error(res, bad_request("previous_response_id: no stored response '" + *previous_id + "' (this server keeps the last " +
+                                              std::to_string(ctx.responses.capacity()) +
+                                              " responses in memory, not those sent with store=false or made before a restart)",
+                                          "previous_response_id"), kFlavor);
+    }
   }
   Json chat = Json::object();
   Json messages;
   if (!convert_input(*body, &messages, &err) || !convert_options(*body, &chat, &err)) return write_error(res, err, kFlavor);
+  // The conversation this response runs on: the previous response's items, then this input.
+  auto conversation = std::make_shared<Json>(previous ? *previous : Json::array());
+  for (const Json& item : input_items((*body)["input"])) conversation->push_back(item);
+  if (previous) {
+    Json continued = Json::object();
+    if (body->contains("instructions")) continued["instructions"] = (*body)["instructions"];
+    continued["input"] = *conversation;
+    if (!convert_input(continued, &messages, &err)) return write_error(res, err, kFlavor);
+  }
   chat["messages"] = std::move(messages);
   Request request;
   request.chat = chat;
@@ -273,9 +314,13 @@ void handle_responses(ServerContext& ctx, const httplib::Request& req, httplib::
   }
   if (chat.contains("tool_choice")) shell->tool_choice = chat["tool_choice"];
   if (body->contains("reasoning")) shell->request_reasoning = (*body)["reasoning"];
+  if (auto text = body->find("text"); text != body->end() && text->is_object() && text->contains("format")) shell->text = *text;
+  if (previous_id) shell->previous_response_id = *previous_id;
+  shell->store = store.value_or(true);
+  std::shared_ptr<const Json> conversation_items = std::move(conversation);
 
   if (!stream.value_or(false)) {
-    respond_when_done(res, slot, ctx, id.value(), kFlavor, [=](const Collected& c) {
+    respond_when_done(res, slot, ctx, id.value(), kFlavor, [=, &ctx](const Collected& c) {
       Json output = Json::array();
       if (!c.reasoning.empty()) output.push_back(reasoning_item("rs_" + suffix, c.reasoning));
       const char* item_status = c.end == EndReason::kLength ? "incomplete" : "completed";
@@ -285,6 +330,7 @@ void handle_responses(ServerContext& ctx, const httplib::Request& req, httplib::
         output.push_back(function_item("fc_" + suffix + "_" + std::to_string(i), call.id, call.name, call.arguments, "completed"));
       }
       const bool incomplete = c.end == EndReason::kLength;
+      store_response(ctx, *shell, conversation_items, output);
       return shell->make(incomplete ? "incomplete" : "completed", output, usage_json(c.usage, 0),
                          incomplete ? Json{{"reason", "max_output_tokens"}} : Json(nullptr));
     });
@@ -293,7 +339,7 @@ void handle_responses(ServerContext& ctx, const httplib::Request& req, httplib::
   auto st = std::make_shared<ItemStream>();
   auto started = std::make_shared<bool>(false);
   stream_sse(res, slot, ctx, id.value(),
-      [=](std::vector<Event>& events, httplib::DataSink& sink) {
+      [=, &ctx](std::vector<Event>& events, httplib::DataSink& sink) {
         auto emit = [&](const char* type, Json data) {
           data["type"] = type;
           data["sequence_number"] = st->sequence++;
@@ -393,6 +439,7 @@ void handle_responses(ServerContext& ctx, const httplib::Request& req, httplib::
               return false;
             }
             if (!close_item(incomplete ? "incomplete" : "completed")) return false;
+            store_response(ctx, *shell, conversation_items, st->output);
             const Json r = shell->make(incomplete ? "incomplete" : "completed", st->output, usage_json(st->usage, 0),
                                        incomplete ? Json{{"reason", "max_output_tokens"}} : Json(nullptr));
             if (!emit(incomplete ? "response.incomplete" : "response.completed", Json{{"response", r}})) return false;

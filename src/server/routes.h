@@ -1,6 +1,7 @@
 // Internal to src/server: the state every route handler shares, and the handlers of each API family.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include "server/api_common.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/response_store.h"
 
 namespace deepinfer::server {
 
@@ -23,8 +25,10 @@ struct ServerContext {
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_response_id{1};
   ServerMetrics metrics;
+  ResponseStore responses;  // /v1/responses kept for previous_response_id
 
-  ServerContext(Engine& e, ServerOptions o) : engine(e), options(std::move(o)) {}
+  ServerContext(Engine& e, ServerOptions o)
+      : engine(e), options(std::move(o)), responses(size_t(std::max<int64_t>(0, options.responses_store_count))) {}
 };
 
 // A held generation slot (concurrency limit); released when the last copy goes.
