@@ -197,6 +197,47 @@ TEST(PrefixCacheModel, WarmStateGivesColdLogitsBitForBit) {
   }
 }
 
+// Model level: restoring a snapshot shares its pages instead of copying rows; the first append of each restored
+// sequence copies only the shared tail page of each stream that grows, and every copy decodes like the original.
+TEST(PrefixCacheModel, RestoredStatesSharePagesAndCopyOnlyTails) {
+  auto model = Model::open(EngineModel::get().dir(), ModelOptions{.n_threads = 2});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  Model& m = *model.value();
+  auto pool = std::make_shared<PagePool>(kDefaultPageBytes, 1000);
+  const std::vector<int32_t> prompt = random_prompt(600, 70);
+  SequenceState original = m.new_sequence(pool);
+  ForwardChunk c{&original, prompt, int64_t(prompt.size())};
+  m.forward(std::span<const ForwardChunk>(&c, 1));
+  // Layer 2 (ratio 4): 150 rows in 6 pages of 28 and 150 keys in 1 page of 240; layer 3 (ratio 128): 4 rows.
+  ASSERT_EQ(original.n_pages(), 8);
+  EXPECT_EQ(pool->stats().n_used, 8);
+  PrefixCache cache(1ll << 30);
+  cache.insert(prompt, LayoutClass{128, 600, 128}, original);
+  std::vector<SequenceState> restored;
+  for (int i = 0; i < 4; ++i) restored.push_back(*cache.lookup(prompt, 600, LayoutClass{128, 600, 128}).state);
+  EXPECT_EQ(pool->stats().n_used, 8);    // six holders, no bytes copied
+  EXPECT_EQ(pool->stats().n_shared, 8);
+  const std::vector<int32_t> next = random_prompt(4, 71);  // 600 → 604 tokens: one more ratio-4 row and key
+  auto decode = [&](SequenceState& s) {
+    std::vector<float> logits;
+    for (int32_t id : next) {
+      ForwardChunk d{&s, std::span<const int32_t>(&id, 1), 0};
+      logits = m.forward(std::span<const ForwardChunk>(&d, 1))[0].logits;
+    }
+    return logits;
+  };
+  const std::vector<float> expected = decode(original);
+  EXPECT_EQ(pool->stats().n_used, 8 + 2);  // the original's two growing tails were copied (the snapshot holds them)
+  for (SequenceState& s : restored) {
+    const std::vector<float> got = decode(s);
+    ASSERT_EQ(got.size(), expected.size());
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0);
+  }
+  // Five 604-token sequences and the snapshot: 8 + 5 * 2 pages, where copies would take 6 * 8 + 5 * 2.
+  EXPECT_EQ(pool->stats().n_used, 8 + 5 * 2);
+  EXPECT_EQ(pool->stats().n_shared, 6);  // the full pages and the ratio-128 tail, held by all six
+}
+
 TEST(Engine, PrefixCacheHitMatchesColdRunAndReportsCachedTokens) {
   EngineOptions cold_options = options_for_tests();
   EngineOptions warm_options = cold_options;
@@ -265,6 +306,7 @@ TEST(Engine, SmallPagePoolPreemptsAndSharesPrefixesWithoutChangingOutputs) {
   EXPECT_EQ(stats.n_requests_finished, 6u);
   EXPECT_GT(stats.n_preemptions, 0u);
   EXPECT_GT(stats.prefix_cache_hit_tokens, 0u);
+  EXPECT_GT(stats.prefix_cache_evictions, 0u);  // snapshots gave their pages to running sequences
   EXPECT_LE(stats.kv_pages_used, stats.kv_pages_total);
 }
 
