@@ -29,7 +29,9 @@ struct EngineOptions {
   int64_t max_batch_tokens = 256;            // tokens per forward step (decode tokens + prefill chunks)
   int max_running = 64;                      // sequences per forward step
   int max_waiting = 1024;                    // queued requests; submit() fails beyond this
-  int64_t cache_budget_bytes = 2ll << 30;    // per-sequence cache state of running sequences
+  int64_t cache_budget_bytes = 2ll << 30;    // cache state: the KV page pool (running sequences and the pages
+                                             // snapshots share) plus running sequences' fixed-size rings
+  int64_t kv_page_bytes = 16 << 10;          // page size of the pool (>= the largest packed row)
   int64_t prefix_cache_bytes = 512ll << 20;  // snapshots kept for prefix reuse; 0 = no prefix cache
   int64_t prefix_snapshot_interval = 256;    // prefill chunks end at multiples of this, and snapshot there
   int64_t max_context_tokens = 0;            // prompt + output; 0 = the model's max_position_embeddings
@@ -140,8 +142,13 @@ struct EngineStats {
   uint64_t prefix_cache_queries = 0;     // prompts looked up
   uint64_t prefix_cache_hits = 0;        // prompts that reused a snapshot
   uint64_t prefix_cache_hit_tokens = 0;  // prompt tokens not recomputed
-  int64_t cache_bytes_used = 0;          // running sequences
+  int64_t cache_bytes_used = 0;          // pool pages in use (shared ones once) + running sequences' fixed state
   int64_t cache_budget_bytes = 0;
+  int64_t kv_page_bytes = 0;
+  int64_t kv_pages_total = 0;            // pool capacity: cache_budget_bytes / kv_page_bytes
+  int64_t kv_pages_used = 0;             // held by a running sequence or a snapshot, each counted once
+  int64_t kv_pages_shared = 0;           // held by two or more (prefix sharing)
+  uint64_t prefix_cache_evictions = 0;   // snapshots dropped to free pages for running sequences
   int64_t prefix_cache_bytes_used = 0;
   int64_t n_prefix_snapshots = 0;
   Histogram ttft;                        // submit → first token

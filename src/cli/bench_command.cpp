@@ -128,10 +128,10 @@ Runner add_bench_command(CLI::App& app) {
       if (args->prefault) std::fprintf(stderr, "prefault: %.1f s\n", prefault_weights(m.checkpoint()));
     };
     // The cache bytes sequences really hold (packed formats, SequenceState::cache_bytes) beside the plan's.
-    const int64_t fresh_bytes = m.new_sequence().cache_bytes();
-    const CacheFootprint footprint = cache_footprint_of(c, fresh_bytes);
-    std::printf("KV cache: %.1f B/token global (compressed rows + index keys), %.3f MB fixed per sequence "
-                "(window rings, compressor state)\n", footprint.bytes_per_token(), fresh_bytes / 1e6);
+    const int64_t fresh_bytes = m.new_sequence().fixed_bytes();
+    const CacheFootprint footprint = cache_footprint_of(c, fresh_bytes, kDefaultPageBytes);
+    std::printf("KV cache: %.1f B/token global (compressed rows + index keys, in %lld-byte pool pages), %.3f MB fixed per "
+                "sequence (window rings, compressor state)\n", footprint.bytes_per_token(), (long long)kDefaultPageBytes, fresh_bytes / 1e6);
     for (int64_t len : args->prefill_lens) {
       prefault();
       SequenceState seq = m.new_sequence();
@@ -140,8 +140,8 @@ Runner add_bench_command(CLI::App& app) {
       const auto t0 = Clock::now();
       m.forward(std::span<const ForwardChunk>(&fc, 1));
       const double s = seconds_since(t0);
-      std::printf("KV cache after a %lld-token prefill: %lld B allocated (%lld fixed + %lld grown)\n", (long long)len,
-                  (long long)seq.cache_bytes(), (long long)fresh_bytes, (long long)(seq.cache_bytes() - fresh_bytes));
+      std::printf("KV cache after a %lld-token prefill: %lld B allocated (%lld fixed + %lld pages of %lld B)\n", (long long)len,
+                  (long long)seq.cache_bytes(), (long long)fresh_bytes, (long long)seq.n_pages(), (long long)seq.page_bytes());
       double macs = double(len) * double(layer_macs) + double(traffic.head_macs);  // head: last token only
       for (int64_t t = 0; t < len; ++t) macs += double(attention_macs_at(c, t));
       row("prefill " + std::to_string(len), double(len), 1.0, s, decode_step_bytes(traffic, c, int(len)), 2.0 * macs);

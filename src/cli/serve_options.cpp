@@ -16,7 +16,8 @@ void add_serve_options(CLI::App* cmd, ServeArgs& a, bool with_address, bool mode
   cmd->add_option("--max-batch-tokens", a.engine.max_batch_tokens, "tokens per forward step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-running", a.engine.max_running, "sequences per forward step")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-waiting", a.engine.max_waiting, "queued requests before 429")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--cache-budget-mb", a.cache_budget_mb, "cache state budget of running sequences (MiB)")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--cache-budget-mb", a.cache_budget_mb, "cache state budget (MiB): the KV page pool plus running sequences' fixed state")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--kv-page-bytes", a.engine.kv_page_bytes, "KV pool page size (bytes, at least one packed row)")->check(CLI::Range(int64_t(64), int64_t(1) << 26));
   cmd->add_option("--prefix-cache-mb", a.prefix_cache_mb, "prefix-cache snapshots (MiB, 0 = off)")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--prefix-snapshot-interval", a.engine.prefix_snapshot_interval, "tokens between prefix snapshots")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--prefill-layout", a.prefill_layout, "prompt (model.py's layout) or position (every prefix reusable)")

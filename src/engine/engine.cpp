@@ -1,8 +1,10 @@
 // Engine (include/deepinfer/engine.h): one thread owns the Model, every resident SequenceState and the prefix
 // cache; callers talk to it through an inbox (submit) and per-request channels (poll / cancel). Each step: take
 // new requests, end cancelled and expired ones, look waiting prompts up in the prefix cache, ask the pure
-// scheduler for a plan, preempt / admit / reject as it says, run one batched forward, then sample, detokenize,
-// parse and publish one event per request. The step loop does not log, block on I/O, or throw.
+// scheduler for a plan, preempt / admit / reject as it says, evict prefix-cache snapshots until the KV page pool
+// has the pages the step may take, run one batched forward, then sample, detokenize, parse and publish one event
+// per request. Every sequence's rows and every snapshot's live in one PagePool sized from the cache budget.
+// The step loop does not log, block on I/O, or throw.
 #include "deepinfer/engine.h"
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include "engine/cache_footprint.h"
 #include "engine/json_mask.h"
 #include "engine/json_schema_mask.h"
+#include "engine/page_sharing.h"
 #include "engine/request_prep.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -54,6 +57,7 @@ struct Engine::Impl {
   ModelInfo info;
   PrepareContext prep;
   SchedulerConfig sched_config;
+  std::shared_ptr<PagePool> pool;  // every resident sequence's and snapshot's rows
   std::unique_ptr<PrefixCache> prefix_cache;
   int64_t decode_class = 0;
 
@@ -77,6 +81,7 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Sequence>> running;  // admission order
   std::deque<std::unique_ptr<Sequence>> waiting;
   SchedulerInput sched_input;
+  SharedPageCounter shared_pages;
   std::vector<ForwardChunk> chunks;
   std::vector<Sequence*> chunk_seqs;
   std::vector<std::pair<Sequence*, int64_t>> planned;
@@ -121,6 +126,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (options.max_batch_tokens < 1) return Status::error("max_batch_tokens must be >= 1");
   if (options.max_running < 1) return Status::error("max_running must be >= 1");
   if (options.cache_budget_bytes <= 0) return Status::error("cache_budget_bytes must be > 0");
+  if (options.kv_page_bytes <= 0) return Status::error("kv_page_bytes must be > 0");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   auto model = Model::open(options.model_dir, ModelOptions{.exact = options.exact, .n_threads = options.n_threads});
@@ -148,7 +154,16 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   info.has_tokenizer = impl->tokenizer != nullptr;
   info.is_v41 = c.is_v41();
 
-  const CacheFootprint footprint = cache_footprint_of(c, impl->model->new_sequence().cache_bytes());
+  const KvFormats formats = kv_formats_of(c);
+  const int64_t largest_row = std::max(formats.compressed.row_bytes, formats.index_key.row_bytes);
+  if (options.kv_page_bytes < largest_row) {
+    return Status::error("kv_page_bytes " + std::to_string(options.kv_page_bytes) + " is smaller than one packed cache row (" +
+                         std::to_string(largest_row) + " bytes)");
+  }
+  const int64_t budget_pages = std::min(options.cache_budget_bytes / options.kv_page_bytes, PagePool::kUnlimited);
+  impl->pool = std::make_shared<PagePool>(options.kv_page_bytes, budget_pages);
+  const CacheFootprint footprint =
+      cache_footprint_of(c, impl->model->new_sequence(impl->pool).fixed_bytes(), options.kv_page_bytes);
   PrepareContext& prep = impl->prep;
   prep.tokenizer = impl->tokenizer.get();
   prep.vocab_size = c.vocab_size;
@@ -164,7 +179,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   SchedulerConfig& sc = impl->sched_config;
   sc.max_batch_tokens = options.max_batch_tokens;
   sc.max_running = options.max_running;
-  sc.cache_budget_bytes = options.cache_budget_bytes;
+  sc.budget_pages = budget_pages;
   sc.footprint = footprint;
   if (options.prefix_cache_bytes > 0) {
     impl->prefix_cache = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
@@ -376,9 +391,11 @@ void Engine::Impl::step() {
   // Prefix-cache lookups for the waiting sequences that may be admitted now (a match is valid for this step).
   sched_input.running.clear();
   sched_input.waiting.clear();
-  for (size_t i = 0; i < running.size(); ++i) {
+  shared_pages.begin_step();
+  for (size_t i = 0; i < running.size(); ++i) {  // oldest first: a shared page is charged to the oldest holder
     const Sequence& s = *running[i];
-    sched_input.running.push_back({uint64_t(i), s.n_computed, s.n_prompt, int64_t(s.tokens.size()), s.shared_prefix_tokens});
+    sched_input.running.push_back({uint64_t(i), s.n_computed, s.n_prompt, int64_t(s.tokens.size()), s.shared_prefix_tokens,
+                                   shared_pages.see(*s.state)});
   }
   const size_t n_candidates = std::min(waiting.size(), size_t(std::max(0, options.max_running - int(running.size()))));
   for (size_t i = 0; i < waiting.size(); ++i) {
@@ -388,7 +405,8 @@ void Engine::Impl::step() {
       // At least one token must run to produce logits: look up at most n_known - 1 tokens.
       s.match = prefix_cache->lookup(s.tokens, int64_t(s.tokens.size()) - 1, s.layout);
     }
-    sched_input.waiting.push_back({kWaitingBit | uint64_t(i), s.match.n_tokens, s.n_prompt, int64_t(s.tokens.size()), s.shared_prefix_tokens});
+    sched_input.waiting.push_back({kWaitingBit | uint64_t(i), s.match.n_tokens, s.n_prompt, int64_t(s.tokens.size()), s.shared_prefix_tokens,
+                                   s.match.state ? shared_pages.count(*s.match.state) : 0});
   }
   const SchedulePlan plan = schedule(sched_input, sched_config);
 
@@ -417,7 +435,8 @@ void Engine::Impl::step() {
     if (c.key & kWaitingBit) {
       const size_t wi = size_t(c.key & ~kWaitingBit);
       s = waiting[wi].get();
-      s->state = std::make_unique<SequenceState>(s->match.n_tokens > 0 ? *s->match.state : model->new_sequence());
+      // A hit shares the snapshot's pages (no rows are copied); a miss starts empty in the engine's pool.
+      s->state = std::make_unique<SequenceState>(s->match.n_tokens > 0 ? *s->match.state : model->new_sequence(pool));
       s->n_computed = s->match.n_tokens;
       if (!s->admitted_once) {
         s->admitted_once = true;
@@ -452,6 +471,14 @@ void Engine::Impl::step() {
     waiting = std::move(next_waiting);
   }
   if (planned.empty()) return;
+
+  // The pages this forward may take (new pages and copies of shared tail pages), next to the running sequences'
+  // fixed state (charged in pages, outside the pool): snapshots are evicted until both fit the budget. The plan
+  // keeps what resident sequences hold within it, so evicting snapshots (no match pointer is needed any more:
+  // admitted states are copies) always makes room; the prefix cache gives way before any running sequence.
+  int64_t step_pages = int64_t(running.size()) * sched_config.footprint.fixed_pages();
+  for (auto& [s, n] : planned) step_pages += s->state->pages_to_grow(n);
+  while (prefix_cache && pool->n_free() < step_pages && prefix_cache->evict_lru()) local.prefix_cache_evictions += 1;
 
   for (auto& [s, n] : planned) {
     ForwardChunk fc;
@@ -598,8 +625,9 @@ void Engine::Impl::publish(Sequence& s) {
 
 void Engine::Impl::publish_stats() {
   n_queued.store(int64_t(waiting.size()));
-  int64_t bytes = 0;
-  for (const auto& s : running) bytes += s->state ? s->state->cache_bytes() : 0;
+  const PagePoolStats pages = pool->stats();
+  int64_t bytes = pages.n_used * pages.page_bytes;  // shared pages once
+  for (const auto& s : running) bytes += s->state ? s->state->fixed_bytes() : 0;
   std::lock_guard<std::mutex> lock(stats_mu);
   const uint64_t submitted = stats.n_requests_submitted, rejected = stats.n_requests_rejected;
   stats = local;
@@ -608,6 +636,10 @@ void Engine::Impl::publish_stats() {
   stats.n_waiting = int64_t(waiting.size());
   stats.n_running = int64_t(running.size());
   stats.cache_bytes_used = bytes;
+  stats.kv_page_bytes = pages.page_bytes;
+  stats.kv_pages_total = pages.n_total;
+  stats.kv_pages_used = pages.n_used;
+  stats.kv_pages_shared = pages.n_shared;
   stats.prefix_cache_bytes_used = prefix_cache ? prefix_cache->bytes_used() : 0;
   stats.n_prefix_snapshots = prefix_cache ? prefix_cache->n_entries() : 0;
 }

@@ -62,7 +62,7 @@ PrefixCache::Match PrefixCache::lookup(std::span<const int32_t> tokens, int64_t 
 void PrefixCache::insert(std::span<const int32_t> tokens, const LayoutClass& layout, const SequenceState& state) {
   const int64_t n = int64_t(tokens.size());
   if (n == 0) return;
-  const int64_t bytes = state.cache_bytes() + n * int64_t(sizeof(int32_t)) + int64_t(sizeof(Entry));
+  const int64_t bytes = state.fixed_bytes() + n * int64_t(sizeof(int32_t)) + int64_t(sizeof(Entry));
   if (bytes > budget_bytes_) return;
   prefix_hashes(tokens, n, hashes_);
   const uint64_t hash = hashes_[size_t(n)];
@@ -80,6 +80,12 @@ void PrefixCache::insert(std::span<const int32_t> tokens, const LayoutClass& lay
   by_hash_.emplace(hash, lru_.begin());
   lengths_[n] += 1;
   bytes_used_ += bytes;
+}
+
+bool PrefixCache::evict_lru() {
+  if (lru_.empty()) return false;
+  evict_one();
+  return true;
 }
 
 void PrefixCache::evict_one() {

@@ -1,7 +1,10 @@
 // Prefix cache for the V4 family's per-sequence (hybrid) cache: whole SequenceState snapshots taken at prefix
 // boundaries (window rings, compressor rings, compressed rows and index keys are all inside one state, so a
 // copy taken after token n is exactly the state a cold run has after token n), keyed by the token prefix, LRU
-// under a byte budget. The engine thread owns it; not thread-safe.
+// under a byte budget. A snapshot shares the sequence's row pages (PagedRows copies retain pages, no bytes are
+// copied) and copies only the fixed-size rings: its budget counts those copies; the shared pages are counted
+// once, in the page pool, and the engine evicts snapshots (evict_lru) when a step needs their pages.
+// The engine thread owns it; not thread-safe.
 // Invariant: a snapshot is handed out only for a prompt whose first n tokens equal the snapshot's tokens and
 // whose prefill layout gives those tokens the same attention layout (LayoutClass), so warm == cold bit for bit.
 #pragma once
@@ -41,7 +44,11 @@ class PrefixCache {
   // cannot fit the budget; evicts least recently used snapshots to make room.
   void insert(std::span<const int32_t> tokens, const LayoutClass& layout, const SequenceState& state);
 
-  int64_t bytes_used() const { return bytes_used_; }
+  // Drops the least recently used snapshot (its pages go back to the pool unless someone else holds them);
+  // false when there is none.
+  bool evict_lru();
+
+  int64_t bytes_used() const { return bytes_used_; }  // fixed-size copies and token lists, not the shared pages
   int64_t n_entries() const { return int64_t(lru_.size()); }
 
  private:

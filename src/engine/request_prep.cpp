@@ -145,9 +145,13 @@ Result<PreparedRequest> prepare_request(Request request, const PrepareContext& c
                            " tokens exceed this model's context length of " + std::to_string(ctx.max_context_tokens) + " tokens");
     }
   }
-  const int64_t bytes = ctx.footprint.bytes_at(n_prompt + out.max_new_tokens);
-  if (bytes > ctx.cache_budget_bytes) {
-    return Status::error("the request needs " + std::to_string(bytes) + " bytes of cache state (prompt + max_tokens), over the engine's cache budget of " +
+  // The scheduler's charge for the whole request (fixed state in whole pages, plus the rows' pages) must fit
+  // the budget's pages, or it could never run even alone.
+  const int64_t pages = ctx.footprint.charge_pages(n_prompt + out.max_new_tokens);
+  const int64_t page_bytes = ctx.footprint.page_bytes;
+  if (pages > ctx.cache_budget_bytes / page_bytes) {
+    return Status::error("the request needs " + std::to_string(pages * page_bytes) + " bytes of cache state (prompt + max_tokens, " +
+                         std::to_string(pages) + " pages of " + std::to_string(page_bytes) + " bytes), over the engine's cache budget of " +
                          std::to_string(ctx.cache_budget_bytes) + " bytes");
   }
   return out;

@@ -22,25 +22,26 @@ int64_t next_chunk_tokens(const SchedSequence& s, int64_t budget, const Schedule
 SchedulePlan schedule(const SchedulerInput& input, const SchedulerConfig& config) {
   SchedulePlan plan;
   const CacheFootprint& fp = config.footprint;
-  // 1. Resident sequences, oldest first. Preempt the newest while the projected bytes exceed the budget.
+  auto charge = [&](const SchedSequence& s, int64_t n_tokens) { return fp.charge_pages(n_tokens) - s.n_shared_pages; };
+  // 1. Resident sequences, oldest first. Preempt the newest while the projected pages exceed the budget.
   size_t n_resident = input.running.size();
   std::vector<int64_t> want(n_resident, 0);
   while (true) {
-    int64_t budget = config.max_batch_tokens, bytes = 0;
+    int64_t budget = config.max_batch_tokens, pages = 0;
     for (size_t i = 0; i < n_resident; ++i) {
       const SchedSequence& s = input.running[i];
       want[i] = next_chunk_tokens(s, budget, config);
       budget -= want[i];
-      bytes += fp.bytes_at(s.n_computed + want[i]);
+      pages += charge(s, s.n_computed + want[i]);
     }
-    if (bytes <= config.cache_budget_bytes || n_resident == 0) {
-      plan.projected_bytes = bytes;
+    if (pages <= config.budget_pages || n_resident == 0) {
+      plan.projected_pages = pages;
       break;
     }
     if (n_resident == 1) {  // alone and still too big: it can never run
       plan.rejected.push_back(input.running[0].key);
       n_resident = 0;
-      plan.projected_bytes = 0;
+      plan.projected_pages = 0;
       break;
     }
     plan.preempted.push_back(input.running[n_resident - 1].key);
@@ -55,20 +56,20 @@ SchedulePlan schedule(const SchedulerInput& input, const SchedulerConfig& config
   // tight, and FIFO order is kept: a sequence that does not fit blocks the ones behind it).
   if (!plan.preempted.empty()) return plan;
   int n_running = int(n_resident);
-  int64_t reserved = 0;  // bytes of every resident sequence once all its known tokens are computed
-  for (size_t i = 0; i < n_resident; ++i) reserved += fp.bytes_at(input.running[i].n_known);
+  int64_t reserved = 0;  // pages of every resident sequence once all its known tokens are computed
+  for (size_t i = 0; i < n_resident; ++i) reserved += charge(input.running[i], input.running[i].n_known);
   for (const SchedSequence& s : input.waiting) {
     if (budget <= 0 || n_running >= config.max_running) break;
-    if (fp.bytes_at(s.n_known) > config.cache_budget_bytes) {  // could never run, even alone
+    if (fp.charge_pages(s.n_known) > config.budget_pages) {  // could never run, even alone
       plan.rejected.push_back(s.key);
       continue;
     }
     const int64_t n = next_chunk_tokens(s, budget, config);
     if (n <= 0) break;
-    // Admit only if the whole known sequence fits next to everyone's projected bytes.
-    if (reserved + fp.bytes_at(s.n_known) > config.cache_budget_bytes) break;
-    reserved += fp.bytes_at(s.n_known);
-    plan.projected_bytes += fp.bytes_at(s.n_computed + n);
+    // Admit only if the whole known sequence fits next to everyone's reserved pages.
+    if (reserved + charge(s, s.n_known) > config.budget_pages) break;
+    reserved += charge(s, s.n_known);
+    plan.projected_pages += charge(s, s.n_computed + n);
     plan.chunks.push_back({s.key, n, true});
     budget -= n;
     ++n_running;

@@ -1,8 +1,11 @@
 // The continuous-batching scheduler: a pure function from the engine's queue state to one step's plan.
 // It mixes decode tokens of running sequences with prefill chunks of continuing and new sequences under a
-// token budget, keeps the projected cache bytes of resident sequences under the cache budget (preempting the
-// newest resident sequences when they would not fit: recompute later, nothing lost), and admits waiting
-// sequences in FIFO order. It never touches a model or a SequenceState; tested in tests/unit/scheduler_test.cpp.
+// token budget, keeps the pages charged to resident sequences (CacheFootprint::charge_pages, less the full pages
+// an older resident sequence already holds) within the page budget, preempting the newest resident sequences
+// when they would not fit (recompute later, nothing lost), and admits waiting sequences in FIFO order. Pages
+// only the prefix cache holds count as free: the engine evicts snapshots before a step needs their pages, so
+// the cache never preempts a running sequence. It never touches a model, a SequenceState or the page pool;
+// tested in tests/unit/scheduler_test.cpp.
 // Invariants: a chunk never crosses the prompt/generated boundary, a multiple of snapshot_interval, the
 // sequence's own snapshot point or the snapshot point before the last prompt token; every resident sequence left out of a plan stays resident.
 #pragma once
@@ -20,12 +23,15 @@ struct SchedSequence {
   int64_t n_prompt = 0;    // prompt tokens (laid out as a prompt)
   int64_t n_known = 0;     // prompt + generated tokens known so far; the step after the last is sampled
   int64_t snapshot_at = 0; // a prompt position a chunk must end at (a prefix-cache snapshot point), 0: none
+  // Full (never again written) pages of its state that an older resident sequence also holds: charged there,
+  // not here. Waiting: those of its prefix-cache match. Preempting newest first keeps this true.
+  int64_t n_shared_pages = 0;
 };
 
 struct SchedulerConfig {
   int64_t max_batch_tokens = 256;
   int max_running = 64;
-  int64_t cache_budget_bytes = 0;
+  int64_t budget_pages = 0;  // the cache budget in pool pages (cache_budget_bytes / page_bytes)
   CacheFootprint footprint;
   int64_t snapshot_interval = 0;       // 0: chunks are not aligned
   bool snapshot_before_last_prompt_token = false;
@@ -46,7 +52,7 @@ struct SchedulePlan {
   std::vector<ScheduledChunk> chunks;
   std::vector<uint64_t> preempted;  // resident sequences to drop (newest first); they recompute later
   std::vector<uint64_t> rejected;   // can never fit the cache budget on its own
-  int64_t projected_bytes = 0;      // resident cache bytes after the step
+  int64_t projected_pages = 0;      // pages charged to resident sequences after the step
 };
 
 // Tokens of the next chunk of `s` given `budget` tokens left (0 when nothing is left to compute).

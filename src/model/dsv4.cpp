@@ -68,7 +68,9 @@ Status Model::validate_tokens(std::span<const int32_t> ids) const {
   return Status();
 }
 
-SequenceState Model::new_sequence() const { return new_sequence_state(config_); }
+SequenceState Model::new_sequence(std::shared_ptr<PagePool> pool) const {
+  return new_sequence_state(config_, pool ? std::move(pool) : default_pool_);
+}
 
 // Flattens chunks into per-token metadata; `start` gives each chunk's first position.
 template <typename Chunk, typename StartFn>

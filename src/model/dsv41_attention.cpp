@@ -110,7 +110,7 @@ void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scra
     qdq_fp4_e4m3_scale(row, HD, 16);
     SequenceState& seq = *batch.states[size_t(latent_chunk[size_t(r)])];
     LayerState& ls = seq.layers[size_t(layer)];
-    DI_CHECK(ls.compressor.n_rows == j && ls.index_compressor.n_rows == j);
+    DI_CHECK(ls.compressor.n_rows() == j && ls.index_compressor.n_rows() == j);
     ls.compressor.append_row(row);
     ls.index_compressor.append_row(key);
   }
@@ -227,10 +227,10 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
         if (is_candidate_source) scratch.candidates[size_t(t)].clear();
         continue;
       }
-      DI_CHECK(keys.n_rows >= n_visible);
+      DI_CHECK(keys.n_rows() >= n_visible);
       scores.resize(size_t(n_visible));
       KeyDecodeCache& key_cache = key_caches[size_t(keys_layer)];
-      key_cache.bind(keys.row_format, keys.rows.data(), &keys);
+      key_cache.bind(keys.row_format, keys.rows, &keys);
       backend_->index_scores({&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, key_cache.keys(n_visible), n_visible, scores.data()});
       auto better = [&](const std::vector<float>& s, int64_t a, int64_t b) {
         return s[size_t(a)] != s[size_t(b)] ? s[size_t(a)] > s[size_t(b)] : a < b;
@@ -274,7 +274,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
       window_rows.bind(ls.window_format, ls.window.data(), ls.ring_slots);
       if (ratio != 0) {
         const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
-        compressed_rows.bind(cmp.row_format, cmp.rows.data(), cmp.n_rows);
+        compressed_rows.bind(cmp.row_format, cmp.rows);
       }
     }
     const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
@@ -287,7 +287,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     if (ratio != 0) {
       const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
       for (int64_t j : scratch.selection[size_t(t)]) {
-        DI_CHECK(j < cmp.n_rows);
+        DI_CHECK(j < cmp.n_rows());
         rows.push_back(compressed_rows.row(j));
       }
     }

@@ -58,7 +58,7 @@ void pool_group(CompressorState& cs, int64_t g, int64_t d, const uint16_t* norm,
   } else {
     qdq_fp8(pooled.data(), d - rope_dim, 64);
   }
-  DI_CHECK(cs.n_rows == g);
+  DI_CHECK(cs.n_rows() == g);
   cs.append_row(pooled.data());
 }
 
@@ -151,8 +151,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     if (ci != bound_chunk) {
       bound_chunk = ci;
       window_rows.bind(ls.window_format, ls.window.data(), ls.ring_slots);
-      if (ratio != 0) compressed_rows.bind(ls.compressor.row_format, ls.compressor.rows.data(), ls.compressor.n_rows);
-      if (ratio == 4) index_keys.bind(ls.index_compressor.row_format, ls.index_compressor.rows.data(), &ls.index_compressor);
+      if (ratio != 0) compressed_rows.bind(ls.compressor.row_format, ls.compressor.rows);
+      if (ratio == 4) index_keys.bind(ls.index_compressor.row_format, ls.index_compressor.rows, &ls.index_compressor);
     }
     const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
     const int64_t chunk_first_token = batch.first_token[size_t(ci)];

@@ -1,6 +1,8 @@
 // RowDecodeCache / KeyDecodeCache: decode on demand into storage that outlives one token's pointer list.
 #include "model/kv_decode_cache.h"
 
+#include <algorithm>
+
 #include "core/status.h"
 
 namespace deepinfer {
@@ -9,8 +11,15 @@ void RowDecodeCache::bind(const KvRowFormat& format, const uint8_t* rows, int64_
   if (format.n_values != format_.n_values) blocks_.clear();
   format_ = format;
   rows_ = rows;
+  paged_ = nullptr;
   slot_of_row_.assign(size_t(n_rows), -1);
   n_decoded_ = 0;
+}
+
+void RowDecodeCache::bind(const KvRowFormat& format, const PagedRows& rows) {
+  DI_CHECK(rows.row_bytes() == format.row_bytes);
+  bind(format, nullptr, rows.n_rows());
+  paged_ = &rows;
 }
 
 const float* RowDecodeCache::row(int64_t j) {
@@ -21,7 +30,7 @@ const float* RowDecodeCache::row(int64_t j) {
     if (size_t(slot / kRowsPerBlock) == blocks_.size()) {
       blocks_.push_back(std::make_unique<float[]>(size_t(kRowsPerBlock * format_.n_values)));
     }
-    unpack_kv_row(format_, rows_ + j * format_.row_bytes, row_at(slot));
+    unpack_kv_row(format_, paged_ ? paged_->row(j) : rows_ + j * format_.row_bytes, row_at(slot));
   }
   return row_at(slot);
 }
@@ -30,10 +39,11 @@ float* RowDecodeCache::row_at(int64_t slot) {
   return blocks_[size_t(slot / kRowsPerBlock)].get() + (slot % kRowsPerBlock) * format_.n_values;
 }
 
-void KeyDecodeCache::bind(const KvRowFormat& format, const uint8_t* rows, const void* owner) {
-  if (rows == rows_ && owner == owner_) return;
+void KeyDecodeCache::bind(const KvRowFormat& format, const PagedRows& rows, const void* owner) {
+  if (&rows == rows_ && owner == owner_) return;
+  DI_CHECK(rows.row_bytes() == format.row_bytes);
   format_ = format;
-  rows_ = rows;
+  rows_ = &rows;
   owner_ = owner;
   n_decoded_ = 0;
 }
@@ -41,8 +51,12 @@ void KeyDecodeCache::bind(const KvRowFormat& format, const uint8_t* rows, const 
 const float* KeyDecodeCache::keys(int64_t n_keys) {
   if (n_keys > n_decoded_) {
     if (decoded_.size() < size_t(n_keys * format_.n_values)) decoded_.resize(size_t(n_keys * format_.n_values));
-    unpack_kv_rows(format_, rows_ + n_decoded_ * format_.row_bytes, n_keys - n_decoded_, decoded_.data() + n_decoded_ * format_.n_values);
-    n_decoded_ = n_keys;
+    DI_CHECK(n_keys <= rows_->n_rows());
+    while (n_decoded_ < n_keys) {  // one run of rows per page
+      const int64_t n = std::min(rows_->contiguous_rows(n_decoded_), n_keys - n_decoded_);
+      unpack_kv_rows(format_, rows_->row(n_decoded_), n, decoded_.data() + n_decoded_ * format_.n_values);
+      n_decoded_ += n;
+    }
   }
   return decoded_.data();
 }

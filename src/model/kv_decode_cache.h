@@ -3,7 +3,8 @@
 // the next bind(), so the slot pointer lists handed to sparse_attention stay valid and a row several tokens
 // select is decoded once. KeyDecodeCache decodes index keys contiguously ([n_keys, dim], what index_scores
 // reads), growing as later tokens of a chunk see more keys: once per chunk, not once per query token.
-// Neither owns or changes the packed rows; bind after the call has appended its rows.
+// Neither owns or changes the packed rows; bind after the call has appended its rows. Rows come either from a
+// contiguous array (window rings) or from PagedRows (compressed rows, index keys).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "model/kv_format.h"
+#include "model/paged_rows.h"
 
 namespace deepinfer {
 
@@ -18,13 +20,16 @@ class RowDecodeCache {
  public:
   // rows: [n_rows, format.row_bytes].
   void bind(const KvRowFormat& format, const uint8_t* rows, int64_t n_rows);
+  // rows.row_bytes() == format.row_bytes; the rows are read in place, page by page.
+  void bind(const KvRowFormat& format, const PagedRows& rows);
   const float* row(int64_t j);  // [format.n_values]
 
  private:
   static constexpr int64_t kRowsPerBlock = 32;
   float* row_at(int64_t slot);
   KvRowFormat format_;
-  const uint8_t* rows_ = nullptr;
+  const uint8_t* rows_ = nullptr;       // contiguous rows, or
+  const PagedRows* paged_ = nullptr;    // paged rows
   std::vector<int32_t> slot_of_row_;              // [n_rows] decoded slot, -1 = not yet
   std::vector<std::unique_ptr<float[]>> blocks_;  // [kRowsPerBlock, n_values] each, kept across binds
   int64_t n_decoded_ = 0;
@@ -33,12 +38,12 @@ class RowDecodeCache {
 class KeyDecodeCache {
  public:
   // Rebinds (dropping what was decoded) only when `rows` / `owner` differ from the bound ones.
-  void bind(const KvRowFormat& format, const uint8_t* rows, const void* owner);
+  void bind(const KvRowFormat& format, const PagedRows& rows, const void* owner);
   const float* keys(int64_t n_keys);  // [n_keys, format.n_values]; valid until the next keys() / bind()
 
  private:
   KvRowFormat format_;
-  const uint8_t* rows_ = nullptr;
+  const PagedRows* rows_ = nullptr;
   const void* owner_ = nullptr;
   std::vector<float> decoded_;
   int64_t n_decoded_ = 0;

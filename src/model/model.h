@@ -76,7 +76,9 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const Checkpoint& checkpoint() const { return *checkpoint_; }
   Backend& backend() { return *backend_; }
-  SequenceState new_sequence() const;
+  // A fresh state whose rows go to `pool` (the engine's, sized from its cache budget); null: the model's own
+  // pool, without a capacity limit, shared by every sequence made that way (so their copies share pages too).
+  SequenceState new_sequence(std::shared_ptr<PagePool> pool = nullptr) const;
   // Checks token ids a caller wants to feed are inside the vocabulary; the error names the id and its
   // position. (A bare V4.1 image placeholder id is an ordinary token without image data, as in the
   // reference; image input itself is refused where requests are parsed.)
@@ -140,6 +142,7 @@ class Model {
   std::unique_ptr<Checkpoint> checkpoint_;
   ModelWeights weights_;
   std::unique_ptr<Backend> backend_;
+  std::shared_ptr<PagePool> default_pool_ = std::make_shared<PagePool>(kDefaultPageBytes, PagePool::kUnlimited);
   std::vector<RopeTable> layer_rope_;  // per main layer, then per MTP layer
   ModelOptions options_;
   EngramHashing engram_;               // V4.1 with Engram layers

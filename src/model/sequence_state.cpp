@@ -10,25 +10,20 @@
 namespace deepinfer {
 
 void CompressorState::append_row(const float* values) {
-  const size_t offset = rows.size();
-  rows.resize(offset + size_t(row_format.row_bytes));
-  DI_CHECK_MSG(pack_kv_row(row_format, values, rows.data() + offset), "a cache row is not exactly representable in its packed format");
-  n_rows += 1;
+  Result<uint8_t*> slot = rows.append();
+  DI_CHECK_MSG(slot.ok(), slot.ok() ? "" : slot.status().message());
+  DI_CHECK_MSG(pack_kv_row(row_format, values, slot.value()), "a cache row is not exactly representable in its packed format");
 }
 
-void CompressorState::truncate_rows(int64_t n) {
-  DI_CHECK(n >= 0);
-  if (n >= n_rows) return;
-  n_rows = n;
-  rows.resize(size_t(n * row_format.row_bytes));
-}
+void CompressorState::truncate_rows(int64_t n) { rows.truncate(n); }
 
 void LayerState::store_window_row(int64_t pos, const float* values) {
   uint8_t* row = window.data() + slot(pos) * window_format.row_bytes;
   DI_CHECK_MSG(pack_kv_row(window_format, values, row), "a window row is not exactly representable in its packed format");
 }
 
-SequenceState new_sequence_state(const ModelConfig& c) {
+SequenceState new_sequence_state(const ModelConfig& c, std::shared_ptr<PagePool> pool) {
+  if (!pool) pool = std::make_shared<PagePool>(kDefaultPageBytes, PagePool::kUnlimited);
   const KvFormats formats = kv_formats_of(c);
   auto make_layer = [&](int layer_id) {
     LayerState l;
@@ -45,15 +40,18 @@ SequenceState new_sequence_state(const ModelConfig& c) {
           l.compressor.score.assign(size_t(l.compressor.ring_rows() * c.head_dim), -INFINITY);
         }
         l.compressor.row_format = formats.compressed;
+        l.compressor.rows = PagedRows(pool, formats.compressed.row_bytes);
         l.index_compressor.ratio = ratio;
         l.index_compressor.width = c.index_head_dim;
         l.index_compressor.row_format = formats.index_key;
+        l.index_compressor.rows = PagedRows(pool, formats.index_key.row_bytes);
       }
       return l;
     }
     auto init = [&](CompressorState& cs, int64_t d, const KvRowFormat& row_format) {
       cs.ratio = ratio;
       cs.row_format = row_format;
+      cs.rows = PagedRows(pool, row_format.row_bytes);
       cs.width = (ratio == 4 ? 2 : 1) * d;
       cs.kv.assign(size_t(cs.ring_rows() * cs.width), 0.0f);
       cs.score.assign(size_t(cs.ring_rows() * cs.width), -INFINITY);
@@ -68,11 +66,11 @@ SequenceState new_sequence_state(const ModelConfig& c) {
   return s;
 }
 
-int64_t SequenceState::cache_bytes() const {
+int64_t SequenceState::fixed_bytes() const {
   int64_t bytes = 0;
   auto add = [&](const std::vector<LayerState>& layers) {
     for (const auto& l : layers) {
-      bytes += int64_t(l.window.size() + l.compressor.rows.size() + l.index_compressor.rows.size());
+      bytes += int64_t(l.window.size());
       bytes += int64_t(l.compressor.kv.size() + l.compressor.score.size() + l.index_compressor.kv.size() +
                        l.index_compressor.score.size()) * int64_t(sizeof(float));
     }
@@ -81,5 +79,36 @@ int64_t SequenceState::cache_bytes() const {
   add(mtp_layers);
   return bytes;
 }
+
+int64_t SequenceState::n_pages() const {
+  int64_t n = 0;
+  for (const auto* group : {&layers, &mtp_layers}) {
+    for (const auto& l : *group) n += l.compressor.rows.n_pages() + l.index_compressor.rows.n_pages();
+  }
+  return n;
+}
+
+int64_t SequenceState::page_bytes() const {
+  for (const auto* group : {&layers, &mtp_layers}) {
+    for (const auto& l : *group) {
+      if (const int64_t b = l.compressor.rows.page_bytes(); b > 0) return b;
+      if (const int64_t b = l.index_compressor.rows.page_bytes(); b > 0) return b;
+    }
+  }
+  return 0;
+}
+
+int64_t SequenceState::pages_to_grow(int64_t n_new) const {
+  int64_t pages = 0;
+  for (const LayerState& l : layers) {  // MTP / DSpark rows grow only through forward_mtp
+    for (const CompressorState* cs : {&l.compressor, &l.index_compressor}) {
+      if (cs->ratio <= 0 || cs->rows.row_bytes() == 0) continue;
+      pages += cs->rows.pages_to_append((n_tokens + n_new) / cs->ratio - cs->n_rows());
+    }
+  }
+  return pages;
+}
+
+int64_t SequenceState::cache_bytes() const { return fixed_bytes() + n_pages() * page_bytes(); }
 
 }  // namespace deepinfer

@@ -48,7 +48,7 @@ std::string render_metrics(const EngineStats& s, const ServerMetrics& server, in
   metric(out, "deepinfer_requests_waiting", "gauge", "Requests queued for admission (queue depth).", double(s.n_waiting));
   metric(out, "deepinfer_requests_running", "gauge", "Requests with resident cache state.", double(s.n_running));
   metric(out, "deepinfer_http_requests_in_flight", "gauge", "Generation HTTP requests being served.", double(in_flight));
-  metric(out, "deepinfer_cache_bytes_used", "gauge", "Cache state bytes of running requests.", double(s.cache_bytes_used));
+  metric(out, "deepinfer_cache_bytes_used", "gauge", "Cache state bytes: KV pool pages in use (shared pages once) plus running requests' fixed state.", double(s.cache_bytes_used));
   metric(out, "deepinfer_cache_budget_bytes", "gauge", "Cache state budget.", double(s.cache_budget_bytes));
   metric(out, "deepinfer_kv_cache_usage_ratio", "gauge", "Cache state bytes used over the budget.",
          s.cache_budget_bytes > 0 ? double(s.cache_bytes_used) / double(s.cache_budget_bytes) : 0.0);
@@ -57,7 +57,12 @@ std::string render_metrics(const EngineStats& s, const ServerMetrics& server, in
   metric(out, "deepinfer_prefix_cache_hit_tokens_total", "counter", "Prompt tokens reused from the prefix cache.", double(s.prefix_cache_hit_tokens));
   metric(out, "deepinfer_prefix_cache_hit_rate", "gauge", "Prefix-cache hit tokens over prompt tokens.",
          s.prompt_tokens > 0 ? double(s.prefix_cache_hit_tokens) / double(s.prompt_tokens) : 0.0);
-  metric(out, "deepinfer_prefix_cache_bytes", "gauge", "Bytes held by prefix-cache snapshots.", double(s.prefix_cache_bytes_used));
+  metric(out, "deepinfer_kv_page_bytes", "gauge", "Bytes per KV pool page.", double(s.kv_page_bytes));
+  metric(out, "deepinfer_kv_pages_total", "gauge", "KV pool capacity in pages.", double(s.kv_pages_total));
+  metric(out, "deepinfer_kv_pages_used", "gauge", "KV pool pages in use (running requests and prefix-cache snapshots).", double(s.kv_pages_used));
+  metric(out, "deepinfer_kv_pages_shared", "gauge", "KV pool pages held by more than one sequence or snapshot.", double(s.kv_pages_shared));
+  metric(out, "deepinfer_prefix_cache_bytes", "gauge", "Bytes of prefix-cache snapshots outside the KV pool (fixed-size rings).", double(s.prefix_cache_bytes_used));
+  metric(out, "deepinfer_prefix_cache_evictions_total", "counter", "Snapshots evicted to free KV pages for running requests.", double(s.prefix_cache_evictions));
   metric(out, "deepinfer_prefix_cache_snapshots", "gauge", "Prefix-cache snapshots held.", double(s.n_prefix_snapshots));
   metric(out, "deepinfer_preemptions_total", "counter", "Sequences preempted (recomputed later).", double(s.n_preemptions));
   metric(out, "deepinfer_engine_steps_total", "counter", "Batched forward steps.", double(s.n_steps));

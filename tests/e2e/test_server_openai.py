@@ -225,9 +225,14 @@ def test_metrics_expose_the_engine(server):
     text = body.decode()
     for name in ["deepinfer_time_to_first_token_seconds_bucket", "deepinfer_time_per_output_token_seconds_count",
                  "deepinfer_requests_waiting", "deepinfer_kv_cache_usage_ratio", "deepinfer_prefix_cache_hit_rate",
-                 "deepinfer_generation_tokens_total", "deepinfer_http_responses_total"]:
+                 "deepinfer_generation_tokens_total", "deepinfer_http_responses_total", "deepinfer_kv_pages_used",
+                 "deepinfer_kv_pages_shared", "deepinfer_prefix_cache_evictions_total"]:
         assert name in text
     assert metric(server, "deepinfer_prefix_cache_hits_total") >= 1
+    # The paged KV pool: sized from the cache budget, never over it; prefix-cache hits mean shared pages.
+    assert metric(server, "deepinfer_kv_pages_total") * metric(server, "deepinfer_kv_page_bytes") <= \
+        metric(server, "deepinfer_cache_budget_bytes")
+    assert 0 < metric(server, "deepinfer_kv_pages_used") <= metric(server, "deepinfer_kv_pages_total")
 
 
 def test_responses_non_stream_and_stream(client):

@@ -47,9 +47,11 @@ ModelConfig v41_flash() {  // spec §5.1: 40 layers + 3 DSpark stages, KV source
 TEST(CacheFootprint, V41FlashHolds890BytesPerToken) {
   const ModelConfig c = v41_flash();
   const SequenceState fresh = new_sequence_state(c);
-  const CacheFootprint f = cache_footprint_of(c, fresh.cache_bytes());
+  const CacheFootprint f = cache_footprint_of(c, fresh.fixed_bytes(), kDefaultPageBytes);
   EXPECT_DOUBLE_EQ(f.bytes_per_token(), 890.0);  // 3 x (288 + 68) / 2 + (288 + 68)
-  EXPECT_EQ(f.bytes_at(1024) - f.bytes_at(0), 890 * 1024);
+  // 16 KiB pages: 56 rows of 288 B, 240 keys of 68 B. 1024 tokens: 512 rows per ratio-2 source, 1024 for ratio 1.
+  EXPECT_EQ(f.pages_at(1024), 3 * (10 + 3) + (19 + 5));
+  EXPECT_EQ(f.bytes_at(1024) - f.bytes_at(0), f.pages_at(1024) * kDefaultPageBytes);
   // Fixed: 43 window rings (40 layers + 3 DSpark stages) of 144 slots x 528 B, plus the fp32 kv / score
   // rings (2 + 16 rows x 512) of the three ratio-2 sources.
   EXPECT_EQ(f.fixed_bytes, 43 * 144 * 528 + 3 * (18 * 512 * 4 * 2));
@@ -58,9 +60,11 @@ TEST(CacheFootprint, V41FlashHolds890BytesPerToken) {
 TEST(CacheFootprint, V4FlashHoldsAbout3500BytesPerToken) {
   const ModelConfig c = v4_flash();
   const SequenceState fresh = new_sequence_state(c);
-  const CacheFootprint f = cache_footprint_of(c, fresh.cache_bytes());
+  const CacheFootprint f = cache_footprint_of(c, fresh.fixed_bytes(), kDefaultPageBytes);
   EXPECT_DOUBLE_EQ(f.bytes_per_token(), 21 * (584 + 68) / 4.0 + 20 * 584 / 128.0);  // 3514.25
-  EXPECT_EQ(f.bytes_at(512) - f.bytes_at(0), 21 * (584 + 68) * 128 + 20 * 584 * 4);
+  // 16 KiB pages: 28 rows of 584 B, 240 keys of 68 B. 512 tokens: 128 rows (5 pages) + 128 keys (1 page) per
+  // ratio-4 layer, 4 rows (1 page) per ratio-128 layer.
+  EXPECT_EQ(f.pages_at(512), 21 * (5 + 1) + 20 * 1);
   // Fixed: 44 window rings of 144 x 584 B; ratio-4 layers hold kv / score rings of 24 rows x 1024 (main)
   // and 24 x 256 (indexer), ratio-128 layers 144 x 512, all fp32.
   EXPECT_EQ(f.fixed_bytes, 44 * 144 * 584 + 21 * (24 * 1024 + 24 * 256) * 8 + 20 * (144 * 512) * 8);
@@ -70,7 +74,8 @@ TEST(CacheFootprint, MatchesAGrownSequenceState) {
   // bytes_at(n) == cache_bytes() of a sequence after n tokens: grow the rows as the model would.
   for (const ModelConfig& c : {v4_flash(), v41_flash()}) {
     SequenceState s = new_sequence_state(c);
-    const CacheFootprint f = cache_footprint_of(c, s.cache_bytes());
+    const CacheFootprint f = cache_footprint_of(c, s.fixed_bytes(), kDefaultPageBytes);
+    EXPECT_EQ(s.cache_bytes(), f.bytes_at(0));
     const int64_t n = 300;
     std::vector<float> zeros(512, 0.0f);
     for (int l = 0; l < c.n_layers; ++l) {

@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/cache_footprint.h"
 #include "engine/prefix_cache.h"
 #include "model/kv_format.h"
 #include "model/model.h"
@@ -148,6 +149,12 @@ void expect_same(const Outcome& a, const Outcome& b) {
   }
 }
 
+CacheFootprint footprint_of(int64_t page_bytes) {
+  auto model = Model::open(EngineModel::get().dir(), ModelOptions{.n_threads = 1});
+  DI_CHECK(model.ok());
+  return cache_footprint_of(model.value()->config(), model.value()->new_sequence().fixed_bytes(), page_bytes);
+}
+
 // Model level: a snapshot of prompt A's state after 256 shared tokens, continued with prompt B's tail, gives
 // exactly the logits of B run cold (both prompts at least a window long, so their layouts agree).
 TEST(PrefixCacheModel, WarmStateGivesColdLogitsBitForBit) {
@@ -190,6 +197,47 @@ TEST(PrefixCacheModel, WarmStateGivesColdLogitsBitForBit) {
   }
 }
 
+// Model level: restoring a snapshot shares its pages instead of copying rows; the first append of each restored
+// sequence copies only the shared tail page of each stream that grows, and every copy decodes like the original.
+TEST(PrefixCacheModel, RestoredStatesSharePagesAndCopyOnlyTails) {
+  auto model = Model::open(EngineModel::get().dir(), ModelOptions{.n_threads = 2});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  Model& m = *model.value();
+  auto pool = std::make_shared<PagePool>(kDefaultPageBytes, 1000);
+  const std::vector<int32_t> prompt = random_prompt(600, 70);
+  SequenceState original = m.new_sequence(pool);
+  ForwardChunk c{&original, prompt, int64_t(prompt.size())};
+  m.forward(std::span<const ForwardChunk>(&c, 1));
+  // Layer 2 (ratio 4): 150 rows in 6 pages of 28 and 150 keys in 1 page of 240; layer 3 (ratio 128): 4 rows.
+  ASSERT_EQ(original.n_pages(), 8);
+  EXPECT_EQ(pool->stats().n_used, 8);
+  PrefixCache cache(1ll << 30);
+  cache.insert(prompt, LayoutClass{128, 600, 128}, original);
+  std::vector<SequenceState> restored;
+  for (int i = 0; i < 4; ++i) restored.push_back(*cache.lookup(prompt, 600, LayoutClass{128, 600, 128}).state);
+  EXPECT_EQ(pool->stats().n_used, 8);    // six holders, no bytes copied
+  EXPECT_EQ(pool->stats().n_shared, 8);
+  const std::vector<int32_t> next = random_prompt(4, 71);  // 600 → 604 tokens: one more ratio-4 row and key
+  auto decode = [&](SequenceState& s) {
+    std::vector<float> logits;
+    for (int32_t id : next) {
+      ForwardChunk d{&s, std::span<const int32_t>(&id, 1), 0};
+      logits = m.forward(std::span<const ForwardChunk>(&d, 1))[0].logits;
+    }
+    return logits;
+  };
+  const std::vector<float> expected = decode(original);
+  EXPECT_EQ(pool->stats().n_used, 8 + 2);  // the original's two growing tails were copied (the snapshot holds them)
+  for (SequenceState& s : restored) {
+    const std::vector<float> got = decode(s);
+    ASSERT_EQ(got.size(), expected.size());
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0);
+  }
+  // Five 604-token sequences and the snapshot: 8 + 5 * 2 pages, where copies would take 6 * 8 + 5 * 2.
+  EXPECT_EQ(pool->stats().n_used, 8 + 5 * 2);
+  EXPECT_EQ(pool->stats().n_shared, 6);  // the full pages and the ratio-128 tail, held by all six
+}
+
 TEST(Engine, PrefixCacheHitMatchesColdRunAndReportsCachedTokens) {
   EngineOptions cold_options = options_for_tests();
   EngineOptions warm_options = cold_options;
@@ -215,6 +263,51 @@ TEST(Engine, PrefixCacheHitMatchesColdRunAndReportsCachedTokens) {
   const EngineStats stats = warm_engine->stats();
   EXPECT_EQ(stats.prefix_cache_queries, 3u);
   EXPECT_EQ(stats.prefix_cache_hits, 2u);
+  // Snapshots of one prompt at several lengths hold its full pages once, shared.
+  EXPECT_GT(stats.kv_pages_shared, 0);
+  EXPECT_GE(stats.kv_pages_used, stats.kv_pages_shared);
+  EXPECT_EQ(stats.kv_pages_total, warm_options.cache_budget_bytes / warm_options.kv_page_bytes);
+}
+
+// Many concurrent requests sharing a long prefix on a page pool too small for them all: snapshots share pages
+// with the sequences restored from them, the prefix cache gives pages back, the newest sequences are preempted
+// and recomputed; every request completes with exactly the output it has when run alone.
+TEST(Engine, SmallPagePoolPreemptsAndSharesPrefixesWithoutChangingOutputs) {
+  EngineOptions solo_options = options_for_tests();
+  EngineOptions tight = solo_options;
+  tight.prefix_cache_bytes = 256ll << 20;
+  tight.prefix_snapshot_interval = 64;
+  tight.kv_page_bytes = 2 * 584;
+  const CacheFootprint f = footprint_of(tight.kv_page_bytes);
+  tight.cache_budget_bytes = (2 * f.charge_pages(170) + 5) * tight.kv_page_bytes;
+  const std::vector<int32_t> shared = random_prompt(150, 60);
+  std::vector<Request> requests;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = shared;
+    for (int32_t id : random_prompt(20, 61 + uint32_t(i))) prompt.push_back(id + 1);
+    requests.push_back(ids_request(prompt, 40));
+  }
+  auto solo_engine = open_engine(solo_options);
+  std::vector<Outcome> solo;
+  for (const Request& r : requests) solo.push_back(collect(*solo_engine, solo_engine->submit(r).value()));
+  solo_engine.reset();
+  auto engine = open_engine(tight);
+  std::vector<RequestId> ids;
+  for (const Request& r : requests) ids.push_back(engine->submit(r).value());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Outcome got = collect(*engine, ids[i]);
+    EXPECT_EQ(got.end, EndReason::kLength) << got.error;
+    expect_same(solo[i], got);
+  }
+  for (int i = 0; i < 100 && engine->stats().n_requests_finished < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.n_requests_finished, 6u);
+  EXPECT_GT(stats.n_preemptions, 0u);
+  EXPECT_GT(stats.prefix_cache_hit_tokens, 0u);
+  EXPECT_GT(stats.prefix_cache_evictions, 0u);  // snapshots gave their pages to running sequences
+  EXPECT_LE(stats.kv_pages_used, stats.kv_pages_total);
 }
 
 TEST(Engine, ConcurrentRequestsGiveTheirSoloOutputs) {
@@ -242,17 +335,12 @@ TEST(Engine, ConcurrentRequestsGiveTheirSoloOutputs) {
 }
 
 TEST(Engine, PreemptionRecomputesWithoutChangingOutputs) {
-  auto model = Model::open(EngineModel::get().dir(), ModelOptions{.n_threads = 1});
-  ASSERT_TRUE(model.ok());
-  const int64_t fixed = model.value()->new_sequence().cache_bytes();
-  const KvFormats formats = kv_formats_of(model.value()->config());
-  const int64_t group = formats.compressed.row_bytes + formats.index_key.row_bytes;  // 584 + 68
-  model.value().reset();
   EngineOptions roomy = options_for_tests();
   EngineOptions tight = roomy;
-  // A 40-token prompt adds 10 groups (ratio-4 rows and index keys): three sequences fit at admission, not
-  // once each has generated 60 more tokens (15 more groups).
-  tight.cache_budget_bytes = 3 * (fixed + 10 * group) + 12 * group;
+  tight.kv_page_bytes = 2 * 584;  // two compressed rows per page: the pages track the growth closely
+  const CacheFootprint f = footprint_of(tight.kv_page_bytes);
+  // Three 40-token prompts fit at admission, not once each has generated 60 more tokens.
+  tight.cache_budget_bytes = (3 * f.charge_pages(40) + (f.charge_pages(100) - f.charge_pages(40))) * tight.kv_page_bytes;
   std::vector<Request> requests;
   for (int i = 0; i < 5; ++i) requests.push_back(ids_request(random_prompt(40, 20 + uint32_t(i)), 60));
   auto reference = open_engine(roomy);

@@ -1,6 +1,7 @@
 // The continuous-batching scheduler as a pure function: decode first, prefill chunks under the token budget,
-// chunk boundaries (prompt end, snapshot points), FIFO admission under the cache budget, preemption of the
-// newest resident sequence when memory runs out, rejection of what can never fit.
+// chunk boundaries (prompt end, snapshot points), FIFO admission under the page budget, preemption of the
+// newest resident sequence when pages run out, full pages shared with an older sequence charged once, rejection
+// of what can never fit.
 #include "engine/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -8,13 +9,14 @@
 namespace deepinfer {
 namespace {
 
-SchedulerConfig config_with(int64_t budget_tokens, int64_t cache_bytes, int max_running = 16) {
+SchedulerConfig config_with(int64_t budget_tokens, int64_t budget_pages, int max_running = 16) {
   SchedulerConfig c;
   c.max_batch_tokens = budget_tokens;
   c.max_running = max_running;
-  c.cache_budget_bytes = cache_bytes;
-  c.footprint.fixed_bytes = 100;            // per sequence
-  c.footprint.growth = {{4, 8}};            // + 8 bytes per 4 tokens
+  c.budget_pages = budget_pages;
+  c.footprint.page_bytes = 8;
+  c.footprint.fixed_bytes = 80;             // 10 pages per sequence
+  c.footprint.streams = {{4, 8, 1}};        // + 1 page (one 8-byte row) per 4 tokens
   return c;
 }
 
@@ -68,11 +70,11 @@ TEST(Scheduler, ChunksStopAtThePromptEndAndAtSnapshotPoints) {
 }
 
 TEST(Scheduler, AdmitsInFifoOrderWhileMemoryLasts) {
-  // Each fresh 40-token sequence needs 100 + 10 * 8 = 180 bytes once its prompt is in.
+  // Each fresh 40-token sequence needs 10 + 10 = 20 pages once its prompt is in.
   SchedulerInput in;
   in.waiting = {fresh(1, 40), fresh(2, 40), fresh(3, 4)};
-  const SchedulePlan plan = schedule(in, config_with(1000, 400));
-  ASSERT_EQ(plan.chunks.size(), 2u);  // 1 and 2 fit (360 bytes); 3 (108 more) does not
+  const SchedulePlan plan = schedule(in, config_with(1000, 45));
+  ASSERT_EQ(plan.chunks.size(), 2u);  // 1 and 2 fit (40 pages); 3 (11 more) does not
   EXPECT_EQ(plan.chunks[0].key, 1u);
   EXPECT_EQ(plan.chunks[1].key, 2u);
 }
@@ -80,8 +82,8 @@ TEST(Scheduler, AdmitsInFifoOrderWhileMemoryLasts) {
 TEST(Scheduler, HeadOfLineBlocksLaterAdmissions) {
   SchedulerInput in;
   in.running = {decoding(1, 40, 1)};
-  in.waiting = {fresh(2, 200), fresh(3, 4)};  // 2 needs 100 + 400 bytes: does not fit next to 1
-  const SchedulePlan plan = schedule(in, config_with(1000, 600));
+  in.waiting = {fresh(2, 200), fresh(3, 4)};  // 2 needs 10 + 50 pages: does not fit next to 1 (20)
+  const SchedulePlan plan = schedule(in, config_with(1000, 70));
   ASSERT_EQ(plan.chunks.size(), 1u);
   EXPECT_EQ(plan.chunks[0].key, 1u);
   EXPECT_TRUE(plan.rejected.empty());
@@ -97,32 +99,32 @@ TEST(Scheduler, RespectsMaxRunning) {
 }
 
 TEST(Scheduler, PreemptsNewestWhenOutOfMemory) {
-  // Three decoding sequences at a row boundary: the next token of each adds a row (8 bytes).
+  // Three decoding sequences at a row boundary: the next token of each adds a row (a page).
   SchedulerInput in;
   in.running = {decoding(1, 3, 1), decoding(2, 3, 1), decoding(3, 3, 1)};  // n_computed 3 → 4 after the step
-  // Before: 3 * 100 = 300 bytes. After the step: 3 * 108 = 324.
-  const SchedulePlan plan = schedule(in, config_with(1000, 320));
+  // Before: 3 * 10 = 30 pages. After the step: 3 * 11 = 33.
+  const SchedulePlan plan = schedule(in, config_with(1000, 32));
   ASSERT_EQ(plan.preempted.size(), 1u);
   EXPECT_EQ(plan.preempted[0], 3u);  // the newest
   ASSERT_EQ(plan.chunks.size(), 2u);
   EXPECT_EQ(plan.chunks[0].key, 1u);
   EXPECT_EQ(plan.chunks[1].key, 2u);
-  EXPECT_LE(plan.projected_bytes, 320);
+  EXPECT_EQ(plan.projected_pages, 22);
 }
 
 TEST(Scheduler, NoAdmissionsInAStepThatPreempts) {
   SchedulerInput in;
   in.running = {decoding(1, 3, 1), decoding(2, 3, 1)};
   in.waiting = {fresh(3, 1)};
-  const SchedulePlan plan = schedule(in, config_with(1000, 210));
+  const SchedulePlan plan = schedule(in, config_with(1000, 21));
   EXPECT_EQ(plan.preempted.size(), 1u);
   for (const ScheduledChunk& c : plan.chunks) EXPECT_FALSE(c.admit);
 }
 
 TEST(Scheduler, RejectsWhatCanNeverFit) {
   SchedulerInput in;
-  in.waiting = {fresh(1, 1000), fresh(2, 4)};  // 1 needs 100 + 250 * 8 bytes
-  const SchedulePlan plan = schedule(in, config_with(1000, 500));
+  in.waiting = {fresh(1, 1000), fresh(2, 4)};  // 1 needs 10 + 250 pages
+  const SchedulePlan plan = schedule(in, config_with(1000, 50));
   ASSERT_EQ(plan.rejected.size(), 1u);
   EXPECT_EQ(plan.rejected[0], 1u);
   ASSERT_EQ(plan.chunks.size(), 1u);
@@ -145,14 +147,38 @@ TEST(Scheduler, StarvedResidentSequencesStayResident) {
   EXPECT_TRUE(plan.preempted.empty());
 }
 
-TEST(CacheFootprint, GrowsOneRowPerRatioTokens) {
+TEST(Scheduler, FullPagesSharedWithAnOlderSequenceAreChargedOnce) {
+  // Two sequences restored from one 40-token snapshot share its 10 full pages: 20 + 10 pages, not 40.
+  SchedulerInput in;
+  in.running = {decoding(1, 40, 1), {2, 40, 40, 41, 0, 10}};
+  SchedulePlan plan = schedule(in, config_with(1000, 31));
+  EXPECT_TRUE(plan.preempted.empty());
+  EXPECT_EQ(plan.projected_pages, 30);
+  // A waiting prefix hit whose match shares 10 pages with a resident sequence is admitted on the same terms.
+  in.running = {decoding(1, 40, 1)};
+  in.waiting = {{2, 40, 41, 41, 0, 10}};
+  plan = schedule(in, config_with(1000, 31));
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  EXPECT_TRUE(plan.chunks[1].admit);
+  in.waiting[0].n_shared_pages = 0;  // nothing shared: 20 + 20 pages do not fit
+  plan = schedule(in, config_with(1000, 31));
+  EXPECT_EQ(plan.chunks.size(), 1u);
+}
+
+TEST(CacheFootprint, GrowsOnePagePerRowsPerPageRows) {
   CacheFootprint f;
   f.fixed_bytes = 10;
-  f.growth = {{4, 3}, {128, 5}};
+  f.page_bytes = 6;
+  f.streams = {{4, 3, 2}, {128, 5, 1}};  // 2 rows per page; 1 row per page
+  EXPECT_EQ(f.pages_at(3), 0);
+  EXPECT_EQ(f.pages_at(4), 1);
+  EXPECT_EQ(f.pages_at(8), 1);
+  EXPECT_EQ(f.pages_at(12), 2);
+  EXPECT_EQ(f.pages_at(128), 16 + 1);
   EXPECT_EQ(f.bytes_at(0), 10);
-  EXPECT_EQ(f.bytes_at(3), 10);
-  EXPECT_EQ(f.bytes_at(4), 13);
-  EXPECT_EQ(f.bytes_at(128), 10 + 32 * 3 + 5);
+  EXPECT_EQ(f.bytes_at(128), 10 + 17 * 6);
+  EXPECT_EQ(f.fixed_pages(), 2);
+  EXPECT_EQ(f.charge_pages(128), 19);
 }
 
 }  // namespace
