@@ -103,6 +103,33 @@ TEST_F(SwaReplay, GlobalStateIsBitIdenticalToAFullPrefill) {
   for (int l = 6; l < c.n_layers; ++l) EXPECT_EQ(chunked.layers[size_t(l)].window_valid_from, 400 - tail) << "layer " << l;
 }
 
+TEST_F(SwaReplay, BatchedChunksAreCompactedEachOnItsOwn) {
+  // One forward with a replayed chunk between two that are not (one short prompt, one decode step): every
+  // chunk's logits and state equal those of running it alone (the kernels are batch-invariant).
+  auto replay = open(true);
+  ASSERT_TRUE(replay);
+  const int V = replay->config().vocab_size;
+  const auto long_prompt = random_prompt(300, V), short_prompt = random_prompt(40, V);
+  std::vector<SequenceState> alone(3, replay->new_sequence()), batched(3, replay->new_sequence());
+  const std::vector<int32_t> context = random_prompt(20, V), step{17};
+  for (auto* seqs : {&alone, &batched}) prefill(*replay, (*seqs)[2], context);
+  std::vector<std::vector<float>> want;
+  want.push_back(prefill(*replay, alone[0], short_prompt));
+  want.push_back(prefill(*replay, alone[1], long_prompt));
+  ForwardChunk decode{&alone[2], step, 0};
+  want.push_back(replay->forward(std::span<const ForwardChunk>(&decode, 1))[0].logits);
+  std::vector<ForwardChunk> chunks{{&batched[0], short_prompt, 40}, {&batched[1], long_prompt, 300}, {&batched[2], step, 0}};
+  auto out = replay->forward(chunks);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].logits, want[i]) << "chunk " << i;
+    expect_global_state_equal(alone[i], batched[i], 6);
+    for (size_t l = 0; l < alone[i].layers.size(); ++l) {
+      EXPECT_EQ(alone[i].layers[l].window, batched[i].layers[l].window) << "chunk " << i << " layer " << l;
+      EXPECT_EQ(alone[i].layers[l].window_valid_from, batched[i].layers[l].window_valid_from);
+    }
+  }
+}
+
 TEST_F(SwaReplay, PromptNoLongerThanTheTailIsBitIdentical) {
   auto full = open(false), replay = open(true);
   ASSERT_TRUE(full && replay);
