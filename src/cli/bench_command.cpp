@@ -59,7 +59,7 @@ Runner add_bench_command(CLI::App& app) {
     std::vector<int64_t> prefill_lens{512};
     std::vector<int> batches{1, 4, 16};
     int decode_steps = 16, threads = 0, context = 16, speculative_tokens = 32;
-    bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false;
+    bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false, swa_replay = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "prefill / decode tokens per second against the machine's ceilings");
@@ -76,6 +76,7 @@ Runner add_bench_command(CLI::App& app) {
                   "V4.1: greedy tokens generated with and without DSpark speculation (0 = skip)")
       ->check(CLI::Range(0, 100000));
   cmd->add_flag("--exact", args->exact, "time the reference kernels instead");
+  cmd->add_flag("--swa-replay", args->swa_replay, "V4.1: SWA bounded replay in prefill (spec 7.10): the decoder layers run only on the last window + DSpark-block tokens (faster, approximate; off = exact)");
   cmd->add_flag("--skip-ceiling", args->skip_ceiling, "do not measure bandwidth / peak FMA");
   cmd->add_flag("--no-warmup", args->no_warmup, "time the first prefill cold (weights not yet faulted in)");
   cmd->add_flag("--prefault", args->prefault,
@@ -87,7 +88,8 @@ Runner add_bench_command(CLI::App& app) {
       std::fprintf(stderr, "error: bench: --model is required (or `deepinfer bench serve ...`)\n");
       return 1;
     }
-    auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .n_threads = args->threads, .show_progress = true});
+    auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .swa_bounded_replay = args->swa_replay,
+                                                                       .n_threads = args->threads, .show_progress = true});
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
       return 1;
@@ -104,6 +106,11 @@ Runner add_bench_command(CLI::App& app) {
                 args->model.c_str(), c.n_layers, c.dim, c.n_routed_experts, c.n_activated_experts,
                 traffic.checkpoint_bytes / 1e9, resident_bytes() / 1e9);
     std::printf("backend %s, %d threads\n", m.backend().name(), ceiling.n_threads);
+    if (args->swa_replay) {  // the prefill rows' FLOP columns still count every layer on every token
+      std::printf("SWA bounded replay on: a prefill runs the decoder layers only on its last %lld tokens "
+                  "(GFLOP/s of prefill rows count a full prefill)\n",
+                  (long long)plan_swa_replay(c).value().tail_tokens);
+    }
     std::printf("weights read per decoded token (batch 1): %.1f MB; weight MACs per token: %.1f M (head %.1f M)\n",
                 traffic.decode_bytes_per_token / 1e6, traffic.decode_macs_per_token / 1e6, traffic.head_macs / 1e6);
     Sampler rng(1234);

@@ -23,7 +23,7 @@ Runner add_logits_command(CLI::App& app) {
     std::string model, case_path, out;
     int64_t chunk = 0;
     int threads = 0;
-    bool exact = false, mtp = false, owner_keys = false, dspark = false;
+    bool exact = false, mtp = false, owner_keys = false, dspark = false, swa_replay = false;
     std::string backend = "cpu";
   };
   auto args = std::make_shared<Args>();
@@ -40,12 +40,14 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_flag("--dspark", args->dspark, "V4.1: also write the DSpark draft outputs (dspark_anchor/tokens/logits/confidence)");
   cmd->add_flag("--index-owner-keys", args->owner_keys,
                 "V4.1: every index source scores against its own KV owner's keys (default: the reference's republish behaviour)");
+  cmd->add_flag("--swa-replay", args->swa_replay, "V4.1: SWA bounded replay in prefill (spec 7.10): the decoder layers run only on the last window + DSpark-block tokens (faster, approximate; off = exact)");
   return [args]() {
     ModelOptions options;
     options.exact = args->exact;
     options.n_threads = args->threads;
     options.cuda = args->backend == "cuda";
     options.index_owner_keys = args->owner_keys;
+    options.swa_bounded_replay = args->swa_replay;
     options.show_progress = isatty(STDERR_FILENO) != 0;
     auto model = Model::open(args->model, options);
     if (!model.ok()) {

@@ -129,7 +129,8 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (options.kv_page_bytes <= 0) return Status::error("kv_page_bytes must be > 0");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  auto model = Model::open(options.model_dir, ModelOptions{.exact = options.exact, .n_threads = options.n_threads});
+  auto model = Model::open(options.model_dir, ModelOptions{.exact = options.exact, .swa_bounded_replay = options.swa_bounded_replay,
+                                                                  .n_threads = options.n_threads});
   if (!model.ok()) return model.status();
   impl->model = std::move(model.value());
   const ModelConfig& c = impl->model->config();

@@ -64,7 +64,7 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
   ForwardChunk prefill{&seq, prompt, P};
   prefill.keep_hidden = speculative;
   auto out = model.forward(std::span<const ForwardChunk>(&prefill, 1));
-  if (speculative) model.dspark_seed(seq, 0, out[0].hidden);
+  if (speculative) model.dspark_seed(seq, out[0].hidden_first_token, out[0].hidden);  // > 0: an SWA replay's tail
   result.prefill_seconds = seconds_since(t0);
   t0 = Clock::now();
   int32_t next = sampler.sample(out[0].logits.data(), V, options.sampling);

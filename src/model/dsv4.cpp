@@ -42,6 +42,11 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
     std::fprintf(stderr, "loaded %s: %zu tensors, %.2f GB mapped, resident %.2f GB\n", model_dir.c_str(),
                  model->checkpoint_->tensor_names().size(), model->checkpoint_->total_bytes() / 1e9, resident_bytes() / 1e9);
   }
+  if (options.swa_bounded_replay) {
+    auto plan = plan_swa_replay(c);
+    if (!plan.ok()) return plan.status();
+    model->replay_ = plan.value();
+  }
   if (c.is_v41() && !c.engram_layers.empty()) {
     auto engram = load_engram_hashing(c, model_dir);
     if (!engram.ok()) return engram.status();
@@ -167,6 +172,9 @@ void Model::run_head(const HeadWeights& w, const float* h, int64_t n_tokens, flo
 
 void Model::rollback(SequenceState& seq, int64_t n_tokens) const {
   DI_CHECK_MSG(n_tokens <= seq.n_tokens && seq.n_tokens - n_tokens <= kSpecSlots, "rollback past the spare ring slots");
+  for (const LayerState& l : seq.layers) {  // an SWA replay's missing window rows stay behind the kept positions
+    DI_CHECK_MSG(l.window_valid_from <= n_tokens, "rollback into positions an SWA bounded replay skipped");
+  }
   const int64_t removed = seq.n_tokens - n_tokens;
   seq.n_tokens = n_tokens;
   // Rings: the slots of removed positions are rewritten before anything reads them, and the spare slots

@@ -144,6 +144,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     if (ch.layer_streams_of_last) ch.layer_streams_of_last->clear();
   }
   for (int l = 0; l < c.n_layers; ++l) {
+    if (l == replay_.decoder_kv_layer) swa_replay_split_v41(chunks, batch, scratch, h, pre_in);  // spec §7.10, opt-in
     run_block_v41(l, batch, scratch, h, pre_in);
     append_last_streams(batch, chunks, h, D);
   }
@@ -164,8 +165,9 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
       backend_->linear({.x = y.data(), .x_stride = D, .n_tokens = n_rows, .weight = &weights_.head_proj, .row_begin = 0,
                         .n_rows = V, .epilogue = Epilogue::kF32, .bias = nullptr, .out = outputs[ci].logits.data(), .out_stride = V});
     }
-    if (chunks[ci].keep_hidden) {  // the DSpark input: main_hidden taps of every token of the chunk
+    if (chunks[ci].keep_hidden) {  // the DSpark input: main_hidden taps of every token the batch still holds
       outputs[ci].hidden.assign(scratch.taps.begin() + first * n_taps_width, scratch.taps.begin() + (first + n) * n_taps_width);
+      outputs[ci].hidden_first_token = int64_t(chunks[ci].ids.size()) - n;  // > 0 after an SWA bounded replay
     }
     SequenceState& seq = *chunks[ci].state;
     if (!engram_.token_map.empty()) {
@@ -173,7 +175,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
       const size_t keep = size_t(std::max(0, c.engram_max_ngram - 1) + kSpecSlots);
       if (seq.engram_history.size() > keep) seq.engram_history.erase(seq.engram_history.begin(), seq.engram_history.end() - long(keep));
     }
-    seq.n_tokens += n;
+    seq.n_tokens += int64_t(chunks[ci].ids.size());  // an SWA bounded replay kept fewer rows than it processed
   }
   return outputs;
 }

@@ -187,7 +187,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   const std::vector<float>& qrq = qkv.qr_quantized;
 
   const int owner = ratio == 0 ? -1 : latest_layer(layer, [&](int l) { return c.is_kv_source(l); });
-  if (ratio != 0 && c.is_kv_source(layer)) {
+  if (ratio != 0 && c.is_kv_source(layer) && scratch.kv_source_done_layer != layer) {
     kv_source_update_v41(layer, batch, scratch, u);
   }
   if (ratio != 0 && c.is_index_source(layer)) {  // steps 20-27
@@ -280,7 +280,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
     const int64_t chunk_first_token = batch.first_token[size_t(ci)];
     rows.clear();
-    for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) {
+    // Window rows an SWA bounded replay never computed are left out (window_valid_from; 0 when exact).
+    for (int64_t p = std::max<int64_t>({0, pos - W + 1, ls.window_valid_from}); p <= pos; ++p) {
       rows.push_back(p >= chunk_first_pos ? &kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]
                                           : window_rows.row(ls.slot(p)));
     }

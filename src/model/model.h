@@ -19,6 +19,7 @@
 #include "model/engram.h"
 #include "model/ops.h"
 #include "model/sequence_state.h"
+#include "model/swa_replay.h"
 #include "model/weights.h"
 
 namespace deepinfer {
@@ -28,6 +29,10 @@ struct ModelOptions {
   // V4.1: every index source scores against its own KV owner's keys, instead of the reference's
   // republish behaviour (spec §7.5 / §11.1; the default follows DeepSeek's model.py).
   bool index_owner_keys = false;
+  // V4.1 prefill approximation (spec §7.10 "SWA bounded replay", off = exact): in a chunk longer than
+  // window + DSpark block tokens, the decoder layers (from the last KV source on) run only on its tail;
+  // the global path (encoder, compressed rows, index keys) stays bit-identical. V4 checkpoints refuse it.
+  bool swa_bounded_replay = false;
   int n_threads = 0;        // fast kernels: 0 = all hardware threads
   bool cuda = false;        // the CUDA backend (a -DDEEPINFER_CUDA=ON build) instead of the CPU kernels
   int cuda_device = 0;
@@ -59,7 +64,10 @@ struct MtpChunk {
 
 struct ChunkOutput {
   std::vector<float> logits;   // [n_rows, vocab]: every token or just the last
-  std::vector<float> hidden;   // [n, hc_mult, dim] when keep_hidden
+  std::vector<float> hidden;   // [n, hc_mult, dim] when keep_hidden (V4.1: [n, n_taps * dim] DSpark taps)
+  // The chunk token that hidden's first row belongs to: 0, except after an SWA bounded replay, whose
+  // hidden holds only the tail's rows (the skipped tokens never reach the tap layers).
+  int64_t hidden_first_token = 0;
 };
 
 // One DSpark draft (V4.1 spec §7.8): the anchor and the chained draft tokens, their logits and confidences.
@@ -114,6 +122,10 @@ class Model {
   void engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h);
   void attention_v41(int layer, Batch& batch, V41Scratch& scratch, const std::vector<float>& u, std::vector<float>& out);
   void kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, const std::vector<float>& u);
+  // SWA bounded replay at the decoder KV source (swa_replay.cpp): its KV path on every token, then the
+  // batch compacted to the replayed chunks' tails. Does nothing when no chunk is replayed.
+  void swa_replay_split_v41(std::span<const ForwardChunk> chunks, Batch& batch, V41Scratch& scratch, std::vector<float>& h,
+                            std::vector<float>& pre_in);
   int published_keys_layer(int layer, int64_t pos, bool is_prompt, int64_t prompt_len) const;
   // Pieces of the V4.1 attention shared with the DSpark stages.
   struct QkvV41 {
@@ -146,6 +158,7 @@ class Model {
   std::vector<RopeTable> layer_rope_;  // per main layer, then per MTP layer
   ModelOptions options_;
   EngramHashing engram_;               // V4.1 with Engram layers
+  SwaReplayPlan replay_;               // decoder_kv_layer -1 unless options_.swa_bounded_replay
 };
 
 }  // namespace deepinfer

@@ -29,12 +29,21 @@ struct Model::V41Scratch {
   std::vector<std::vector<int64_t>> selection;   // [T] compressed-row indices, ascending
   std::vector<std::vector<int64_t>> candidates;  // [T] kept candidate block ids (empty: none published)
   bool have_candidates = false;
+  int kv_source_done_layer = -1;                 // SWA replay: this layer's KV path already ran on every token
   std::vector<float> taps;                       // [T, n_taps * dim] DSpark taps (spec step 5)
 };
 
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size);
 // After a layer: appends each chunk's last-token stream [4, dim] to its layer_streams_of_last, if asked.
 void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk> chunks, const std::vector<float>& h, int64_t dim);
+
+// SWA bounded replay (swa_replay.cpp): keeps only each replayed chunk's last plan.tail_tokens tokens (all
+// tokens of other chunks), in order: the batch metadata and the per-token rows of h [T, 4, dim], pre_in
+// [T, 4] and the scratch's selections, candidates and DSpark taps. Marks the window rings of layers >=
+// plan.decoder_kv_layer of each replayed sequence missing below its tail. False (nothing changed) when no
+// chunk is replayed.
+bool compact_batch_to_tails(const SwaReplayPlan& plan, const ModelConfig& config, std::span<const ForwardChunk> chunks,
+                            Model::Batch& batch, Model::V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in);
 
 // V4 QDQ8 with block 128 on every row of [n_rows, width] (the activation side of V4's qlinear).
 void qdq_fp8_rows(std::vector<float>& x, int64_t n_rows, int64_t width);

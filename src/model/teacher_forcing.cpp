@@ -70,7 +70,8 @@ TeacherForcedResult run_teacher_forced(Model& model, const std::vector<int32_t>&
     if (last_chunk) fc.layer_streams_of_last = &result.layer_streams;
     auto out = model.forward(std::span<const ForwardChunk>(&fc, 1));
     if (mtp) prompt_hidden.insert(prompt_hidden.end(), out[0].hidden.begin(), out[0].hidden.end());
-    if (dspark) model.dspark_seed(seq, p0, out[0].hidden);  // the prefill only seeds the stage rings
+    // The prefill only seeds the stage rings (after an SWA bounded replay: from the chunk's tail on).
+    if (dspark) model.dspark_seed(seq, p0 + out[0].hidden_first_token, out[0].hidden);
     if (last_chunk) result.logits.insert(result.logits.end(), out[0].logits.begin(), out[0].logits.end());
   }
   if (mtp && C > 0) {

@@ -159,3 +159,24 @@ def test_text_commands_on_the_embedded_model():
     c = run("chat", "--model", model, "--prompt", "Hi", "--max-tokens", "5")
     assert c.returncode == 0, c.stderr
     assert "prompt +" in c.stderr
+
+
+@pytest.mark.skipif(not V41.exists(), reason=f"golden data not found at {V41}")
+def test_swa_replay_flag(tmp_path):
+    """--swa-replay (SWA bounded replay, spec 7.10): a prompt no longer than the tail (case 2: 37 tokens) stays
+    bit-identical to the golden; generate and bench accept it on V4.1, serve lists it, and V4 refuses it."""
+    out = tmp_path / "out.safetensors"
+    r = run("logits", "--model", V41, "--case", V41 / "case-2.safetensors", "--out", out, "--exact", "--swa-replay")
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(read_safetensors(out)["logits"], read_safetensors(V41 / "case-2.safetensors")["logits"])
+    ids = ",".join(str((7 * i) % 500) for i in range(200))  # longer than the 133-token tail: replayed
+    g = run("generate", "--model", V41, "--prompt-ids", ids, "--max-tokens", "4", "--ignore-eos", "--swa-replay",
+            "--speculative", "--threads", "2")
+    assert g.returncode == 0, g.stderr
+    assert len(g.stdout.strip().split(",")) == 4
+    b = run("bench", "--model", V41, "--prefill", "200", "--batch", "1", "--decode-steps", "1", "--skip-ceiling",
+            "--speculative-tokens", "0", "--threads", "2", "--swa-replay")
+    assert b.returncode == 0, b.stderr
+    assert "SWA bounded replay on: a prefill runs the decoder layers only on its last 133 tokens" in b.stdout
+    assert "--swa-replay" in run("serve", "--help").stdout
+    assert_clean_error(run("generate", "--model", FLASH, "--prompt-ids", "0,5", "--swa-replay"), "V4.1")
