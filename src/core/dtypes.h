@@ -3,6 +3,7 @@
 // never through float). Pure functions, no state; everything here is exact or round-to-nearest-even.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,10 +23,36 @@ inline uint32_t float_to_bits(float f) { uint32_t b; std::memcpy(&b, &f, 4); ret
 
 inline float bf16_to_float(uint16_t bits) { return bits_to_float(uint32_t(bits) << 16); }
 
+// floor(log2 |x|) of a finite nonzero double that is not subnormal (its biased exponent minus the bias).
+inline int double_exponent(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, 8);
+  return int((b >> 52) & 0x7ff) - 1023;
+}
+
+// x rounded to `bits` mantissa bits, nearest even, at x's own exponent (a carry out of the mantissa moves
+// to the next binade, which is the correctly rounded result). x finite; the caller handles the target
+// format's subnormal range, where the quantum stops shrinking with the exponent.
+inline double round_to_mantissa_bits(double x, int bits) {
+  uint64_t b;
+  std::memcpy(&b, &x, 8);
+  const int drop = 52 - bits;
+  b += ((uint64_t(1) << (drop - 1)) - 1) + ((b >> drop) & 1);
+  b &= ~((uint64_t(1) << drop) - 1);
+  double r;
+  std::memcpy(&r, &b, 8);
+  return r;
+}
+
 // Round a finite or infinite real (given exactly as a double) once to the nearest bf16, ties to even,
 // bf16 subnormals included. Infinities and NaN pass through; overflow rounds to infinity.
 inline float round_bf16(double x) {
   if (!std::isfinite(x) || x == 0.0) return float(x);
+  if (double_exponent(x) >= -126) {              // bf16 normal range: integer rounding of the bits
+    const double r = round_to_mantissa_bits(x, 7);
+    if (std::fabs(r) > 0x1.fep127) return x > 0 ? INFINITY : -INFINITY;
+    return float(r);                             // exact: r has at most 8 significant bits
+  }
   int exp2 = 0;
   std::frexp(x, &exp2);                          // |x| = m * 2^exp2, m in [0.5, 1)
   int e = exp2 - 1;                              // floor(log2 |x|)
@@ -59,6 +86,9 @@ inline float e4m3_to_float(uint8_t code) {
 // Round v to the e4m3 grid, nearest even, saturating at +-448. Returns the grid value.
 inline double e4m3_round(double v) {
   if (v == 0.0 || std::isnan(v)) return v;
+  if (std::isfinite(v) && double_exponent(v) >= -6) {  // e4m3 normal range
+    return std::clamp(round_to_mantissa_bits(v, 3), -448.0, 448.0);
+  }
   int exp2 = 0;
   std::frexp(v, &exp2);
   int e = exp2 - 1;
@@ -85,6 +115,9 @@ inline float e2m1_to_float(uint8_t code) { return kE2M1Values[code & 0xf]; }
 // Round v to the e2m1 grid, nearest even, saturating at +-6.
 inline double e2m1_round(double v) {
   if (v == 0.0 || std::isnan(v)) return v;
+  if (std::isfinite(v) && double_exponent(v) >= 0) {  // e2m1 normal range
+    return std::clamp(round_to_mantissa_bits(v, 1), -6.0, 6.0);
+  }
   int exp2 = 0;
   std::frexp(v, &exp2);
   int e = exp2 - 1;
