@@ -97,7 +97,24 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
       for (int r = 0; r < R; ++r) acc[t][r] = S::dot(acc[t][r], w[r], xv);
     }
   };
-  for (int64_t ch = 0; ch < n_full; ++ch) {
+  int64_t ch = 0;
+  if constexpr (D == DType::kI8 && requires { S::kFp4Pairs; }) {
+    // fp4: the two chunks of each 32-element scale block decode from one table (S::decode_fp4_pair), row by
+    // row; each accumulator still adds chunk ch before chunk ch + 1, so the sums are unchanged.
+    static_assert(S::kChunk == 16, "fp4 pairs are the two 16-element chunks of a 32-element scale block");
+    for (; ch + 2 <= n_full; ch += 2) {
+      for (int r = 0; r < R; ++r) {
+        __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
+        W w0, w1;
+        S::decode_fp4_pair(rows[r].data + ch * kBytes, kE8m0Values[rows[r].scale[ch * S::kChunk / 32]], &w0, &w1);
+        for (int t = 0; t < T; ++t) {
+          acc[t][r] = S::dot(acc[t][r], w0, S::load_w(x + t * xs + ch * S::kChunk));
+          acc[t][r] = S::dot(acc[t][r], w1, S::load_w(x + t * xs + (ch + 1) * S::kChunk));
+        }
+      }
+    }
+  }
+  for (; ch < n_full; ++ch) {
     W w[R];
     for (int r = 0; r < R; ++r) {
       if (D != DType::kBF16 && ch % kPrefetchEvery == 0) __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);

@@ -28,6 +28,11 @@
 namespace deepinfer::cpu::avx2 {
 
 alignas(32) constexpr float kE2m1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+// Entry i of the lookup table is pre-XORed with i << 28: the code shifted left by 28 (sign bit at bit 31)
+// also carries the index bits into bits 28..30, and XOR-ing it onto the looked-up entry cancels them, so
+// one XOR applies the sign (instead of a mask and an OR).
+alignas(32) constexpr uint32_t kE2m1IndexBits[8] = {0u << 28, 1u << 28, 2u << 28, 3u << 28,
+                                                    4u << 28, 5u << 28, 6u << 28, 7u << 28};
 
 inline __m256 fp8_raw(const uint8_t* p) {
   const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -39,11 +44,17 @@ inline __m256 bf16_to_f32(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 
-// 8 codes (one per 32-bit lane, bits 0..3) -> values from the scaled magnitude table, sign from bit 3.
-inline __m256 fp4_lookup(__m256i codes, __m256 magnitudes) {
-  const __m256 mag = _mm256_permutevar8x32_ps(magnitudes, codes);
-  const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(codes, 28), _mm256_set1_epi32(int(0x80000000u)));
-  return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
+// The fp4 lookup table for one e8m0 scale: magnitudes times the scale (exact: a power of two), each entry
+// pre-XORed with its index bits (kE2m1IndexBits).
+inline __m256 fp4_table(float scale) {
+  const __m256 scaled = _mm256_mul_ps(_mm256_load_ps(kE2m1Magnitudes), _mm256_set1_ps(scale));
+  return _mm256_xor_ps(scaled, _mm256_load_ps(reinterpret_cast<const float*>(kE2m1IndexBits)));
+}
+
+// 8 codes (one per 32-bit lane in bits 0..3; bits 4..7 may hold anything) -> values from fp4_table.
+inline __m256 fp4_lookup(__m256i codes, __m256 table) {
+  const __m256 entry = _mm256_permutevar8x32_ps(table, codes);
+  return _mm256_xor_ps(entry, _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28)));
 }
 
 inline float hsum(__m256 v) {
@@ -132,8 +143,15 @@ struct S : Avx2Ops {
     return {_mm256_mul_ps(_mm256_mul_ps(fp8_raw(p), rebias), m), _mm256_mul_ps(_mm256_mul_ps(fp8_raw(p + 8), rebias), m)};
   }
   // 8 bytes = 16 codes: a = even elements (low nibbles), b = odd elements.
-  static W decode_fp4(const uint8_t* p, float scale) {
-    const __m256 table = _mm256_mul_ps(_mm256_load_ps(kE2m1Magnitudes), _mm256_set1_ps(scale));
+  static W decode_fp4(const uint8_t* p, float scale) { return decode_fp4_with(p, fp4_table(scale)); }
+  // 16 bytes = 32 codes = the two chunks of one e8m0 scale block, sharing one table.
+  static constexpr bool kFp4Pairs = true;
+  static void decode_fp4_pair(const uint8_t* p, float scale, W* first, W* second) {
+    const __m256 table = fp4_table(scale);
+    *first = decode_fp4_with(p, table);
+    *second = decode_fp4_with(p + 8, table);
+  }
+  static W decode_fp4_with(const uint8_t* p, __m256 table) {
     const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     return {fp4_lookup(v, table), fp4_lookup(_mm256_srli_epi32(v, 4), table)};
   }
