@@ -85,8 +85,10 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_reference_backend();
-// n_threads <= 0: one per hardware thread.
-std::unique_ptr<Backend> make_fast_backend(int n_threads);
+// n_threads <= 0: one per hardware thread. The kernel family is the CPU's best (best_simd_level) unless
+// the environment variable DEEPINFER_SIMD names one (scalar, avx2, avx512, avx512bf16); nullptr with *error
+// set when it names an unknown family or one this CPU lacks.
+std::unique_ptr<Backend> make_fast_backend(int n_threads, std::string* error);
 // The CUDA backend (src/backend/cuda, built with -DDEEPINFER_CUDA=ON) on the given device. nullptr with
 // *error set when the build has no CUDA backend or the device is not usable. Weights are uploaded on first
 // use and must outlive the backend unchanged (a model's checkpoint mapping does).

@@ -87,8 +87,11 @@ __attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters) {
 }
 
 __attribute__((target("avx512f,avx512bf16"))) float bf16_loop_avx512(int64_t iters) {
-  __m512 a0 = _mm512_set1_ps(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-  __m512 a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  // Distinct starting values: twelve identical chains would be merged into one by the compiler (it did,
+  // and the "peak" was then one dependent chain's rate times twelve).
+  __m512 a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1e-3f), a2 = _mm512_set1_ps(2e-3f), a3 = _mm512_set1_ps(3e-3f);
+  __m512 a4 = _mm512_set1_ps(4e-3f), a5 = _mm512_set1_ps(5e-3f), a6 = _mm512_set1_ps(6e-3f), a7 = _mm512_set1_ps(7e-3f);
+  __m512 a8 = _mm512_set1_ps(8e-3f), a9 = _mm512_set1_ps(9e-3f), a10 = _mm512_set1_ps(1e-2f), a11 = _mm512_set1_ps(1.1e-2f);
   const __m512bh m = (__m512bh)_mm512_set1_epi16(0x3f80), c = (__m512bh)_mm512_set1_epi16(0x3380);
   for (int64_t it = 0; it < iters; ++it) {
     a0 = _mm512_dpbf16_ps(a0, m, c); a1 = _mm512_dpbf16_ps(a1, m, c); a2 = _mm512_dpbf16_ps(a2, m, c);

@@ -34,7 +34,9 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
     model->backend_ = make_cuda_backend(options.cuda_device, &error);
     if (!model->backend_) return Status::error(error);
   } else {
-    model->backend_ = options.exact ? make_reference_backend() : make_fast_backend(options.n_threads);
+    std::string error;
+    model->backend_ = options.exact ? make_reference_backend() : make_fast_backend(options.n_threads, &error);
+    if (!model->backend_) return Status::error(error);
   }
   model->options_ = options;
   const ModelConfig& c = model->config_;

@@ -5,6 +5,7 @@
 // the per-op workspaces; the op drivers live in linear_cpu.cpp and attention_cpu.cpp.
 #include "backend/cpu/fast_backend.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "backend/cpu/attention_cpu.h"
@@ -45,8 +46,19 @@ std::unique_ptr<Backend> make_fast_backend_with_level(int n_threads, SimdLevel l
   return std::make_unique<FastBackend>(n_threads, level);
 }
 
-std::unique_ptr<Backend> make_fast_backend(int n_threads) {
-  return make_fast_backend_with_level(n_threads, best_simd_level());
+// DEEPINFER_SIMD forces a kernel family (benchmarks compare them; outputs differ between families in the
+// last bits, since their sums run in different orders).
+std::unique_ptr<Backend> make_fast_backend(int n_threads, std::string* error) {
+  const char* forced = std::getenv("DEEPINFER_SIMD");
+  if (forced == nullptr || *forced == '\0') return make_fast_backend_with_level(n_threads, best_simd_level());
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAvx512Bf16}) {
+    if (std::string(forced) != simd_level_name(level)) continue;
+    if (simd_level_supported(level)) return make_fast_backend_with_level(n_threads, level);
+    *error = std::string("DEEPINFER_SIMD=") + forced + ": this CPU lacks the instructions of that kernel family";
+    return nullptr;
+  }
+  *error = std::string("DEEPINFER_SIMD=") + forced + ": unknown kernel family (scalar, avx2, avx512, avx512bf16)";
+  return nullptr;
 }
 
 }  // namespace deepinfer

@@ -1,6 +1,6 @@
 // Internal construction of the fast CPU backend with a forced SIMD level (tests and benchmarks compare
 // every level the CPU supports against the reference backend). The engine uses make_fast_backend(), which
-// picks best_simd_level().
+// picks best_simd_level() or the family DEEPINFER_SIMD names.
 #pragma once
 
 #include <memory>

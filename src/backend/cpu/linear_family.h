@@ -44,7 +44,7 @@ struct RowSrc {
 // Per-thread buffers (grown once, reused by every call).
 template <class S>
 struct Scratch {
-  AlignedVector<typename S::Elem> tile;  // [kRowTile, row_stride(k_padded)]
+  AlignedVector<typename S::Elem> tile;  // tile mode: one decoded K block [kRowTile, kTileBlockWidth]
   std::vector<float> mult;             // fp8: [2 row blocks, n_chunks]
   std::vector<uint8_t> tail;           // one zero-padded chunk per row for K % chunk
   std::vector<float> state;            // tile mode: unreduced accumulators of every (token block, row group)
@@ -281,27 +281,43 @@ void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, S
   }
 }
 
-// The tile-mode products of a decoded tile [n_rows, ts] with every token of x.
-// K blocks small enough that the block's tile rows and one token block of x stay in L1 while every
-// row group of the tile reuses them; the accumulators of each (token block, row group) persist in state.
+// Tile mode decodes one K block of the tile's rows at a time into a small per-thread buffer
+// [kRowTile][kTileBlockWidth] (contiguous, so it stays in L1 without set conflicts), and every token block
+// then reads that block from L1. (A whole decoded tile, 256 KB of fp32 for 4096 columns, lived in L2:
+// writing it cost as much as a tenth of a prefill GEMM, and its rows of a few KB each put the same K
+// block of every row into overlapping L1 sets.)
 template <class S>
-void tile_loop(const typename S::Elem* tile, int64_t ts, int64_t n_rows, const typename S::Elem* xd, int64_t xs,
-               int64_t T, int64_t n_chunks, float* c, int64_t cs, Scratch<S>& s) {
+constexpr int64_t kTileBlockChunks =
+    std::max<int64_t>(1, kTileKBytes / (kRowTile * S::kChunk * int64_t(sizeof(typename S::Elem))));
+template <class S>
+constexpr int64_t kTileBlockWidth = kTileBlockChunks<S> * S::kChunk;  // elements of one row in one K block
+
+// The tile-mode products of n_rows weight rows with every token of x: for each K block,
+// decode_block(ch0, nch, block) writes chunks [ch0, ch0 + nch) of row i at block + i * kTileBlockWidth +
+// (ch - ch0) * kChunk; every (token block, row group) then runs over it, its accumulators persisting in
+// state from one K block to the next.
+template <class S, class DecodeBlock>
+void tile_loop(int64_t n_rows, const typename S::Elem* xd, int64_t xs, int64_t T, int64_t n_chunks, float* c,
+               int64_t cs, Scratch<S>& s, DecodeBlock&& decode_block) {
   using Elem = typename S::Elem;
-  constexpr int64_t kBlockChunks = std::max<int64_t>(1, kTileKBytes / (kRowTile * S::kChunk * int64_t(sizeof(Elem))));
+  constexpr int64_t kBlockChunks = kTileBlockChunks<S>, kWidth = kTileBlockWidth<S>;
   const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks;
   const int64_t n_groups = (n_rows + S::kTileR - 1) / S::kTileR, n_tblocks = (T + S::kTileT - 1) / S::kTileT;
   constexpr int64_t kStatePerBlock = S::kTileT * S::kTileR * S::kLanes;
   if (n_kb > 1) s.state.resize(size_t(n_tblocks * n_groups * kStatePerBlock));
+  s.tile.resize(size_t(kRowTile * kWidth));
+  Elem* block = s.tile.data();
+  std::fill(block + n_rows * kWidth, block + n_groups * S::kTileR * kWidth, Elem(0));  // pad rows of the last group
   float part[S::kTileT * S::kTileR];
   for (int64_t kb = 0; kb < n_kb; ++kb) {
     const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
+    decode_block(ch0, nch, block);
     for (int64_t tb = 0; tb < n_tblocks; ++tb) {
       const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
       for (int64_t g = 0; g < n_groups; ++g) {
         const int64_t r0 = g * S::kTileR;
         float* state = n_kb > 1 ? &s.state[size_t((tb * n_groups + g) * kStatePerBlock)] : nullptr;
-        tile_tokens<S, S::kTileR, S::kTileT>(tile + r0 * ts + ch0 * S::kChunk, ts, xd + t0 * xs + ch0 * S::kChunk, xs,
+        tile_tokens<S, S::kTileR, S::kTileT>(block + r0 * kWidth, kWidth, xd + t0 * xs + ch0 * S::kChunk, xs,
                                              nt, nch, state, kb == 0, kb == n_kb - 1, part, S::kTileR);
         if (kb < n_kb - 1) continue;
         const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
@@ -317,7 +333,6 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
               Scratch<S>& s) {
   using Elem = typename S::Elem;
   const int64_t K = w.n_in, kp = x.k_padded, xs = x.stride, T = x.n_tokens;
-  const int64_t ts = deepinfer::cpu::row_stride(kp, sizeof(Elem));  // tile row stride
   const int64_t n_full = K / S::kChunk, n_chunks = kp / S::kChunk;
   const bool has_tail = n_full < n_chunks;
   const uint8_t* tails[kRowTile] = {};
@@ -328,19 +343,18 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   if (T <= S::kDirectT) {  // direct: decode in registers
     return direct_tokens<S, D, kWide, S::kDirectT>(rows, tails, n_rows, xd, xs, T, n_full, has_tail, c, cs);
   }
-
-  // Tile: decode the rows once, then every block of tokens reads them from the (L2-resident) tile.
-  const int64_t n_tile_rows = (n_rows + S::kTileR - 1) / S::kTileR * S::kTileR;
-  s.tile.resize(size_t(kRowTile * ts));
-  Elem* tile = s.tile.data();
-  for (int64_t i = 0; i < n_rows; ++i) {
-    for (int64_t ch = 0; ch < n_full; ++ch) {
-      S::store_w(tile + i * ts + ch * S::kChunk, decode_chunk<S, D, kWide>(rows[i], ch, rows[i].data + ch * kBytes));
+  tile_loop<S>(n_rows, xd, xs, T, n_chunks, c, cs, s, [&](int64_t ch0, int64_t nch, Elem* block) {
+    for (int64_t i = 0; i < n_rows; ++i) {
+      // The next K block of this row streams in while every token block runs over this one.
+      const uint8_t* next = rows[i].data + (ch0 + nch) * kBytes;
+      for (int64_t b = 0; b < std::min(nch, n_full - ch0 - nch) * kBytes; b += 64) __builtin_prefetch(next + b);
+      Elem* dst = block + i * kTileBlockWidth<S> - ch0 * S::kChunk;
+      for (int64_t ch = ch0; ch < ch0 + nch; ++ch) {
+        const uint8_t* bytes = ch < n_full ? rows[i].data + ch * kBytes : tails[i];
+        S::store_w(dst + ch * S::kChunk, decode_chunk<S, D, kWide>(rows[i], ch, bytes));
+      }
     }
-    if (has_tail) S::store_w(tile + i * ts + n_full * S::kChunk, decode_chunk<S, D, kWide>(rows[i], n_full, tails[i]));
-  }
-  std::fill(tile + n_rows * ts, tile + n_tile_rows * ts, Elem(0));
-  tile_loop<S>(tile, ts, n_rows, xd, xs, T, n_chunks, c, cs, s);
+  });
 }
 
 // Raw-fp8 mode (families with S::kRawFp8): e4m3 codes become bf16 through byte tables, unscaled (in
@@ -433,26 +447,23 @@ void run_raw_fp8(const LinearWeight& w, int64_t row0, int64_t n_rows, const Pack
       }
     }
     if (T > S::kDirectT) {  // tile of raw values, x' for every token
-      const int64_t ts = deepinfer::cpu::row_stride(kp, sizeof(Elem));
-      const int64_t n_tile_rows = (n_rows + S::kTileR - 1) / S::kTileR * S::kTileR;
-      s.tile.resize(size_t(kRowTile * ts));
-      Elem* tile = s.tile.data();
       const typename S::RawFp8Tables tables;
-      for (int64_t i = 0; i < n_rows; ++i) {
-        int64_t ch = 0;
-        for (; ch + 2 <= n_full; ch += 2) {
-          typename S::W w0, w1;
-          S::decode_fp8_raw64(tables, rows[i] + ch * S::kChunk, &w0, &w1);
-          S::store_w(tile + i * ts + ch * S::kChunk, w0);
-          S::store_w(tile + i * ts + (ch + 1) * S::kChunk, w1);
+      static_assert(kTileBlockChunks<S> % 2 == 0, "a chunk pair must not straddle K blocks");
+      return tile_loop<S>(n_rows, s.x_scaled.data(), xs, T, n_chunks, c, cs, s, [&](int64_t ch0, int64_t nch, Elem* block) {
+        for (int64_t i = 0; i < n_rows; ++i) {
+          Elem* dst = block + i * kTileBlockWidth<S> - ch0 * S::kChunk;
+          int64_t ch = ch0;
+          for (; ch + 2 <= std::min(ch0 + nch, n_full); ch += 2) {
+            typename S::W w0, w1;
+            S::decode_fp8_raw64(tables, rows[i] + ch * S::kChunk, &w0, &w1);
+            S::store_w(dst + ch * S::kChunk, w0);
+            S::store_w(dst + (ch + 1) * S::kChunk, w1);
+          }
+          for (; ch < ch0 + nch; ++ch) {
+            S::store_w(dst + ch * S::kChunk, S::decode_fp8_raw32(tables, ch < n_full ? rows[i] + ch * S::kChunk : tails[i]));
+          }
         }
-        for (; ch < n_chunks; ++ch) {
-          S::store_w(tile + i * ts + ch * S::kChunk,
-                     S::decode_fp8_raw32(tables, ch < n_full ? rows[i] + ch * S::kChunk : tails[i]));
-        }
-      }
-      std::fill(tile + n_rows * ts, tile + n_tile_rows * ts, Elem(0));
-      return tile_loop<S>(tile, ts, n_rows, s.x_scaled.data(), xs, T, n_chunks, c, cs, s);
+      });
     }
     const int64_t prefetch_distance = kPrefetchGroups * S::kDirectR * K;
     float part[S::kDirectT * S::kDirectR];

@@ -51,8 +51,12 @@ struct S : Avx512Ops {
     __m512 a, b;
   };
   static constexpr int64_t kChunk = 32;
+  // Tile mode: 4 rows x 6 tokens = 24 accumulators, stepped one 16-lane half of a chunk at a time
+  // (kParts), so that 4 + 1 operand registers leave room for them: enough independent FMA chains to keep
+  // both FMA ports busy.
   static constexpr int kDirectR = 4, kDirectT = 4;
-  static constexpr int kTileR = 4, kTileT = 4;
+  static constexpr int kTileR = 4, kTileT = 6;
+  static constexpr int kParts = 2;
   static constexpr bool kPairedV = false;
   static constexpr bool kRawFp8 = false;
   static constexpr int kPvHeads = 4, kPvVectors = 4;
@@ -60,6 +64,7 @@ struct S : Avx512Ops {
   static F zero() { return _mm512_setzero_ps(); }
   static F dot(F acc, W w, W x) { return _mm512_fmadd_ps(w.b, x.b, _mm512_fmadd_ps(w.a, x.a, acc)); }
   static W load_w(const float* p) { return {_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)}; }
+  static F load_part(const float* p, int part) { return _mm512_loadu_ps(p + 16 * part); }  // part 0 = W::a
   static void store_w(float* p, W w) {
     _mm512_storeu_ps(p, w.a);
     _mm512_storeu_ps(p + 16, w.b);
