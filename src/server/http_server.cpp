@@ -98,7 +98,7 @@ void respond_when_done(httplib::Response& res, std::shared_ptr<Slot> slot, Serve
             ctx.engine, id,
             [&](std::vector<Event>& events) {
               for (const Event& e : events) collect_event(e, c);
-              return true;
+              return sink.is_writable();  // checked while tokens flow too: the keep-alive below runs only in idle gaps
             },
             [&] { return sink.is_writable(); }, std::chrono::milliseconds(200));
         if (!done) return false;  // client gone: released

@@ -6,6 +6,7 @@ mid-stream cancels its request."""
 import concurrent.futures
 import json
 import socket
+import time
 
 import pytest
 
@@ -216,6 +217,23 @@ def test_client_disconnect_mid_stream_cancels_the_request(server, client):
         got += sock.recv(4096)
     sock.close()
     assert wait_for(lambda: metric(server, "deepinfer_requests_cancelled_total") >= cancelled_before + 1)
+    assert wait_for(lambda: metric(server, "deepinfer_requests_running") == 0)
+    assert chat(client, "after the disconnect", max_tokens=2).usage.completion_tokens == 2
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.3])
+def test_client_disconnect_while_generating_cancels_a_non_streamed_request(server, client, delay_s):
+    # Tokens keep coming while it generates, so the client must be checked between them, not only in idle gaps.
+    cancelled_before = metric(server, "deepinfer_requests_cancelled_total")
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Talk for a long time"}],
+                       "max_tokens": 20000, "ignore_eos": True})
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+        if delay_s:
+            assert wait_for(lambda: metric(server, "deepinfer_requests_running") == 1)
+        time.sleep(delay_s)
+    assert wait_for(lambda: metric(server, "deepinfer_requests_cancelled_total") >= cancelled_before + 1, timeout=10)
     assert wait_for(lambda: metric(server, "deepinfer_requests_running") == 0)
     assert chat(client, "after the disconnect", max_tokens=2).usage.completion_tokens == 2
 
