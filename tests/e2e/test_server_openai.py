@@ -7,6 +7,7 @@ import concurrent.futures
 import json
 import socket
 import time
+from http.client import HTTPConnection
 
 import pytest
 
@@ -166,6 +167,21 @@ def test_auth_is_required(server):
     assert status == 401 and "error" in json.loads(body)
     status, _, _ = http(server, "GET", "/v1/models", headers={"x-api-key": API_KEY}, key=None)
     assert status == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_a_request_refused_for_its_key_leaves_the_connection_usable(server, path):
+    # The refused request's body must be read: left on the keep-alive connection, it was parsed as the next request.
+    body = json.dumps({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]})
+    conn = HTTPConnection("127.0.0.1", server.port, timeout=60)
+    for key, status in [("wrong", 401), (None, 401), (API_KEY, 200), ("wrong", 401), (API_KEY, 200)]:
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+        conn.request("POST", path, body, headers)
+        r = conn.getresponse()
+        raw = r.read()
+        assert r.status == status, raw
+        assert ("type" in json.loads(raw)) == (path == "/v1/messages")  # each API's own shape
+    conn.close()
 
 
 @pytest.mark.parametrize("body, fragment", [
