@@ -15,6 +15,9 @@ httpx they ship for raw bytes):
 Each request gets exactly one outcome. Afterwards /health must be OK, /metrics must show no request running,
 waiting or in flight (submitted == finished), no 5xx, and a fresh request must still get its reference answer.
 Prints a table per level; exits 1 on any wrong, lost, 5xx, mis-rejected request or failed end check.
+The end checks read the server's own counters, so run it on a server nothing else uses; its --max-concurrent must
+be at least the highest level (a 429 counts as lost) and --max-body-bytes must be this script's (1 MiB by default;
+the script passes both when it starts the server).
 
   python3 scripts/mixed_load.py --url http://127.0.0.1:8000 --api-key KEY [--requests 300] [--concurrency 1,8,32]
   python3 scripts/mixed_load.py --binary build/deepinfer --model build/models/deepinfer-v4-tiny [--threads 2]

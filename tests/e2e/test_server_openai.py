@@ -1,8 +1,9 @@
 """`deepinfer serve` with the official `openai` Python client: chat completions (stream and not, logprobs,
 reasoning_content, tools and multi-turn tool results, response_format, usage with cached_tokens), completions,
 models; concurrent streams give the greedy outputs of one-at-a-time runs; prefix-cache hits give the cold run's
-logprobs; malformed requests get OpenAI-shaped errors and the server keeps serving; a client that goes away
-mid-stream cancels its request."""
+logprobs; malformed requests get OpenAI-shaped errors and the server keeps serving; a request refused for its key
+leaves its keep-alive connection usable; a client that goes away (mid-stream, or while a non-streamed request
+generates) cancels its request."""
 import concurrent.futures
 import json
 import socket
