@@ -42,6 +42,28 @@ std::string route_label(const std::string& path) {
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models" : "other";
 }
 
+// Whether httplib will read a body for the request (it does so only after routing).
+bool has_body(const httplib::Request& req) {
+  return req.has_header("Transfer-Encoding") || req.get_header_value<uint64_t>("Content-Length") > 0;
+}
+
+// True when no key is set or the request presents it (compared in constant time); else writes the 401.
+bool authorized(const ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (ctx.options.api_key.empty() || req.path == "/health") return true;
+  std::string presented;
+  const std::string auth = req.get_header_value("Authorization");
+  if (auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0)) {
+    presented = auth.substr(7);
+  } else if (req.has_header("x-api-key")) {
+    presented = req.get_header_value("x-api-key");
+  }
+  if (!presented.empty() && constant_time_equal(presented, ctx.options.api_key)) return true;
+  write_error(res, ApiError{401, "invalid_request_error",
+                            presented.empty() ? "missing API key (Authorization: Bearer KEY or x-api-key: KEY)" : "invalid API key", ""},
+              flavor_of(req.path));
+  return false;
+}
+
 }  // namespace
 
 Json error_json(const ApiError& e, ApiFlavor flavor) {
@@ -98,7 +120,7 @@ void respond_when_done(httplib::Response& res, std::shared_ptr<Slot> slot, Serve
             ctx.engine, id,
             [&](std::vector<Event>& events) {
               for (const Event& e : events) collect_event(e, c);
-              return true;
+              return sink.is_writable();  // checked while tokens flow too: the keep-alive below runs only in idle gaps
             },
             [&] { return sink.is_writable(); }, std::chrono::milliseconds(200));
         if (!done) return false;  // client gone: released
@@ -150,21 +172,11 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options) : impl_(std::make_
   http.set_write_timeout(30, 0);
   http.set_keep_alive_timeout(ctx.options.keep_alive_timeout_s);
 
-  // Auth for every route but /health; the key is compared in constant time.
+  // Auth for every route but /health. A POST with a body is checked by its route, after httplib has read the body:
+  // a reply from here leaves the body unread on a keep-alive connection, where it would be parsed as the next request.
   http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (ctx.options.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    std::string presented;
-    const std::string auth = req.get_header_value("Authorization");
-    if (auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0)) {
-      presented = auth.substr(7);
-    } else if (req.has_header("x-api-key")) {
-      presented = req.get_header_value("x-api-key");
-    }
-    if (!presented.empty() && constant_time_equal(presented, ctx.options.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-    write_error(res, ApiError{401, "invalid_request_error",
-                              presented.empty() ? "missing API key (Authorization: Bearer KEY or x-api-key: KEY)" : "invalid API key", ""},
-                flavor_of(req.path));
-    return httplib::Server::HandlerResponse::Handled;
+    if (req.method == "POST" && has_body(req)) return httplib::Server::HandlerResponse::Unhandled;
+    return authorized(ctx, req, res) ? httplib::Server::HandlerResponse::Unhandled : httplib::Server::HandlerResponse::Handled;
   });
   // Errors httplib produces itself (404, 413, 400 on a broken request) get a body in the API's own shape.
   http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
@@ -207,10 +219,15 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options) : impl_(std::make_
   http.Get("/metrics", [&ctx](const httplib::Request&, httplib::Response& res) {
     res.set_content(render_metrics(ctx.engine.stats(), ctx.metrics, ctx.in_flight.load()), "text/plain; version=0.0.4");
   });
-  http.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) { handle_chat_completions(ctx, req, res); });
-  http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) { handle_completions(ctx, req, res); });
-  http.Post("/v1/messages", [&ctx](const httplib::Request& req, httplib::Response& res) { handle_messages(ctx, req, res); });
-  http.Post("/v1/responses", [&ctx](const httplib::Request& req, httplib::Response& res) { handle_responses(ctx, req, res); });
+  auto post = [&ctx, &http](const char* path, void (*handle)(ServerContext&, const httplib::Request&, httplib::Response&)) {
+    http.Post(path, [&ctx, handle](const httplib::Request& req, httplib::Response& res) {
+      if (authorized(ctx, req, res)) handle(ctx, req, res);
+    });
+  };
+  post("/v1/chat/completions", handle_chat_completions);
+  post("/v1/completions", handle_completions);
+  post("/v1/messages", handle_messages);
+  post("/v1/responses", handle_responses);
 }
 
 HttpServer::~HttpServer() { stop(); }

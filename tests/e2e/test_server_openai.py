@@ -1,11 +1,14 @@
 """`deepinfer serve` with the official `openai` Python client: chat completions (stream and not, logprobs,
 reasoning_content, tools and multi-turn tool results, response_format, usage with cached_tokens), completions,
 models; concurrent streams give the greedy outputs of one-at-a-time runs; prefix-cache hits give the cold run's
-logprobs; malformed requests get OpenAI-shaped errors and the server keeps serving; a client that goes away
-mid-stream cancels its request."""
+logprobs; malformed requests get OpenAI-shaped errors and the server keeps serving; a request refused for its key
+leaves its keep-alive connection usable; a client that goes away (mid-stream, or while a non-streamed request
+generates) cancels its request."""
 import concurrent.futures
 import json
 import socket
+import time
+from http.client import HTTPConnection
 
 import pytest
 
@@ -167,6 +170,21 @@ def test_auth_is_required(server):
     assert status == 200
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_a_request_refused_for_its_key_leaves_the_connection_usable(server, path):
+    # The refused request's body must be read: left on the keep-alive connection, it was parsed as the next request.
+    body = json.dumps({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]})
+    conn = HTTPConnection("127.0.0.1", server.port, timeout=60)
+    for key, status in [("wrong", 401), (None, 401), (API_KEY, 200), ("wrong", 401), (API_KEY, 200)]:
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+        conn.request("POST", path, body, headers)
+        r = conn.getresponse()
+        raw = r.read()
+        assert r.status == status, raw
+        assert ("type" in json.loads(raw)) == (path == "/v1/messages")  # each API's own shape
+    conn.close()
+
+
 @pytest.mark.parametrize("body, fragment", [
     (b"{not json", "not valid JSON"),
     (b'{"model": "m", "messages": [{"role": "user", "content": "\xff\xfe"}]}', "not valid JSON"),
@@ -216,6 +234,23 @@ def test_client_disconnect_mid_stream_cancels_the_request(server, client):
         got += sock.recv(4096)
     sock.close()
     assert wait_for(lambda: metric(server, "deepinfer_requests_cancelled_total") >= cancelled_before + 1)
+    assert wait_for(lambda: metric(server, "deepinfer_requests_running") == 0)
+    assert chat(client, "after the disconnect", max_tokens=2).usage.completion_tokens == 2
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.3])
+def test_client_disconnect_while_generating_cancels_a_non_streamed_request(server, client, delay_s):
+    # Tokens keep coming while it generates, so the client must be checked between them, not only in idle gaps.
+    cancelled_before = metric(server, "deepinfer_requests_cancelled_total")
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Talk for a long time"}],
+                       "max_tokens": 20000, "ignore_eos": True})
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+        if delay_s:
+            assert wait_for(lambda: metric(server, "deepinfer_requests_running") == 1)
+        time.sleep(delay_s)
+    assert wait_for(lambda: metric(server, "deepinfer_requests_cancelled_total") >= cancelled_before + 1, timeout=10)
     assert wait_for(lambda: metric(server, "deepinfer_requests_running") == 0)
     assert chat(client, "after the disconnect", max_tokens=2).usage.completion_tokens == 2
 
