@@ -39,24 +39,33 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_flag("--mtp", args->mtp, "also write mtp_logits [C, vocab]");
   cmd->add_flag("--dspark", args->dspark, "V4.1: also write the DSpark draft outputs (dspark_anchor/tokens/logits/confidence)");
   cmd->add_flag("--index-owner-keys", args->owner_keys,
-                "V4.1: every index source scores against its own KV owner's keys (default: the reference's republish behaviour)");
+                "V4.1: every index source scores against its own KV owner's keys (default: the reference's republish "
+                "behaviour, or what the case's index_k label says)");
   cmd->add_flag("--swa-replay", args->swa_replay, "V4.1: SWA bounded replay in prefill (spec 7.10): the decoder layers run only on the last window + DSpark-block tokens (faster, approximate; off = exact)");
   return [args]() {
+    auto gc = load_golden_case(args->case_path);
+    if (!gc.ok()) {
+      std::fprintf(stderr, "error: %s\n", gc.status().message().c_str());
+      return 1;
+    }
+    // A case labelled index_k=owner was produced with the owner-keys behaviour: follow its label unless told.
+    const bool owner_keys = args->owner_keys || gc->index_k == "owner";
+    if (owner_keys && !args->owner_keys) {
+      std::fprintf(stderr, "note: %s is labelled index_k=owner: using the owner-keys behaviour\n", args->case_path.c_str());
+    } else if (args->owner_keys && gc->index_k == "reference-quirk") {
+      std::fprintf(stderr, "warning: %s is labelled index_k=reference-quirk, but --index-owner-keys was given\n",
+                   args->case_path.c_str());
+    }
     ModelOptions options;
     options.exact = args->exact;
     options.n_threads = args->threads;
     options.cuda = args->backend == "cuda";
-    options.index_owner_keys = args->owner_keys;
+    options.index_owner_keys = owner_keys;
     options.swa_bounded_replay = args->swa_replay;
     options.show_progress = isatty(STDERR_FILENO) != 0;
     auto model = Model::open(args->model, options);
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
-      return 1;
-    }
-    auto gc = load_golden_case(args->case_path);
-    if (!gc.ok()) {
-      std::fprintf(stderr, "error: %s\n", gc.status().message().c_str());
       return 1;
     }
     const ModelConfig& c = model.value()->config();

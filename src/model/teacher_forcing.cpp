@@ -40,6 +40,7 @@ Result<GoldenCase> load_golden_case(const std::string& path) {
     gc.dspark_tokens.resize(size_t(t->numel()));
     std::memcpy(gc.dspark_tokens.data(), t->data, t->n_bytes);
   }
+  if (auto it = f.metadata().find("index_k"); it != f.metadata().end()) gc.index_k = it->second;
   for (int l = 0;; ++l) {
     std::vector<float> h;
     DI_RETURN_IF_ERROR(read_f32("hidden." + std::to_string(l), &h));

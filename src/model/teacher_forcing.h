@@ -23,6 +23,9 @@ struct GoldenCase {
   std::vector<int32_t> dspark_tokens;      // [C, block + 1]
   std::vector<float> dspark_logits;        // [C, block, vocab]
   std::vector<float> dspark_confidence;    // [C, block]
+  // V4.1: the header's `index_k` label ("reference-quirk" or "owner": which index-key behaviour produced the
+  // references); empty when the file has none.
+  std::string index_k;
 };
 // Reads a case-N.safetensors file (prompt, continuation, and the reference tensors when present).
 Result<GoldenCase> load_golden_case(const std::string& path);

@@ -72,6 +72,15 @@ def test_v41_logits_and_dspark_match_golden(tmp_path):
         assert np.array_equal(got[name], ref[name]), name
 
 
+def test_v41_logits_follow_the_case_index_k_label(tmp_path):
+    # case-4 is labelled index_k=owner: without --index-owner-keys the command still reproduces it, and says why.
+    out = tmp_path / "case4.safetensors"
+    r = run("logits", "--model", V41, "--case", V41 / "case-4.safetensors", "--out", out, "--exact")
+    assert r.returncode == 0, r.stderr
+    assert "index_k=owner" in r.stderr
+    assert np.array_equal(read_safetensors(out)["logits"], read_safetensors(V41 / "case-4.safetensors")["logits"])
+
+
 def test_generate_greedy_is_deterministic_and_reports_speed():
     a = run("generate", "--model", FLASH, "--prompt-ids", "0,5,9", "--max-tokens", "8", "--ignore-eos")
     b = run("generate", "--model", FLASH, "--prompt-ids", "0,5,9", "--max-tokens", "8", "--ignore-eos")

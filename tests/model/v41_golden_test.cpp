@@ -83,6 +83,17 @@ TEST(V41GoldenBehaviours, TheTwoIndexKeyBehavioursDiffer) {
   EXPECT_GT(max_abs_diff(ref, r.logits), 1e-3);
 }
 
+TEST(V41GoldenBehaviours, CasesAreLabelledWithTheirIndexKeyBehaviour) {
+  // `deepinfer logits` follows a case's index_k label; the golden README names case 4 the owner-keys case.
+  for (int n = 1; n <= 4; ++n) {
+    const std::string path = model_dir() + "/case-" + std::to_string(n) + ".safetensors";
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "golden case not found: " << path;
+    auto gc = load_golden_case(path);
+    ASSERT_TRUE(gc.ok()) << gc.status().message();
+    EXPECT_EQ(gc->index_k, n == 4 ? "owner" : "reference-quirk") << path;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, V41Golden, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "case" + std::to_string(info.param); });
 
