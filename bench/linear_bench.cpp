@@ -40,8 +40,8 @@ StoredWeights make_weights(DType dtype, int64_t n, int64_t k, int n_copies) {
     b = uint8_t(byte(rng));
     if (dtype != DType::kF8E4M3) continue;
     if ((b & 0x7F) == 0x7F) b = uint8_t(b - 1);  // no NaN codes
-    // No subnormal codes either: real checkpoints have ~0.02% of them, and random bytes (6%) would turn most
-    // vectors of the fp32 families' raw-bits decode into denormal-assist cases that real weights never see.
+    // No subnormal codes either: the golden and benchmark checkpoints have ~0.02% of them, while random bytes
+    // (6%) put one in most vectors, each a denormal assist in the fp32 families' raw-bits decode.
     if ((b & 0x78) == 0 && (b & 0x07) != 0) b = uint8_t(b | 0x08);
   }
   if (dtype == DType::kBF16) {
