@@ -121,7 +121,7 @@ void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, Work
   a.running_max = p.block_running_max;
   a.out = p.out;
   if (!pack_attention(*ks, a, pool, ws)) {
-    ks = &kSimdKernelsAvx512;  // rows or queries that are not bf16 values: the fp32 family
+    ks = &fp32_simd_kernels(level);  // rows or queries that are not bf16 values: the fp32 family
     DI_CHECK(pack_attention(*ks, a, pool, ws));
   }
   pool.parallel_for(p.n_heads, 4, [&](int64_t h0, int64_t h1) { ks->attention_attend(a, h0, h1); });
@@ -139,7 +139,7 @@ void index_scores_fast(const IndexScoreParams& p, SimdLevel level, WorkerPool& p
     return ok & k.pack_x(p.q, p.dim, 0, p.n_heads, p.dim, st, false, ws.q.data());
   };
   if (!pack(*ks)) {
-    ks = &kSimdKernelsAvx512;
+    ks = &fp32_simd_kernels(level);
     DI_CHECK(pack(*ks));
   }
   const int64_t kp = round_up(p.dim, ks->chunk), st = row_stride(kp, ks->elem_bytes);
@@ -154,7 +154,7 @@ void index_scores_fast(const IndexScoreParams& p, SimdLevel level, WorkerPool& p
 
 void hc_mix_fast(const HcMixParams& p, SimdLevel level, WorkerPool& pool) {
   // fn is fp32: the fp32 family of the widest available width.
-  const SimdKernels* ks = &simd_kernels(level == SimdLevel::kAvx512Bf16 ? SimdLevel::kAvx512 : level);
+  const SimdKernels* ks = &fp32_simd_kernels(level);
   const bool direct = p.width % ks->chunk == 0 && p.n_mix % 4 == 0;
   const int64_t kp = round_up(p.width, ks->chunk), fn_rows = round_up(p.n_mix, 4);
   thread_local std::vector<float> fn_padded;

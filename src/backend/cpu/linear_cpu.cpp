@@ -55,17 +55,15 @@ void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, Linea
   const LinearWeight& w = *p.weight;
   DI_CHECK(p.row_begin >= 0 && p.row_begin + p.n_rows <= w.n_out);
   if (p.n_tokens <= 0 || p.n_rows <= 0) return;
+  // A weight the level's family does not take (the bf16 family: FP4) goes to the fp32 family of the same width
+  // for every token count, so a token's sums never depend on the batch; the scalar family takes the rest.
   const SimdKernels* ks = &simd_kernels(level);
-  // FP4 experts run on the fp32 AVX-512 family even at the BF16 level, for every token count (so a token's
-  // sums still do not depend on the batch): e2m1 codes decode to fp32 with two permutes, while the bf16 family
-  // must also convert them to bf16 and then pays vdpbf16ps, which issues at half the FMA rate on Intel
-  // (kernel_bench, 2 threads: fp4 GEMV 14.3 against 7.3 GB/s).
-  if (level == SimdLevel::kAvx512Bf16 && w.dtype == DType::kI8) ks = &kSimdKernelsAvx512;
+  if (!ks->supports(w)) ks = &fp32_simd_kernels(level);
   if (!ks->supports(w)) ks = &kSimdKernelsScalar;
   PackedX x;
   if (!pack(p, *ks, pool, ws, &x)) {
     // Activations that are not bf16 values: the fp32 family of the same width.
-    ks = &kSimdKernelsAvx512;
+    ks = &fp32_simd_kernels(level);
     DI_CHECK(pack(p, *ks, pool, ws, &x));
   }
   const int64_t T = p.n_tokens, n_tiles = (p.n_rows + kRowTile - 1) / kRowTile;

@@ -11,8 +11,9 @@
 // kDirectR / kDirectT (rows x tokens of the register-decode kernel), kTileR / kTileT (rows x tokens of the
 // tile kernel); F (accumulator vector) with the fp32 vector ops (fload, fstore, ...), zero(), dot(acc, W, W)
 // (acc + sum of elementwise products, fp32), load_w(const Elem*), store_w(Elem*, W), decode_bf16(const
-// uint16_t*), decode_fp8(const uint8_t*, float multiplier), decode_fp8_wide, decode_fp4(const uint8_t*,
-// float scale), reduce<R>(const F*, float*) (R horizontal sums), pack_x (the SimdKernels signature);
+// uint16_t*), decode_fp8(const uint8_t*, float multiplier), decode_fp8_wide, optionally decode_fp4(const
+// uint8_t*, float scale) (without it the family takes no FP4 weights), reduce<R>(const F*, float*) (R
+// horizontal sums), pack_x (the SimdKernels signature);
 // kRawFp8 and, when true, RawFp8Tables, decode_fp8_raw64/raw32 and scale_chunk (see run_raw_fp8).
 //
 // fp8 chunks use the multiplier 2^(s - 7) on the raw code bits (e4m3 value * 2^-120), which is exact
@@ -70,6 +71,11 @@ inline typename S::W decode_chunk(const RowSrc& r, int64_t ch, const uint8_t* by
     return S::decode_fp4(bytes, kE8m0Values[r.scale[ch * S::kChunk / 32]]);
   }
 }
+
+// Whether the family takes packed e2m1 (FP4) weights at all (S::decode_fp4); linear_fast hands them to the
+// fp32 family of the same width otherwise.
+template <class S>
+constexpr bool kDecodesFp4 = requires(const uint8_t* p) { S::decode_fp4(p, 1.0f); };
 
 template <DType D>
 constexpr int64_t chunk_bytes(int64_t chunk) {
@@ -496,7 +502,9 @@ void tile(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x,
     case DType::kF8E4M3:
       if (wide) return run_tile<S, DType::kF8E4M3, true>(w, rows, n_rows, x, c, cs, s);
       return run_tile<S, DType::kF8E4M3, false>(w, rows, n_rows, x, c, cs, s);
-    case DType::kI8: return run_tile<S, DType::kI8, false>(w, rows, n_rows, x, c, cs, s);
+    case DType::kI8:
+      if constexpr (kDecodesFp4<S>) return run_tile<S, DType::kI8, false>(w, rows, n_rows, x, c, cs, s);
+      [[fallthrough]];
     default: DI_CHECK_MSG(false, "linear: unsupported weight dtype");
   }
 }
@@ -506,7 +514,7 @@ bool supports(const LinearWeight& w) {
   switch (w.dtype) {
     case DType::kBF16: return true;
     case DType::kF8E4M3: return w.block > 0 && w.block % S::kChunk == 0;
-    case DType::kI8: return w.n_in % 32 == 0 && w.n_in % S::kChunk == 0;
+    case DType::kI8: return kDecodesFp4<S> && w.n_in % 32 == 0 && w.n_in % S::kChunk == 0;
     default: return false;
   }
 }

@@ -93,6 +93,9 @@ struct SimdKernels {
 
 // The table of a level; the level must be supported by this CPU.
 const SimdKernels& simd_kernels(SimdLevel level);
+// The fp32 family of the level's width (the AVX-512 one for the bf16 level; the level's own otherwise): it takes
+// the weights and activations the bf16 family does not (FP4 weights, activations that are not bf16 values).
+const SimdKernels& fp32_simd_kernels(SimdLevel level);
 
 extern const SimdKernels kSimdKernelsScalar;
 extern const SimdKernels kSimdKernelsAvx2;

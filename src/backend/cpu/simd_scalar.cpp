@@ -118,4 +118,8 @@ const SimdKernels& simd_kernels(SimdLevel level) {
   return kSimdKernelsScalar;
 }
 
+const SimdKernels& fp32_simd_kernels(SimdLevel level) {
+  return simd_kernels(level == SimdLevel::kAvx512Bf16 ? SimdLevel::kAvx512 : level);
+}
+
 }  // namespace deepinfer::cpu
