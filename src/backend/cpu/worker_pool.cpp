@@ -27,12 +27,16 @@ WorkerPool::~WorkerPool() {
 void WorkerPool::run_chunks(uint32_t gen) {
   while (true) {
     uint64_t t = ticket_.load(std::memory_order_acquire);
-    if (uint32_t(t >> 32) != gen) return;
-    const int64_t n_chunks = n_chunks_.load(std::memory_order_relaxed);  // stale values fail the CAS below
-    const int64_t i = int64_t(t & 0xffffffffu);
-    if (i >= n_chunks) return;
+    if (ticket_generation(t) != gen) return;
+    // The chunk count comes from the same ticket value that the claim below swaps: a count read from anywhere
+    // else could belong to the next generation, and a worker holding an exhausted ticket of this one would then
+    // claim a chunk that does not exist (and count it into the next generation's done_).
+    const int64_t i = ticket_next(t);
+    if (i >= ticket_chunks(t)) return;
     if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
-    const int64_t n = n_.load(std::memory_order_relaxed);
+    // Claimed chunk i of generation gen: the caller cannot start another generation before it is done, so
+    // body_ and n_ are this generation's.
+    const int64_t n = n_.load(std::memory_order_relaxed), n_chunks = ticket_chunks(t);
     (*body_.load(std::memory_order_relaxed))(n * i / n_chunks, n * (i + 1) / n_chunks);
     done_.fetch_add(1, std::memory_order_acq_rel);
   }
@@ -63,17 +67,16 @@ void WorkerPool::worker_loop() {
 void WorkerPool::parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& body) {
   if (n <= 0) return;
   const int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk));
-  const int64_t n_chunks = std::min<int64_t>(max_chunks, int64_t(size()) * kChunksPerThread);
+  const int64_t n_chunks = std::min({max_chunks, int64_t(size()) * kChunksPerThread, kMaxChunks});
   if (n_chunks == 1 || workers_.empty()) {
     body(0, n);
     return;
   }
   body_.store(&body, std::memory_order_relaxed);
   n_.store(n, std::memory_order_relaxed);
-  n_chunks_.store(n_chunks, std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
   const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
-  ticket_.store(uint64_t(gen) << 32, std::memory_order_release);
+  ticket_.store(make_ticket(gen, n_chunks, 0), std::memory_order_release);
   generation_.store(gen);  // seq_cst: ordered before the sleeping_ check
   if (sleeping_.load() > 0) generation_.notify_all();
   run_chunks(gen);

@@ -40,8 +40,16 @@ class WorkerPool {
   // Work of the current generation: written before ticket_ / generation_ are released.
   std::atomic<const std::function<void(int64_t, int64_t)>*> body_{nullptr};
   std::atomic<int64_t> n_{0};
-  std::atomic<int64_t> n_chunks_{0};
-  std::atomic<uint64_t> ticket_{0};      // (generation << 32) | next chunk to claim
+  // (generation << 32) | (chunk count << 16) | next chunk to claim: a claim (compare-exchange of the whole
+  // value) checks the generation and the count it was made against at once.
+  std::atomic<uint64_t> ticket_{0};
+  static constexpr int64_t kMaxChunks = 0xFFFF;
+  static uint64_t make_ticket(uint32_t gen, int64_t n_chunks, int64_t next) {
+    return (uint64_t(gen) << 32) | (uint64_t(n_chunks) << 16) | uint64_t(next);
+  }
+  static uint32_t ticket_generation(uint64_t t) { return uint32_t(t >> 32); }
+  static int64_t ticket_chunks(uint64_t t) { return int64_t((t >> 16) & 0xFFFF); }
+  static int64_t ticket_next(uint64_t t) { return int64_t(t & 0xFFFF); }
   std::atomic<uint32_t> generation_{0};  // what idle workers wait on
   std::atomic<int64_t> done_{0};         // chunks finished in the current generation
   std::atomic<int> sleeping_{0};
