@@ -94,10 +94,10 @@ void decode_args(benchmark::internal::Benchmark* b) {
       b->Args({level, kBf16, 16384, 4096, 1, 2, threads});   // head slice: 128 MB per copy
     }
   }
-  for (int64_t level = 1; level < 4; ++level) {  // L2-resident: the decode rate without DRAM
-    b->Args({level, kFp8, 128, 1024, 1, 1, 1});
-    b->Args({level, kFp4, 64, 4096, 1, 1, 1});
-    b->Args({level, kBf16, 32, 4096, 1, 1, 1});
+  for (int64_t level = 1; level < 4; ++level) {  // L2-resident (1 MB): one core's decode rate without DRAM
+    b->Args({level, kFp8, 1024, 1024, 1, 1, 1});
+    b->Args({level, kFp4, 512, 4096, 1, 1, 1});
+    b->Args({level, kBf16, 128, 4096, 1, 1, 1});
   }
   b->Args({3, kFp4, 2048, 4096, 4, 32, 0});          // batched decode
   b->Args({3, kFp8, 32768, 1024, 16, 4, 0});

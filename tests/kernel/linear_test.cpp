@@ -1,6 +1,7 @@
 // The fast linear op (every SIMD level this CPU has) against the exact reference backend on fresh random
 // weights of real V4 / V4.1 shapes: bf16, e4m3 with 128- and 32-blocks, packed e2m1; odd K (partial chunks
-// and blocks), row_begin offsets that straddle scale blocks, 1..70 tokens (register, raw-e4m3 and scaled tile kernels),
+// and blocks), row_begin offsets that straddle scale blocks, 1..70 tokens (register kernels, e4m3 ones
+// with x scaled per row block where that is exact, and tile kernels),
 // strided inputs and outputs, every epilogue, non-bf16 activations (fp32 fallback) and large scale bytes.
 // Bound per output: |fast - ref| <= 2 bf16 ulps of ref (bf16 outputs) + 2^-16 * sum_k |x_k w_k| (fp32
 // accumulation); the figures printed are calc_diff, max abs / rel error and the ulp histogram. Also: a
@@ -132,6 +133,9 @@ TEST_P(LinearKernel, Fp8Block128) {
   run_case(GetParam(), {"e4m3/128 wo_a-like [2048x1024] rows 1024..1280", DType::kF8E4M3, 128, 2048, 1024, 1024, 256}, 22);
   run_case(GetParam(), {"e4m3/128 odd K [200x1000]", DType::kF8E4M3, 128, 200, 1000, 0, 200}, 23);
   run_case(GetParam(), {"e4m3/128 wide scale bytes [64x512]", DType::kF8E4M3, 128, 64, 512, 0, 64, Epilogue::kF32, 128, 140}, 24);
+  // Scale bytes near zero: weights and outputs near the bottom of the fp32 range. (The wide case above also
+  // covers the register kernels' fallback: there x times 2^(s - 7) would overflow, so they scale the weights.)
+  run_case(GetParam(), {"e4m3/128 tiny scale bytes [64x512]", DType::kF8E4M3, 128, 64, 512, 0, 64, Epilogue::kF32, 1, 12}, 25);
 }
 
 TEST_P(LinearKernel, Fp8Block32) {

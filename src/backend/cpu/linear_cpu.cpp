@@ -55,7 +55,7 @@ void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, Linea
   const LinearWeight& w = *p.weight;
   DI_CHECK(p.row_begin >= 0 && p.row_begin + p.n_rows <= w.n_out);
   if (p.n_tokens <= 0 || p.n_rows <= 0) return;
-  // A weight the level's family does not take (the bf16 family: FP4) goes to the fp32 family of the same width
+  // A weight the level's family does not take (the bf16 family: FP8, FP4) goes to the fp32 family of the same width
   // for every token count, so a token's sums never depend on the batch; the scalar family takes the rest.
   const SimdKernels* ks = &simd_kernels(level);
   if (!ks->supports(w)) ks = &fp32_simd_kernels(level);

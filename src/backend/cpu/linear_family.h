@@ -11,16 +11,15 @@
 // kDirectR / kDirectT (rows x tokens of the register-decode kernel), kTileR / kTileT (rows x tokens of the
 // tile kernel); F (accumulator vector) with the fp32 vector ops (fload, fstore, ...), zero(), dot(acc, W, W)
 // (acc + sum of elementwise products, fp32), load_w(const Elem*), store_w(Elem*, W), decode_bf16(const
-// uint16_t*), decode_fp8(const uint8_t*, float multiplier), decode_fp8_wide, optionally decode_fp4(const
-// uint8_t*, float scale) (without it the family takes no FP4 weights), reduce<R>(const F*, float*) (R
-// horizontal sums), pack_x (the SimdKernels signature);
-// kRawFp8 and, when true, RawFp8Tables, decode_fp8_raw64/raw32 and scale_chunk (see run_raw_fp8).
+// uint16_t*), reduce<R>(const F*, float*) (R horizontal sums), pack_x (the SimdKernels signature); optionally
+// decode_fp8(const uint8_t*, float multiplier) with decode_fp8_wide and decode_fp8_raw (without them the
+// family takes no FP8 weights) and decode_fp4(const uint8_t*, uint8_t e8m0 scale byte) (no FP4 without it).
 //
 // fp8 chunks use the multiplier 2^(s - 7) on the raw code bits (e4m3 value * 2^-120), which is exact
 // whenever the scale byte s <= 134 (|w| < 2^15 per unit code); tiles with a larger scale byte take the
 // two-step decode (value first, then scale).
 
-// The including file includes <algorithm>, <cmath>, <cstring> and <vector> before its namespace.
+// The including file includes <algorithm>, <cmath>, <cstring>, <limits> and <vector> before its namespace.
 
 namespace family {
 
@@ -33,7 +32,6 @@ using deepinfer::cpu::PackedX;
 constexpr int kMaxFp8Scale = 134;  // largest scale byte for the one-multiply fp8 decode
 constexpr int64_t kTileKBytes = 32 * 1024;  // bytes of decoded tile per K block (L1-resident with x)
 constexpr int64_t kPrefetchGroups = 2;       // direct mode: prefetch distance in row groups
-constexpr int64_t kRawFp8MaxTokens = 64;     // raw-fp8 mode (x scaled per row block) up to this many tokens
 
 // Where one weight row's chunks come from.
 struct RowSrc {
@@ -49,9 +47,12 @@ struct Scratch {
   std::vector<float> mult;             // fp8: [2 row blocks, n_chunks]
   std::vector<uint8_t> tail;           // one zero-padded chunk per row for K % chunk
   std::vector<float> state;            // tile mode: unreduced accumulators of every (token block, row group)
-  AlignedVector<typename S::Elem> x_scaled;  // raw-fp8 direct mode: x times the row block's scales
+  AlignedVector<typename S::Elem> x_scaled;  // scaled-x direct mode: x times the row block's multipliers
   uint64_t x_scaled_call = ~uint64_t(0);   // (call, row block) that x_scaled holds
   int64_t x_scaled_block = -1;
+  bool x_scaled_ok = false;                // fp32 scaled-x mode: whether x_scaled is exact for that row block
+  uint64_t x_range_call = ~uint64_t(0);    // the call whose largest / smallest nonzero |x| these are
+  float x_hi = 0.0f, x_lo = 0.0f;
 };
 
 template <class S>
@@ -60,22 +61,27 @@ Scratch<S>& scratch() {
   return s;
 }
 
-template <class S, DType D, bool kWide>
+// kScaledX: fp8 codes decode to their raw float bits only (e4m3 value * 2^-120); x comes already multiplied
+// by the chunk's 2^(s - 7) (see scaled_x).
+template <class S, DType D, bool kWide, bool kScaledX = false>
 inline typename S::W decode_chunk(const RowSrc& r, int64_t ch, const uint8_t* bytes) {
   if constexpr (D == DType::kBF16) {
     return S::decode_bf16(reinterpret_cast<const uint16_t*>(bytes));
   } else if constexpr (D == DType::kF8E4M3) {
-    if constexpr (kWide) return S::decode_fp8_wide(bytes, r.mult[ch]);
+    if constexpr (kScaledX) return S::decode_fp8_raw(bytes);
+    else if constexpr (kWide) return S::decode_fp8_wide(bytes, r.mult[ch]);
     else return S::decode_fp8(bytes, r.mult[ch]);
   } else {
-    return S::decode_fp4(bytes, kE8m0Values[r.scale[ch * S::kChunk / 32]]);
+    return S::decode_fp4(bytes, r.scale[ch * S::kChunk / 32]);
   }
 }
 
-// Whether the family takes packed e2m1 (FP4) weights at all (S::decode_fp4); linear_fast hands them to the
-// fp32 family of the same width otherwise.
+// Whether the family takes e4m3 (FP8) / packed e2m1 (FP4) weights at all (S::decode_fp8 / S::decode_fp4);
+// linear_fast hands them to the fp32 family of the same width otherwise.
 template <class S>
-constexpr bool kDecodesFp4 = requires(const uint8_t* p) { S::decode_fp4(p, 1.0f); };
+constexpr bool kDecodesFp8 = requires(const uint8_t* p) { S::decode_fp8(p, 1.0f); };
+template <class S>
+constexpr bool kDecodesFp4 = requires(const uint8_t* p) { S::decode_fp4(p, uint8_t(127)); };
 
 template <DType D>
 constexpr int64_t chunk_bytes(int64_t chunk) {
@@ -86,7 +92,7 @@ constexpr int64_t chunk_bytes(int64_t chunk) {
 // The last chunk may be partial (tail_bytes[r] then holds that row's zero-padded chunk).
 // Each row stream prefetches the same chunk of the row R rows further on (the next group, which is the
 // next stretch of the same contiguous weight matrix): R streams of one group-size distance each.
-template <class S, DType D, bool kWide, int R, int T>
+template <class S, DType D, bool kWide, bool kScaledX, int R, int T>
 void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const typename S::Elem* x, int64_t xs,
                    int64_t n_full, bool has_tail, float* c, int64_t cs) {
   const int64_t prefetch_distance = kPrefetchGroups * R * n_full * chunk_bytes<D>(S::kChunk);
@@ -112,7 +118,7 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
       for (int r = 0; r < R; ++r) {
         __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
         W w0, w1;
-        S::decode_fp4_pair(rows[r].data + ch * kBytes, kE8m0Values[rows[r].scale[ch * S::kChunk / 32]], &w0, &w1);
+        S::decode_fp4_pair(rows[r].data + ch * kBytes, rows[r].scale[ch * S::kChunk / 32], &w0, &w1);
         for (int t = 0; t < T; ++t) {
           acc[t][r] = S::dot(acc[t][r], w0, S::load_w(x + t * xs + ch * S::kChunk));
           acc[t][r] = S::dot(acc[t][r], w1, S::load_w(x + t * xs + (ch + 1) * S::kChunk));
@@ -124,13 +130,13 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
     W w[R];
     for (int r = 0; r < R; ++r) {
       if (D != DType::kBF16 && ch % kPrefetchEvery == 0) __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
-      w[r] = decode_chunk<S, D, kWide>(rows[r], ch, rows[r].data + ch * kBytes);
+      w[r] = decode_chunk<S, D, kWide, kScaledX>(rows[r], ch, rows[r].data + ch * kBytes);
     }
     step(ch, w);
   }
   if (has_tail) {
     W w[R];
-    for (int r = 0; r < R; ++r) w[r] = decode_chunk<S, D, kWide>(rows[r], n_full, tail_bytes[r]);
+    for (int r = 0; r < R; ++r) w[r] = decode_chunk<S, D, kWide, kScaledX>(rows[r], n_full, tail_bytes[r]);
     step(n_full, w);
   }
   for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
@@ -212,11 +218,13 @@ void tile_tokens(const typename S::Elem* w, int64_t ws, const typename S::Elem* 
 
 // Direct mode over all n_rows rows, R = direct_rows<S, T>() at a time (a short last group repeats its last
 // row); T is the call's token count, found by recursion.
-template <class S, DType D, bool kWide, int T>
+template <class S, DType D, bool kWide, bool kScaledX, int T>
 void direct_tokens(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, const typename S::Elem* x,
                    int64_t xs, int64_t n_tokens, int64_t n_full, bool has_tail, float* c, int64_t cs) {
   if constexpr (T > 0) {
-    if (n_tokens != T) return direct_tokens<S, D, kWide, T - 1>(rows, tails, n_rows, x, xs, n_tokens, n_full, has_tail, c, cs);
+    if (n_tokens != T) {
+      return direct_tokens<S, D, kWide, kScaledX, T - 1>(rows, tails, n_rows, x, xs, n_tokens, n_full, has_tail, c, cs);
+    }
     constexpr int R = direct_rows<S, T>();
     float part[T * R];
     for (int64_t r0 = 0; r0 < n_rows; r0 += R) {
@@ -227,7 +235,7 @@ void direct_tokens(const RowSrc* rows, const uint8_t* const* tails, int64_t n_ro
         grp[r] = rows[i];
         grp_tails[r] = tails[i];
       }
-      direct_kernel<S, D, kWide, R, T>(grp, grp_tails, x, xs, n_full, has_tail, part, R);
+      direct_kernel<S, D, kWide, kScaledX, R, T>(grp, grp_tails, x, xs, n_full, has_tail, part, R);
       const int64_t nr = std::min<int64_t>(R, n_rows - r0);
       for (int64_t t = 0; t < T; ++t)
         for (int64_t r = 0; r < nr; ++r) c[t * cs + r0 + r] = part[t * R + r];
@@ -334,6 +342,57 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xd, int64_t xs, int64_t T
   }
 }
 
+// fp32 families (S::decode_fp8_raw): in direct mode an fp8 tile within one row block multiplies x by each
+// chunk's 2^(s - 7) once (x'), instead of every decoded weight vector of every row: that multiply was one of
+// the few vector-port operations per 16 codes. w_raw * x' is the same real number as (w_raw * 2^(s-7)) * x
+// whenever x' is exact: no x' overflows and no nonzero x' falls below 2^-126 (checked here; otherwise
+// nullptr and the per-weight multiply). The sums are then bit for bit those of the other modes.
+template <class S>
+constexpr bool kScalesX = requires(const uint8_t* p) { S::decode_fp8_raw(p); };
+
+template <class S>
+const float* scaled_x(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const PackedX& x, Scratch<S>& s) {
+  const int64_t B = w.block, rb = (rows[0].data - w.data) / w.n_in / B;
+  if ((rows[n_rows - 1].data - w.data) / w.n_in / B != rb) return nullptr;
+  if (s.x_scaled_call == x.call_id && s.x_scaled_block == rb) return s.x_scaled_ok ? s.x_scaled.data() : nullptr;
+  const int64_t T = x.n_tokens, xs = x.stride, n_chunks = x.k_padded / S::kChunk;
+  const float* xd = static_cast<const float*>(x.data);
+  if (s.x_range_call != x.call_id) {  // the call's largest and smallest nonzero |x|
+    float hi = 0.0f, lo = std::numeric_limits<float>::infinity();
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < x.k_padded; ++i) {
+        const float a = std::fabs(xd[t * xs + i]);
+        hi = std::max(hi, a);
+        lo = a > 0.0f ? std::min(lo, a) : lo;
+      }
+    }
+    s.x_range_call = x.call_id;
+    s.x_hi = hi;
+    s.x_lo = lo;
+  }
+  const float* m = rows[0].mult;
+  float m_hi = 0.0f, m_lo = std::numeric_limits<float>::infinity();
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    m_hi = std::max(m_hi, m[ch]);
+    m_lo = std::min(m_lo, m[ch]);
+  }
+  s.x_scaled_call = x.call_id;
+  s.x_scaled_block = rb;
+  // Not NaN-safe on purpose: any NaN in x makes hi NaN, the test false, and the call takes the plain path.
+  s.x_scaled_ok = s.x_hi * m_hi <= 0x1p126f && (s.x_lo == std::numeric_limits<float>::infinity() || s.x_lo * m_lo >= 0x1p-126f);
+  if (!s.x_scaled_ok) return nullptr;
+  s.x_scaled.resize(size_t(T * xs));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t ch = 0; ch < n_chunks; ++ch) {
+      const typename S::F mv = S::fset1(m[ch]);
+      const float* src = xd + t * xs + ch * S::kChunk;
+      float* dst = s.x_scaled.data() + t * xs + ch * S::kChunk;
+      for (int64_t i = 0; i < S::kChunk; i += S::kLanes) S::fstore(dst + i, S::fmul(S::fload(src + i), mv));
+    }
+  }
+  return s.x_scaled.data();
+}
+
 template <class S, DType D, bool kWide>
 void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const PackedX& x, float* c, int64_t cs,
               Scratch<S>& s) {
@@ -347,7 +406,12 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
 
   if (T <= S::kDirectT) {  // direct: decode in registers
-    return direct_tokens<S, D, kWide, S::kDirectT>(rows, tails, n_rows, xd, xs, T, n_full, has_tail, c, cs);
+    if constexpr (D == DType::kF8E4M3 && !kWide && kScalesX<S>) {
+      if (const float* xm = scaled_x<S>(w, rows, n_rows, x, s)) {
+        return direct_tokens<S, D, false, true, S::kDirectT>(rows, tails, n_rows, xm, xs, T, n_full, has_tail, c, cs);
+      }
+    }
+    return direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, xd, xs, T, n_full, has_tail, c, cs);
   }
   tile_loop<S>(n_rows, xd, xs, T, n_chunks, c, cs, s, [&](int64_t ch0, int64_t nch, Elem* block) {
     for (int64_t i = 0; i < n_rows; ++i) {
@@ -363,145 +427,20 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   });
 }
 
-// Raw-fp8 mode (families with S::kRawFp8): e4m3 codes become bf16 through byte tables, unscaled (in
-// registers, or into the tile for many tokens), and the tile's single row block of scales multiplies x
-// instead (x' = x * 2^(s-127), exact, cached per call and row block). Every product w * x is the same real
-// number as in the scaled decode, so the sums are bit for bit those of the other modes. Used when the tile
-// lies in one row block whose scale bytes are all <= 127 (so x' cannot overflow).
-template <class S, int R, int T>
-void raw_fp8_kernel(const uint8_t* const* rows, const uint8_t* const* tails, const typename S::Elem* x, int64_t xs,
-                    int64_t n_full, bool has_tail, int64_t prefetch_distance, float* c, int64_t cs) {
-  using F = typename S::F;
-  using W = typename S::W;
-  const typename S::RawFp8Tables tables;
-  F acc[T][R];
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = S::zero();
-  int64_t ch = 0;
-  for (; ch + 2 <= n_full; ch += 2) {
-    for (int r = 0; r < R; ++r) {
-      __builtin_prefetch(rows[r] + ch * S::kChunk + prefetch_distance);
-      W w0, w1;
-      S::decode_fp8_raw64(tables, rows[r] + ch * S::kChunk, &w0, &w1);
-      for (int t = 0; t < T; ++t) {
-        acc[t][r] = S::dot(acc[t][r], w0, S::load_w(x + t * xs + ch * S::kChunk));
-        acc[t][r] = S::dot(acc[t][r], w1, S::load_w(x + t * xs + (ch + 1) * S::kChunk));
-      }
-    }
-  }
-  for (; ch < n_full + (has_tail ? 1 : 0); ++ch) {
-    for (int r = 0; r < R; ++r) {
-      const W w0 = S::decode_fp8_raw32(tables, ch < n_full ? rows[r] + ch * S::kChunk : tails[r]);
-      for (int t = 0; t < T; ++t) acc[t][r] = S::dot(acc[t][r], w0, S::load_w(x + t * xs + ch * S::kChunk));
-    }
-  }
-  for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
-}
-
-template <class S, int T>
-void raw_fp8_tokens(const uint8_t* const* rows, const uint8_t* const* tails, const typename S::Elem* x, int64_t xs,
-                    int64_t n_tokens, int64_t n_full, bool has_tail, int64_t pd, float* c, int64_t cs) {
-  if constexpr (T > 0) {
-    if (n_tokens == T) return raw_fp8_kernel<S, S::kDirectR, T>(rows, tails, x, xs, n_full, has_tail, pd, c, cs);
-    return raw_fp8_tokens<S, T - 1>(rows, tails, x, xs, n_tokens, n_full, has_tail, pd, c, cs);
-  }
-}
-
-// Whether the raw-fp8 direct mode applies to this tile: one row block, scale bytes <= 127.
-template <class S>
-bool raw_fp8_applies(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x) {
-  if constexpr (!S::kRawFp8) {
-    return false;
-  } else {
-    // Many tokens amortize the scaled decode; then scaling x per row block would cost more than it saves.
-    if (w.dtype != DType::kF8E4M3 || x.n_tokens > kRawFp8MaxTokens) return false;
-    const int64_t B = w.block, n_kb = (w.n_in + B - 1) / B;
-    if (row0 / B != (row0 + n_rows - 1) / B) return false;
-    const uint8_t* sc = w.scale + (row0 / B) * n_kb;
-    for (int64_t kb = 0; kb < n_kb; ++kb) if (sc[kb] > 127) return false;
-    return true;
-  }
-}
-
-template <class S>
-void run_raw_fp8(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x, float* c, int64_t cs,
-                 Scratch<S>& s) {
-  if constexpr (S::kRawFp8) {
-    using Elem = typename S::Elem;
-    const int64_t K = w.n_in, B = w.block, n_kb = (K + B - 1) / B, rb = row0 / B;
-    const int64_t kp = x.k_padded, xs = x.stride, T = x.n_tokens;
-    const int64_t n_full = K / S::kChunk, n_chunks = kp / S::kChunk;
-    const bool has_tail = n_full < n_chunks;
-    if (s.x_scaled_call != x.call_id || s.x_scaled_block != rb) {  // x' = x * scale of (rb, chunk's k block)
-      s.x_scaled.resize(size_t(T * xs));
-      const uint8_t* sc = w.scale + rb * n_kb;
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t ch = 0; ch < n_chunks; ++ch)
-          S::scale_chunk(static_cast<const Elem*>(x.data) + t * xs + ch * S::kChunk, kE8m0Values[sc[ch * S::kChunk / B]],
-                         s.x_scaled.data() + t * xs + ch * S::kChunk);
-      s.x_scaled_call = x.call_id;
-      s.x_scaled_block = rb;
-    }
-    const uint8_t* rows[kRowTile];
-    const uint8_t* tails[kRowTile] = {};
-    for (int64_t i = 0; i < n_rows; ++i) rows[i] = w.data + (row0 + i) * K;
-    if (has_tail) {
-      s.tail.assign(size_t(n_rows * S::kChunk), 0);
-      for (int64_t i = 0; i < n_rows; ++i) {
-        std::memcpy(&s.tail[size_t(i * S::kChunk)], rows[i] + n_full * S::kChunk, size_t(K - n_full * S::kChunk));
-        tails[i] = &s.tail[size_t(i * S::kChunk)];
-      }
-    }
-    if (T > S::kDirectT) {  // tile of raw values, x' for every token
-      const typename S::RawFp8Tables tables;
-      static_assert(kTileBlockChunks<S> % 2 == 0, "a chunk pair must not straddle K blocks");
-      return tile_loop<S>(n_rows, s.x_scaled.data(), xs, T, n_chunks, c, cs, s, [&](int64_t ch0, int64_t nch, Elem* block) {
-        for (int64_t i = 0; i < n_rows; ++i) {
-          Elem* dst = block + i * kTileBlockWidth<S> - ch0 * S::kChunk;
-          int64_t ch = ch0;
-          for (; ch + 2 <= std::min(ch0 + nch, n_full); ch += 2) {
-            typename S::W w0, w1;
-            S::decode_fp8_raw64(tables, rows[i] + ch * S::kChunk, &w0, &w1);
-            S::store_w(dst + ch * S::kChunk, w0);
-            S::store_w(dst + (ch + 1) * S::kChunk, w1);
-          }
-          for (; ch < ch0 + nch; ++ch) {
-            S::store_w(dst + ch * S::kChunk, S::decode_fp8_raw32(tables, ch < n_full ? rows[i] + ch * S::kChunk : tails[i]));
-          }
-        }
-      });
-    }
-    const int64_t prefetch_distance = kPrefetchGroups * S::kDirectR * K;
-    float part[S::kDirectT * S::kDirectR];
-    for (int64_t r0 = 0; r0 < n_rows; r0 += S::kDirectR) {
-      const uint8_t* grp[S::kDirectR];
-      const uint8_t* grp_tails[S::kDirectR];
-      for (int r = 0; r < S::kDirectR; ++r) {
-        const int64_t i = std::min(r0 + r, n_rows - 1);
-        grp[r] = rows[i];
-        grp_tails[r] = tails[i];
-      }
-      raw_fp8_tokens<S, S::kDirectT>(grp, grp_tails, s.x_scaled.data(), xs, T, n_full, has_tail, prefetch_distance, part,
-                                     S::kDirectR);
-      const int64_t nr = std::min<int64_t>(S::kDirectR, n_rows - r0);
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t r = 0; r < nr; ++r) c[t * cs + r0 + r] = part[t * S::kDirectR + r];
-    }
-  }
-}
-
 template <class S>
 void tile(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x, float* c, int64_t cs) {
   Scratch<S>& s = scratch<S>();
-  if (raw_fp8_applies<S>(w, row0, n_rows, x)) return run_raw_fp8<S>(w, row0, n_rows, x, c, cs, s);
   const int64_t n_chunks = x.k_padded / S::kChunk;
   RowSrc rows[kRowTile];
   const bool wide = row_sources<S>(w, row0, n_rows, n_chunks, s, rows);
   switch (w.dtype) {
     case DType::kBF16: return run_tile<S, DType::kBF16, false>(w, rows, n_rows, x, c, cs, s);
     case DType::kF8E4M3:
-      if (wide) return run_tile<S, DType::kF8E4M3, true>(w, rows, n_rows, x, c, cs, s);
-      return run_tile<S, DType::kF8E4M3, false>(w, rows, n_rows, x, c, cs, s);
+      if constexpr (kDecodesFp8<S>) {
+        if (wide) return run_tile<S, DType::kF8E4M3, true>(w, rows, n_rows, x, c, cs, s);
+        return run_tile<S, DType::kF8E4M3, false>(w, rows, n_rows, x, c, cs, s);
+      }
+      [[fallthrough]];
     case DType::kI8:
       if constexpr (kDecodesFp4<S>) return run_tile<S, DType::kI8, false>(w, rows, n_rows, x, c, cs, s);
       [[fallthrough]];
@@ -513,7 +452,7 @@ template <class S>
 bool supports(const LinearWeight& w) {
   switch (w.dtype) {
     case DType::kBF16: return true;
-    case DType::kF8E4M3: return w.block > 0 && w.block % S::kChunk == 0;
+    case DType::kF8E4M3: return kDecodesFp8<S> && w.block > 0 && w.block % S::kChunk == 0;
     case DType::kI8: return kDecodesFp4<S> && w.n_in % 32 == 0 && w.n_in % S::kChunk == 0;
     default: return false;
   }

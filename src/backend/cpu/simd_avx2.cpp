@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/simd_kernels.h"
@@ -122,7 +123,6 @@ struct S : Avx2Ops {
   static constexpr int kTileR = 2, kTileT = 6;
   static constexpr int kParts = 2;
   static constexpr bool kPairedV = false;
-  static constexpr bool kRawFp8 = false;
   static constexpr int kPvHeads = 3, kPvVectors = 2;
 
   static F zero() { return _mm256_setzero_ps(); }
@@ -138,16 +138,18 @@ struct S : Avx2Ops {
     const __m256 m = _mm256_set1_ps(mult);
     return {_mm256_mul_ps(fp8_raw(p), m), _mm256_mul_ps(fp8_raw(p + 8), m)};
   }
+  // The raw bits only (e4m3 value * 2^-120): the scaled-x direct mode multiplies x by 2^(s - 7) instead.
+  static W decode_fp8_raw(const uint8_t* p) { return {fp8_raw(p), fp8_raw(p + 8)}; }
   static W decode_fp8_wide(const uint8_t* p, float mult) {
     const __m256 rebias = _mm256_set1_ps(0x1p120f), m = _mm256_set1_ps(mult);
     return {_mm256_mul_ps(_mm256_mul_ps(fp8_raw(p), rebias), m), _mm256_mul_ps(_mm256_mul_ps(fp8_raw(p + 8), rebias), m)};
   }
   // 8 bytes = 16 codes: a = even elements (low nibbles), b = odd elements.
-  static W decode_fp4(const uint8_t* p, float scale) { return decode_fp4_with(p, fp4_table(scale)); }
+  static W decode_fp4(const uint8_t* p, uint8_t scale) { return decode_fp4_with(p, fp4_table(kE8m0Values[scale])); }
   // 16 bytes = 32 codes = the two chunks of one e8m0 scale block, sharing one table.
   static constexpr bool kFp4Pairs = true;
-  static void decode_fp4_pair(const uint8_t* p, float scale, W* first, W* second) {
-    const __m256 table = fp4_table(scale);
+  static void decode_fp4_pair(const uint8_t* p, uint8_t scale, W* first, W* second) {
+    const __m256 table = fp4_table(kE8m0Values[scale]);
     *first = decode_fp4_with(p, table);
     *second = decode_fp4_with(p + 8, table);
   }

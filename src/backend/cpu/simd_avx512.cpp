@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/simd_kernels.h"
@@ -28,9 +29,6 @@
 namespace deepinfer::cpu::avx512 {
 
 #include "backend/cpu/simd_avx512_ops.h"
-
-alignas(64) constexpr float kE2m1Table[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 inline __m512 fp8_raw(__m128i bytes) {
   const __m512i v = _mm512_cvtepi8_epi32(bytes);
@@ -58,7 +56,6 @@ struct S : Avx512Ops {
   static constexpr int kTileR = 4, kTileT = 6;
   static constexpr int kParts = 2;
   static constexpr bool kPairedV = false;
-  static constexpr bool kRawFp8 = false;
   static constexpr int kPvHeads = 4, kPvVectors = 4;
 
   static F zero() { return _mm512_setzero_ps(); }
@@ -75,14 +72,21 @@ struct S : Avx512Ops {
     return {_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), m),
             _mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), m)};
   }
+  // The raw bits only (e4m3 value * 2^-120): the scaled-x direct mode multiplies x by 2^(s - 7) instead.
+  static W decode_fp8_raw(const uint8_t* p) {
+    return {fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
+  }
   static W decode_fp8_wide(const uint8_t* p, float mult) {
     const __m512 rebias = _mm512_set1_ps(0x1p120f), m = _mm512_set1_ps(mult);
     return {_mm512_mul_ps(_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), rebias), m),
             _mm512_mul_ps(_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), rebias), m)};
   }
   // 16 bytes = 32 codes: a = even elements (low nibbles), b = odd elements.
-  static W decode_fp4(const uint8_t* p, float scale) {
-    const __m512 table = _mm512_mul_ps(_mm512_load_ps(kE2m1Table), _mm512_set1_ps(scale));
+  // The table of the scale comes from kE2m1Scaled (a load, where multiplying the table by the scale here
+  // took one of the two vector ports that the decode and the FMAs share; same values).
+  static W decode_fp4(const uint8_t* p, uint8_t scale) {
+    const __m512 table = _mm512_load_ps(kE2m1Scaled[scale].data());
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return {_mm512_permutexvar_ps(v, table), _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table)};
   }

@@ -1,7 +1,9 @@
-// The AVX512-BF16 kernel family: weights decoded to bf16 in registers (bf16 as stored; e4m3 and e2m1 via
-// an exact fp32 decode with the block scale folded in, then vcvtne2ps2bf16, exact because every scaled code
-// has at most 4 significant bits), activations / kv rows / queries packed as bf16 (the caller's values are
-// bf16 already; the drivers fall back to the fp32 family otherwise), products summed by vdpbf16ps in fp32.
+// The AVX512-BF16 kernel family: bf16 weights as stored, activations / kv rows / queries packed as bf16 (the
+// caller's values are bf16 already; the drivers fall back to the fp32 family otherwise), products summed by
+// vdpbf16ps in fp32. It takes no FP8 or FP4 weights: linear_fast hands those to the fp32 AVX-512 family.
+// On Intel, vdpbf16ps retires one per ~2.1 cycles and holds both vector ports meanwhile (32 products, where
+// two FMAs give 32 in one cycle), so decoding e4m3 / e2m1 codes exactly to fp32 and using FMA is faster there,
+// at every token count (kernel_bench: fp8 GEMV 11.4 -> 13.4 GB/s per core, 512-token GEMM level).
 // vdpbf16ps treats bf16 operands below 2^-126 as zero: such a term is < 2^-126 * |other factor|, far below
 // the fp32 accumulation error of any sum these ops produce.
 #include <immintrin.h>
@@ -31,12 +33,6 @@
 namespace deepinfer::cpu::avx512bf16 {
 
 #include "backend/cpu/simd_avx512_ops.h"
-
-// e4m3 code bytes (sign-extended to 32 bits) -> float bits of value * 2^-120 (sign, exponent, mantissa moved).
-inline __m512 fp8_raw(__m128i bytes) {
-  const __m512i v = _mm512_cvtepi8_epi32(bytes);
-  return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u))));
-}
 
 // Sums of 4 vectors -> 4 floats.
 inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -94,20 +90,6 @@ bool pack_v_pairs(const float* const* rows, int64_t r0, int64_t r1, int64_t head
   return bad == 0;
 }
 
-// bf16 bits of the 128 e4m3 magnitudes (code & 0x7f; 0x7f = NaN), split into high and low bytes.
-struct Fp8ByteTables {
-  alignas(64) uint8_t hi[128];
-  alignas(64) uint8_t lo[128];
-  Fp8ByteTables() {
-    for (int m = 0; m < 128; ++m) {
-      const uint16_t b = bf16_bits(e4m3_to_float(uint8_t(m)));
-      hi[m] = uint8_t(b >> 8);
-      lo[m] = uint8_t(b & 0xff);
-    }
-  }
-};
-const Fp8ByteTables kFp8Bytes;
-
 struct S : Avx512Ops {
   using Elem = uint16_t;
   using W = __m512bh;
@@ -115,45 +97,7 @@ struct S : Avx512Ops {
   static constexpr int kDirectR = 4, kDirectT = 4;
   static constexpr int kTileR = 4, kTileT = 6;
   static constexpr bool kPairedV = true;
-  static constexpr bool kRawFp8 = true;
 
-  // Raw fp8: 64 codes -> 64 bf16 e4m3 values (unscaled) by two 128-entry byte lookups (vpermt2b) and a byte
-  // interleave; the sign bit is ORed into the high byte.
-  struct RawFp8Tables {
-    __m512i hi0, hi1, lo0, lo1, interleave0, interleave1, sign;
-    RawFp8Tables()
-        : hi0(_mm512_load_si512(kFp8Bytes.hi)), hi1(_mm512_load_si512(kFp8Bytes.hi + 64)),
-          lo0(_mm512_load_si512(kFp8Bytes.lo)), lo1(_mm512_load_si512(kFp8Bytes.lo + 64)),
-          interleave0(interleave_index(0)), interleave1(interleave_index(32)), sign(_mm512_set1_epi8(char(0x80))) {}
-    static __m512i interleave_index(int first) {  // byte 2i <- lo[first + i], byte 2i+1 <- hi[first + i]
-      alignas(64) uint8_t idx[64];
-      for (int i = 0; i < 32; ++i) {
-        idx[2 * i] = uint8_t(first + i);
-        idx[2 * i + 1] = uint8_t(64 + first + i);
-      }
-      return _mm512_load_si512(idx);
-    }
-  };
-  static void decode_fp8_raw64(const RawFp8Tables& t, const uint8_t* p, W* w0, W* w1) {
-    const __m512i codes = _mm512_loadu_si512(p);
-    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, codes, t.hi1), codes, t.sign, 0xF8);
-    const __m512i lo = _mm512_permutex2var_epi8(t.lo0, codes, t.lo1);
-    *w0 = (W)_mm512_permutex2var_epi8(lo, t.interleave0, hi);
-    *w1 = (W)_mm512_permutex2var_epi8(lo, t.interleave1, hi);
-  }
-  static W decode_fp8_raw32(const RawFp8Tables& t, const uint8_t* p) {
-    const __m512i codes = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, codes, t.hi1), codes, t.sign, 0xF8);
-    const __m512i lo = _mm512_permutex2var_epi8(t.lo0, codes, t.lo1);
-    return (W)_mm512_permutex2var_epi8(lo, t.interleave0, hi);
-  }
-  // out = bf16(x * scale) for one chunk of bf16 values (scale a power of two: exact unless below 2^-126).
-  static void scale_chunk(const uint16_t* x, float scale, uint16_t* out) {
-    const __m512 s = _mm512_set1_ps(scale);
-    const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16));
-    const __m512 hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))), 16));
-    _mm512_storeu_si512(out, (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s)));
-  }
   static constexpr int kPvHeads = 6, kPvVectors = 4;
 
   static F zero() { return _mm512_setzero_ps(); }
@@ -161,22 +105,8 @@ struct S : Avx512Ops {
   static W load_w(const uint16_t* p) { return (W)_mm512_loadu_si512(p); }
   static void store_w(uint16_t* p, W w) { _mm512_storeu_si512(p, (__m512i)w); }
   static W decode_bf16(const uint16_t* p) { return load_w(p); }
-  static W decode_fp8(const uint8_t* p, float mult) {
-    const __m512 m = _mm512_set1_ps(mult);
-    const __m512 lo = _mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), m);
-    const __m512 hi = _mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), m);
-    return _mm512_cvtne2ps_pbh(hi, lo);
-  }
-  static W decode_fp8_wide(const uint8_t* p, float mult) {
-    const __m512 rebias = _mm512_set1_ps(0x1p120f), m = _mm512_set1_ps(mult);
-    const __m512 lo = _mm512_mul_ps(_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), rebias), m);
-    const __m512 hi = _mm512_mul_ps(_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), rebias), m);
-    return _mm512_cvtne2ps_pbh(hi, lo);
-  }
-  // No decode_fp4: FP4 experts go to the fp32 AVX-512 family (linear_fast), for every token count. e2m1 codes
-  // decode to fp32 with two permutes there, while this family would also convert them to bf16 and then pay
-  // vdpbf16ps, which issues at half the FMA rate on Intel (kernel_bench, 2 threads: fp4 GEMV 14.3 against
-  // 7.3 GB/s here).
+  // No decode_fp8 / decode_fp4 (see the top of the file): FP8 and FP4 weights go to the fp32 AVX-512 family for
+  // every token count, so a token's sums never depend on the batch.
   template <int R>
   static void reduce(const F* acc, float* out) {
     if constexpr (R == 4) {

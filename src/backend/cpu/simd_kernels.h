@@ -94,7 +94,7 @@ struct SimdKernels {
 // The table of a level; the level must be supported by this CPU.
 const SimdKernels& simd_kernels(SimdLevel level);
 // The fp32 family of the level's width (the AVX-512 one for the bf16 level; the level's own otherwise): it takes
-// the weights and activations the bf16 family does not (FP4 weights, activations that are not bf16 values).
+// the weights and activations the bf16 family does not (FP8 and FP4 weights, activations that are not bf16 values).
 const SimdKernels& fp32_simd_kernels(SimdLevel level);
 
 extern const SimdKernels kSimdKernelsScalar;
@@ -104,5 +104,9 @@ extern const SimdKernels kSimdKernelsAvx512Bf16;
 
 // e8m0 byte -> its float value (2^(byte-127); byte 0 = 2^-127, 255 = NaN).
 extern const std::array<float, 256> kE8m0Values;
+// e8m0 byte -> the 16 e2m1 code values times that scale (code 0..15: 0, 0.5, 1, 1.5, 2, 3, 4, 6, then the
+// negatives), each the fp32 product code value * kE8m0Values[byte]; 64-byte aligned rows.
+struct alignas(64) E2m1ScaledRow : std::array<float, 16> {};
+extern const std::array<E2m1ScaledRow, 256> kE2m1Scaled;
 
 }  // namespace deepinfer::cpu

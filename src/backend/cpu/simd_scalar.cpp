@@ -98,6 +98,14 @@ float scalar_sum_squares(const float* x, int64_t n) { return dot8(x, x, n); }
 }  // namespace
 
 extern const std::array<float, 256> kE8m0Values = make_e8m0_table();
+extern const std::array<E2m1ScaledRow, 256> kE2m1Scaled = []() constexpr {
+  constexpr float kCodes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const std::array<float, 256> scale = make_e8m0_table();
+  std::array<E2m1ScaledRow, 256> t{};
+  for (size_t s = 0; s < 256; ++s)
+    for (size_t c = 0; c < 16; ++c) t[s][c] = (c < 8 ? kCodes[c] : -kCodes[c - 8]) * scale[s];
+  return t;
+}();
 
 const SimdKernels kSimdKernelsScalar = {
     SimdLevel::kScalar, 1, 4, false,
