@@ -45,6 +45,9 @@ template <class S>
 struct Scratch {
   AlignedVector<typename S::Elem> tile;  // tile mode: one decoded K block [kRowTile, kTileBlockWidth]
   std::vector<float> mult;             // fp8: [2 row blocks, n_chunks]
+  std::vector<uint8_t> mult_scales;    // the scale bytes, block and chunk count that mult was made from
+  int64_t mult_block = 0, mult_chunks = 0;
+  bool mult_wide = false;
   std::vector<uint8_t> tail;           // one zero-padded chunk per row for K % chunk
   std::vector<float> state;            // tile mode: unreduced accumulators of every (token block, row group)
   AlignedVector<typename S::Elem> x_scaled;  // scaled-x direct mode: x times the row block's multipliers
@@ -243,6 +246,19 @@ void direct_tokens(const RowSrc* rows, const uint8_t* const* tails, int64_t n_ro
   }
 }
 
+// Per chunk multipliers of n_blocks row blocks (scale bytes n_kb apart) into m[block * n_chunks + chunk].
+template <class S>
+void fill_fp8_multipliers(const uint8_t* scale, int64_t n_kb, int64_t B, int64_t n_blocks, int64_t n_chunks, bool wide,
+                          float* m) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    for (int64_t ch = 0; ch < n_chunks; ++ch) {
+      const uint8_t byte = scale[b * n_kb + ch * S::kChunk / B];
+      // one-step: 2^(s-7) on the raw bits; two-step: 2^(s-127) after the 2^120 rebias.
+      m[b * n_chunks + ch] = wide ? kE8m0Values[byte] : deepinfer::bits_to_float(uint32_t(byte + 120) << 23);
+    }
+  }
+}
+
 // The rows' sources for a tile; fp8 multipliers for the (at most two) row blocks the tile touches.
 // Returns whether the fp8 tile needs the wide (two-step) decode.
 template <class S>
@@ -253,19 +269,21 @@ bool row_sources(const LinearWeight& w, int64_t row0, int64_t n_rows, int64_t n_
   if (w.dtype == DType::kF8E4M3) {
     const int64_t B = w.block, n_kb = (K + B - 1) / B;
     const int64_t first_block = row0 / B, last_block = (row0 + n_rows - 1) / B;
-    s.mult.resize(size_t(2 * n_chunks));
-    for (int64_t rb = first_block; rb <= last_block; ++rb) {
-      const uint8_t* sc = w.scale + rb * n_kb;
-      for (int64_t kb = 0; kb < n_kb; ++kb) wide |= sc[kb] > kMaxFp8Scale;
-    }
-    for (int64_t rb = first_block; rb <= last_block; ++rb) {
-      const uint8_t* sc = w.scale + rb * n_kb;
-      float* m = &s.mult[size_t((rb - first_block) * n_chunks)];
-      for (int64_t ch = 0; ch < n_chunks; ++ch) {
-        const uint8_t byte = sc[ch * S::kChunk / B];
-        // one-step: 2^(s-7) on the raw bits; two-step: 2^(s-127) after the 2^120 rebias.
-        m[ch] = wide ? kE8m0Values[byte] : deepinfer::bits_to_float(uint32_t(byte + 120) << 23);
-      }
+    // The multipliers depend only on these scale bytes, B and n_chunks: consecutive tiles of a row block (8 of
+    // them for B = 128) reuse the previous tile's instead of recomputing them (~2% of a decode step).
+    const uint8_t* first_scale = w.scale + first_block * n_kb;
+    const int64_t key_bytes = (last_block - first_block + 1) * n_kb;
+    if (s.mult_block == B && s.mult_chunks == n_chunks && int64_t(s.mult_scales.size()) == key_bytes &&
+        std::equal(s.mult_scales.begin(), s.mult_scales.end(), first_scale)) {
+      wide = s.mult_wide;
+    } else {
+      s.mult_scales.assign(first_scale, first_scale + key_bytes);
+      s.mult_block = B;
+      s.mult_chunks = n_chunks;
+      s.mult.resize(size_t(2 * n_chunks));
+      for (int64_t i = 0; i < key_bytes; ++i) wide |= first_scale[i] > kMaxFp8Scale;
+      s.mult_wide = wide;
+      fill_fp8_multipliers<S>(first_scale, n_kb, B, last_block - first_block + 1, n_chunks, wide, s.mult.data());
     }
     for (int64_t i = 0; i < n_rows; ++i) {
       rows[i].data = w.data + (row0 + i) * K;
