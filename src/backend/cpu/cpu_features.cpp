@@ -25,7 +25,7 @@ bool simd_level_supported(SimdLevel level) {
     case SimdLevel::kAvx2: return avx2;
     case SimdLevel::kAvx512: return avx512;
     case SimdLevel::kAvx512Bf16:
-      return avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
+      return avx512 && __builtin_cpu_supports("avx512bf16");
   }
   return false;
 #else

@@ -10,8 +10,8 @@ enum class SimdLevel {
   kScalar,      // portable C++ (any CPU)
   kAvx2,        // avx2 + fma: fp32 FMA on 8 lanes
   kAvx512,      // avx512 f/bw/vl/dq: fp32 FMA on 16 lanes
-  kAvx512Bf16,  // kAvx512 + avx512_bf16 + avx512_vbmi: bf16 dot products (vdpbf16ps), fp32 accumulation,
-                //   e4m3 -> bf16 byte lookups (vpermt2b)
+  kAvx512Bf16,  // kAvx512 + avx512_bf16: bf16 dot products (vdpbf16ps), fp32 accumulation, for bf16 weights
+                //   (FP8 / FP4 weights run on the kAvx512 family)
 };
 
 const char* simd_level_name(SimdLevel level);
