@@ -133,8 +133,9 @@ TEST_P(LinearKernel, Fp8Block128) {
   run_case(GetParam(), {"e4m3/128 wo_a-like [2048x1024] rows 1024..1280", DType::kF8E4M3, 128, 2048, 1024, 1024, 256}, 22);
   run_case(GetParam(), {"e4m3/128 odd K [200x1000]", DType::kF8E4M3, 128, 200, 1000, 0, 200}, 23);
   run_case(GetParam(), {"e4m3/128 wide scale bytes [64x512]", DType::kF8E4M3, 128, 64, 512, 0, 64, Epilogue::kF32, 128, 140}, 24);
-  // Scale bytes near zero: weights and outputs near the bottom of the fp32 range. (The wide case above also
-  // covers the register kernels' fallback: there x times 2^(s - 7) would overflow, so they scale the weights.)
+  // Scale bytes near zero: decoded weights below 2^-126 (rounded), where the register kernels scale the weights
+  // as the tile kernels do instead of scaling x. (The wide case above covers the other fallback: there x times
+  // 2^(s - 7) would overflow.)
   run_case(GetParam(), {"e4m3/128 tiny scale bytes [64x512]", DType::kF8E4M3, 128, 64, 512, 0, 64, Epilogue::kF32, 1, 12}, 25);
 }
 

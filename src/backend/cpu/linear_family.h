@@ -363,8 +363,9 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xd, int64_t xs, int64_t T
 // fp32 families (S::decode_fp8_raw): in direct mode an fp8 tile within one row block multiplies x by each
 // chunk's 2^(s - 7) once (x'), instead of every decoded weight vector of every row: that multiply was one of
 // the few vector-port operations per 16 codes. w_raw * x' is the same real number as (w_raw * 2^(s-7)) * x
-// whenever x' is exact: no x' overflows and no nonzero x' falls below 2^-126 (checked here; otherwise
-// nullptr and the per-weight multiply). The sums are then bit for bit those of the other modes.
+// whenever x' is exact (no x' overflows, no nonzero x' falls below 2^-126) and so is the tile mode's decoded
+// weight (no scale byte below 10, where e4m3 values * 2^(s-127) can fall below 2^-126 and round): checked
+// here, otherwise nullptr and the per-weight multiply. The sums are then bit for bit those of the other modes.
 template <class S>
 constexpr bool kScalesX = requires(const uint8_t* p) { S::decode_fp8_raw(p); };
 
@@ -396,8 +397,10 @@ const float* scaled_x(const LinearWeight& w, const RowSrc* rows, int64_t n_rows,
   }
   s.x_scaled_call = x.call_id;
   s.x_scaled_block = rb;
-  // Not NaN-safe on purpose: any NaN in x makes hi NaN, the test false, and the call takes the plain path.
-  s.x_scaled_ok = s.x_hi * m_hi <= 0x1p126f && (s.x_lo == std::numeric_limits<float>::infinity() || s.x_lo * m_lo >= 0x1p-126f);
+  // An infinite x fails the test (plain path); a NaN in x is skipped by max / min and harmless: w * NaN is NaN
+  // in both orders.
+  s.x_scaled_ok = m_lo >= 0x1p3f && s.x_hi * m_hi <= 0x1p126f &&
+                  (s.x_lo == std::numeric_limits<float>::infinity() || s.x_lo * m_lo >= 0x1p-126f);
   if (!s.x_scaled_ok) return nullptr;
   s.x_scaled.resize(size_t(T * xs));
   for (int64_t t = 0; t < T; ++t) {
