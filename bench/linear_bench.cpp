@@ -114,6 +114,7 @@ void prefill_args(benchmark::internal::Benchmark* b) {
   b->Args({3, kFp8, 32768, 1024, 512, 1, 0});  // wq_b of a 512-token prefill (many outputs: epilogue cost)
   b->Args({3, kBf16, 1024, 4096, 256, 1, 1});  // single-thread kernel efficiency, K = 4096 vs 1024
   b->Args({3, kBf16, 4096, 1024, 256, 1, 1});
+  b->Args({2, kFp8, 4096, 4096, 48, 1, 1});  // single-thread, x (768 KB) L2-resident: the kernel without the x stream
 }
 
 BENCHMARK(BM_Linear)->Apply(decode_args)->ArgNames({"level", "dtype", "n", "k", "T", "copies", "threads"})->UseRealTime()->MinTime(0.3);

@@ -1,6 +1,6 @@
 // The fast linear op (every SIMD level this CPU has) against the exact reference backend on fresh random
 // weights of real V4 / V4.1 shapes: bf16, e4m3 with 128- and 32-blocks, packed e2m1; odd K (partial chunks
-// and blocks), row_begin offsets that straddle scale blocks, 1..70 tokens (register kernels, e4m3 ones
+// and blocks), row_begin offsets that straddle scale blocks, 1..130 tokens (register kernels, e4m3 ones
 // with x scaled per row block where that is exact, and tile kernels),
 // strided inputs and outputs, every epilogue, non-bf16 activations (fp32 fallback) and large scale bytes.
 // Bound per output: |fast - ref| <= 2 bf16 ulps of ref (bf16 outputs) + 2^-16 * sum_k |x_k w_k| (fp32
@@ -30,7 +30,8 @@ struct LinearCase {
   bool fp32_x = false;             // activations that are not bf16 values
 };
 
-const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 16, 33, 64, 70};
+// Up to 130: tile mode's token panels (96 tokens for 6-token blocks) with a partial second panel.
+const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 16, 33, 64, 70, 130};
 
 // sum_k |x_k| |w_k| per output, in double: the scale of an fp32 accumulation error.
 std::vector<double> l1_mass(const LinearParams& p) {
@@ -77,7 +78,8 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
   const std::vector<double> mass = l1_mass(pr);
 
   Diff worst;
-  std::vector<float> first_row;  // token 0's outputs, from the first (1-token) call
+  std::vector<float> previous;  // the previous (smaller) call's outputs
+  int64_t previous_t = 0;
   for (int64_t T : kTokenCounts) {
     std::vector<float> got(size_t(T * out_stride), -7.0f);
     // The bias of kF32AddBias is [n_tokens, n_rows]: the first T rows of the same buffer.
@@ -101,12 +103,13 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
         }
       }
     }
-    if (first_row.empty()) {
-      first_row.assign(got.begin(), got.begin() + c.n_rows);
-    } else {
-      EXPECT_TRUE(std::equal(first_row.begin(), first_row.end(), got.begin()))
-          << c.name << ": token 0 differs between a 1-token call and a " << T << "-token call";
+    for (int64_t t = 0; t < previous_t; ++t) {
+      EXPECT_TRUE(std::equal(previous.begin() + t * out_stride, previous.begin() + t * out_stride + c.n_rows,
+                             got.begin() + t * out_stride))
+          << c.name << ": token " << t << " differs between a " << previous_t << "-token call and a " << T << "-token call";
     }
+    previous = got;
+    previous_t = T;
     const Diff d = compare(ref_c, got_c, bf16_out);
     EXPECT_TRUE(d.finite) << c.name << " T=" << T;
     EXPECT_LT(d.calc_diff, 1e-6) << c.name << " T=" << T;
@@ -115,7 +118,7 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
     }
     if (d.calc_diff >= worst.calc_diff) worst = d;
   }
-  print_diff(std::string(simd_level_name(level)) + " " + c.name + " (worst of T=1..70)", worst);
+  print_diff(std::string(simd_level_name(level)) + " " + c.name + " (worst of T=1..130)", worst);
 }
 
 TEST_P(LinearKernel, Bf16WeightsAllEpilogues) {

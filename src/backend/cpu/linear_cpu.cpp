@@ -42,10 +42,20 @@ bool pack(const LinearParams& p, const SimdKernels& ks, WorkerPool& pool, Linear
   auto body = [&](int64_t t0, int64_t t1) {
     if (!ks.pack_x(p.x, p.x_stride, t0, t1, K, stride, fp4_order, ws.x_packed.data())) ok = false;
   };
-  if (T * K >= (int64_t(1) << 16)) pool.parallel_for(T, 16, body);
+  const bool parallel = T * K >= (int64_t(1) << 16);
+  if (parallel) pool.parallel_for(T, 16, body);
   else body(0, T);
   static std::atomic<uint64_t> n_calls{0};  // process-wide: keys per-thread caches across backends
   *out = PackedX{ws.x_packed.data(), T, kp, stride, ++n_calls};
+  if (ok && T > ks.direct_tokens && ks.tile_x) {
+    const size_t tiled_bytes = size_t(T * kp) * ks.elem_bytes;
+    if (ws.x_tiled.size() < tiled_bytes) ws.x_tiled.resize(tiled_bytes);
+    const int64_t n_blocks = (T + ks.tile_token_block - 1) / ks.tile_token_block;
+    auto interleave = [&](int64_t b0, int64_t b1) { ks.tile_x(*out, b0, b1, ws.x_tiled.data()); };
+    if (parallel) pool.parallel_for(n_blocks, 4, interleave);
+    else interleave(0, n_blocks);
+    out->tiled = ws.x_tiled.data();
+  }
   return ok;
 }
 
@@ -66,16 +76,17 @@ void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, Linea
     ks = &fp32_simd_kernels(level);
     DI_CHECK(pack(p, *ks, pool, ws, &x));
   }
-  const int64_t T = p.n_tokens, n_tiles = (p.n_rows + kRowTile - 1) / kRowTile;
-  pool.parallel_for(n_tiles, 1, [&](int64_t i0, int64_t i1) {
+  const int64_t T = p.n_tokens, unit = T > ks->direct_tokens ? kTileModeRows : kRowTile;
+  const int64_t n_units = (p.n_rows + unit - 1) / unit;
+  pool.parallel_for(n_units, 1, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> c;
-    if (c.size() < size_t(T * kRowTile)) c.resize(size_t(T * kRowTile));
+    if (c.size() < size_t(T * unit)) c.resize(size_t(T * unit));
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t n0 = i * kRowTile, nr = std::min(kRowTile, p.n_rows - n0);
-      ks->tile(w, p.row_begin + n0, nr, x, c.data(), kRowTile);
+      const int64_t n0 = i * unit, nr = std::min(unit, p.n_rows - n0);
+      ks->tile(w, p.row_begin + n0, nr, x, c.data(), unit);
       for (int64_t t = 0; t < T; ++t) {
         float* out = p.out + t * p.out_stride + n0;
-        const float* acc = c.data() + t * kRowTile;
+        const float* acc = c.data() + t * unit;
         if (p.epilogue == Epilogue::kBf16) {
           round_bf16_row(acc, out, nr);
         } else if (p.epilogue == Epilogue::kF32) {

@@ -15,6 +15,7 @@ namespace deepinfer::cpu {
 
 struct LinearWorkspace {
   AlignedVector<uint8_t> x_packed;
+  AlignedVector<uint8_t> x_tiled;  // tile mode: x_packed interleaved by token blocks (SimdKernels::tile_x)
 };
 
 // p.out = epilogue(x . W^T) with the family of `level` (falling back to a wider-input family when the

@@ -3,8 +3,8 @@
 // their own namespace (so no inline function compiled for one ISA can be picked for another). Must not be
 // included anywhere else (it has no include guard on purpose).
 // Invariants: weights are decoded exactly (code value times a power of two) into registers (direct mode,
-// <= kDirectT tokens) or into one per-thread tile of kRowTile rows (tile mode, K-blocked so a block of
-// the tile and of x stays in L1); sums are fp32 and, for every (row, token), accumulate the same products
+// <= kDirectT tokens) or into a per-thread tile of up to kTileModeRows rows (tile mode: K-blocked, token
+// panels, packed layouts; see tile_loop); sums are fp32 and, for every (row, token), accumulate the same products
 // in the same order in every mode, so a token's outputs never depend on how many tokens share the call.
 //
 // S provides: Elem (packed activation / tile element), W (one decoded chunk), kChunk (elements per chunk),
@@ -27,10 +27,12 @@ using deepinfer::DType;
 using deepinfer::LinearWeight;
 using deepinfer::cpu::kE8m0Values;
 using deepinfer::cpu::kRowTile;
+using deepinfer::cpu::kTileModeRows;
 using deepinfer::cpu::PackedX;
 
 constexpr int kMaxFp8Scale = 134;  // largest scale byte for the one-multiply fp8 decode
-constexpr int64_t kTileKBytes = 32 * 1024;  // bytes of decoded tile per K block (L1-resident with x)
+constexpr int64_t kTileBlockElems = 512;  // K elements per block of the decoded tile
+constexpr int64_t kPanelBlocks = 16;      // token blocks per panel (96 tokens for kTileT = 6)
 constexpr int64_t kPrefetchGroups = 2;       // direct mode: prefetch distance in row groups
 
 // Where one weight row's chunks come from.
@@ -43,8 +45,8 @@ struct RowSrc {
 // Per-thread buffers (grown once, reused by every call).
 template <class S>
 struct Scratch {
-  AlignedVector<typename S::Elem> tile;  // tile mode: one decoded K block [kRowTile, kTileBlockWidth]
-  std::vector<float> mult;             // fp8: [2 row blocks, n_chunks]
+  AlignedVector<typename S::Elem> tile;  // tile mode: one decoded K block, packed (store_packed)
+  std::vector<float> mult;             // fp8: [row blocks of the tile, n_chunks]
   std::vector<uint8_t> mult_scales;    // the scale bytes, block and chunk count that mult was made from
   int64_t mult_block = 0, mult_chunks = 0;
   bool mult_wide = false;
@@ -219,6 +221,87 @@ void tile_tokens(const typename S::Elem* w, int64_t ws, const typename S::Elem* 
   }
 }
 
+// Tile mode runs on packed layouts: vectors ("steps") of kStep elements, one accumulator-width part of a chunk
+// for split families (kParts), the whole chunk otherwise. A K block of the decoded tile is
+// [row group][step][row in group][kStep] and x is [token block][step][token in block][kStep] (tile_x), so the
+// kernel walks two pointers with constant offsets: the strided rows of tile_kernel needed one address register
+// per row and token, which the compiler spilled inside the loop, and its accumulators went through the stack.
+template <class S>
+constexpr int64_t kStepsPerChunk = [] {
+  if constexpr (kSplitChunks<S>) return int64_t(S::kParts);
+  else return int64_t(1);
+}();
+template <class S>
+constexpr int64_t kStep = S::kChunk / kStepsPerChunk<S>;
+
+// Tokens [b0 * kTileT, b1 * kTileT) of the plain packed x, interleaved by token blocks into out (laid out from
+// token 0 of x: block b starts at b * kTileT * k_padded elements).
+template <class S>
+void tile_x(const PackedX& x, int64_t b0, int64_t b1, void* out) {
+  using Elem = typename S::Elem;
+  const Elem* src = static_cast<const Elem*>(x.data);
+  const int64_t n_steps = x.k_padded / kStep<S>;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t t0 = b * S::kTileT, nt = std::min<int64_t>(S::kTileT, x.n_tokens - t0);
+    Elem* dst = static_cast<Elem*>(out) + t0 * x.k_padded;
+    for (int64_t i = 0; i < n_steps; ++i)
+      for (int64_t t = 0; t < nt; ++t)
+        std::memcpy(dst + (i * nt + t) * kStep<S>, src + (t0 + t) * x.stride + i * kStep<S>, kStep<S> * sizeof(Elem));
+  }
+}
+
+// R packed tile rows times T packed tokens over n_steps steps; accumulators as in tile_kernel (same products in
+// the same order: chunk by chunk, part 0 first), continued from / saved to state unless kFirst / kLast.
+template <class S, int R, int T, bool kFirst, bool kLast>
+void packed_tile_kernel(const typename S::Elem* w, const typename S::Elem* x, int64_t n_steps, float* state, float* c,
+                        int64_t cs) {
+  using F = typename S::F;
+  constexpr int64_t kS = kStep<S>;
+  F acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kFirst) acc[t][r] = S::zero();
+      else acc[t][r] = S::fload(state + (t * R + r) * S::kLanes);
+    }
+  for (int64_t i = 0; i < n_steps; ++i, w += R * kS, x += T * kS) {
+    if constexpr (kSplitChunks<S>) {
+      F wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = S::fload(w + r * kS);
+      for (int t = 0; t < T; ++t) {
+        const F xv = S::fload(x + t * kS);
+        for (int r = 0; r < R; ++r) acc[t][r] = S::ffma(wv[r], xv, acc[t][r]);
+      }
+    } else {
+      typename S::W wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = S::load_w(w + r * kS);
+      for (int t = 0; t < T; ++t) {
+        const typename S::W xv = S::load_w(x + t * kS);
+        for (int r = 0; r < R; ++r) acc[t][r] = S::dot(acc[t][r], wv[r], xv);
+      }
+    }
+  }
+  if constexpr (kLast) {
+    for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
+  } else {
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) S::fstore(state + (t * R + r) * S::kLanes, acc[t][r]);
+  }
+}
+
+template <class S, int R, int T>
+void packed_tile_tokens(const typename S::Elem* w, const typename S::Elem* x, int64_t n_tokens, int64_t n_steps,
+                        float* state, bool first, bool last, float* c, int64_t cs) {
+  if constexpr (T > 0) {
+    if (n_tokens == T) {
+      if (first && last) return packed_tile_kernel<S, R, T, true, true>(w, x, n_steps, state, c, cs);
+      if (first) return packed_tile_kernel<S, R, T, true, false>(w, x, n_steps, state, c, cs);
+      if (last) return packed_tile_kernel<S, R, T, false, true>(w, x, n_steps, state, c, cs);
+      return packed_tile_kernel<S, R, T, false, false>(w, x, n_steps, state, c, cs);
+    }
+    return packed_tile_tokens<S, R, T - 1>(w, x, n_tokens, n_steps, state, first, last, c, cs);
+  }
+}
+
 // Direct mode over all n_rows rows, R = direct_rows<S, T>() at a time (a short last group repeats its last
 // row); T is the call's token count, found by recursion.
 template <class S, DType D, bool kWide, bool kScaledX, int T>
@@ -259,7 +342,7 @@ void fill_fp8_multipliers(const uint8_t* scale, int64_t n_kb, int64_t B, int64_t
   }
 }
 
-// The rows' sources for a tile; fp8 multipliers for the (at most two) row blocks the tile touches.
+// The rows' sources for a tile; fp8 multipliers for the row blocks the tile touches.
 // Returns whether the fp8 tile needs the wide (two-step) decode.
 template <class S>
 bool row_sources(const LinearWeight& w, int64_t row0, int64_t n_rows, int64_t n_chunks, Scratch<S>& s,
@@ -280,7 +363,7 @@ bool row_sources(const LinearWeight& w, int64_t row0, int64_t n_rows, int64_t n_
       s.mult_scales.assign(first_scale, first_scale + key_bytes);
       s.mult_block = B;
       s.mult_chunks = n_chunks;
-      s.mult.resize(size_t(2 * n_chunks));
+      s.mult.resize(size_t((last_block - first_block + 1) * n_chunks));
       for (int64_t i = 0; i < key_bytes; ++i) wide |= first_scale[i] > kMaxFp8Scale;
       s.mult_wide = wide;
       fill_fp8_multipliers<S>(first_scale, n_kb, B, last_block - first_block + 1, n_chunks, wide, s.mult.data());
@@ -313,48 +396,99 @@ void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, S
   }
 }
 
-// Tile mode decodes one K block of the tile's rows at a time into a small per-thread buffer
-// [kRowTile][kTileBlockWidth] (contiguous, so it stays in L1 without set conflicts), and every token block
-// then reads that block from L1. (A whole decoded tile, 256 KB of fp32 for 4096 columns, lived in L2:
-// writing it cost as much as a tenth of a prefill GEMM, and its rows of a few KB each put the same K
-// block of every row into overlapping L1 sets.)
+// Tile mode works on a unit of up to kTileModeRows rows, one panel of kPanelBlocks token blocks at a time:
+// for each K block of kTileBlockElems columns it decodes the unit's rows into a per-thread buffer (128 KB of
+// fp32, L2), and every (token block, row group) of the panel then runs over it, the accumulators persisting
+// in state from one K block to the next. The panel's x (1.5 MB for K = 4096) stays in L2 while the unit's
+// rows go by, and the unit's raw weights stay in L2 from one panel to the next, which decodes them again
+// (a few % of the FMAs). Without panels every K block of a unit read all of x, for a prefill megabytes
+// from L3, at 8 bytes per 16 FMAs with 16-row units: that stream, not the FMAs, set the pace.
 template <class S>
-constexpr int64_t kTileBlockChunks =
-    std::max<int64_t>(1, kTileKBytes / (kRowTile * S::kChunk * int64_t(sizeof(typename S::Elem))));
+constexpr int64_t kTileBlockChunks = std::max<int64_t>(1, kTileBlockElems / S::kChunk);
 template <class S>
-constexpr int64_t kTileBlockWidth = kTileBlockChunks<S> * S::kChunk;  // elements of one row in one K block
+constexpr int64_t kTileGroupElems = kTileBlockChunks<S> * S::kChunk * S::kTileR;  // one row group of a K block
 
-// The tile-mode products of n_rows weight rows with every token of x: for each K block,
-// decode_block(ch0, nch, block) writes chunks [ch0, ch0 + nch) of row i at block + i * kTileBlockWidth +
-// (ch - ch0) * kChunk; every (token block, row group) then runs over it, its accumulators persisting in
-// state from one K block to the next.
+// Where tile row i's chunks go in the packed block (see kStepsPerChunk): chunk chl of the K block at
+// packed_row(block, i) + chl * kPackedChunkStride, its parts kTileR * kStep apart.
+template <class S>
+constexpr int64_t kPackedChunkStride = kStepsPerChunk<S> * S::kTileR * kStep<S>;
+template <class S>
+inline typename S::Elem* packed_row(typename S::Elem* block, int64_t i) {
+  return block + (i / S::kTileR) * kTileGroupElems<S> + (i % S::kTileR) * kStep<S>;
+}
+template <class S>
+inline void store_packed(typename S::Elem* dst, const typename S::W& w) {
+  if constexpr (kSplitChunks<S>) {
+    for (int part = 0; part < S::kParts; ++part) S::store_part(dst + part * S::kTileR * kStep<S>, w, part);
+  } else {
+    S::store_w(dst, w);
+  }
+}
+
+// Tile mode: decodes chunks [ch0, ch0 + nch) of every tile row into the packed block. The next K block of
+// each row streams into L1 meanwhile and, when next_unit (bytes) is nonzero, this K block of the row that
+// far on (the next unit of a contiguous matrix, usually this thread's next one) into L2: without that,
+// each unit's first K block and a prefill's expert weights (read once, from DRAM) were demand misses,
+// about a third of an expert GEMM.
+template <class S, DType D, bool kWide>
+void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t n_full, int64_t next_unit,
+                  int64_t ch0, int64_t nch, typename S::Elem* block) {
+  constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
+  const int64_t n_stored = std::max<int64_t>(0, std::min(nch, n_full - ch0));  // chunks read in place
+  const int64_t n_next = std::max<int64_t>(0, std::min(nch, n_full - ch0 - nch));
+  for (int64_t i = 0; i < n_rows; ++i) {
+    const RowSrc r = rows[i];  // a local copy: the stores below must not make the compiler reload it
+    const uint8_t* next = r.data + (ch0 + nch) * kBytes;
+    for (int64_t b = 0; b < n_next * kBytes; b += 64) __builtin_prefetch(next + b);
+    if (next_unit) {
+      const uint8_t* ahead = r.data + next_unit + ch0 * kBytes;
+      for (int64_t b = 0; b < n_stored * kBytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
+    }
+    typename S::Elem* dst = packed_row<S>(block, i);
+    for (int64_t c = 0; c < n_stored; ++c, dst += kPackedChunkStride<S>) {
+      store_packed<S>(dst, decode_chunk<S, D, kWide>(r, ch0 + c, r.data + (ch0 + c) * kBytes));
+    }
+    for (int64_t c = n_stored; c < nch; ++c, dst += kPackedChunkStride<S>) {
+      store_packed<S>(dst, decode_chunk<S, D, kWide>(r, ch0 + c, tails[i]));
+    }
+  }
+}
+
+// The tile-mode products of n_rows weight rows with every token of the tiled x (tile_x), panel by panel:
+// decode_block(ch0, nch, first_panel, block) stores chunks [ch0, ch0 + nch) of every row (decode_block).
 template <class S, class DecodeBlock>
-void tile_loop(int64_t n_rows, const typename S::Elem* xd, int64_t xs, int64_t T, int64_t n_chunks, float* c,
+void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T, int64_t n_chunks, float* c,
                int64_t cs, Scratch<S>& s, DecodeBlock&& decode_block) {
   using Elem = typename S::Elem;
-  constexpr int64_t kBlockChunks = kTileBlockChunks<S>, kWidth = kTileBlockWidth<S>;
+  constexpr int64_t kBlockChunks = kTileBlockChunks<S>;
   const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks;
   const int64_t n_groups = (n_rows + S::kTileR - 1) / S::kTileR, n_tblocks = (T + S::kTileT - 1) / S::kTileT;
   constexpr int64_t kStatePerBlock = S::kTileT * S::kTileR * S::kLanes;
-  if (n_kb > 1) s.state.resize(size_t(n_tblocks * n_groups * kStatePerBlock));
-  s.tile.resize(size_t(kRowTile * kWidth));
+  if (n_kb > 1) s.state.resize(size_t(std::min(n_tblocks, kPanelBlocks) * n_groups * kStatePerBlock));
+  s.tile.resize(size_t(kTileModeRows / S::kTileR * kTileGroupElems<S>));
   Elem* block = s.tile.data();
-  std::fill(block + n_rows * kWidth, block + n_groups * S::kTileR * kWidth, Elem(0));  // pad rows of the last group
+  if (n_rows % S::kTileR) {  // the pad rows of the last group: zero (decode_block never writes them)
+    std::fill(block + (n_groups - 1) * kTileGroupElems<S>, block + n_groups * kTileGroupElems<S>, Elem(0));
+  }
   float part[S::kTileT * S::kTileR];
-  for (int64_t kb = 0; kb < n_kb; ++kb) {
-    const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
-    decode_block(ch0, nch, block);
-    for (int64_t tb = 0; tb < n_tblocks; ++tb) {
-      const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
-      for (int64_t g = 0; g < n_groups; ++g) {
-        const int64_t r0 = g * S::kTileR;
-        float* state = n_kb > 1 ? &s.state[size_t((tb * n_groups + g) * kStatePerBlock)] : nullptr;
-        tile_tokens<S, S::kTileR, S::kTileT>(block + r0 * kWidth, kWidth, xd + t0 * xs + ch0 * S::kChunk, xs,
-                                             nt, nch, state, kb == 0, kb == n_kb - 1, part, S::kTileR);
-        if (kb < n_kb - 1) continue;
-        const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
-        for (int64_t t = 0; t < nt; ++t)
-          for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
+  for (int64_t p0 = 0; p0 < n_tblocks; p0 += kPanelBlocks) {
+    const int64_t p1 = std::min(n_tblocks, p0 + kPanelBlocks);
+    for (int64_t kb = 0; kb < n_kb; ++kb) {
+      const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
+      decode_block(ch0, nch, p0 == 0, block);
+      for (int64_t tb = p0; tb < p1; ++tb) {
+        const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
+        const Elem* xb = xt + t0 * kp + ch0 * S::kChunk * nt;
+        for (int64_t g = 0; g < n_groups; ++g) {
+          const int64_t r0 = g * S::kTileR;
+          float* state = n_kb > 1 ? &s.state[size_t(((tb - p0) * n_groups + g) * kStatePerBlock)] : nullptr;
+          packed_tile_tokens<S, S::kTileR, S::kTileT>(block + g * kTileGroupElems<S>, xb, nt, nch * kStepsPerChunk<S>,
+                                                      state, kb == 0, kb == n_kb - 1, part, S::kTileR);
+          if (kb < n_kb - 1) continue;
+          const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
+          for (int64_t t = 0; t < nt; ++t)
+            for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
+        }
       }
     }
   }
@@ -421,10 +555,9 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   const int64_t K = w.n_in, kp = x.k_padded, xs = x.stride, T = x.n_tokens;
   const int64_t n_full = K / S::kChunk, n_chunks = kp / S::kChunk;
   const bool has_tail = n_full < n_chunks;
-  const uint8_t* tails[kRowTile] = {};
+  const uint8_t* tails[kTileModeRows] = {};
   if (has_tail) fill_tails<S, D>(rows, n_rows, K, n_full, s, tails);
   const Elem* xd = static_cast<const Elem*>(x.data);
-  constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
 
   if (T <= S::kDirectT) {  // direct: decode in registers
     if constexpr (D == DType::kF8E4M3 && !kWide && kScalesX<S>) {
@@ -434,25 +567,19 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
     }
     return direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, xd, xs, T, n_full, has_tail, c, cs);
   }
-  tile_loop<S>(n_rows, xd, xs, T, n_chunks, c, cs, s, [&](int64_t ch0, int64_t nch, Elem* block) {
-    for (int64_t i = 0; i < n_rows; ++i) {
-      // The next K block of this row streams in while every token block runs over this one.
-      const uint8_t* next = rows[i].data + (ch0 + nch) * kBytes;
-      for (int64_t b = 0; b < std::min(nch, n_full - ch0 - nch) * kBytes; b += 64) __builtin_prefetch(next + b);
-      Elem* dst = block + i * kTileBlockWidth<S> - ch0 * S::kChunk;
-      for (int64_t ch = ch0; ch < ch0 + nch; ++ch) {
-        const uint8_t* bytes = ch < n_full ? rows[i].data + ch * kBytes : tails[i];
-        S::store_w(dst + ch * S::kChunk, decode_chunk<S, D, kWide>(rows[i], ch, bytes));
-      }
-    }
-  });
+  DI_CHECK_MSG(x.tiled, "linear: tile mode needs the tiled x (tile_x)");
+  tile_loop<S>(n_rows, static_cast<const Elem*>(x.tiled), kp, T, n_chunks, c, cs, s,
+               [&](int64_t ch0, int64_t nch, bool first_panel, Elem* block) {
+                 const int64_t next_unit = first_panel ? n_rows * chunk_bytes<D>(K) : 0;
+                 decode_block<S, D, kWide>(rows, tails, n_rows, n_full, next_unit, ch0, nch, block);
+               });
 }
 
 template <class S>
 void tile(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x, float* c, int64_t cs) {
   Scratch<S>& s = scratch<S>();
   const int64_t n_chunks = x.k_padded / S::kChunk;
-  RowSrc rows[kRowTile];
+  RowSrc rows[kTileModeRows];
   const bool wide = row_sources<S>(w, row0, n_rows, n_chunks, s, rows);
   switch (w.dtype) {
     case DType::kBF16: return run_tile<S, DType::kBF16, false>(w, rows, n_rows, x, c, cs, s);

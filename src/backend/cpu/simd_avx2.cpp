@@ -129,6 +129,7 @@ struct S : Avx2Ops {
   static F dot(F acc, W w, W x) { return _mm256_fmadd_ps(w.b, x.b, _mm256_fmadd_ps(w.a, x.a, acc)); }
   static W load_w(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
   static F load_part(const float* p, int part) { return _mm256_loadu_ps(p + 8 * part); }  // part 0 = W::a
+  static void store_part(float* p, W w, int part) { _mm256_storeu_ps(p, part == 0 ? w.a : w.b); }
   static void store_w(float* p, W w) {
     _mm256_storeu_ps(p, w.a);
     _mm256_storeu_ps(p + 8, w.b);
@@ -239,8 +240,8 @@ void index_scores(const void* keys, const void* q, const float* weights, int64_t
 }  // namespace
 
 const SimdKernels kSimdKernelsAvx2 = {
-    SimdLevel::kAvx2, S8::kChunk, 4, S8::kPairedV,
-    fam::supports<S8>, S8::pack_x, fam::tile<S8>,
+    SimdLevel::kAvx2, S8::kChunk, 4, S8::kPairedV, S8::kDirectT, S8::kTileT,
+    fam::supports<S8>, S8::pack_x, fam::tile<S8>, fam::tile_x<S8>,
     dot_tiles,
     fam::attention_pack_kv<S8>, fam::attention_pack_q<S8>, fam::attention_attend<S8>,
     index_scores, fam::sum_squares<S8>,

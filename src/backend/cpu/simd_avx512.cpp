@@ -62,6 +62,7 @@ struct S : Avx512Ops {
   static F dot(F acc, W w, W x) { return _mm512_fmadd_ps(w.b, x.b, _mm512_fmadd_ps(w.a, x.a, acc)); }
   static W load_w(const float* p) { return {_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)}; }
   static F load_part(const float* p, int part) { return _mm512_loadu_ps(p + 16 * part); }  // part 0 = W::a
+  static void store_part(float* p, W w, int part) { _mm512_storeu_ps(p, part == 0 ? w.a : w.b); }
   static void store_w(float* p, W w) {
     _mm512_storeu_ps(p, w.a);
     _mm512_storeu_ps(p + 16, w.b);
@@ -172,8 +173,8 @@ void index_scores(const void* keys, const void* q, const float* weights, int64_t
 }  // namespace
 
 const SimdKernels kSimdKernelsAvx512 = {
-    SimdLevel::kAvx512, S16::kChunk, 4, S16::kPairedV,
-    fam::supports<S16>, S16::pack_x, fam::tile<S16>,
+    SimdLevel::kAvx512, S16::kChunk, 4, S16::kPairedV, S16::kDirectT, S16::kTileT,
+    fam::supports<S16>, S16::pack_x, fam::tile<S16>, fam::tile_x<S16>,
     dot_tiles,
     fam::attention_pack_kv<S16>, fam::attention_pack_q<S16>, fam::attention_attend<S16>,
     index_scores, fam::sum_squares<S16>,

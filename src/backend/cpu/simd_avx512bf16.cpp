@@ -188,8 +188,8 @@ void index_scores(const void* keys, const void* q, const float* weights, int64_t
 }  // namespace
 
 const SimdKernels kSimdKernelsAvx512Bf16 = {
-    SimdLevel::kAvx512Bf16, S16::kChunk, 2, S16::kPairedV,
-    fam::supports<S16>, S16::pack_x, fam::tile<S16>,
+    SimdLevel::kAvx512Bf16, S16::kChunk, 2, S16::kPairedV, S16::kDirectT, S16::kTileT,
+    fam::supports<S16>, S16::pack_x, fam::tile<S16>, fam::tile_x<S16>,
     dot_tiles,
     fam::attention_pack_kv<S16>, fam::attention_pack_q<S16>, fam::attention_attend<S16>,
     index_scores, fam::sum_squares<S16>,

@@ -18,6 +18,9 @@
 namespace deepinfer::cpu {
 
 constexpr int64_t kRowTile = 16;  // weight rows per linear work unit: one thread decodes and owns them
+// Tile mode's work unit: more rows share each pass over x, which for a prefill is megabytes that stream from
+// L3 once per unit (with 16 rows that stream, not the FMAs, set the pace of a 512-token GEMM).
+constexpr int64_t kTileModeRows = 64;
 
 // Activations of one linear call packed for one family: [n_tokens, k_padded] elements (fp32, or bf16 bits
 // for the bf16 family), zero padded past K; for fp4 weights each chunk holds its even elements first,
@@ -28,6 +31,9 @@ struct PackedX {
   int64_t k_padded = 0;
   int64_t stride = 0;  // elements between token rows (row_stride(k_padded))
   uint64_t call_id = 0;  // distinct per linear call: keys per-call caches derived from x
+  // Tile mode (more than the family's direct_tokens): the same values interleaved by token blocks (tile_x);
+  // nullptr otherwise.
+  const void* tiled = nullptr;
 };
 
 // Row stride of packed rows and tiles: one cache line more than the padded length, so that rows of
@@ -61,6 +67,8 @@ struct SimdKernels {
   int64_t chunk = 1;          // k elements per step; k_padded is a multiple of it
   size_t elem_bytes = 4;      // bytes per packed element (fp32, or bf16 bits)
   bool paired_v = false;      // attention packs V as bf16 pairs
+  int64_t direct_tokens = 0;  // linear calls with more tokens run in tile mode, on PackedX::tiled
+  int64_t tile_token_block = 0;  // tokens per block of the tiled layout
 
   // ---- linear ----
   // Whether this family handles the weight (dtype, e4m3 block a multiple of chunk).
@@ -70,9 +78,13 @@ struct SimdKernels {
   // is not a normal bf16).
   bool (*pack_x)(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride,
                  bool fp4_order, void* out) = nullptr;
-  // c[t * c_stride + i] = sum_k x[t, k] * W[row0 + i, k] for i < n_rows <= kRowTile and every token of x.
+  // c[t * c_stride + i] = sum_k x[t, k] * W[row0 + i, k] for every token of x and i < n_rows, at most kRowTile
+  // rows, or kTileModeRows in tile mode (more than direct_tokens tokens).
   void (*tile)(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x, float* c,
                int64_t c_stride) = nullptr;
+  // Token blocks [b0, b1) of x (its plain rows) interleaved into out, laid out from token 0 for PackedX::tiled
+  // (n_tokens * k_padded elements); nullptr: the family reads the plain rows in every mode.
+  void (*tile_x)(const PackedX& x, int64_t b0, int64_t b1, void* out) = nullptr;
 
   // ---- dot products of packed rows (indexer, mHC): c[t * cs + r] = sum_k x[t, k] * w[r, k] ----
   // w [*, w_stride] holds round_up(n_rows, 4) readable rows; x [n_tokens, x_stride]; k_padded elements each.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/simd_kernels.h"
@@ -108,8 +109,8 @@ extern const std::array<E2m1ScaledRow, 256> kE2m1Scaled = []() constexpr {
 }();
 
 const SimdKernels kSimdKernelsScalar = {
-    SimdLevel::kScalar, 1, 4, false,
-    scalar_supports, scalar_pack_x, scalar_tile,
+    SimdLevel::kScalar, 1, 4, false, std::numeric_limits<int64_t>::max(), 1,
+    scalar_supports, scalar_pack_x, scalar_tile, nullptr,
     scalar_dot_tiles,
     nullptr, nullptr, nullptr,
     scalar_index_scores, scalar_sum_squares,
