@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -82,6 +83,10 @@ class Backend {
   virtual void hc_mix(const HcMixParams& p) = 0;
   virtual void sparse_attention(const SparseAttentionParams& p) = 0;
   virtual void index_scores(const IndexScoreParams& p) = 0;
+  // Runs body(begin, end) over ranges that cover [0, n) rows of independent per-row work (a prefill's
+  // per-token norms, rotations, quantisation), on the backend's CPU threads where it has them. The body
+  // must not call the backend, and what it computes for a row must not depend on the range it is in.
+  virtual void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) { body(0, n); }
 };
 
 std::unique_ptr<Backend> make_reference_backend();

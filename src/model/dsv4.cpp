@@ -138,20 +138,24 @@ void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch
     const float* base = side == 0 ? w.hc_attn_base : w.hc_ffn_base;
     const uint16_t* norm = side == 0 ? w.attn_norm : w.ffn_norm;
     backend_->hc_mix({h.data(), T, 4 * D, fn, n_mix, eps, mixes.data()});  // B1: [T, 24]
-    for (int64_t t = 0; t < T; ++t) {
-      coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], scale, base, c.hc_sinkhorn_iters, hc_eps);
-      float* ut = &u[size_t(t * D)];
-      hc_collapse(&h[size_t(t * 4 * D)], coeffs[size_t(t)].pre, D, ut);  // B7
-      rmsnorm(ut, norm, D, eps, ut);                                      // B8
-    }
+    backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], scale, base, c.hc_sinkhorn_iters, hc_eps);
+        float* ut = &u[size_t(t * D)];
+        hc_collapse(&h[size_t(t * 4 * D)], coeffs[size_t(t)].pre, D, ut);  // B7
+        rmsnorm(ut, norm, D, eps, ut);                                      // B8
+      }
+    });
     if (side == 0) {
       attention(w, rope, batch, is_mtp, layer_index, u, sub_out);
     } else {
       moe(w, batch, u, sub_out);
     }
-    for (int64_t t = 0; t < T; ++t) {  // P1 / P2
-      hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
-    }
+    backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {  // P1 / P2
+        hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
+      }
+    });
     h.swap(h_next);
   }
 }
@@ -196,13 +200,15 @@ void Model::rollback(SequenceState& seq, int64_t n_tokens) const {
 }
 
 void Model::act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) const {
-  for (int64_t r = 0; r < n_rows; ++r) {
-    if (config_.is_v41()) {
-      qdq_fp8_v41(x.data() + r * width, width, config_.act_block);
-    } else {
-      qdq_fp8(x.data() + r * width, width, config_.act_block);
+  backend_->for_rows(n_rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if (config_.is_v41()) {
+        qdq_fp8_v41(x.data() + r * width, width, config_.act_block);
+      } else {
+        qdq_fp8(x.data() + r * width, width, config_.act_block);
+      }
     }
-  }
+  });
 }
 
 std::vector<ChunkOutput> Model::forward(std::span<const ForwardChunk> chunks) {

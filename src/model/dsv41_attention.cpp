@@ -138,7 +138,7 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
                     .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.kv.data(), .out_stride = HD});
   for (int64_t t = 0; t < T; ++t) {
     const int64_t pos = positions[size_t(t)];
-    for (int64_t hh = 0; hh < H; ++hh) rope.apply(&out.q[size_t((t * H + hh) * HD + HD - RD)], pos, false);  // step 13
+    rope.apply_heads(&out.q[size_t(t * H * HD + HD - RD)], H, HD, pos, false);  // step 13
     float* kvt = &out.kv[size_t(t * HD)];
     rmsnorm(kvt, w.kv_norm, HD, eps, kvt);  // step 14
     rope.apply(kvt + HD - RD, pos, false);
@@ -155,7 +155,7 @@ void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float
   const double softmax_scale = 1.0 / std::sqrt(double(HD));  // a double constant in the V4.1 contract
   backend_->sparse_attention({.q = q, .n_heads = H, .head_dim = HD, .slots = slots.data(), .n_slots = int64_t(slots.size()),
                               .sink = w.attn_sink, .softmax_scale = softmax_scale, .block_running_max = false, .out = o});  // step 28
-  for (int64_t hh = 0; hh < H; ++hh) rope.apply(o + hh * HD + HD - RD, pos, true);  // step 29
+  rope.apply_heads(o + HD - RD, H, HD, pos, true);  // step 29
 }
 
 void Model::output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, std::vector<float>& out) {
@@ -207,11 +207,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
       const int ci = batch.chunk[size_t(t)];
       SequenceState& seq = *batch.states[size_t(ci)];
       const int64_t pos = batch.pos[size_t(t)];
-      for (int64_t hh = 0; hh < IH; ++hh) {
-        float* head = &iq[size_t((t * IH + hh) * ID)];
-        rope.apply(head + ID - RD, pos, false);
-        qdq_fp4_pow2_v41(head, ID, 32);
-      }
+      rope.apply_heads(&iq[size_t(t * IH * ID + ID - RD)], IH, ID, pos, false);
+      for (int64_t hh = 0; hh < IH; ++hh) qdq_fp4_pow2_v41(&iq[size_t((t * IH + hh) * ID)], ID, 32);
       for (int64_t hh = 0; hh < IH; ++hh) iw[size_t(t * IH + hh)] = round_bf16(double(iw[size_t(t * IH + hh)]) * index_scale);
       // Which key cache this indexer scores against (spec §7.5): its KV owner's, or the one the reference
       // last published (see published_keys_layer).

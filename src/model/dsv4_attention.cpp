@@ -95,23 +95,27 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   const double eps = double(float(c.norm_eps));
 
   std::vector<float> uq(u);
-  qdq_fp8_rows(uq, T, D);
+  act_qdq_rows(uq, T, D);  // V4: blocks of 128
   std::vector<float> qr(static_cast<size_t>(T * QL)), q(size_t(T * H * HD)), kv(size_t(T * HD));
   backend_->linear({uq.data(), D, T, &w.wq_a, 0, QL, Epilogue::kBf16, nullptr, qr.data(), QL});  // A1
-  for (int64_t t = 0; t < T; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);  // A2
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);  // A2
+  });
   std::vector<float> qrq(qr);
-  qdq_fp8_rows(qrq, T, QL);
+  act_qdq_rows(qrq, T, QL);
   backend_->linear({qrq.data(), QL, T, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q.data(), H * HD});  // A3
   backend_->linear({uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD});            // A10
-  for (int64_t t = 0; t < T; ++t) {
-    float* qt = &q[size_t(t * H * HD)];
-    head_rms_normalize(qt, H, HD, eps);                                                 // A4-A8
-    for (int64_t hh = 0; hh < H; ++hh) rope.apply(qt + hh * HD + NOPE, batch.pos[size_t(t)], false);  // A9
-    float* kvt = &kv[size_t(t * HD)];
-    rmsnorm(kvt, w.kv_norm, HD, eps, kvt);                                              // A11
-    qdq_fp8(kvt, NOPE, 64);                                                             // A12
-    rope.apply(kvt + NOPE, batch.pos[size_t(t)], false);
-  }
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* qt = &q[size_t(t * H * HD)];
+      head_rms_normalize(qt, H, HD, eps);                                  // A4-A8
+      rope.apply_heads(qt + NOPE, H, HD, batch.pos[size_t(t)], false);     // A9
+      float* kvt = &kv[size_t(t * HD)];
+      rmsnorm(kvt, w.kv_norm, HD, eps, kvt);                               // A11
+      qdq_fp8(kvt, NOPE, 64);                                              // A12
+      rope.apply(kvt + NOPE, batch.pos[size_t(t)], false);
+    }
+  });
 
   // Compressors see every position of this call before any attention reads them.
   if (ratio != 0) compressor_update(w.compressor, rope, ratio, HD, false, batch, is_mtp, layer_index, u);
@@ -124,15 +128,17 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     backend_->linear({qrq.data(), QL, T, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, iq.data(), IH * ID});  // I1
     backend_->linear({u.data(), D, T, &w.index_weights_proj, 0, IH, Epilogue::kBf16, nullptr, index_w.data(), IH});  // I5
     const double index_scale = double(float(1.0 / std::sqrt(double(ID) * double(IH))));
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t hh = 0; hh < IH; ++hh) {
-        float* head = &iq[size_t((t * IH + hh) * ID)];
-        rope.apply(head + ID - RD, batch.pos[size_t(t)], false);  // I2
-        hadamard_128(head);                                        // I3
-        qdq_fp4(head, ID, 32);                                     // I4
+    backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        rope.apply_heads(&iq[size_t(t * IH * ID)] + ID - RD, IH, ID, batch.pos[size_t(t)], false);  // I2
+        for (int64_t hh = 0; hh < IH; ++hh) {
+          float* head = &iq[size_t((t * IH + hh) * ID)];
+          hadamard_128(head);     // I3
+          qdq_fp4(head, ID, 32);  // I4
+        }
+        for (int64_t hh = 0; hh < IH; ++hh) index_w[size_t(t * IH + hh)] = round_bf16(double(index_w[size_t(t * IH + hh)]) * index_scale);  // I6
       }
-      for (int64_t hh = 0; hh < IH; ++hh) index_w[size_t(t * IH + hh)] = round_bf16(double(index_w[size_t(t * IH + hh)]) * index_scale);  // I6
-    }
+    });
   }
 
   // Sparse attention per token (AT0-AT4).
@@ -195,7 +201,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     backend_->sparse_attention({.q = &q[size_t(t * H * HD)], .n_heads = H, .head_dim = HD, .slots = slots.data(),
                                 .n_slots = int64_t(slots.size()), .sink = w.attn_sink, .softmax_scale = softmax_scale,
                                 .block_running_max = true, .out = ot});  // AT1-AT3
-    for (int64_t hh = 0; hh < H; ++hh) rope.apply(ot + hh * HD + NOPE, pos, true);    // AT4
+    rope.apply_heads(ot + NOPE, H, HD, pos, true);  // AT4
   }
 
   // The window ring takes this call's rows only now: earlier tokens of the call still needed the old ones.
@@ -211,7 +217,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     backend_->linear({o.data() + g * group_width, H * HD, T, &w.wo_a, g * OL, OL, Epilogue::kBf16, nullptr,
                       z.data() + g * OL, G * OL});
   }
-  qdq_fp8_rows(z, T, G * OL);
+  act_qdq_rows(z, T, G * OL);
   backend_->linear({z.data(), G * OL, T, &w.wo_b, 0, D, Epilogue::kBf16, nullptr, out.data(), D});
 }
 

@@ -84,13 +84,15 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     y.resize(size_t(n * D));
     backend_->linear({x.data(), D, n, &ew.w1, 0, I, Epilogue::kBf16, nullptr, a.data(), I});  // M4
     backend_->linear({x.data(), D, n, &ew.w3, 0, I, Epilogue::kBf16, nullptr, b.data(), I});
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t i = 0; i < I; ++i) {
-        const double av = std::min(double(a[size_t(r * I + i)]), limit);
-        const double bv = std::clamp(double(b[size_t(r * I + i)]), -limit, limit);
-        a[size_t(r * I + i)] = round_bf16(silu(av) * bv * tok_weight[size_t(r)]);  // M5
+    backend_->for_rows(n, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t i = 0; i < I; ++i) {
+          const double av = std::min(double(a[size_t(r * I + i)]), limit);
+          const double bv = std::clamp(double(b[size_t(r * I + i)]), -limit, limit);
+          a[size_t(r * I + i)] = round_bf16(silu(av) * bv * tok_weight[size_t(r)]);  // M5
+        }
       }
-    }
+    });
     act_qdq_rows(a, n, I);
     backend_->linear({a.data(), I, n, &ew.w2, 0, D, Epilogue::kBf16, nullptr, y.data(), D});  // M6
     for (int64_t r = 0; r < n; ++r) {
@@ -105,17 +107,21 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   y.resize(size_t(T * D));
   backend_->linear({uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, a.data(), IS});
   backend_->linear({uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, b.data(), IS});
-  for (int64_t i = 0; i < T * IS; ++i) {
-    double av = a[size_t(i)], bv = b[size_t(i)];
-    if (v41) {  // V4.1 clamps the shared expert too
-      av = std::min(av, limit);
-      bv = std::clamp(bv, -limit, limit);
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * IS; i < t1 * IS; ++i) {
+      double av = a[size_t(i)], bv = b[size_t(i)];
+      if (v41) {  // V4.1 clamps the shared expert too
+        av = std::min(av, limit);
+        bv = std::clamp(bv, -limit, limit);
+      }
+      a[size_t(i)] = round_bf16(silu(av) * bv);
     }
-    a[size_t(i)] = round_bf16(silu(av) * bv);
-  }
+  });
   act_qdq_rows(a, T, IS);
   backend_->linear({a.data(), IS, T, &w.shared.w2, 0, D, Epilogue::kBf16, nullptr, y.data(), D});
-  for (int64_t i = 0; i < T * D; ++i) out[size_t(i)] = round_bf16(acc[size_t(i)] + y[size_t(i)]);  // M8
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * D; i < t1 * D; ++i) out[size_t(i)] = round_bf16(acc[size_t(i)] + y[size_t(i)]);  // M8
+  });
 }
 
 }  // namespace deepinfer

@@ -132,6 +132,28 @@ void RopeTable::apply(float* x, int64_t pos, bool inverse) const {
   }
 }
 
+void RopeTable::apply_heads(float* x, int64_t n_heads, int64_t stride, int64_t pos, bool inverse) const {
+  // Kept as floats (the f32 roundings of apply()), so nothing can hold them in double precision instead.
+  thread_local std::vector<float> cos_sin;
+  cos_sin.resize(2 * freqs.size());
+  for (size_t i = 0; i < freqs.size(); ++i) {
+    const float angle = round_f32(double(pos) * double(freqs[i]));
+    cos_sin[2 * i] = round_f32(std::cos(double(angle)));
+    cos_sin[2 * i + 1] = round_f32(std::sin(double(angle)));
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* xh = x + h * stride;
+    for (size_t i = 0; i < freqs.size(); ++i) {
+      const double c = cos_sin[2 * i];
+      double s = cos_sin[2 * i + 1];
+      if (inverse) s = -s;
+      const double x0 = xh[2 * i], x1 = xh[2 * i + 1];
+      xh[2 * i] = round_bf16(x0 * c - x1 * s);
+      xh[2 * i + 1] = round_bf16(x0 * s + x1 * c);
+    }
+  }
+}
+
 RopeTable make_rope_table(int rope_dim, double theta) {
   RopeTable t;
   for (int i = 0; i < rope_dim / 2; ++i) t.freqs.push_back(round_f32(std::pow(theta, -2.0 * i / rope_dim)));

@@ -29,6 +29,10 @@ class FastBackend final : public Backend {
     cpu::sparse_attention_fast(p, level_, pool_, attention_ws_);
   }
   void index_scores(const IndexScoreParams& p) override { cpu::index_scores_fast(p, level_, pool_, index_ws_); }
+  void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override {
+    if (n > 1) pool_.parallel_for(n, 1, body);
+    else body(0, n);
+  }
 
  private:
   cpu::WorkerPool pool_;
