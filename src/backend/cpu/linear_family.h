@@ -426,24 +426,22 @@ inline void store_packed(typename S::Elem* dst, const typename S::W& w) {
 }
 
 // Tile mode: decodes chunks [ch0, ch0 + nch) of every tile row into the packed block. The next K block of
-// each row streams into L1 meanwhile and, when next_unit (bytes) is nonzero, this K block of the row that
-// far on (the next unit of a contiguous matrix, usually this thread's next one) into L2: without that,
-// each unit's first K block and a prefill's expert weights (read once, from DRAM) were demand misses,
-// about a third of an expert GEMM.
+// each row streams into L1 meanwhile, and the bytes [ahead, ahead + ahead_bytes) into L2: tile_loop passes
+// the next unit's bytes of a contiguous matrix (usually this thread's next unit), a K block's share at a
+// time, in address order. Prefill reads the experts' weights once, from DRAM; with the next unit fetched
+// row by row instead (64 strided bursts per K block), decoding them still waited on memory for ~18% of a
+// 512-token prefill.
 template <class S, DType D, bool kWide>
-void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t n_full, int64_t next_unit,
-                  int64_t ch0, int64_t nch, typename S::Elem* block) {
+void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t n_full, const uint8_t* ahead,
+                  int64_t ahead_bytes, int64_t ch0, int64_t nch, typename S::Elem* block) {
   constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
   const int64_t n_stored = std::max<int64_t>(0, std::min(nch, n_full - ch0));  // chunks read in place
   const int64_t n_next = std::max<int64_t>(0, std::min(nch, n_full - ch0 - nch));
+  for (int64_t b = 0; b < ahead_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
   for (int64_t i = 0; i < n_rows; ++i) {
     const RowSrc r = rows[i];  // a local copy: the stores below must not make the compiler reload it
     const uint8_t* next = r.data + (ch0 + nch) * kBytes;
     for (int64_t b = 0; b < n_next * kBytes; b += 64) __builtin_prefetch(next + b);
-    if (next_unit) {
-      const uint8_t* ahead = r.data + next_unit + ch0 * kBytes;
-      for (int64_t b = 0; b < n_stored * kBytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
-    }
     typename S::Elem* dst = packed_row<S>(block, i);
     for (int64_t c = 0; c < n_stored; ++c, dst += kPackedChunkStride<S>) {
       store_packed<S>(dst, decode_chunk<S, D, kWide>(r, ch0 + c, r.data + (ch0 + c) * kBytes));
@@ -455,7 +453,7 @@ void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
 }
 
 // The tile-mode products of n_rows weight rows with every token of the tiled x (tile_x), panel by panel:
-// decode_block(ch0, nch, first_panel, block) stores chunks [ch0, ch0 + nch) of every row (decode_block).
+// decode_block(kb, n_kb, first_panel, block) stores chunks [kb * kTileBlockChunks, ...) of every row (decode_block).
 template <class S, class DecodeBlock>
 void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T, int64_t n_chunks, float* c,
                int64_t cs, Scratch<S>& s, DecodeBlock&& decode_block) {
@@ -475,7 +473,7 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
     const int64_t p1 = std::min(n_tblocks, p0 + kPanelBlocks);
     for (int64_t kb = 0; kb < n_kb; ++kb) {
       const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
-      decode_block(ch0, nch, p0 == 0, block);
+      decode_block(kb, n_kb, p0 == 0, block);
       for (int64_t tb = p0; tb < p1; ++tb) {
         const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
         const Elem* xb = xt + t0 * kp + ch0 * S::kChunk * nt;
@@ -569,9 +567,12 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   }
   DI_CHECK_MSG(x.tiled, "linear: tile mode needs the tiled x (tile_x)");
   tile_loop<S>(n_rows, static_cast<const Elem*>(x.tiled), kp, T, n_chunks, c, cs, s,
-               [&](int64_t ch0, int64_t nch, bool first_panel, Elem* block) {
-                 const int64_t next_unit = first_panel ? n_rows * chunk_bytes<D>(K) : 0;
-                 decode_block<S, D, kWide>(rows, tails, n_rows, n_full, next_unit, ch0, nch, block);
+               [&](int64_t kb, int64_t n_kb, bool first_panel, Elem* block) {
+                 const int64_t ch0 = kb * kTileBlockChunks<S>, nch = std::min(kTileBlockChunks<S>, n_chunks - ch0);
+                 // The next unit (the rows after this one), a 1 / n_kb share per K block, in the first panel.
+                 const int64_t unit_bytes = n_rows * chunk_bytes<D>(K), share = (unit_bytes + n_kb - 1) / n_kb;
+                 const uint8_t* ahead = rows[0].data + unit_bytes + kb * share;
+                 decode_block<S, D, kWide>(rows, tails, n_rows, n_full, ahead, first_panel ? share : 0, ch0, nch, block);
                });
 }
 
