@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "model/weights.h"
@@ -83,6 +84,11 @@ class Backend {
   virtual void hc_mix(const HcMixParams& p) = 0;
   virtual void sparse_attention(const SparseAttentionParams& p) = 0;
   virtual void index_scores(const IndexScoreParams& p) = 0;
+  // Several independent linear ops (none reads another's output), each as linear() would compute it; the
+  // fast backend runs them as one parallel region.
+  virtual void linears(std::span<const LinearParams> ps) {
+    for (const LinearParams& p : ps) linear(p);
+  }
   // Runs body(begin, end) over ranges that cover [0, n) rows of independent per-row work (a prefill's
   // per-token norms, rotations, quantisation), on the backend's CPU threads where it has them. The body
   // must not call the backend, and what it computes for a row must not depend on the range it is in.

@@ -165,6 +165,34 @@ TEST_P(LinearKernel, NonBf16ActivationsFallBack) {
   run_case(GetParam(), d, 52);
 }
 
+// Backend::linears (several ops as one parallel region, as the MoE runs its experts) gives every op exactly
+// what linear() gives it alone: FP4 and FP8 weights, register and tile modes, ops of different sizes.
+TEST_P(LinearKernel, LinearsEqualLinearOneByOne) {
+  DI_SKIP_UNLESS_SUPPORTED(GetParam());
+  std::mt19937 rng(61);
+  std::vector<OwnedWeight> weights;
+  weights.push_back(random_fp4_weight(rng, 300, 512));
+  weights.push_back(random_fp8_weight(rng, 200, 768, 128));
+  weights.push_back(random_fp4_weight(rng, 70, 256));
+  auto fast = make_fast_backend_with_level(2, GetParam());
+  for (int64_t T : {1, 3, 12, 100}) {
+    std::vector<std::vector<float>> xs, alone, together;
+    std::vector<LinearParams> ps;
+    for (const OwnedWeight& ow : weights) {
+      xs.push_back(random_bf16_values(rng, T * ow.w.n_in));
+      alone.emplace_back(size_t(T * ow.w.n_out), 0.0f);
+      together.emplace_back(size_t(T * ow.w.n_out), 1.0f);
+    }
+    for (size_t j = 0; j < weights.size(); ++j) {
+      const LinearWeight& w = weights[j].w;
+      fast->linear({xs[j].data(), w.n_in, T, &w, 0, w.n_out, Epilogue::kBf16, nullptr, alone[j].data(), w.n_out});
+      ps.push_back({xs[j].data(), w.n_in, T, &w, 0, w.n_out, Epilogue::kBf16, nullptr, together[j].data(), w.n_out});
+    }
+    fast->linears(ps);
+    for (size_t j = 0; j < weights.size(); ++j) EXPECT_EQ(alone[j], together[j]) << "op " << j << ", T=" << T;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, LinearKernel, ::testing::ValuesIn(all_simd_levels()), level_test_name);
 
 }  // namespace

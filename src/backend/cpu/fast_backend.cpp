@@ -24,6 +24,7 @@ class FastBackend final : public Backend {
   const char* name() const override { return name_.c_str(); }
 
   void linear(const LinearParams& p) override { cpu::linear_fast(p, level_, pool_, linear_ws_); }
+  void linears(std::span<const LinearParams> ps) override { cpu::linears_fast(ps, level_, pool_, batch_ws_); }
   void hc_mix(const HcMixParams& p) override { cpu::hc_mix_fast(p, level_, pool_); }
   void sparse_attention(const SparseAttentionParams& p) override {
     cpu::sparse_attention_fast(p, level_, pool_, attention_ws_);
@@ -39,6 +40,7 @@ class FastBackend final : public Backend {
   SimdLevel level_;
   std::string name_;
   cpu::LinearWorkspace linear_ws_;
+  std::vector<cpu::LinearWorkspace> batch_ws_;  // linears(): one per op
   cpu::AttentionWorkspace attention_ws_;
   cpu::IndexWorkspace index_ws_;
 };

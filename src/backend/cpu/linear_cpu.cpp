@@ -61,41 +61,82 @@ bool pack(const LinearParams& p, const SimdKernels& ks, WorkerPool& pool, Linear
 
 }  // namespace
 
-void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws) {
+namespace {
+
+// One linear op made ready for its parallel region: the family, the packed activations and the work units.
+struct PreparedLinear {
+  const LinearParams* p = nullptr;
+  const SimdKernels* ks = nullptr;
+  PackedX x;
+  int64_t unit = 0, n_units = 0;
+};
+
+PreparedLinear prepare(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws) {
   const LinearWeight& w = *p.weight;
   DI_CHECK(p.row_begin >= 0 && p.row_begin + p.n_rows <= w.n_out);
-  if (p.n_tokens <= 0 || p.n_rows <= 0) return;
+  PreparedLinear pl;
+  pl.p = &p;
+  if (p.n_tokens <= 0 || p.n_rows <= 0) return pl;
   // A weight the level's family does not take (the bf16 family: FP8, FP4) goes to the fp32 family of the same width
   // for every token count, so a token's sums never depend on the batch; the scalar family takes the rest.
-  const SimdKernels* ks = &simd_kernels(level);
-  if (!ks->supports(w)) ks = &fp32_simd_kernels(level);
-  if (!ks->supports(w)) ks = &kSimdKernelsScalar;
-  PackedX x;
-  if (!pack(p, *ks, pool, ws, &x)) {
+  pl.ks = &simd_kernels(level);
+  if (!pl.ks->supports(w)) pl.ks = &fp32_simd_kernels(level);
+  if (!pl.ks->supports(w)) pl.ks = &kSimdKernelsScalar;
+  if (!pack(p, *pl.ks, pool, ws, &pl.x)) {
     // Activations that are not bf16 values: the fp32 family of the same width.
-    ks = &fp32_simd_kernels(level);
-    DI_CHECK(pack(p, *ks, pool, ws, &x));
+    pl.ks = &fp32_simd_kernels(level);
+    DI_CHECK(pack(p, *pl.ks, pool, ws, &pl.x));
   }
-  const int64_t T = p.n_tokens, unit = T > ks->direct_tokens ? kTileModeRows : kRowTile;
-  const int64_t n_units = (p.n_rows + unit - 1) / unit;
-  pool.parallel_for(n_units, 1, [&](int64_t i0, int64_t i1) {
-    thread_local std::vector<float> c;
-    if (c.size() < size_t(T * unit)) c.resize(size_t(T * unit));
+  pl.unit = p.n_tokens > pl.ks->direct_tokens ? kTileModeRows : kRowTile;
+  pl.n_units = (p.n_rows + pl.unit - 1) / pl.unit;
+  return pl;
+}
+
+// Work unit i of a prepared op: its rows' sums for every token, then the epilogue into p.out.
+void run_unit(const PreparedLinear& pl, int64_t i) {
+  const LinearParams& p = *pl.p;
+  const int64_t T = p.n_tokens, unit = pl.unit;
+  thread_local std::vector<float> c;
+  if (c.size() < size_t(T * unit)) c.resize(size_t(T * unit));
+  const int64_t n0 = i * unit, nr = std::min(unit, p.n_rows - n0);
+  pl.ks->tile(*p.weight, p.row_begin + n0, nr, pl.x, c.data(), unit);
+  for (int64_t t = 0; t < T; ++t) {
+    float* out = p.out + t * p.out_stride + n0;
+    const float* acc = c.data() + t * unit;
+    if (p.epilogue == Epilogue::kBf16) {
+      round_bf16_row(acc, out, nr);
+    } else if (p.epilogue == Epilogue::kF32) {
+      std::copy_n(acc, nr, out);
+    } else {
+      const float* bias = p.bias ? p.bias + t * p.n_rows + n0 : nullptr;
+      for (int64_t r = 0; r < nr; ++r) out[r] = fast_epilogue(p.epilogue, acc[r], bias ? bias[r] : 0.0f);
+    }
+  }
+}
+
+}  // namespace
+
+void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws) {
+  const PreparedLinear pl = prepare(p, level, pool, ws);
+  pool.parallel_for(pl.n_units, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) run_unit(pl, i);
+  });
+}
+
+void linears_fast(std::span<const LinearParams> ps, SimdLevel level, WorkerPool& pool,
+                  std::vector<LinearWorkspace>& wss) {
+  if (wss.size() < ps.size()) wss.resize(ps.size());
+  std::vector<PreparedLinear> pls;
+  std::vector<int64_t> first{0};  // first[j]: the first unit of op j in the combined range
+  for (size_t j = 0; j < ps.size(); ++j) {
+    pls.push_back(prepare(ps[j], level, pool, wss[j]));
+    first.push_back(first.back() + pls.back().n_units);
+  }
+  pool.parallel_for(first.back(), 1, [&](int64_t i0, int64_t i1) {
+    size_t j = size_t(std::upper_bound(first.begin(), first.end(), i0) - first.begin()) - 1;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t n0 = i * unit, nr = std::min(unit, p.n_rows - n0);
-      ks->tile(w, p.row_begin + n0, nr, x, c.data(), unit);
-      for (int64_t t = 0; t < T; ++t) {
-        float* out = p.out + t * p.out_stride + n0;
-        const float* acc = c.data() + t * unit;
-        if (p.epilogue == Epilogue::kBf16) {
-          round_bf16_row(acc, out, nr);
-        } else if (p.epilogue == Epilogue::kF32) {
-          std::copy_n(acc, nr, out);
-        } else {
-          const float* bias = p.bias ? p.bias + t * p.n_rows + n0 : nullptr;
-          for (int64_t r = 0; r < nr; ++r) out[r] = fast_epilogue(p.epilogue, acc[r], bias ? bias[r] : 0.0f);
-        }
-      }
+      while (i >= first[j + 1]) ++j;
+      run_unit(pls[j], i - first[j]);
     }
   });
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -21,6 +22,10 @@ struct LinearWorkspace {
 // p.out = epilogue(x . W^T) with the family of `level` (falling back to a wider-input family when the
 // activations or the weight layout need it). fp32 accumulation.
 void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws);
+// Several independent linear ops as one parallel region (one workspace each: their packed activations
+// coexist): the threads stream from one weight matrix into the next with no wait between them.
+void linears_fast(std::span<const LinearParams> ps, SimdLevel level, WorkerPool& pool,
+                  std::vector<LinearWorkspace>& wss);
 
 // The epilogue applied to an fp32 accumulator (same rounding points as apply_epilogue).
 float fast_epilogue(Epilogue epilogue, float acc, float bias);

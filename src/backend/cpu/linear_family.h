@@ -160,6 +160,26 @@ constexpr int direct_rows() {
   else return S::kDirectR;
 }
 
+// The tile kernels' accumulators: zero (kFirst) or continued from state; at the end reduced into
+// c[t * cs + r] (kLast) or saved to state for the next K block.
+template <class S, int R, int T, bool kFirst>
+inline void start_accumulators(typename S::F (&acc)[T][R], const float* state) {
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kFirst) acc[t][r] = S::zero();
+      else acc[t][r] = S::fload(state + (t * R + r) * S::kLanes);
+    }
+}
+template <class S, int R, int T, bool kLast>
+inline void finish_accumulators(const typename S::F (&acc)[T][R], float* state, float* c, int64_t cs) {
+  if constexpr (kLast) {
+    for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
+  } else {
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) S::fstore(state + (t * R + r) * S::kLanes, acc[t][r]);
+  }
+}
+
 // Tile kernel: R rows of decoded tile (stride ws) times T tokens of x (stride xs), n_chunks chunks. With a
 // state (K-blocked tiles), the unreduced accumulators continue from / are saved to it, so the sums are
 // the same, bit for bit, as one pass over all chunks (and as the direct kernel): results never depend on
@@ -170,11 +190,7 @@ void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* 
   using F = typename S::F;
   using W = typename S::W;
   F acc[T][R];
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) {
-      if constexpr (kFirst) acc[t][r] = S::zero();
-      else acc[t][r] = S::fload(state + (t * R + r) * S::kLanes);
-    }
+  start_accumulators<S, R, T, kFirst>(acc, state);
   if constexpr (kSplitChunks<S>) {
     // One accumulator-width part of the chunk at a time: R + 1 live operand registers instead of 2R + 2,
     // which leaves room for R * T accumulators (enough independent FMA chains to cover the FMA latency).
@@ -199,12 +215,7 @@ void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* 
       }
     }
   }
-  if constexpr (kLast) {
-    for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
-  } else {
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) S::fstore(state + (t * R + r) * S::kLanes, acc[t][r]);
-  }
+  finish_accumulators<S, R, T, kLast>(acc, state, c, cs);
 }
 
 template <class S, int R, int T>
@@ -258,11 +269,7 @@ void packed_tile_kernel(const typename S::Elem* w, const typename S::Elem* x, in
   using F = typename S::F;
   constexpr int64_t kS = kStep<S>;
   F acc[T][R];
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) {
-      if constexpr (kFirst) acc[t][r] = S::zero();
-      else acc[t][r] = S::fload(state + (t * R + r) * S::kLanes);
-    }
+  start_accumulators<S, R, T, kFirst>(acc, state);
   for (int64_t i = 0; i < n_steps; ++i, w += R * kS, x += T * kS) {
     if constexpr (kSplitChunks<S>) {
       F wv[R];
@@ -280,12 +287,7 @@ void packed_tile_kernel(const typename S::Elem* w, const typename S::Elem* x, in
       }
     }
   }
-  if constexpr (kLast) {
-    for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
-  } else {
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) S::fstore(state + (t * R + r) * S::kLanes, acc[t][r]);
-  }
+  finish_accumulators<S, R, T, kLast>(acc, state, c, cs);
 }
 
 template <class S, int R, int T>
