@@ -97,26 +97,35 @@ void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float
   std::vector<HcCoefficients> attn_coeffs(static_cast<size_t>(T)), ffn_coeffs(static_cast<size_t>(T));
   // Attention side: the input is collapsed with the incoming pre (single-pass mHC).
   backend_->hc_mix({h.data(), T, 4 * D, w.hc_attn_fn, n_mix, eps, mixes.data()});
-  for (int64_t t = 0; t < T; ++t) {
-    attn_coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], w.hc_attn_scale, w.hc_attn_base, c.hc_sinkhorn_iters, hc_eps);
-    hc_collapse(&h[size_t(t * 4 * D)], &pre_in[size_t(t * 4)], D, &u[size_t(t * D)]);
-    rmsnorm(&u[size_t(t * D)], w.attn_norm, D, eps, &u[size_t(t * D)]);
-  }
+  // The per-token loops run on the backend's threads (Backend::for_rows): each token's work is independent.
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      attn_coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], w.hc_attn_scale, w.hc_attn_base, c.hc_sinkhorn_iters, hc_eps);
+      hc_collapse(&h[size_t(t * 4 * D)], &pre_in[size_t(t * 4)], D, &u[size_t(t * D)]);
+      rmsnorm(&u[size_t(t * D)], w.attn_norm, D, eps, &u[size_t(t * D)]);
+    }
+  });
   attention(u, sub_out);
-  for (int64_t t = 0; t < T; ++t) hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], attn_coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], attn_coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
+  });
   h.swap(h_next);
   // FFN side: mixes of the new stream, input collapsed with the ATTENTION's pre.
   backend_->hc_mix({h.data(), T, 4 * D, w.hc_ffn_fn, n_mix, eps, mixes.data()});
-  for (int64_t t = 0; t < T; ++t) {
-    ffn_coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], w.hc_ffn_scale, w.hc_ffn_base, c.hc_sinkhorn_iters, hc_eps);
-    hc_collapse(&h[size_t(t * 4 * D)], attn_coeffs[size_t(t)].pre, D, &u[size_t(t * D)]);
-    rmsnorm(&u[size_t(t * D)], w.ffn_norm, D, eps, &u[size_t(t * D)]);
-  }
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      ffn_coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], w.hc_ffn_scale, w.hc_ffn_base, c.hc_sinkhorn_iters, hc_eps);
+      hc_collapse(&h[size_t(t * 4 * D)], attn_coeffs[size_t(t)].pre, D, &u[size_t(t * D)]);
+      rmsnorm(&u[size_t(t * D)], w.ffn_norm, D, eps, &u[size_t(t * D)]);
+    }
+  });
   moe(w, batch, u, sub_out);
-  for (int64_t t = 0; t < T; ++t) {
-    hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], ffn_coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
-    std::copy_n(ffn_coeffs[size_t(t)].pre, 4, &pre_in[size_t(t * 4)]);  // collapses the next layer's input
-  }
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], ffn_coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
+      std::copy_n(ffn_coeffs[size_t(t)].pre, 4, &pre_in[size_t(t * 4)]);  // collapses the next layer's input
+    }
+  });
   h.swap(h_next);
 }
 

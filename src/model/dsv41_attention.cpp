@@ -129,21 +129,25 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
   out.kv.resize(size_t(T * HD));
   backend_->linear({.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wq_a, .row_begin = 0, .n_rows = QL,
                     .epilogue = Epilogue::kBf16, .bias = nullptr, .out = qr.data(), .out_stride = QL});
-  for (int64_t t = 0; t < T; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);
+  });
   out.qr_quantized = qr;
   act_qdq_rows(out.qr_quantized, T, QL);
   backend_->linear({.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = &w.wq_b, .row_begin = 0,
                     .n_rows = H * HD, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.q.data(), .out_stride = H * HD});
   backend_->linear({.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wkv, .row_begin = 0, .n_rows = HD,
                     .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.kv.data(), .out_stride = HD});
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t pos = positions[size_t(t)];
-    rope.apply_heads(&out.q[size_t(t * H * HD + HD - RD)], H, HD, pos, false);  // step 13
-    float* kvt = &out.kv[size_t(t * HD)];
-    rmsnorm(kvt, w.kv_norm, HD, eps, kvt);  // step 14
-    rope.apply(kvt + HD - RD, pos, false);
-    qdq_fp8_v41(kvt, HD, 32);
-  }
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t pos = positions[size_t(t)];
+      rope.apply_heads(&out.q[size_t(t * H * HD + HD - RD)], H, HD, pos, false);  // step 13
+      float* kvt = &out.kv[size_t(t * HD)];
+      rmsnorm(kvt, w.kv_norm, HD, eps, kvt);  // step 14
+      rope.apply(kvt + HD - RD, pos, false);
+      qdq_fp8_v41(kvt, HD, 32);
+    }
+  });
 }
 
 void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, int64_t pos,
