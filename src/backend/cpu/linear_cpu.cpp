@@ -59,10 +59,6 @@ bool pack(const LinearParams& p, const SimdKernels& ks, WorkerPool& pool, Linear
   return ok;
 }
 
-}  // namespace
-
-namespace {
-
 // One linear op made ready for its parallel region: the family, the packed activations and the work units.
 struct PreparedLinear {
   const LinearParams* p = nullptr;

@@ -26,7 +26,6 @@ namespace family {
 using deepinfer::DType;
 using deepinfer::LinearWeight;
 using deepinfer::cpu::kE8m0Values;
-using deepinfer::cpu::kRowTile;
 using deepinfer::cpu::kTileModeRows;
 using deepinfer::cpu::PackedX;
 
