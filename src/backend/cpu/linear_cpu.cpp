@@ -88,6 +88,16 @@ PreparedLinear prepare(const LinearParams& p, SimdLevel level, WorkerPool& pool,
   return pl;
 }
 
+// Prefetches the weight bytes of an op's first work unit into L2 (rows are contiguous in every format).
+void prefetch_first_unit(const PreparedLinear& pl) {
+  const LinearWeight& w = *pl.p->weight;
+  const int64_t row_bytes = w.dtype == DType::kBF16 ? 2 * w.n_in : w.dtype == DType::kF8E4M3 ? w.n_in
+                            : w.dtype == DType::kI8 ? w.n_in / 2 : 0;  // (a hint: other formats are skipped)
+  const uint8_t* begin = w.data + pl.p->row_begin * row_bytes;
+  const int64_t bytes = std::min(pl.unit, pl.p->n_rows) * row_bytes;
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(begin + b, 0, 2);
+}
+
 // Work unit i of a prepared op: its rows' sums for every token, then the epilogue into p.out.
 void run_unit(const PreparedLinear& pl, int64_t i) {
   const LinearParams& p = *pl.p;
@@ -132,6 +142,15 @@ void linears_fast(std::span<const LinearParams> ps, SimdLevel level, WorkerPool&
     size_t j = size_t(std::upper_bound(first.begin(), first.end(), i0) - first.begin()) - 1;
     for (int64_t i = i0; i < i1; ++i) {
       while (i >= first[j + 1]) ++j;
+      // The next op's first unit lies elsewhere in memory, where the in-matrix prefetches do not reach: fetch
+      // it into L2 (and the shared L3, for whichever thread runs it) while this op's last unit computes.
+      if (i == first[j + 1] - 1) {
+        for (size_t k = j + 1; k < pls.size(); ++k) {
+          if (pls[k].n_units == 0) continue;
+          prefetch_first_unit(pls[k]);
+          break;
+        }
+      }
       run_unit(pls[j], i - first[j]);
     }
   });
