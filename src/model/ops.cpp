@@ -120,17 +120,7 @@ void head_rms_normalize(float* q, int64_t n_heads, int64_t head_dim, double eps)
   }
 }
 
-void RopeTable::apply(float* x, int64_t pos, bool inverse) const {
-  for (size_t i = 0; i < freqs.size(); ++i) {
-    const float angle = round_f32(double(pos) * double(freqs[i]));
-    const double c = round_f32(std::cos(double(angle)));
-    double s = round_f32(std::sin(double(angle)));
-    if (inverse) s = -s;
-    const double x0 = x[2 * i], x1 = x[2 * i + 1];
-    x[2 * i] = round_bf16(x0 * c - x1 * s);
-    x[2 * i + 1] = round_bf16(x0 * s + x1 * c);
-  }
-}
+void RopeTable::apply(float* x, int64_t pos, bool inverse) const { apply_heads(x, 1, 0, pos, inverse); }
 
 void RopeTable::apply_heads(float* x, int64_t n_heads, int64_t stride, int64_t pos, bool inverse) const {
   // Kept as floats (the f32 roundings of apply()), so nothing can hold them in double precision instead.

@@ -35,8 +35,8 @@ struct RopeTable {
   std::vector<float> freqs;  // [rope_dim / 2]
   // Rotates the interleaved pairs of x[0..rope_dim) by position `pos` (inverse: by -pos). In place, bf16 out.
   void apply(float* x, int64_t pos, bool inverse) const;
-  // apply() on n_heads vectors `stride` floats apart (the same position): the same results, the angles'
-  // cosines and sines computed once instead of once per head.
+  // apply() on n_heads vectors `stride` floats apart (the same position), the angles' cosines and sines
+  // computed once for all of them.
   void apply_heads(float* x, int64_t n_heads, int64_t stride, int64_t pos, bool inverse) const;
 };
 RopeTable make_rope_table(int rope_dim, double theta);  // plain

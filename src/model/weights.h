@@ -34,6 +34,10 @@ struct LinearWeight {
   const uint8_t* data = nullptr;
   const uint8_t* scale = nullptr;
   int block = 0;  // e4m3 scale block edge
+  // Bytes of one stored row (rows are contiguous): bf16 2 per value, e4m3 1, packed e2m1 half; 0 otherwise.
+  int64_t row_bytes() const {
+    return dtype == DType::kBF16 ? 2 * n_in : dtype == DType::kF8E4M3 ? n_in : dtype == DType::kI8 ? n_in / 2 : 0;
+  }
 };
 
 struct ExpertWeights {

@@ -91,10 +91,8 @@ PreparedLinear prepare(const LinearParams& p, SimdLevel level, WorkerPool& pool,
 // Prefetches the weight bytes of an op's first work unit into L2 (rows are contiguous in every format).
 void prefetch_first_unit(const PreparedLinear& pl) {
   const LinearWeight& w = *pl.p->weight;
-  const int64_t row_bytes = w.dtype == DType::kBF16 ? 2 * w.n_in : w.dtype == DType::kF8E4M3 ? w.n_in
-                            : w.dtype == DType::kI8 ? w.n_in / 2 : 0;  // (a hint: other formats are skipped)
-  const uint8_t* begin = w.data + pl.p->row_begin * row_bytes;
-  const int64_t bytes = std::min(pl.unit, pl.p->n_rows) * row_bytes;
+  const uint8_t* begin = w.data + pl.p->row_begin * w.row_bytes();
+  const int64_t bytes = std::min(pl.unit, pl.p->n_rows) * w.row_bytes();
   for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(begin + b, 0, 2);
 }
 

@@ -571,7 +571,7 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
                [&](int64_t kb, int64_t n_kb, bool first_panel, Elem* block) {
                  const int64_t ch0 = kb * kTileBlockChunks<S>, nch = std::min(kTileBlockChunks<S>, n_chunks - ch0);
                  // The next unit (the rows after this one), a 1 / n_kb share per K block, in the first panel.
-                 const int64_t unit_bytes = n_rows * chunk_bytes<D>(K), share = (unit_bytes + n_kb - 1) / n_kb;
+                 const int64_t unit_bytes = n_rows * w.row_bytes(), share = (unit_bytes + n_kb - 1) / n_kb;
                  const uint8_t* ahead = rows[0].data + unit_bytes + kb * share;
                  decode_block<S, D, kWide>(rows, tails, n_rows, n_full, ahead, first_panel ? share : 0, ch0, nch, block);
                });
