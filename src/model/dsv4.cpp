@@ -10,10 +10,6 @@
 
 namespace deepinfer {
 
-void qdq_fp8_rows(std::vector<float>& x, int64_t n_rows, int64_t width) {
-  for (int64_t r = 0; r < n_rows; ++r) qdq_fp8(x.data() + r * width, width, 128);
-}
-
 Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const ModelOptions& options) {
   auto config = load_model_config(model_dir);
   if (!config.ok()) return config.status();
@@ -118,6 +114,19 @@ void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk
   }
 }
 
+void split_logits(std::vector<float>&& logits, std::span<const int64_t> counts, int64_t vocab,
+                  std::vector<ChunkOutput>& outputs) {
+  if (outputs.size() == 1) {
+    outputs[0].logits = std::move(logits);
+    return;
+  }
+  int64_t row = 0;
+  for (size_t ci = 0; ci < outputs.size(); ++ci) {
+    outputs[ci].logits.assign(logits.begin() + row * vocab, logits.begin() + (row + counts[ci]) * vocab);
+    row += counts[ci];
+  }
+}
+
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size) {
   Model::Batch batch = make_batch<ForwardChunk>(chunks, window_size, [](const ForwardChunk& ch) { return ch.state->n_tokens; },
                                                [](const ForwardChunk& ch) { return int64_t(ch.ids.size()); });
@@ -160,7 +169,24 @@ void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch
   }
 }
 
-void Model::run_head(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits) {
+template <class Chunk>
+void Model::run_head(const HeadWeights& w, const Batch& batch, std::span<const Chunk> chunks, const std::vector<float>& h_all,
+                     std::vector<ChunkOutput>& outputs) {
+  const ModelConfig& c = config_;
+  const int64_t D = c.dim;
+  std::vector<int64_t> counts;
+  const std::vector<float> hs = stack_logit_rows(batch, chunks, h_all, 4 * D, counts);
+  const int64_t n_tokens = int64_t(hs.size()) / (4 * D);
+  std::vector<float> logits(size_t(n_tokens * c.vocab_size));
+  if (n_tokens > 0) run_head_rows(w, hs.data(), n_tokens, logits.data());
+  split_logits(std::move(logits), counts, c.vocab_size, outputs);
+}
+template void Model::run_head(const HeadWeights&, const Batch&, std::span<const ForwardChunk>, const std::vector<float>&,
+                              std::vector<ChunkOutput>&);
+template void Model::run_head(const HeadWeights&, const Batch&, std::span<const MtpChunk>, const std::vector<float>&,
+                              std::vector<ChunkOutput>&);
+
+void Model::run_head_rows(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits) {
   const ModelConfig& c = config_;
   const int64_t D = c.dim;
   const double eps = double(float(c.norm_eps)), hc_eps = double(float(c.hc_eps));
@@ -236,12 +262,9 @@ std::vector<ChunkOutput> Model::forward(std::span<const ForwardChunk> chunks) {
   }
 
   std::vector<ChunkOutput> outputs(chunks.size());
+  run_head(weights_.head, batch, chunks, h, outputs);
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
     const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];
-    const int64_t n_rows = chunks[ci].all_logits ? n : std::min<int64_t>(n, 1);
-    const int64_t row0 = first + n - n_rows;
-    outputs[ci].logits.resize(size_t(n_rows * c.vocab_size));
-    if (n_rows > 0) run_head(weights_.head, &h[size_t(row0 * 4 * D)], n_rows, outputs[ci].logits.data());
     if (chunks[ci].keep_hidden) {
       outputs[ci].hidden.assign(h.begin() + first * 4 * D, h.begin() + (first + n) * 4 * D);
     }
@@ -276,8 +299,8 @@ std::vector<ChunkOutput> Model::forward_mtp(std::span<const MtpChunk> chunks) {
       }
     }
   }
-  qdq_fp8_rows(e, T, D);  // T3
-  qdq_fp8_rows(hh, T * 4, D);
+  act_qdq_rows(e, T, D);  // T3
+  act_qdq_rows(hh, T * 4, D);
   backend_->linear({e.data(), D, T, &mw.e_proj, 0, D, Epilogue::kBf16, nullptr, ep.data(), D});
   backend_->linear({hh.data(), D, T * 4, &mw.h_proj, 0, D, Epilogue::kBf16, nullptr, hp.data(), D});
   for (int64_t i = 0; i < T; ++i) {  // T4
@@ -289,14 +312,8 @@ std::vector<ChunkOutput> Model::forward_mtp(std::span<const MtpChunk> chunks) {
   }
   run_block(mw.block, layer_rope_[size_t(c.n_layers)], batch, true, 0, h);  // T5
   std::vector<ChunkOutput> outputs(chunks.size());
-  for (size_t ci = 0; ci < chunks.size(); ++ci) {  // T6
-    const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];
-    const int64_t n_rows = chunks[ci].all_logits ? n : std::min<int64_t>(n, 1);
-    const int64_t row0 = first + n - n_rows;
-    outputs[ci].logits.resize(size_t(n_rows * c.vocab_size));
-    if (n_rows > 0) run_head(mw.head, &h[size_t(row0 * 4 * D)], n_rows, outputs[ci].logits.data());
-    chunks[ci].state->n_mtp_tokens += n;
-  }
+  run_head(mw.head, batch, chunks, h, outputs);  // T6
+  for (size_t ci = 0; ci < chunks.size(); ++ci) chunks[ci].state->n_mtp_tokens += batch.n_chunk_tokens[ci];
   return outputs;
 }
 

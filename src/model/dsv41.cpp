@@ -160,20 +160,26 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
   std::vector<ChunkOutput> outputs(chunks.size());
   const double eps = c.norm_eps_value();
   const int64_t n_taps_width = int64_t(c.dspark_target_layers.size()) * D;
-  for (size_t ci = 0; ci < chunks.size(); ++ci) {
-    const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];
-    const int64_t n_rows = chunks[ci].all_logits ? n : std::min<int64_t>(n, 1);
-    const int64_t row0 = first + n - n_rows;
-    std::vector<float> y(static_cast<size_t>(n_rows * D));
-    for (int64_t r = 0; r < n_rows; ++r) {  // step 43: collapse with the last block's ffn pre, then norm
-      hc_collapse(&h[size_t((row0 + r) * 4 * D)], &pre_in[size_t((row0 + r) * 4)], D, &y[size_t(r * D)]);
-      rmsnorm(&y[size_t(r * D)], weights_.head.norm, D, eps, &y[size_t(r * D)]);
-    }
-    outputs[ci].logits.resize(size_t(n_rows * V));
+  {  // steps 43-44 on the logit rows of every chunk at once (stack_logit_rows)
+    std::vector<int64_t> counts;
+    const std::vector<float> hs = stack_logit_rows(batch, chunks, h, 4 * D, counts);
+    const std::vector<float> pres = stack_logit_rows(batch, chunks, pre_in, 4, counts);
+    const int64_t n_rows = int64_t(pres.size()) / 4;
+    std::vector<float> y(static_cast<size_t>(n_rows * D)), logits(size_t(n_rows * V));
+    backend_->for_rows(n_rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {  // step 43: collapse with the last block's ffn pre, then norm
+        hc_collapse(&hs[size_t(r * 4 * D)], &pres[size_t(r * 4)], D, &y[size_t(r * D)]);
+        rmsnorm(&y[size_t(r * D)], weights_.head.norm, D, eps, &y[size_t(r * D)]);
+      }
+    });
     if (n_rows > 0) {  // step 44
       backend_->linear({.x = y.data(), .x_stride = D, .n_tokens = n_rows, .weight = &weights_.head_proj, .row_begin = 0,
-                        .n_rows = V, .epilogue = Epilogue::kF32, .bias = nullptr, .out = outputs[ci].logits.data(), .out_stride = V});
+                        .n_rows = V, .epilogue = Epilogue::kF32, .bias = nullptr, .out = logits.data(), .out_stride = V});
     }
+    split_logits(std::move(logits), counts, V, outputs);
+  }
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];
     if (chunks[ci].keep_hidden) {  // the DSpark input: main_hidden taps of every token the batch still holds
       outputs[ci].hidden.assign(scratch.taps.begin() + first * n_taps_width, scratch.taps.begin() + (first + n) * n_taps_width);
       outputs[ci].hidden_first_token = int64_t(chunks[ci].ids.size()) - n;  // > 0 after an SWA bounded replay

@@ -143,7 +143,12 @@ class Model {
                      const std::function<void(const std::vector<float>& u, std::vector<float>& out)>& attention);
   void run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  std::vector<float>& h);
-  void run_head(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits);
+  // H1-H5 over the logit rows of every chunk in one head call (stack_logit_rows); run_head_rows on n_tokens rows
+  // of h [n_tokens, 4, dim] into logits [n_tokens, vocab].
+  template <class Chunk>
+  void run_head(const HeadWeights& w, const Batch& batch, std::span<const Chunk> chunks, const std::vector<float>& h,
+                std::vector<ChunkOutput>& outputs);
+  void run_head_rows(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits);
   void attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  const std::vector<float>& u, std::vector<float>& out);
   void moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out);

@@ -1,6 +1,9 @@
 // Internal to the V4 model files: the flattened token batch of one forward and small helpers.
 #pragma once
 
+#include <algorithm>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "model/model.h"
@@ -34,6 +37,28 @@ struct Model::V41Scratch {
 };
 
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size);
+
+// The head runs once over the logit rows of every chunk, stacked in chunk order: a batch of decode steps then
+// streams the vocab-sized head matrix once instead of once per sequence (at batch 16 that had been 60% of a
+// step). A chunk's logit rows are all of its tokens (all_logits) or its last one. stack_logit_rows copies
+// them from x [T, width] and sets counts[ci] for each chunk; split_logits hands out the head's [total, vocab]
+// logits chunk by chunk. A row's logits do not depend on the other rows of the call (the kernels' sums never
+// depend on the token count).
+template <class Chunk>
+std::vector<float> stack_logit_rows(const Model::Batch& batch, std::span<const Chunk> chunks, const std::vector<float>& x,
+                                    int64_t width, std::vector<int64_t>& counts) {
+  std::vector<float> rows;
+  counts.assign(chunks.size(), 0);
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];
+    counts[ci] = chunks[ci].all_logits ? n : std::min<int64_t>(n, 1);
+    const int64_t row0 = first + n - counts[ci];
+    rows.insert(rows.end(), x.begin() + row0 * width, x.begin() + (row0 + counts[ci]) * width);
+  }
+  return rows;
+}
+void split_logits(std::vector<float>&& logits, std::span<const int64_t> counts, int64_t vocab,
+                  std::vector<ChunkOutput>& outputs);
 // After a layer: appends each chunk's last-token stream [4, dim] to its layer_streams_of_last, if asked.
 void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk> chunks, const std::vector<float>& h, int64_t dim);
 
@@ -44,8 +69,5 @@ void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk
 // chunk is replayed.
 bool compact_batch_to_tails(const SwaReplayPlan& plan, const ModelConfig& config, std::span<const ForwardChunk> chunks,
                             Model::Batch& batch, Model::V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in);
-
-// V4 QDQ8 with block 128 on every row of [n_rows, width] (the activation side of V4's qlinear).
-void qdq_fp8_rows(std::vector<float>& x, int64_t n_rows, int64_t width);
 
 }  // namespace deepinfer

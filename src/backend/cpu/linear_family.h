@@ -349,6 +349,7 @@ template <class S>
 bool row_sources(const LinearWeight& w, int64_t row0, int64_t n_rows, int64_t n_chunks, Scratch<S>& s,
                  RowSrc* rows) {
   const int64_t K = w.n_in;
+  for (int64_t i = 0; i < n_rows; ++i) rows[i].data = w.data + (row0 + i) * w.row_bytes();
   bool wide = false;
   if (w.dtype == DType::kF8E4M3) {
     const int64_t B = w.block, n_kb = (K + B - 1) / B;
@@ -369,17 +370,9 @@ bool row_sources(const LinearWeight& w, int64_t row0, int64_t n_rows, int64_t n_
       s.mult_wide = wide;
       fill_fp8_multipliers<S>(first_scale, n_kb, B, last_block - first_block + 1, n_chunks, wide, s.mult.data());
     }
-    for (int64_t i = 0; i < n_rows; ++i) {
-      rows[i].data = w.data + (row0 + i) * K;
-      rows[i].mult = &s.mult[size_t(((row0 + i) / B - first_block) * n_chunks)];
-    }
+    for (int64_t i = 0; i < n_rows; ++i) rows[i].mult = &s.mult[size_t(((row0 + i) / B - first_block) * n_chunks)];
   } else if (w.dtype == DType::kI8) {
-    for (int64_t i = 0; i < n_rows; ++i) {
-      rows[i].data = w.data + (row0 + i) * (K / 2);
-      rows[i].scale = w.scale + (row0 + i) * (K / 32);
-    }
-  } else {
-    for (int64_t i = 0; i < n_rows; ++i) rows[i].data = w.data + (row0 + i) * K * 2;
+    for (int64_t i = 0; i < n_rows; ++i) rows[i].scale = w.scale + (row0 + i) * (K / 32);
   }
   return wide;
 }

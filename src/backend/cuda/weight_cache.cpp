@@ -17,17 +17,15 @@ const DeviceWeight& WeightCache::get(const LinearWeight& w) {
   d.n_out = w.n_out;
   d.n_in = w.n_in;
   d.k_pad = (w.n_in + 31) / 32 * 32;
-  int64_t src_pitch = 0;  // bytes per stored row
+  const int64_t src_pitch = w.row_bytes();
   switch (w.dtype) {
     case DType::kBF16:
       d.kind = WeightKind::kBf16;
-      src_pitch = w.n_in * 2;
       d.row_pitch = d.k_pad * 2;
       break;
     case DType::kF8E4M3:
       d.kind = WeightKind::kFp8;
       DI_CHECK_MSG(w.block > 0 && w.block % 16 == 0, "e4m3 scale blocks must be multiples of 16 for the CUDA kernels");
-      src_pitch = w.n_in;
       d.row_pitch = d.k_pad;
       d.block = w.block;
       d.scale_pitch = (w.n_in + w.block - 1) / w.block;
@@ -35,7 +33,6 @@ const DeviceWeight& WeightCache::get(const LinearWeight& w) {
     case DType::kI8:
       d.kind = WeightKind::kFp4;
       DI_CHECK_MSG(w.n_in % 32 == 0, "packed e2m1 rows must hold a multiple of 32 values");
-      src_pitch = w.n_in / 2;
       d.row_pitch = d.k_pad / 2;
       d.scale_pitch = w.n_in / 32;
       break;
