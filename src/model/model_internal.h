@@ -59,6 +59,7 @@ std::vector<float> stack_logit_rows(const Model::Batch& batch, std::span<const C
 }
 void split_logits(std::vector<float>&& logits, std::span<const int64_t> counts, int64_t vocab,
                   std::vector<ChunkOutput>& outputs);
+
 // After a layer: appends each chunk's last-token stream [4, dim] to its layer_streams_of_last, if asked.
 void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk> chunks, const std::vector<float>& h, int64_t dim);
 
