@@ -25,7 +25,9 @@ namespace {
 // faulted in and zeroed fresh pages again: 560K minor faults in a 512-token prefill of the 4-layer benchmark
 // model, 3.6% of its time in the kernel's clear_page. Served from the heap, which is never trimmed, the
 // pages stay mapped: the heap grows once to the largest forward pass's working set and is reused after
-// (220K faults, most of them the weights' own). Process-wide, set once by the first fast backend.
+// (220K faults, most of them the weights' own). Process-wide, set once by the first fast backend. (Threads other
+// than the main one allocate from glibc's per-thread heaps, 64 MB each at most: their larger blocks are still
+// mmapped.)
 void keep_freed_memory_mapped() {
   static std::once_flag once;
   std::call_once(once, [] {
