@@ -192,12 +192,14 @@ void Model::run_head_rows(const HeadWeights& w, const float* h, int64_t n_tokens
   const double eps = double(float(c.norm_eps)), hc_eps = double(float(c.hc_eps));
   std::vector<float> mixes(static_cast<size_t>(n_tokens * 4)), y(size_t(n_tokens * D));
   backend_->hc_mix({h, n_tokens, 4 * D, w.hc_fn, 4, eps, mixes.data()});  // H1
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    float pre[4];
-    hc_head_pre(&mixes[size_t(t * 4)], w.hc_scale, w.hc_base, hc_eps, pre);  // H2
-    hc_collapse(h + t * 4 * D, pre, D, &y[size_t(t * D)]);                  // H3
-    rmsnorm(&y[size_t(t * D)], w.norm, D, eps, &y[size_t(t * D)]);          // H4
-  }
+  backend_->for_rows(n_tokens, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float pre[4];
+      hc_head_pre(&mixes[size_t(t * 4)], w.hc_scale, w.hc_base, hc_eps, pre);  // H2
+      hc_collapse(h + t * 4 * D, pre, D, &y[size_t(t * D)]);                  // H3
+      rmsnorm(&y[size_t(t * D)], w.norm, D, eps, &y[size_t(t * D)]);          // H4
+    }
+  });
   const LinearWeight& head = weights_.head_proj;  // H5: fp32 logits
   backend_->linear({y.data(), D, n_tokens, &head, 0, head.n_out, Epilogue::kF32, nullptr, logits, head.n_out});
 }
