@@ -34,8 +34,7 @@ void dot_tiles(const typename S::Elem* w, int64_t ws, int64_t n_rows, const type
   for (int64_t t0 = 0; t0 < n_tokens; t0 += S::kTileT) {
     const int64_t nt = std::min<int64_t>(S::kTileT, n_tokens - t0);
     for (int64_t r0 = 0; r0 < n_rows; r0 += S::kTileR) {
-      tile_tokens<S, S::kTileR, S::kTileT>(w + r0 * ws, ws, x + t0 * xs, xs, nt, n_chunks, nullptr, true, true, part,
-                                           S::kTileR);
+      tile_tokens<S, S::kTileR, S::kTileT>(w + r0 * ws, ws, x + t0 * xs, xs, nt, n_chunks, part, S::kTileR);
       const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
       for (int64_t t = 0; t < nt; ++t)
         for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];

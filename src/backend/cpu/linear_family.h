@@ -179,17 +179,16 @@ inline void finish_accumulators(const typename S::F (&acc)[T][R], float* state, 
   }
 }
 
-// Tile kernel: R rows of decoded tile (stride ws) times T tokens of x (stride xs), n_chunks chunks. With a
-// state (K-blocked tiles), the unreduced accumulators continue from / are saved to it, so the sums are
-// the same, bit for bit, as one pass over all chunks (and as the direct kernel): results never depend on
-// the number of tokens in the call.
-template <class S, int R, int T, bool kFirst, bool kLast>
+// Strided tile kernel (dot_tiles): R rows of w (stride ws) times T tokens of x (stride xs), all n_chunks chunks in
+// one pass, summed in the order of the direct kernel and the packed tile kernel, so results never depend on the
+// number of tokens in the call.
+template <class S, int R, int T>
 void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* x, int64_t xs, int64_t n_chunks,
-                 float* state, float* c, int64_t cs) {
+                 float* c, int64_t cs) {
   using F = typename S::F;
   using W = typename S::W;
   F acc[T][R];
-  start_accumulators<S, R, T, kFirst>(acc, state);
+  start_accumulators<S, R, T, true>(acc, nullptr);
   if constexpr (kSplitChunks<S>) {
     // One accumulator-width part of the chunk at a time: R + 1 live operand registers instead of 2R + 2,
     // which leaves room for R * T accumulators (enough independent FMA chains to cover the FMA latency).
@@ -214,20 +213,15 @@ void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* 
       }
     }
   }
-  finish_accumulators<S, R, T, kLast>(acc, state, c, cs);
+  finish_accumulators<S, R, T, true>(acc, nullptr, c, cs);
 }
 
 template <class S, int R, int T>
 void tile_tokens(const typename S::Elem* w, int64_t ws, const typename S::Elem* x, int64_t xs, int64_t n_tokens,
-                 int64_t n_chunks, float* state, bool first, bool last, float* c, int64_t cs) {
+                 int64_t n_chunks, float* c, int64_t cs) {
   if constexpr (T > 0) {
-    if (n_tokens == T) {
-      if (first && last) return tile_kernel<S, R, T, true, true>(w, ws, x, xs, n_chunks, state, c, cs);
-      if (first) return tile_kernel<S, R, T, true, false>(w, ws, x, xs, n_chunks, state, c, cs);
-      if (last) return tile_kernel<S, R, T, false, true>(w, ws, x, xs, n_chunks, state, c, cs);
-      return tile_kernel<S, R, T, false, false>(w, ws, x, xs, n_chunks, state, c, cs);
-    }
-    return tile_tokens<S, R, T - 1>(w, ws, x, xs, n_tokens, n_chunks, state, first, last, c, cs);
+    if (n_tokens == T) return tile_kernel<S, R, T>(w, ws, x, xs, n_chunks, c, cs);
+    return tile_tokens<S, R, T - 1>(w, ws, x, xs, n_tokens, n_chunks, c, cs);
   }
 }
 
