@@ -160,10 +160,9 @@ void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch
     } else {
       moe(w, batch, u, sub_out);
     }
-    backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {  // P1 / P2
-        hc_expand(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], coeffs[size_t(t)], D, &h_next[size_t(t * 4 * D)]);
-      }
+    for_token_slices(*backend_, T, column_slices(D), [&](int64_t t, int64_t s) {  // P1 / P2
+      hc_expand_columns(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], coeffs[size_t(t)], D, s * kColumnSlice,
+                        std::min(D, (s + 1) * kColumnSlice), &h_next[size_t(t * 4 * D)]);
     });
     h.swap(h_next);
   }
@@ -228,13 +227,15 @@ void Model::rollback(SequenceState& seq, int64_t n_tokens) const {
 }
 
 void Model::act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) const {
-  backend_->for_rows(n_rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      if (config_.is_v41()) {
-        qdq_fp8_v41(x.data() + r * width, width, config_.act_block);
-      } else {
-        qdq_fp8(x.data() + r * width, width, config_.act_block);
-      }
+  // Slices of whole quantisation blocks (each block's scale depends on that block alone).
+  const int64_t block = config_.act_block, slice = (kColumnSlice + block - 1) / block * block;
+  for_token_slices(*backend_, n_rows, (width + slice - 1) / slice, [&](int64_t r, int64_t s) {
+    float* xs = x.data() + r * width + s * slice;
+    const int64_t n = std::min(slice, width - s * slice);
+    if (config_.is_v41()) {
+      qdq_fp8_v41(xs, n, block);
+    } else {
+      qdq_fp8(xs, n, block);
     }
   });
 }

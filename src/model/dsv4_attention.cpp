@@ -105,16 +105,19 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   act_qdq_rows(qrq, T, QL);
   backend_->linear({qrq.data(), QL, T, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q.data(), H * HD});  // A3
   backend_->linear({uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD});            // A10
-  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* qt = &q[size_t(t * H * HD)];
-      head_rms_normalize(qt, H, HD, eps);                                  // A4-A8
-      rope.apply_heads(qt + NOPE, H, HD, batch.pos[size_t(t)], false);     // A9
-      float* kvt = &kv[size_t(t * HD)];
-      rmsnorm(kvt, w.kv_norm, HD, eps, kvt);                               // A11
-      qdq_fp8(kvt, NOPE, 64);                                              // A12
-      rope.apply(kvt + NOPE, batch.pos[size_t(t)], false);
-    }
+  // Slices of kHeadsPerSlice query heads; the last slice of a token also takes its kv row.
+  constexpr int64_t kHeadsPerSlice = 8;
+  const int64_t n_head_slices = (H + kHeadsPerSlice - 1) / kHeadsPerSlice;
+  for_token_slices(*backend_, T, n_head_slices, [&](int64_t t, int64_t s) {
+    const int64_t h0 = s * kHeadsPerSlice, nh = std::min(kHeadsPerSlice, H - h0);
+    float* qt = &q[size_t((t * H + h0) * HD)];
+    head_rms_normalize(qt, nh, HD, eps);                                 // A4-A8
+    rope.apply_heads(qt + NOPE, nh, HD, batch.pos[size_t(t)], false);    // A9
+    if (s < n_head_slices - 1) return;
+    float* kvt = &kv[size_t(t * HD)];
+    rmsnorm(kvt, w.kv_norm, HD, eps, kvt);                               // A11
+    qdq_fp8(kvt, NOPE, 64);                                              // A12
+    rope.apply(kvt + NOPE, batch.pos[size_t(t)], false);
   });
 
   // Compressors see every position of this call before any attention reads them.

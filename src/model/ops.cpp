@@ -218,8 +218,13 @@ void hc_collapse(const float* h, const float* pre, int64_t n, float* u) {
 }
 
 void hc_expand(const float* h, const float* x, const HcCoefficients& c, int64_t n, float* h_out) {
+  hc_expand_columns(h, x, c, n, 0, n, h_out);
+}
+
+void hc_expand_columns(const float* h, const float* x, const HcCoefficients& c, int64_t n, int64_t i0, int64_t i1,
+                       float* h_out) {
   for (int k = 0; k < 4; ++k) {
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
       double acc = double(c.post[k]) * x[i];
       for (int j = 0; j < 4; ++j) acc += double(c.comb[j][k]) * h[j * n + i];
       h_out[k * n + i] = round_bf16(acc);

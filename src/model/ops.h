@@ -59,6 +59,9 @@ void hc_head_pre(const float* mixes, const float* scale, const float* base, doub
 void hc_collapse(const float* h, const float* pre, int64_t n, float* u);
 // h'_k = bf16(post_k * x + sum_j comb[j][k] * h_j) (spec P1/P2); writes [4, n].
 void hc_expand(const float* h, const float* x, const HcCoefficients& c, int64_t n, float* h_out);
+// The same for the columns [i0, i1) of each of the 4 copies only (each column's values depend on that column alone).
+void hc_expand_columns(const float* h, const float* x, const HcCoefficients& c, int64_t n, int64_t i0, int64_t i1,
+                       float* h_out);
 
 // Index of the max value; ties go to the lower index.
 int64_t argmax(const float* x, int64_t n);

@@ -35,9 +35,8 @@ void WorkerPool::run_chunks(uint32_t gen) {
     if (i >= ticket_chunks(t)) return;
     if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
     // Claimed chunk i of generation gen: the caller cannot start another generation before it is done, so
-    // body_ and n_ are this generation's.
-    const int64_t n = n_.load(std::memory_order_relaxed), n_chunks = ticket_chunks(t);
-    (*body_.load(std::memory_order_relaxed))(n * i / n_chunks, n * (i + 1) / n_chunks);
+    // body_ and bounds_ are this generation's.
+    (*body_.load(std::memory_order_relaxed))(bounds_[size_t(i)], bounds_[size_t(i) + 1]);
     done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
@@ -66,14 +65,22 @@ void WorkerPool::worker_loop() {
 
 void WorkerPool::parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& body) {
   if (n <= 0) return;
-  const int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk));
-  const int64_t n_chunks = std::min({max_chunks, int64_t(size()) * kChunksPerThread, kMaxChunks});
-  if (n_chunks == 1 || workers_.empty()) {
+  min_chunk = std::max<int64_t>(1, min_chunk);
+  if (n < 2 * min_chunk || workers_.empty()) {
     body(0, n);
     return;
   }
+  const int64_t n_threads = size();
+  const int64_t smallest = std::max({min_chunk, (n + kTailChunksPerThread * n_threads - 1) / (kTailChunksPerThread * n_threads),
+                                     (n + kMaxChunks - 1) / kMaxChunks});
+  bounds_.assign(1, 0);
+  for (int64_t b = 0; b < n;) {
+    b += std::max(smallest, (n - b + 2 * n_threads - 1) / (2 * n_threads));
+    if (n - b < min_chunk) b = n;  // no last chunk shorter than min_chunk
+    bounds_.push_back(b);
+  }
+  const int64_t n_chunks = int64_t(bounds_.size()) - 1;
   body_.store(&body, std::memory_order_relaxed);
-  n_.store(n, std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
   const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
   ticket_.store(make_ticket(gen, n_chunks, 0), std::memory_order_release);
