@@ -19,6 +19,12 @@ if [ ! -f "$MODEL_DIR/model.safetensors.index.json" ] || ! cmp -s "$CONFIG" "$MO
   rm -rf "$MODEL_DIR"
   "$BUILD_DIR/deepinfer" make-model --config "$CONFIG" --out "$MODEL_DIR" --seed "$SEED" --shards 16
 fi
-# --prefault: this benchmark measures the kernels against memory bandwidth, not the disk; a page cache that
-# drops weights untouched for a while would otherwise turn decode steps into disk reads.
-exec "$BUILD_DIR/deepinfer" bench --model "$MODEL_DIR" --prefault "$@"
+# This benchmark measures the kernels against memory bandwidth, not the disk. --prefault touches every weight
+# page before each timed phase; --mlock (root, or an unlimited `ulimit -l`) also keeps them in RAM during the
+# phase: a reclaimer that pages out memory untouched for a few seconds (DAMON pageout on this project's VMs)
+# otherwise dropped the experts of later layers between the prefault and their first use, and a 512-token
+# prefill then read them back from disk (184K page faults; a third of its time in FP4 tile decoding).
+# MLOCK=0 turns it off.
+LOCK=()
+if [ "${MLOCK:-1}" = 1 ] && { [ "$(id -u)" = 0 ] || [ "$(ulimit -l)" = unlimited ]; }; then LOCK=(--mlock); fi
+exec "$BUILD_DIR/deepinfer" bench --model "$MODEL_DIR" --prefault "${LOCK[@]}" "$@"

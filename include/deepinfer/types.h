@@ -29,6 +29,7 @@ struct EngineOptions {
   // V4.1 prefill approximation (README "SWA bounded replay"): each prefill chunk longer than window +
   // DSpark block tokens runs the decoder layers only on its tail. Off = exact.
   bool swa_bounded_replay = false;
+  bool lock_weights = false;                 // mlock the checkpoint: weights stay in RAM (README "--mlock")
   int64_t max_batch_tokens = 256;            // tokens per forward step (decode tokens + prefill chunks)
   int max_running = 64;                      // sequences per forward step
   int max_waiting = 1024;                    // queued requests; submit() fails beyond this

@@ -59,7 +59,7 @@ Runner add_bench_command(CLI::App& app) {
     std::vector<int64_t> prefill_lens{512};
     std::vector<int> batches{1, 4, 16};
     int decode_steps = 16, threads = 0, context = 16, speculative_tokens = 32;
-    bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false, swa_replay = false;
+    bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false, swa_replay = false, mlock = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "prefill / decode tokens per second against the machine's ceilings");
@@ -82,6 +82,9 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_flag("--prefault", args->prefault,
                 "touch every weight page before each timed phase (all weights resident; resident memory then "
                 "shows the whole checkpoint)");
+  cmd->add_flag("--mlock", args->mlock,
+                "keep the whole checkpoint in RAM (mlock): a page cache reclaimer (e.g. DAMON's pageout on VMs) then "
+                "cannot drop the experts a phase has not touched for a while and read them back from disk mid-phase");
   return [args, serve_runner, serve_cmd]() {
     if (serve_cmd->parsed()) return serve_runner();
     if (args->model.empty()) {
@@ -89,7 +92,8 @@ Runner add_bench_command(CLI::App& app) {
       return 1;
     }
     auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .swa_bounded_replay = args->swa_replay,
-                                                                       .n_threads = args->threads, .show_progress = true});
+                                                                       .n_threads = args->threads, .show_progress = true,
+                                                                       .lock_weights = args->mlock});
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
       return 1;

@@ -39,6 +39,7 @@ int run_text_prompt(const Args& args) {
   options.exact = args.exact;
   options.n_threads = args.threads;
   options.swa_bounded_replay = args.swa_replay;
+  options.lock_weights = args.mlock;
   auto engine = Engine::open(options);
   if (!engine.ok()) {
     std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
@@ -70,6 +71,7 @@ Runner add_generate_command(CLI::App& app) {
     std::string model, prompt_ids, prompt;
     int max_tokens = 32, threads = 0;
     bool exact = false, ignore_eos = false, speculative = false, raw = false, no_thinking = false, swa_replay = false;
+    bool mlock = false;
     SamplingParams sampling;
   };
   auto args = std::make_shared<Args>();
@@ -88,6 +90,7 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->sampling.seed);
   cmd->add_option("--threads", args->threads, "threads (0 = all)");
   cmd->add_flag("--exact", args->exact, "reference kernels (exact, slow)");
+  cmd->add_flag("--mlock", args->mlock, "keep the whole checkpoint in RAM (mlock): read at start, never paged out");
   cmd->add_flag("--speculative", args->speculative, "V4.1: DSpark speculative decoding (same tokens as without, when greedy)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating after the end-of-sequence token");
   cmd->add_flag("--swa-replay", args->swa_replay, "V4.1: SWA bounded replay in prefill (spec 7.10): the decoder layers run only on the last window + DSpark-block tokens (faster, approximate; off = exact)");
@@ -104,7 +107,8 @@ Runner add_generate_command(CLI::App& app) {
       return 2;
     }
     auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .swa_bounded_replay = args->swa_replay,
-                                                       .n_threads = args->threads, .show_progress = isatty(STDERR_FILENO) != 0});
+                                                       .n_threads = args->threads, .show_progress = isatty(STDERR_FILENO) != 0,
+                                                       .lock_weights = args->mlock});
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
       return 1;

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -177,6 +178,20 @@ SafetensorsFile::~SafetensorsFile() {
   if (mapping_) munmap(mapping_, size_);
 }
 
+Status SafetensorsFile::lock_in_memory() const {
+  if (!mapping_ || mlock(mapping_, size_) == 0) return Status();
+  const int err = errno;
+  std::string hint;
+  if (err == ENOMEM || err == EPERM || err == EAGAIN) {
+    struct rlimit limit {};
+    getrlimit(RLIMIT_MEMLOCK, &limit);
+    hint = limit.rlim_cur == RLIM_INFINITY ? std::string("; not enough free RAM for the checkpoint?")
+                                           : "; the locked-memory limit is " + std::to_string(limit.rlim_cur >> 20) +
+                                                 " MiB (ulimit -l): raise it, or run without --mlock";
+  }
+  return fail(path_, "mlock of " + std::to_string(size_) + " bytes failed: " + std::strerror(err) + hint);
+}
+
 const TensorView* SafetensorsFile::find(const std::string& name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : &tensors_[it->second];
@@ -219,6 +234,7 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& dir, con
   for (size_t i = 0; i < shard_names.size(); ++i) {
     auto shard = SafetensorsFile::open((fs::path(dir) / shard_names[i]).string());
     if (!shard.ok()) return shard.status();
+    if (options.lock_in_memory) DI_RETURN_IF_ERROR(shard.value()->lock_in_memory());
     bytes_done += shard.value()->file_bytes();
     if (options.show_progress) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -42,6 +42,8 @@ class SafetensorsFile {
   const std::vector<TensorView>& tensors() const { return tensors_; }
   const TensorView* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // mlock()s the whole mapping, faulting it in: its pages stay in RAM until the file is unmapped.
+  Status lock_in_memory() const;
 
  private:
   SafetensorsFile() = default;
@@ -58,6 +60,10 @@ class Checkpoint {
  public:
   struct OpenOptions {
     bool show_progress = false;  // one line per shard on stderr (shards, bytes, rate)
+    // mlock every shard (SafetensorsFile::lock_in_memory): the whole checkpoint is read into RAM at open and
+    // no page of it is reclaimed later. Without it, the kernel may drop weights untouched for a while (the
+    // experts a stretch of tokens did not route to) and read them back from disk on their next use.
+    bool lock_in_memory = false;
   };
   static Result<std::unique_ptr<Checkpoint>> open(const std::string& dir, const OpenOptions& options);
   static Result<std::unique_ptr<Checkpoint>> open(const std::string& dir) { return open(dir, OpenOptions{}); }

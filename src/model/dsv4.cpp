@@ -15,6 +15,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
   if (!config.ok()) return config.status();
   Checkpoint::OpenOptions open_options;
   open_options.show_progress = options.show_progress;
+  open_options.lock_in_memory = options.lock_weights;
   auto checkpoint = Checkpoint::open(model_dir, open_options);
   if (!checkpoint.ok()) return checkpoint.status();
   auto weights = bind_weights(config.value(), *checkpoint.value());

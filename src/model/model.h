@@ -37,6 +37,7 @@ struct ModelOptions {
   bool cuda = false;        // the CUDA backend (a -DDEEPINFER_CUDA=ON build) instead of the CPU kernels
   int cuda_device = 0;
   bool show_progress = false;
+  bool lock_weights = false;  // mlock the checkpoint (Checkpoint::OpenOptions::lock_in_memory)
 };
 
 // A run of consecutive tokens of one sequence, starting at its next position.

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -303,6 +306,35 @@ TEST(Checkpoint, OpensShardedDirectory) {
   EXPECT_EQ(*c.find("a_bf16")->file, dir.file(kShard1));
   EXPECT_EQ(c.find("nope"), nullptr);
   EXPECT_EQ(c.total_bytes(), std::filesystem::file_size(dir.file(kShard1)) + std::filesystem::file_size(dir.file(kShard2)));
+}
+
+// Locked kB of this process (VmLck in /proc/self/status), -1 if unknown.
+int64_t locked_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmLck:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+TEST(Checkpoint, LockInMemoryLocksEveryShardOrNamesTheLimit) {
+  TempDir dir;
+  write_checkpoint(dir, two_shards());
+  const int64_t before = locked_kib();
+  Checkpoint::OpenOptions options;
+  options.lock_in_memory = true;
+  auto ckpt = Checkpoint::open(dir.path().string(), options);
+  if (!ckpt.ok()) {  // an unprivileged user over RLIMIT_MEMLOCK: the error says which file and which limit
+    EXPECT_NE(ckpt.status().message().find(dir.file(kShard1)), std::string::npos) << ckpt.status().message();
+    EXPECT_NE(ckpt.status().message().find("mlock"), std::string::npos) << ckpt.status().message();
+    return;
+  }
+  EXPECT_EQ(ckpt.value()->find("c_i64")->data[0], 100);
+  if (before < 0) GTEST_SKIP() << "no VmLck in /proc/self/status: the locked size cannot be checked";
+  // Each shard is smaller than a page: one locked page each at least.
+  EXPECT_GE(locked_kib() - before, 2 * int64_t(sysconf(_SC_PAGESIZE) / 1024));
+  ckpt.value().reset();  // unmapping releases the lock
+  EXPECT_EQ(locked_kib(), before);
 }
 
 TEST(Checkpoint, OpensSingleFileDirectory) {

@@ -425,8 +425,13 @@ void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
   constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
   const int64_t n_stored = std::max<int64_t>(0, std::min(nch, n_full - ch0));  // chunks read in place
   const int64_t n_next = std::max<int64_t>(0, std::min(nch, n_full - ch0 - nch));
-  for (int64_t b = 0; b < ahead_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
+  // The L2 prefetches go out a row's share at a time, between the rows' decodes: issued in one burst they
+  // filled the line fill buffers, and the burst itself took ~17% of decode_block in a 512-token prefill.
+  const int64_t ahead_per_row = (ahead_bytes + 64 * n_rows - 1) / (64 * n_rows) * 64;
   for (int64_t i = 0; i < n_rows; ++i) {
+    for (int64_t b = i * ahead_per_row; b < std::min(ahead_bytes, (i + 1) * ahead_per_row); b += 64) {
+      __builtin_prefetch(ahead + b, 0, 2);
+    }
     const RowSrc r = rows[i];  // a local copy: the stores below must not make the compiler reload it
     const uint8_t* next = r.data + (ch0 + nch) * kBytes;
     for (int64_t b = 0; b < n_next * kBytes; b += 64) __builtin_prefetch(next + b);
