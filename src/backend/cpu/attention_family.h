@@ -30,6 +30,7 @@ template <class S>
 void dot_tiles(const typename S::Elem* w, int64_t ws, int64_t n_rows, const typename S::Elem* x, int64_t xs,
                int64_t n_tokens, int64_t k_padded, float* c, int64_t cs) {
   const int64_t n_chunks = k_padded / S::kChunk;
+  DI_CHECK_MSG(n_chunks > 0, "dot_tiles: empty rows");
   float part[S::kTileT * S::kTileR];
   for (int64_t t0 = 0; t0 < n_tokens; t0 += S::kTileT) {
     const int64_t nt = std::min<int64_t>(S::kTileT, n_tokens - t0);

@@ -189,6 +189,8 @@ void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* 
   using W = typename S::W;
   F acc[T][R];
   start_accumulators<S, R, T, true>(acc, nullptr);
+  // Promised (dot_tiles checks it): as in packed_tile_kernel, a possibly empty loop made GCC keep acc on the stack.
+  if (n_chunks <= 0) __builtin_unreachable();
   if constexpr (kSplitChunks<S>) {
     // One accumulator-width part of the chunk at a time: R + 1 live operand registers instead of 2R + 2,
     // which leaves room for R * T accumulators (enough independent FMA chains to cover the FMA latency).
