@@ -452,12 +452,20 @@ void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
 }
 
 // The tile-mode products of n_rows weight rows with every token of the tiled x (tile_x), panel by panel:
-// decode_block(kb, n_kb, first_panel, block) stores chunks [kb * kTileBlockChunks, ...) of every row (decode_block).
+// decode_block(kb, n_kb, first_panel, i0, i1, dst) stores chunks [kb * kTileBlockChunks, ...) of rows [i0, i1)
+// into dst, laid out as packed_row(dst, i - i0) (decode_block).
+//
+// A short panel (at most kGroupFirstBlocks token blocks: an expert's share of a prefill is ~12 tokens) runs
+// group by group instead: each 4-row group of a K block is decoded into an 8 KB buffer and used at once by
+// every token block of the panel, all of it in L1. Decoding the whole unit first wrote a 128 KB tile (more
+// than L1) per K block for two token blocks to read, and those stores, missing L1, stalled the decode: perf
+// put 25% of a 512-token prefill in decode_block, mostly waiting. Each (row, token) sum is the same either way.
 template <class S, class DecodeBlock>
 void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T, int64_t n_chunks, float* c,
                int64_t cs, Scratch<S>& s, DecodeBlock&& decode_block) {
   using Elem = typename S::Elem;
   constexpr int64_t kBlockChunks = kTileBlockChunks<S>;
+  constexpr int64_t kGroupFirstBlocks = 2;
   DI_CHECK_MSG(n_chunks > 0, "linear: tile mode needs at least one chunk of K");
   const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks;
   const int64_t n_groups = (n_rows + S::kTileR - 1) / S::kTileR, n_tblocks = (T + S::kTileT - 1) / S::kTileT;
@@ -469,25 +477,39 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
     std::fill(block + (n_groups - 1) * kTileGroupElems<S>, block + n_groups * kTileGroupElems<S>, Elem(0));
   }
   float part[S::kTileT * S::kTileR];
+  // Token block tb (of the panel starting at p0) times row group g of K block kb, decoded at group_block.
+  auto run_group = [&](int64_t p0, int64_t tb, int64_t kb, int64_t g, const Elem* group_block) {
+    const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0), r0 = g * S::kTileR;
+    const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
+    const Elem* xb = xt + t0 * kp + ch0 * S::kChunk * nt;
+    float* state = n_kb > 1 ? &s.state[size_t(((tb - p0) * n_groups + g) * kStatePerBlock)] : nullptr;
+    packed_tile_tokens<S, S::kTileR, S::kTileT>(group_block, xb, nt, nch * kStepsPerChunk<S>, state, kb == 0,
+                                                kb == n_kb - 1, part, S::kTileR);
+    if (kb < n_kb - 1) return;
+    const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
+    for (int64_t t = 0; t < nt; ++t)
+      for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
+  };
+  if (n_tblocks <= kGroupFirstBlocks) {
+    // One buffer serves every group; a short last group's pad rows are zeroed first.
+    Elem* group_block = block;
+    for (int64_t kb = 0; kb < n_kb; ++kb) {
+      for (int64_t g = 0; g < n_groups; ++g) {
+        const int64_t i0 = g * S::kTileR, i1 = std::min(n_rows, i0 + S::kTileR);
+        if (i1 - i0 < S::kTileR) std::fill(group_block, group_block + kTileGroupElems<S>, Elem(0));
+        decode_block(kb, n_kb, true, i0, i1, group_block);
+        for (int64_t tb = 0; tb < n_tblocks; ++tb) run_group(0, tb, kb, g, group_block);
+      }
+    }
+    return;
+  }
   for (int64_t p0 = 0; p0 < n_tblocks; p0 += kPanelBlocks) {
     const int64_t p1 = std::min(n_tblocks, p0 + kPanelBlocks);
     for (int64_t kb = 0; kb < n_kb; ++kb) {
-      const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
-      decode_block(kb, n_kb, p0 == 0, block);
-      for (int64_t tb = p0; tb < p1; ++tb) {
-        const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
-        const Elem* xb = xt + t0 * kp + ch0 * S::kChunk * nt;
-        for (int64_t g = 0; g < n_groups; ++g) {
-          const int64_t r0 = g * S::kTileR;
-          float* state = n_kb > 1 ? &s.state[size_t(((tb - p0) * n_groups + g) * kStatePerBlock)] : nullptr;
-          packed_tile_tokens<S, S::kTileR, S::kTileT>(block + g * kTileGroupElems<S>, xb, nt, nch * kStepsPerChunk<S>,
-                                                      state, kb == 0, kb == n_kb - 1, part, S::kTileR);
-          if (kb < n_kb - 1) continue;
-          const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
-          for (int64_t t = 0; t < nt; ++t)
-            for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
-        }
-      }
+      decode_block(kb, n_kb, p0 == 0, 0, n_rows, block);
+      // Token block outermost: its x (12 KB) stays in L1 while the decoded groups stream from L2.
+      for (int64_t tb = p0; tb < p1; ++tb)
+        for (int64_t g = 0; g < n_groups; ++g) run_group(p0, tb, kb, g, block + g * kTileGroupElems<S>);
     }
   }
 }
@@ -567,12 +589,14 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   }
   DI_CHECK_MSG(x.tiled, "linear: tile mode needs the tiled x (tile_x)");
   tile_loop<S>(n_rows, static_cast<const Elem*>(x.tiled), kp, T, n_chunks, c, cs, s,
-               [&](int64_t kb, int64_t n_kb, bool first_panel, Elem* block) {
+               [&](int64_t kb, int64_t n_kb, bool first_panel, int64_t i0, int64_t i1, Elem* dst) {
                  const int64_t ch0 = kb * kTileBlockChunks<S>, nch = std::min(kTileBlockChunks<S>, n_chunks - ch0);
-                 // The next unit (the rows after this one), a 1 / n_kb share per K block, in the first panel.
+                 // The next unit (the rows after this one), a 1 / n_kb share per K block, in the first panel;
+                 // rows [i0, i1) prefetch their part of that share.
                  const int64_t unit_bytes = n_rows * w.row_bytes(), share = (unit_bytes + n_kb - 1) / n_kb;
-                 const uint8_t* ahead = rows[0].data + unit_bytes + kb * share;
-                 decode_block<S, D, kWide>(rows, tails, n_rows, n_full, ahead, first_panel ? share : 0, ch0, nch, block);
+                 const int64_t a0 = kb * share + share * i0 / n_rows, a1 = kb * share + share * i1 / n_rows;
+                 decode_block<S, D, kWide>(rows + i0, tails + i0, i1 - i0, n_full, rows[0].data + unit_bytes + a0,
+                                           first_panel ? a1 - a0 : 0, ch0, nch, dst);
                });
 }
 
