@@ -161,9 +161,9 @@ void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch
     } else {
       moe(w, batch, u, sub_out);
     }
-    for_token_slices(*backend_, T, column_slices(D), [&](int64_t t, int64_t s) {  // P1 / P2
-      hc_expand_columns(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], coeffs[size_t(t)], D, s * kColumnSlice,
-                        std::min(D, (s + 1) * kColumnSlice), &h_next[size_t(t * 4 * D)]);
+    for_token_ranges(*backend_, T, D, kColumnRange, [&](int64_t t, int64_t i0, int64_t i1) {  // P1 / P2
+      hc_expand_columns(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], coeffs[size_t(t)], D, i0, i1,
+                        &h_next[size_t(t * 4 * D)]);
     });
     h.swap(h_next);
   }
@@ -228,15 +228,14 @@ void Model::rollback(SequenceState& seq, int64_t n_tokens) const {
 }
 
 void Model::act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) const {
-  // Slices of whole quantisation blocks (each block's scale depends on that block alone).
-  const int64_t block = config_.act_block, slice = (kColumnSlice + block - 1) / block * block;
-  for_token_slices(*backend_, n_rows, (width + slice - 1) / slice, [&](int64_t r, int64_t s) {
-    float* xs = x.data() + r * width + s * slice;
-    const int64_t n = std::min(slice, width - s * slice);
+  // Ranges of whole quantisation blocks (each block's scale depends on that block alone).
+  const int64_t block = config_.act_block, range = (kColumnRange + block - 1) / block * block;
+  for_token_ranges(*backend_, n_rows, width, range, [&](int64_t r, int64_t c0, int64_t c1) {
+    float* xs = x.data() + r * width + c0;
     if (config_.is_v41()) {
-      qdq_fp8_v41(xs, n, block);
+      qdq_fp8_v41(xs, c1 - c0, block);
     } else {
-      qdq_fp8(xs, n, block);
+      qdq_fp8(xs, c1 - c0, block);
     }
   });
 }

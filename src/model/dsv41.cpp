@@ -106,9 +106,9 @@ void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float
     }
   });
   attention(u, sub_out);
-  for_token_slices(*backend_, T, column_slices(D), [&](int64_t t, int64_t s) {
-    hc_expand_columns(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], attn_coeffs[size_t(t)], D, s * kColumnSlice,
-                      std::min(D, (s + 1) * kColumnSlice), &h_next[size_t(t * 4 * D)]);
+  for_token_ranges(*backend_, T, D, kColumnRange, [&](int64_t t, int64_t i0, int64_t i1) {
+    hc_expand_columns(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], attn_coeffs[size_t(t)], D, i0, i1,
+                      &h_next[size_t(t * 4 * D)]);
   });
   h.swap(h_next);
   // FFN side: mixes of the new stream, input collapsed with the ATTENTION's pre.
@@ -121,9 +121,9 @@ void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float
     }
   });
   moe(w, batch, u, sub_out);
-  for_token_slices(*backend_, T, column_slices(D), [&](int64_t t, int64_t s) {
-    hc_expand_columns(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], ffn_coeffs[size_t(t)], D, s * kColumnSlice,
-                      std::min(D, (s + 1) * kColumnSlice), &h_next[size_t(t * 4 * D)]);
+  for_token_ranges(*backend_, T, D, kColumnRange, [&](int64_t t, int64_t i0, int64_t i1) {
+    hc_expand_columns(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], ffn_coeffs[size_t(t)], D, i0, i1,
+                      &h_next[size_t(t * 4 * D)]);
   });
   for (int64_t t = 0; t < T; ++t) std::copy_n(ffn_coeffs[size_t(t)].pre, 4, &pre_in[size_t(t * 4)]);  // collapses the next layer's input
   h.swap(h_next);

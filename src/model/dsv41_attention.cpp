@@ -138,13 +138,11 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
                     .n_rows = H * HD, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.q.data(), .out_stride = H * HD});
   backend_->linear({.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wkv, .row_begin = 0, .n_rows = HD,
                     .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.kv.data(), .out_stride = HD});
-  // Slices of kHeadsPerSlice query heads; the last slice of a token also takes its kv row.
-  constexpr int64_t kHeadsPerSlice = 8;
-  const int64_t n_head_slices = (H + kHeadsPerSlice - 1) / kHeadsPerSlice;
-  for_token_slices(*backend_, T, n_head_slices, [&](int64_t t, int64_t s) {
-    const int64_t pos = positions[size_t(t)], h0 = s * kHeadsPerSlice, nh = std::min(kHeadsPerSlice, H - h0);
-    rope.apply_heads(&out.q[size_t((t * H + h0) * HD + HD - RD)], nh, HD, pos, false);  // step 13
-    if (s < n_head_slices - 1) return;
+  // Ranges of query heads; a token's last range also takes its kv row.
+  for_token_ranges(*backend_, T, H, kHeadRange, [&](int64_t t, int64_t h0, int64_t h1) {
+    const int64_t pos = positions[size_t(t)];
+    rope.apply_heads(&out.q[size_t((t * H + h0) * HD + HD - RD)], h1 - h0, HD, pos, false);  // step 13
+    if (h1 < H) return;
     float* kvt = &out.kv[size_t(t * HD)];
     rmsnorm(kvt, w.kv_norm, HD, eps, kvt);  // step 14
     rope.apply(kvt + HD - RD, pos, false);

@@ -105,15 +105,12 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   act_qdq_rows(qrq, T, QL);
   backend_->linear({qrq.data(), QL, T, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q.data(), H * HD});  // A3
   backend_->linear({uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD});            // A10
-  // Slices of kHeadsPerSlice query heads; the last slice of a token also takes its kv row.
-  constexpr int64_t kHeadsPerSlice = 8;
-  const int64_t n_head_slices = (H + kHeadsPerSlice - 1) / kHeadsPerSlice;
-  for_token_slices(*backend_, T, n_head_slices, [&](int64_t t, int64_t s) {
-    const int64_t h0 = s * kHeadsPerSlice, nh = std::min(kHeadsPerSlice, H - h0);
+  // Ranges of query heads; a token's last range also takes its kv row.
+  for_token_ranges(*backend_, T, H, kHeadRange, [&](int64_t t, int64_t h0, int64_t h1) {
     float* qt = &q[size_t((t * H + h0) * HD)];
-    head_rms_normalize(qt, nh, HD, eps);                                 // A4-A8
-    rope.apply_heads(qt + NOPE, nh, HD, batch.pos[size_t(t)], false);    // A9
-    if (s < n_head_slices - 1) return;
+    head_rms_normalize(qt, h1 - h0, HD, eps);                               // A4-A8
+    rope.apply_heads(qt + NOPE, h1 - h0, HD, batch.pos[size_t(t)], false);  // A9
+    if (h1 < H) return;
     float* kvt = &kv[size_t(t * HD)];
     rmsnorm(kvt, w.kv_norm, HD, eps, kvt);                               // A11
     qdq_fp8(kvt, NOPE, 64);                                              // A12

@@ -38,18 +38,22 @@ struct Model::V41Scratch {
 
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size);
 
-// Per-token work cut into n_slices independent slices (heads, column ranges), run on the backend's threads:
-// body(t, s) for every token t < n_tokens and slice s < n_slices. A decode step has one token, so its per-token
-// loops ran on one thread while the others waited (~7% of a batch-1 step) until they were cut into slices.
-inline void for_token_slices(Backend& backend, int64_t n_tokens, int64_t n_slices,
-                             const std::function<void(int64_t t, int64_t s)>& body) {
-  backend.for_rows(n_tokens * n_slices, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) body(i / n_slices, i % n_slices);
+// Per-token work over [0, n) of every token (its columns, its heads) cut into ranges of `range` (the last one
+// may be shorter) and run on the backend's threads: body(t, begin, end) for every token t < n_tokens and range.
+// What a range computes must depend on that range alone. A decode step has one token, so its per-token loops
+// ran on one thread while the others waited (~7% of a batch-1 step) until they were cut into ranges.
+inline void for_token_ranges(Backend& backend, int64_t n_tokens, int64_t n, int64_t range,
+                             const std::function<void(int64_t t, int64_t begin, int64_t end)>& body) {
+  const int64_t n_ranges = (n + range - 1) / range;
+  backend.for_rows(n_tokens * n_ranges, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t begin = i % n_ranges * range;
+      body(i / n_ranges, begin, std::min(n, begin + range));
+    }
   });
 }
-// Column slices of a row of `width` values for for_token_slices: [begin, end) of slice s of n.
-constexpr int64_t kColumnSlice = 512;
-inline int64_t column_slices(int64_t width) { return (width + kColumnSlice - 1) / kColumnSlice; }
+constexpr int64_t kColumnRange = 512;  // for_token_ranges over a row's columns
+constexpr int64_t kHeadRange = 8;      // for_token_ranges over attention heads
 
 // The head runs once over the logit rows of every chunk, stacked in chunk order: a batch of decode steps then
 // streams the vocab-sized head matrix once instead of once per sequence (at batch 16 that had been 60% of a

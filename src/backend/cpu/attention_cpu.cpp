@@ -170,17 +170,18 @@ void hc_mix_fast(const HcMixParams& p, SimdLevel level, WorkerPool& pool) {
       for (int64_t m = 0; m < p.n_mix; ++m) p.out[t * p.n_mix + m] /= r;
     }
   };
+  const int64_t stride = direct ? p.width : kp;
+  auto rows_of_x = [&](int64_t t0, int64_t t1) -> const float* {  // tokens [t0, t1) of x, rows of `stride`
+    if (direct) return p.x + t0 * p.width;
+    thread_local std::vector<float> x_padded;
+    x_padded.assign(size_t((t1 - t0) * kp), 0.0f);
+    for (int64_t t = t0; t < t1; ++t) std::copy_n(p.x + t * p.width, p.width, &x_padded[size_t((t - t0) * kp)]);
+    return x_padded.data();
+  };
   if (p.n_tokens < 2 * pool.size()) {
     // Few tokens (decode): the threads split the mix rows (4 at a time, the tile kernel's row group) instead,
     // and each streams its share of fn (1.5 MB for a V4-Flash block). A row's sums are the same either way.
-    const int64_t stride = direct ? p.width : kp;
-    thread_local std::vector<float> x_padded;
-    const float* x = p.x;
-    if (!direct) {
-      x_padded.assign(size_t(p.n_tokens * kp), 0.0f);
-      for (int64_t t = 0; t < p.n_tokens; ++t) std::copy_n(p.x + t * p.width, p.width, &x_padded[size_t(t * kp)]);
-      x = x_padded.data();
-    }
+    const float* x = rows_of_x(0, p.n_tokens);
     pool.parallel_for(fn_rows / 4, 1, [&](int64_t g0, int64_t g1) {
       const int64_t r0 = 4 * g0, r1 = std::min(p.n_mix, 4 * g1);
       ks->dot_tiles(fn + r0 * stride, stride, r1 - r0, x, stride, p.n_tokens, kp, p.out + r0, p.n_mix);
@@ -189,15 +190,7 @@ void hc_mix_fast(const HcMixParams& p, SimdLevel level, WorkerPool& pool) {
     return;
   }
   pool.parallel_for(p.n_tokens, 1, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<float> x_padded;
-    const float* x = p.x + t0 * p.width;
-    if (!direct) {
-      x_padded.assign(size_t((t1 - t0) * kp), 0.0f);
-      for (int64_t t = t0; t < t1; ++t) std::copy_n(p.x + t * p.width, p.width, &x_padded[size_t((t - t0) * kp)]);
-      x = x_padded.data();
-    }
-    const int64_t stride = direct ? p.width : kp;
-    ks->dot_tiles(fn, stride, p.n_mix, x, stride, t1 - t0, kp, p.out + t0 * p.n_mix, p.n_mix);
+    ks->dot_tiles(fn, stride, p.n_mix, rows_of_x(t0, t1), stride, t1 - t0, kp, p.out + t0 * p.n_mix, p.n_mix);
     normalize(t0, t1);
   });
 }

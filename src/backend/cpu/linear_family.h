@@ -473,9 +473,6 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
   if (n_kb > 1) s.state.resize(size_t(std::min(n_tblocks, kPanelBlocks) * n_groups * kStatePerBlock));
   s.tile.resize(size_t(kTileModeRows / S::kTileR * kTileGroupElems<S>));
   Elem* block = s.tile.data();
-  if (n_rows % S::kTileR) {  // the pad rows of the last group: zero (decode_block never writes them)
-    std::fill(block + (n_groups - 1) * kTileGroupElems<S>, block + n_groups * kTileGroupElems<S>, Elem(0));
-  }
   float part[S::kTileT * S::kTileR];
   // Token block tb (of the panel starting at p0) times row group g of K block kb, decoded at group_block.
   auto run_group = [&](int64_t p0, int64_t tb, int64_t kb, int64_t g, const Elem* group_block) {
@@ -502,6 +499,9 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
       }
     }
     return;
+  }
+  if (n_rows % S::kTileR) {  // the pad rows of the last group: zero (decode_block never writes them)
+    std::fill(block + (n_groups - 1) * kTileGroupElems<S>, block + n_groups * kTileGroupElems<S>, Elem(0));
   }
   for (int64_t p0 = 0; p0 < n_tblocks; p0 += kPanelBlocks) {
     const int64_t p1 = std::min(n_tblocks, p0 + kPanelBlocks);
