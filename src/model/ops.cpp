@@ -7,11 +7,20 @@
 
 #include "core/dtypes.h"
 #include "core/status.h"
+#include "model/ops_avx512.h"
 
 namespace deepinfer {
 
 namespace {
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+// max(floor_value, |x[i]|) over [b0, b1), NaNs skipped (std::max keeps its first argument against a NaN).
+double block_amax(const float* x, int64_t b0, int64_t b1, double floor_value) {
+  if (ops_avx512_available()) return std::max(floor_value, double(abs_max_avx512(x + b0, b1 - b0)));
+  double amax = floor_value;
+  for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+  return amax;
+}
 }  // namespace
 
 void rmsnorm(const float* x, const uint16_t* weight, int64_t n, double eps, float* out) {
@@ -28,9 +37,11 @@ void qdq_fp8(float* x, int64_t n, int64_t block) {
   const double min_amax = double(1e-4f);
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const int64_t b1 = std::min(n, b0 + block);
-    double amax = min_amax;
-    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(double(x[i])));
-    const double s = pow2_scale_at_least(amax, 448.0);
+    const double s = pow2_scale_at_least(block_amax(x, b0, b1, min_amax), 448.0);
+    if (ops_avx512_available()) {
+      qdq_fp8_block_avx512(x + b0, b1 - b0, s);
+      continue;
+    }
     for (int64_t i = b0; i < b1; ++i) x[i] = float(e4m3_round(double(x[i]) / s) * s);
   }
 }
@@ -39,9 +50,7 @@ void qdq_fp4(float* x, int64_t n, int64_t block) {
   const double min_amax = 6.0 * 0x1p-126;
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const int64_t b1 = std::min(n, b0 + block);
-    double amax = min_amax;
-    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(double(x[i])));
-    const double s = pow2_scale_at_least(amax, 6.0);
+    const double s = pow2_scale_at_least(block_amax(x, b0, b1, min_amax), 6.0);
     for (int64_t i = b0; i < b1; ++i) x[i] = float(e2m1_round(double(x[i]) / s) * s);
   }
 }
@@ -53,11 +62,6 @@ double pow2ceil(double v) {
   const double m = std::frexp(v, &e);  // v = m * 2^e, m in [0.5, 1)
   return m == 0.5 ? v : std::ldexp(1.0, e);
 }
-double block_amax(const float* x, int64_t b0, int64_t b1, double floor_value) {
-  double amax = floor_value;
-  for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(double(x[i])));
-  return amax;
-}
 }  // namespace
 
 void qdq_fp8_v41(float* x, int64_t n, int64_t block) {
@@ -66,6 +70,10 @@ void qdq_fp8_v41(float* x, int64_t n, int64_t block) {
     const int64_t b1 = std::min(n, b0 + block);
     const float amax = float(block_amax(x, b0, b1, double(1e-4f)));
     const double s = pow2ceil(double(amax * inv448));  // fp32 multiply, as the kernel does
+    if (ops_avx512_available()) {
+      qdq_fp8_block_avx512(x + b0, b1 - b0, s);
+      continue;
+    }
     for (int64_t i = b0; i < b1; ++i) x[i] = float(e4m3_round(double(x[i]) / s) * s);
   }
 }
@@ -108,14 +116,19 @@ void hadamard_128(float* x) {
   for (int i = 0; i < 128; ++i) x[i] = round_bf16(v[i] * scale);
 }
 
+double head_rms_inverse(double sum_sq, int64_t head_dim, double eps) {
+  const double ms = round_bf16(sum_sq / double(head_dim));  // A5
+  const double ms_eps = round_bf16(ms + eps);               // A6
+  return round_bf16(1.0 / std::sqrt(ms_eps));               // A7: one rounding
+}
+
 void head_rms_normalize(float* q, int64_t n_heads, int64_t head_dim, double eps) {
+  if (ops_avx512_available()) return head_rms_normalize_avx512(q, n_heads, head_dim, eps);
   for (int64_t h = 0; h < n_heads; ++h) {
     float* x = q + h * head_dim;
     double sum = 0;
     for (int64_t i = 0; i < head_dim; ++i) sum += double(round_bf16(double(x[i]) * x[i]));  // A4
-    const double ms = round_bf16(sum / double(head_dim));                                     // A5
-    const double ms_eps = round_bf16(ms + eps);                                               // A6
-    const double r = round_bf16(1.0 / std::sqrt(ms_eps));                                     // A7: one rounding
+    const double r = head_rms_inverse(sum, head_dim, eps);
     for (int64_t i = 0; i < head_dim; ++i) x[i] = round_bf16(double(x[i]) * r);              // A8
   }
 }
@@ -223,6 +236,7 @@ void hc_expand(const float* h, const float* x, const HcCoefficients& c, int64_t 
 
 void hc_expand_columns(const float* h, const float* x, const HcCoefficients& c, int64_t n, int64_t i0, int64_t i1,
                        float* h_out) {
+  if (ops_avx512_available()) return hc_expand_columns_avx512(h, x, c, n, i0, i1, h_out);
   for (int k = 0; k < 4; ++k) {
     for (int64_t i = i0; i < i1; ++i) {
       double acc = double(c.post[k]) * x[i];

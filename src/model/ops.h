@@ -29,6 +29,8 @@ void hadamard_128(float* x);
 
 // V4 per-head q normalisation (spec A4-A8), in place on [n_heads, head_dim].
 void head_rms_normalize(float* q, int64_t n_heads, int64_t head_dim, double eps);
+// Its A5-A7: the multiplier bf16(1 / sqrt(bf16(bf16(sum_sq / head_dim) + eps))) of one head.
+double head_rms_inverse(double sum_sq, int64_t head_dim, double eps);
 
 // RoPE tables: fp32 frequencies per pair (spec §2.2, golden README "Tables").
 struct RopeTable {

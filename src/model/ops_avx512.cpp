@@ -1,0 +1,139 @@
+#include "model/ops_avx512.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "core/dtypes.h"
+
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* temporaries.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace deepinfer {
+
+bool ops_avx512_available() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  return yes;
+}
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl")
+#endif
+
+namespace {
+
+// round_to_mantissa_bits (dtypes.h) on 8 lanes: the same integer rounding of the bits.
+template <int kBits>
+inline __m512d round_mantissa_pd(__m512d v) {
+  constexpr int kDrop = 52 - kBits;
+  const __m512i b = _mm512_castpd_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi64(b, kDrop), _mm512_set1_epi64(1));
+  const __m512i r = _mm512_add_epi64(b, _mm512_add_epi64(_mm512_set1_epi64((int64_t(1) << (kDrop - 1)) - 1), lsb));
+  return _mm512_castsi512_pd(_mm512_and_si512(r, _mm512_set1_epi64(~((int64_t(1) << kDrop) - 1))));
+}
+
+// All 8 lanes zero or with a biased double exponent in [lo, hi].
+inline bool all_in_range(__m512d v, int64_t lo, int64_t hi) {
+  const __m512i e = _mm512_and_si512(_mm512_srli_epi64(_mm512_castpd_si512(v), 52), _mm512_set1_epi64(0x7ff));
+  const __mmask8 ok = _mm512_cmp_epu64_mask(e, _mm512_set1_epi64(lo), _MM_CMPINT_NLT) &
+                      _mm512_cmp_epu64_mask(e, _mm512_set1_epi64(hi), _MM_CMPINT_LE);
+  return __mmask8(ok | _mm512_cmp_pd_mask(v, _mm512_setzero_pd(), _CMP_EQ_OQ)) == 0xFF;
+}
+
+// round_bf16 of 8 lanes, as doubles. The fast path is its bf16-normal branch without overflow
+// (2^-126 <= |v| < 2^127, where rounding cannot pass the largest bf16); other vectors go lane by lane.
+inline __m512d round_bf16_pd(__m512d v) {
+  if (all_in_range(v, 1023 - 126, 1023 + 126)) return round_mantissa_pd<7>(v);
+  alignas(64) double d[8];
+  _mm512_store_pd(d, v);
+  for (double& x : d) x = double(round_bf16(x));
+  return _mm512_load_pd(d);
+}
+
+// e4m3_round of 8 lanes: its e4m3-normal branch (finite, |v| >= 2^-6), clamped to +-448.
+inline __m512d e4m3_round_pd(__m512d v) {
+  if (all_in_range(v, 1023 - 6, 2046)) {
+    const __m512d r = round_mantissa_pd<3>(v);
+    return _mm512_min_pd(_mm512_max_pd(r, _mm512_set1_pd(-448.0)), _mm512_set1_pd(448.0));
+  }
+  alignas(64) double d[8];
+  _mm512_store_pd(d, v);
+  for (double& x : d) x = e4m3_round(x);
+  return _mm512_load_pd(d);
+}
+
+inline __mmask8 tail_mask(int64_t left) { return left >= 8 ? __mmask8(0xFF) : __mmask8((1u << left) - 1u); }
+
+// 8 floats (the masked-off lanes zero) as doubles.
+inline __m512d load_pd(const float* p, __mmask8 m) { return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, p)); }
+inline void store_ps(float* p, __mmask8 m, __m512d v) { _mm256_mask_storeu_ps(p, m, _mm512_cvtpd_ps(v)); }
+
+}  // namespace
+
+void hc_expand_columns_avx512(const float* h, const float* x, const HcCoefficients& c, int64_t n, int64_t i0, int64_t i1,
+                              float* h_out) {
+  for (int k = 0; k < 4; ++k) {
+    const __m512d post = _mm512_set1_pd(double(c.post[k]));
+    __m512d comb[4];
+    for (int j = 0; j < 4; ++j) comb[j] = _mm512_set1_pd(double(c.comb[j][k]));
+    for (int64_t i = i0; i < i1; i += 8) {
+      const __mmask8 m = tail_mask(i1 - i);
+      __m512d acc = _mm512_mul_pd(post, load_pd(x + i, m));
+      for (int j = 0; j < 4; ++j) acc = _mm512_add_pd(acc, _mm512_mul_pd(comb[j], load_pd(h + j * n + i, m)));
+      store_ps(h_out + k * n + i, m, round_bf16_pd(acc));
+    }
+  }
+}
+
+void head_rms_normalize_avx512(float* q, int64_t n_heads, int64_t head_dim, double eps) {
+  for (int64_t hd = 0; hd < n_heads; ++hd) {
+    float* x = q + hd * head_dim;
+    double sum = 0;  // the squares are rounded 8 at a time and summed in order, as the scalar loop does
+    for (int64_t i = 0; i < head_dim; i += 8) {
+      const __mmask8 m = tail_mask(head_dim - i);
+      const __m512d v = load_pd(x + i, m);
+      alignas(64) double sq[8];
+      _mm512_store_pd(sq, round_bf16_pd(_mm512_mul_pd(v, v)));
+      for (int64_t l = 0; l < std::min<int64_t>(8, head_dim - i); ++l) sum += sq[l];
+    }
+    const __m512d r = _mm512_set1_pd(head_rms_inverse(sum, head_dim, eps));
+    for (int64_t i = 0; i < head_dim; i += 8) {
+      const __mmask8 m = tail_mask(head_dim - i);
+      store_ps(x + i, m, round_bf16_pd(_mm512_mul_pd(load_pd(x + i, m), r)));
+    }
+  }
+}
+
+float abs_max_avx512(const float* x, int64_t n) {
+  __m512 m = _mm512_setzero_ps();
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_maskz_loadu_epi32(k, x + i), magnitude));
+    m = _mm512_max_ps(a, m);  // a NaN in a yields m, the second operand
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
+void qdq_fp8_block_avx512(float* x, int64_t n, double s) {
+  const __m512d sv = _mm512_set1_pd(s);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __mmask8 m = tail_mask(n - i);
+    store_ps(x + i, m, _mm512_mul_pd(e4m3_round_pd(_mm512_div_pd(load_pd(x + i, m), sv)), sv));
+  }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+}  // namespace deepinfer
+
+#pragma GCC diagnostic pop

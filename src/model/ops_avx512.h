@@ -1,0 +1,27 @@
+// AVX-512 versions of the hottest exact per-token ops of ops.cpp (a prefill spent ~6% of its time in their
+// scalar loops). They do the same IEEE double operations in the same order, 8 lanes at a time, and round
+// with round_bf16's / e4m3_round's own integer rounding of the bits; a vector with a lane outside the
+// target format's normal range (subnormal, overflow, infinity, NaN) rounds its lanes with the scalar
+// functions. So the results are those of the scalar code, bit for bit (tests/unit/ops_avx512_test.cpp).
+// Callers check ops_avx512_available() first.
+#pragma once
+
+#include <cstdint>
+
+#include "model/ops.h"
+
+namespace deepinfer {
+
+bool ops_avx512_available();
+
+// hc_expand_columns (ops.h), columns [i0, i1).
+void hc_expand_columns_avx512(const float* h, const float* x, const HcCoefficients& c, int64_t n, int64_t i0, int64_t i1,
+                              float* h_out);
+// head_rms_normalize (ops.h).
+void head_rms_normalize_avx512(float* q, int64_t n_heads, int64_t head_dim, double eps);
+// The largest |x[i]| of n floats, NaNs skipped; 0 when there is none.
+float abs_max_avx512(const float* x, int64_t n);
+// The elementwise part of qdq_fp8 for one block with scale s: x[i] = f32(e4m3_round(x[i] / s) * s).
+void qdq_fp8_block_avx512(float* x, int64_t n, double s);
+
+}  // namespace deepinfer

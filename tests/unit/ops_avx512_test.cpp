@@ -1,0 +1,157 @@
+// The AVX-512 per-token ops (ops_avx512.h) against the contract written out here with the scalar rounding
+// functions: bit for bit the same outputs, on values drawn across every binade a float has, so that vectors
+// mixing bf16-normal lanes with subnormal, overflowing, infinite and zero lanes (the lane-by-lane fallback)
+// are common, and on plain normal activations (the fast path). Lengths that are not multiples of 8 cover
+// the masked tails.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtypes.h"
+#include "model/ops.h"
+#include "model/ops_avx512.h"
+
+namespace deepinfer {
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// Floats of either sign whose exponents span the whole range (subnormals, zeros and infinities included)
+// with probability `wild`, else normal(0, 1) activations; a tenth of those are exact ties of the bf16 or the
+// e4m3 rounding (only the round-half-even rule decides them).
+std::vector<float> draw(std::mt19937& rng, int64_t n, double wild) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> exponent(-150, 130);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) {
+    if (u(rng) >= wild) {
+      x = normal(rng);
+      const double t = u(rng);
+      if (t < 0.05) x = bits_to_float((bits(x) & ~0xFFFFu) | 0x8000u);           // halfway between two bf16
+      else if (t < 0.1) x = bits_to_float((bits(x) & ~0xFFFFFu) | 0x80000u);   // halfway between two e4m3
+      continue;
+    }
+    const double r = u(rng);
+    x = r < 0.05 ? 0.0f : r < 0.08 ? INFINITY : float(std::ldexp(1.0 + u(rng), exponent(rng)));
+    if (u(rng) < 0.5) x = -x;
+  }
+  return v;
+}
+
+class OpsAvx512 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!ops_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F/VL";
+  }
+};
+
+TEST_F(OpsAvx512, HcExpandColumnsMatchesTheContract) {
+  std::mt19937 rng(11);
+  int64_t compared = 0;
+  for (double wild : {0.0, 0.3}) {
+    for (int64_t n : {4096, 37}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        const std::vector<float> h = draw(rng, 4 * n, wild), x = draw(rng, n, wild), coef = draw(rng, 20, wild / 3);
+        HcCoefficients c{};
+        for (int k = 0; k < 4; ++k) {  // every 4th call: h_out = x, so that x's ties reach the rounding
+          c.post[k] = rep % 4 == 0 ? 1.0f : coef[size_t(k)];
+          for (int j = 0; j < 4; ++j) c.comb[j][k] = rep % 4 == 0 ? 0.0f : coef[size_t(4 + 4 * j + k)];
+        }
+        const int64_t i0 = rep % 3, i1 = n - rep % 5;
+        std::vector<float> got(size_t(4 * n), -7.0f), want(size_t(4 * n), -7.0f);
+        hc_expand_columns_avx512(h.data(), x.data(), c, n, i0, i1, got.data());
+        for (int k = 0; k < 4; ++k) {
+          for (int64_t i = i0; i < i1; ++i) {
+            double acc = double(c.post[k]) * x[size_t(i)];
+            for (int j = 0; j < 4; ++j) acc += double(c.comb[j][k]) * h[size_t(j * n + i)];
+            want[size_t(k * n + i)] = round_bf16(acc);
+          }
+        }
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (std::isnan(want[i])) {
+            ASSERT_TRUE(std::isnan(got[i])) << i;
+          } else {
+            ASSERT_EQ(bits(got[i]), bits(want[i])) << "wild " << wild << " n " << n << " element " << i;
+          }
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 600000);
+}
+
+TEST_F(OpsAvx512, HeadRmsNormalizeMatchesTheScalarContract) {
+  std::mt19937 rng(12);
+  for (double wild : {0.0, 0.2}) {
+    for (int64_t head_dim : {512, 128, 61}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        std::vector<float> q = draw(rng, 8 * head_dim, wild);
+        if (wild > 0) {  // no infinities here: they make every output of the head NaN
+          for (float& v : q) if (std::isinf(v)) v = 3.0f;
+        }
+        std::vector<float> want = q;
+        for (int64_t hd = 0; hd < 8; ++hd) {
+          float* x = want.data() + hd * head_dim;
+          double sum = 0;
+          for (int64_t i = 0; i < head_dim; ++i) sum += double(round_bf16(double(x[i]) * x[i]));
+          const double ms = round_bf16(sum / double(head_dim));
+          const double r = round_bf16(1.0 / std::sqrt(double(round_bf16(ms + 1e-6))));
+          for (int64_t i = 0; i < head_dim; ++i) x[i] = round_bf16(double(x[i]) * r);
+        }
+        head_rms_normalize_avx512(q.data(), 8, head_dim, 1e-6);
+        for (size_t i = 0; i < q.size(); ++i) {
+          if (std::isnan(want[i])) {
+            ASSERT_TRUE(std::isnan(q[i])) << i;
+          } else {
+            ASSERT_EQ(bits(q[i]), bits(want[i])) << "wild " << wild << " head_dim " << head_dim << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(OpsAvx512, QdqFp8BlockMatchesTheContract) {
+  std::mt19937 rng(13);
+  for (double wild : {0.0, 0.3}) {
+    for (int64_t n : {128, 64, 45}) {
+      for (int rep = 0; rep < 200; ++rep) {
+        std::vector<float> x = draw(rng, n, wild);
+        const double s = std::ldexp(1.0, rep % 40 - 20);
+        std::vector<float> want = x;
+        for (float& v : want) v = float(e4m3_round(double(v) / s) * s);
+        qdq_fp8_block_avx512(x.data(), n, s);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(bits(x[size_t(i)]), bits(want[size_t(i)])) << "wild " << wild << " s " << s << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(OpsAvx512, AbsMaxSkipsNaNsLikeTheScalarLoop) {
+  std::mt19937 rng(14);
+  for (double wild : {0.0, 0.3}) {
+    for (int64_t n : {128, 64, 45, 1, 0}) {
+      for (int rep = 0; rep < 200; ++rep) {
+        std::vector<float> x = draw(rng, n, wild);
+        if (n > 0 && rep % 3 == 0) x[size_t(rep) % size_t(n)] = NAN;
+        double want = 0;  // the scalar loop of block_amax (ops.cpp) from a floor of 0
+        for (float v : x) want = std::max(want, std::fabs(double(v)));
+        ASSERT_EQ(double(abs_max_avx512(x.data(), n)), want) << "n " << n << " rep " << rep;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
