@@ -27,7 +27,7 @@ void rmsnorm(const float* x, const uint16_t* weight, int64_t n, double eps, floa
   double sq = 0;
   for (int64_t i = 0; i < n; ++i) sq += double(x[i]) * x[i];
   const double r = std::sqrt(sq / double(n) + eps);
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = ops_avx512_available() ? rmsnorm_scale_avx512(x, weight, n, r, out) : 0; i < n; ++i) {
     const double w = weight ? double(bf16_to_float(weight[i])) : 1.0;
     out[i] = round_bf16(w * x[i] / r);
   }
@@ -223,6 +223,7 @@ void hc_head_pre(const float* mixes, const float* scale, const float* base, doub
 }
 
 void hc_collapse(const float* h, const float* pre, int64_t n, float* u) {
+  if (ops_avx512_available()) return hc_collapse_avx512(h, pre, n, u);
   for (int64_t i = 0; i < n; ++i) {
     double acc = 0;
     for (int k = 0; k < 4; ++k) acc += double(pre[k]) * h[k * n + i];

@@ -90,6 +90,31 @@ void hc_expand_columns_avx512(const float* h, const float* x, const HcCoefficien
   }
 }
 
+void hc_collapse_avx512(const float* h, const float* pre, int64_t n, float* u) {
+  __m512d p[4];
+  for (int k = 0; k < 4; ++k) p[k] = _mm512_set1_pd(double(pre[k]));
+  for (int64_t i = 0; i < n; i += 8) {
+    const __mmask8 m = tail_mask(n - i);
+    __m512d acc = _mm512_setzero_pd();  // from +0, as the scalar loop: a -0 sum comes out +0
+    for (int k = 0; k < 4; ++k) acc = _mm512_add_pd(acc, _mm512_mul_pd(p[k], load_pd(h + k * n + i, m)));
+    store_ps(u + i, m, round_bf16_pd(acc));
+  }
+}
+
+int64_t rmsnorm_scale_avx512(const float* x, const uint16_t* weight, int64_t n, double r, float* out) {
+  const __m512d rv = _mm512_set1_pd(r);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m512d w = _mm512_set1_pd(1.0);
+    if (weight) {  // 8 bf16 weights: their bits in the high half of fp32 lanes
+      const __m256i bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(weight + i)));
+      w = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)));
+    }
+    store_ps(out + i, 0xFF, round_bf16_pd(_mm512_div_pd(_mm512_mul_pd(w, load_pd(x + i, 0xFF)), rv)));
+  }
+  return i;
+}
+
 void head_rms_normalize_avx512(float* q, int64_t n_heads, int64_t head_dim, double eps) {
   for (int64_t hd = 0; hd < n_heads; ++hd) {
     float* x = q + hd * head_dim;

@@ -1,4 +1,4 @@
-// AVX-512 versions of the hottest exact per-token ops of ops.cpp (a prefill spent ~6% of its time in their
+// AVX-512 versions of the hottest exact per-token ops of ops.cpp (a prefill spent ~7% of its time in their
 // scalar loops). They do the same IEEE double operations in the same order, 8 lanes at a time, and round
 // with round_bf16's / e4m3_round's own integer rounding of the bits; a vector with a lane outside the
 // target format's normal range (subnormal, overflow, infinity, NaN) rounds its lanes with the scalar
@@ -17,6 +17,10 @@ bool ops_avx512_available();
 // hc_expand_columns (ops.h), columns [i0, i1).
 void hc_expand_columns_avx512(const float* h, const float* x, const HcCoefficients& c, int64_t n, int64_t i0, int64_t i1,
                               float* h_out);
+// hc_collapse (ops.h).
+void hc_collapse_avx512(const float* h, const float* pre, int64_t n, float* u);
+// rmsnorm's (ops.h) outputs out[i] = bf16(w[i] * x[i] / r) for the first n / 8 * 8 elements; returns how many.
+int64_t rmsnorm_scale_avx512(const float* x, const uint16_t* weight, int64_t n, double r, float* out);
 // head_rms_normalize (ops.h).
 void head_rms_normalize_avx512(float* q, int64_t n_heads, int64_t head_dim, double eps);
 // The largest |x[i]| of n floats, NaNs skipped; 0 when there is none.

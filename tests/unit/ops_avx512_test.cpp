@@ -89,6 +89,64 @@ TEST_F(OpsAvx512, HcExpandColumnsMatchesTheContract) {
   EXPECT_GT(compared, 600000);
 }
 
+TEST_F(OpsAvx512, HcCollapseMatchesTheContract) {
+  std::mt19937 rng(15);
+  for (double wild : {0.0, 0.3}) {
+    for (int64_t n : {4096, 29}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        const std::vector<float> h = draw(rng, 4 * n, wild);
+        std::vector<float> pre = draw(rng, 4, wild / 3);
+        if (rep % 4 == 0) pre = {1.0f, 0.0f, 0.0f, 0.0f};  // u = h's first copy: its ties reach the rounding
+        std::vector<float> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+        hc_collapse_avx512(h.data(), pre.data(), n, got.data());
+        for (int64_t i = 0; i < n; ++i) {
+          double acc = 0;
+          for (int k = 0; k < 4; ++k) acc += double(pre[size_t(k)]) * h[size_t(k * n + i)];
+          want[size_t(i)] = round_bf16(acc);
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          if (std::isnan(want[size_t(i)])) {
+            ASSERT_TRUE(std::isnan(got[size_t(i)])) << i;
+          } else {
+            ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << "wild " << wild << " n " << n << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(OpsAvx512, RmsnormScaleMatchesTheContract) {
+  std::mt19937 rng(16);
+  std::uniform_int_distribution<int> bf16(0, 0xFFFF);
+  for (double wild : {0.0, 0.3}) {
+    for (int64_t n : {4096, 61}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        const std::vector<float> x = draw(rng, n, wild);
+        std::vector<uint16_t> weight(static_cast<size_t>(n));
+        for (auto& w : weight) w = uint16_t(bf16(rng));
+        const double r = std::ldexp(1.0 + rep / 20.0, rep % 7 - 3);
+        const uint16_t* wp = rep % 2 ? weight.data() : nullptr;
+        std::vector<float> got(size_t(n), -7.0f);
+        const int64_t done = rmsnorm_scale_avx512(x.data(), wp, n, r, got.data());
+        ASSERT_EQ(done, n / 8 * 8);
+        for (int64_t i = 0; i < done; ++i) {
+          const double w = wp ? double(bf16_to_float(wp[i])) : 1.0;
+          const float want = round_bf16(w * x[size_t(i)] / r);
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(got[size_t(i)])) << i;
+          } else {
+            ASSERT_EQ(bits(got[size_t(i)]), bits(want)) << "wild " << wild << " element " << i;
+          }
+        }
+        if (n % 8) {
+          EXPECT_EQ(got[size_t(n - 1)], -7.0f) << "the tail is the caller's";
+        }
+      }
+    }
+  }
+}
+
 TEST_F(OpsAvx512, HeadRmsNormalizeMatchesTheScalarContract) {
   std::mt19937 rng(12);
   for (double wild : {0.0, 0.2}) {
