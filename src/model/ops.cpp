@@ -21,6 +21,12 @@ double block_amax(const float* x, int64_t b0, int64_t b1, double floor_value) {
   for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(double(x[i])));
   return amax;
 }
+
+// One fp8 QDQ block with scale s: x[i] = f32(e4m3_round(x[i] / s) * s).
+void qdq_fp8_block(float* x, int64_t n, double s) {
+  if (ops_avx512_available()) return qdq_fp8_block_avx512(x, n, s);
+  for (int64_t i = 0; i < n; ++i) x[i] = float(e4m3_round(double(x[i]) / s) * s);
+}
 }  // namespace
 
 void rmsnorm(const float* x, const uint16_t* weight, int64_t n, double eps, float* out) {
@@ -38,11 +44,7 @@ void qdq_fp8(float* x, int64_t n, int64_t block) {
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const int64_t b1 = std::min(n, b0 + block);
     const double s = pow2_scale_at_least(block_amax(x, b0, b1, min_amax), 448.0);
-    if (ops_avx512_available()) {
-      qdq_fp8_block_avx512(x + b0, b1 - b0, s);
-      continue;
-    }
-    for (int64_t i = b0; i < b1; ++i) x[i] = float(e4m3_round(double(x[i]) / s) * s);
+    qdq_fp8_block(x + b0, b1 - b0, s);
   }
 }
 
@@ -70,11 +72,7 @@ void qdq_fp8_v41(float* x, int64_t n, int64_t block) {
     const int64_t b1 = std::min(n, b0 + block);
     const float amax = float(block_amax(x, b0, b1, double(1e-4f)));
     const double s = pow2ceil(double(amax * inv448));  // fp32 multiply, as the kernel does
-    if (ops_avx512_available()) {
-      qdq_fp8_block_avx512(x + b0, b1 - b0, s);
-      continue;
-    }
-    for (int64_t i = b0; i < b1; ++i) x[i] = float(e4m3_round(double(x[i]) / s) * s);
+    qdq_fp8_block(x + b0, b1 - b0, s);
   }
 }
 

@@ -45,14 +45,20 @@ inline bool all_in_range(__m512d v, int64_t lo, int64_t hi) {
   return __mmask8(ok | _mm512_cmp_pd_mask(v, _mm512_setzero_pd(), _CMP_EQ_OQ)) == 0xFF;
 }
 
+// f applied to each of the 8 lanes: the scalar fallback of the rounding helpers below.
+template <class F>
+inline __m512d each_lane(__m512d v, F f) {
+  alignas(64) double d[8];
+  _mm512_store_pd(d, v);
+  for (double& x : d) x = f(x);
+  return _mm512_load_pd(d);
+}
+
 // round_bf16 of 8 lanes, as doubles. The fast path is its bf16-normal branch without overflow
 // (2^-126 <= |v| < 2^127, where rounding cannot pass the largest bf16); other vectors go lane by lane.
 inline __m512d round_bf16_pd(__m512d v) {
   if (all_in_range(v, 1023 - 126, 1023 + 126)) return round_mantissa_pd<7>(v);
-  alignas(64) double d[8];
-  _mm512_store_pd(d, v);
-  for (double& x : d) x = double(round_bf16(x));
-  return _mm512_load_pd(d);
+  return each_lane(v, [](double x) { return double(round_bf16(x)); });
 }
 
 // e4m3_round of 8 lanes: its e4m3-normal branch (finite, |v| >= 2^-6), clamped to +-448.
@@ -61,10 +67,7 @@ inline __m512d e4m3_round_pd(__m512d v) {
     const __m512d r = round_mantissa_pd<3>(v);
     return _mm512_min_pd(_mm512_max_pd(r, _mm512_set1_pd(-448.0)), _mm512_set1_pd(448.0));
   }
-  alignas(64) double d[8];
-  _mm512_store_pd(d, v);
-  for (double& x : d) x = e4m3_round(x);
-  return _mm512_load_pd(d);
+  return each_lane(v, [](double x) { return e4m3_round(x); });
 }
 
 inline __mmask8 tail_mask(int64_t left) { return left >= 8 ? __mmask8(0xFF) : __mmask8((1u << left) - 1u); }
