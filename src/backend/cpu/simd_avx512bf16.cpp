@@ -1,9 +1,12 @@
-// The AVX512-BF16 kernel family: bf16 weights as stored, activations / kv rows / queries packed as bf16 (the
+// The AVX512-BF16 kernel families: bf16 weights as stored, activations / kv rows / queries packed as bf16 (the
 // caller's values are bf16 already; the drivers fall back to the fp32 family otherwise), products summed by
-// vdpbf16ps in fp32. It takes no FP8 or FP4 weights: linear_fast hands those to the fp32 AVX-512 family.
-// On Intel, vdpbf16ps retires one per ~2.1 cycles and holds both vector ports meanwhile (32 products, where
-// two FMAs give 32 in one cycle), so decoding e4m3 / e2m1 codes exactly to fp32 and using FMA is faster there,
-// at every token count (kernel_bench: fp8 GEMV 11.4 -> 13.4 GB/s per core, 512-token GEMM level).
+// vdpbf16ps in fp32. kAvx512Bf16 (S) takes no FP8 or FP4 weights: linear_fast hands those to the fp32 AVX-512
+// family. On Intel, vdpbf16ps retires one per ~2.1 cycles and holds both vector ports meanwhile (32 products,
+// where two FMAs give 32 in one cycle), so decoding e4m3 / e2m1 codes exactly to fp32 and using FMA is faster
+// there, at every token count (kernel_bench: fp8 GEMV 11.4 -> 13.4 GB/s per core, 512-token GEMM level).
+// On AMD Zen 4, whose 512-bit FMAs take two passes of 256-bit units, vdpbf16ps runs at twice the fp32 FMA
+// rate: kAvx512Bf16Fp8 (SFp8) also takes FP8 weights, decoded exactly to bf16 (fp8 GEMM with 512 tokens
+// ~1.8x, 1-token GEMV ~1.3x there). FP4 stays on fp32 FMA in both.
 // vdpbf16ps treats bf16 operands below 2^-126 as zero: such a term is < 2^-126 * |other factor|, far below
 // the fp32 accumulation error of any sum these ops produce.
 #include <immintrin.h>
@@ -157,6 +160,26 @@ struct S : Avx512Ops {
   static W pv_p(const PvRow* row, int64_t jp) { return (W)_mm512_set1_epi32(int(row[jp])); }
 };
 
+// The bf16 family that also takes FP8 weights: e4m3 codes times their power-of-two block scale are decoded
+// exactly (as the fp32 family does), then converted to bf16, which holds every such value exactly (3 mantissa
+// bits; a product below 2^-126 becomes 0, as vdpbf16ps treats such operands anyway). No decode_fp8_raw: the
+// scaled-x direct mode would put codes below 2^-126 before the scale is applied.
+struct SFp8 : S {
+  static __m512 fp8_raw(const uint8_t* p) {
+    const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u))));
+  }
+  static W decode_fp8(const uint8_t* p, float mult) {
+    const __m512 m = _mm512_set1_ps(mult);
+    return _mm512_cvtne2ps_pbh(_mm512_mul_ps(fp8_raw(p + 16), m), _mm512_mul_ps(fp8_raw(p), m));
+  }
+  static W decode_fp8_wide(const uint8_t* p, float mult) {
+    const __m512 rebias = _mm512_set1_ps(0x1p120f), m = _mm512_set1_ps(mult);
+    return _mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_mul_ps(fp8_raw(p + 16), rebias), m),
+                               _mm512_mul_ps(_mm512_mul_ps(fp8_raw(p), rebias), m));
+  }
+};
+
 }  // namespace deepinfer::cpu::avx512bf16
 
 namespace deepinfer::cpu::avx512bf16 {
@@ -186,6 +209,14 @@ void index_scores(const void* keys, const void* q, const float* weights, int64_t
                                j0, j1, dots, scores);
 }
 }  // namespace
+
+const SimdKernels kSimdKernelsAvx512Bf16Fp8 = {
+    SimdLevel::kAvx512Bf16Fp8, S16::kChunk, 2, S16::kPairedV, S16::kDirectT, S16::kTileT,
+    fam::supports<avx512bf16::SFp8>, S16::pack_x, fam::tile<avx512bf16::SFp8>, fam::tile_x<avx512bf16::SFp8>,
+    dot_tiles,
+    fam::attention_pack_kv<S16>, fam::attention_pack_q<S16>, fam::attention_attend<S16>,
+    index_scores, fam::sum_squares<S16>,
+};
 
 const SimdKernels kSimdKernelsAvx512Bf16 = {
     SimdLevel::kAvx512Bf16, S16::kChunk, 2, S16::kPairedV, S16::kDirectT, S16::kTileT,

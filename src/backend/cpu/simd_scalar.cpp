@@ -123,12 +123,14 @@ const SimdKernels& simd_kernels(SimdLevel level) {
     case SimdLevel::kAvx2: return kSimdKernelsAvx2;
     case SimdLevel::kAvx512: return kSimdKernelsAvx512;
     case SimdLevel::kAvx512Bf16: return kSimdKernelsAvx512Bf16;
+    case SimdLevel::kAvx512Bf16Fp8: return kSimdKernelsAvx512Bf16Fp8;
   }
   return kSimdKernelsScalar;
 }
 
 const SimdKernels& fp32_simd_kernels(SimdLevel level) {
-  return simd_kernels(level == SimdLevel::kAvx512Bf16 ? SimdLevel::kAvx512 : level);
+  const bool bf16 = level == SimdLevel::kAvx512Bf16 || level == SimdLevel::kAvx512Bf16Fp8;
+  return simd_kernels(bf16 ? SimdLevel::kAvx512 : level);
 }
 
 }  // namespace deepinfer::cpu
