@@ -10,7 +10,7 @@ const char* simd_level_name(SimdLevel level) {
     case SimdLevel::kAvx2: return "avx2";
     case SimdLevel::kAvx512: return "avx512";
     case SimdLevel::kAvx512Bf16: return "avx512bf16";
-    case SimdLevel::kAvx512Bf16Fp8: return "avx512bf16fp8";
+    case SimdLevel::kAvx512Bf16Quant: return "avx512bf16quant";
   }
   return "?";
 }
@@ -26,7 +26,7 @@ bool simd_level_supported(SimdLevel level) {
     case SimdLevel::kAvx2: return avx2;
     case SimdLevel::kAvx512: return avx512;
     case SimdLevel::kAvx512Bf16:
-    case SimdLevel::kAvx512Bf16Fp8:
+    case SimdLevel::kAvx512Bf16Quant:
       return avx512 && __builtin_cpu_supports("avx512bf16");
   }
   return false;
@@ -38,7 +38,7 @@ bool simd_level_supported(SimdLevel level) {
 SimdLevel best_simd_level() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  if (simd_level_supported(SimdLevel::kAvx512Bf16Fp8) && __builtin_cpu_is("amd")) return SimdLevel::kAvx512Bf16Fp8;
+  if (simd_level_supported(SimdLevel::kAvx512Bf16Quant) && __builtin_cpu_is("amd")) return SimdLevel::kAvx512Bf16Quant;
 #endif
   for (SimdLevel level : {SimdLevel::kAvx512Bf16, SimdLevel::kAvx512, SimdLevel::kAvx2}) {
     if (simd_level_supported(level)) return level;

@@ -12,15 +12,15 @@ enum class SimdLevel {
   kAvx512,      // avx512 f/bw/vl/dq: fp32 FMA on 16 lanes
   kAvx512Bf16,  // kAvx512 + avx512_bf16: bf16 dot products (vdpbf16ps), fp32 accumulation, for bf16 weights
                 //   (FP8 / FP4 weights run on the kAvx512 family)
-  kAvx512Bf16Fp8,  // kAvx512Bf16 whose bf16 dot products also take FP8 weights (decoded exactly to bf16); FP4
-                   //   weights run on the kAvx512 family. The best level where vdpbf16ps is fast (AMD Zen 4 on)
+  kAvx512Bf16Quant,  // kAvx512Bf16 whose bf16 dot products also take FP8 and FP4 weights (decoded exactly to
+                     //   bf16): the best level where vdpbf16ps is fast (AMD Zen 4 on)
 };
 
 const char* simd_level_name(SimdLevel level);
 bool simd_level_supported(SimdLevel level);
-// The best supported level: kAvx512Bf16Fp8 where vdpbf16ps runs at twice the fp32 FMA rate (AMD: Zen 4
+// The best supported level: kAvx512Bf16Quant where vdpbf16ps runs at twice the fp32 FMA rate (AMD: Zen 4
 // measured 461 against 230 GFLOP/s on 2 cores), kAvx512Bf16 on other AVX512-BF16 CPUs (Intel: the
-// reverse, 160-204 against 330-442, so FP8 weights are faster on fp32 FMA there).
+// reverse, 160-204 against 330-442, so FP8 and FP4 weights are faster on fp32 FMA there).
 SimdLevel best_simd_level();
 
 }  // namespace deepinfer

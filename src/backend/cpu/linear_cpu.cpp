@@ -73,9 +73,8 @@ PreparedLinear prepare(const LinearParams& p, SimdLevel level, WorkerPool& pool,
   PreparedLinear pl;
   pl.p = &p;
   if (p.n_tokens <= 0 || p.n_rows <= 0) return pl;
-  // A weight the level's family does not take (the bf16 families: FP4, and FP8 below kAvx512Bf16Fp8) goes to the
-  // fp32 family of the same width for every token count, so a token's sums never depend on the batch; the scalar
-  // family takes the rest.
+  // A weight the level's family does not take (kAvx512Bf16: FP8 and FP4) goes to the fp32 family of the same
+  // width for every token count, so a token's sums never depend on the batch; the scalar family takes the rest.
   pl.ks = &simd_kernels(level);
   if (!pl.ks->supports(w)) pl.ks = &fp32_simd_kernels(level);
   if (!pl.ks->supports(w)) pl.ks = &kSimdKernelsScalar;

@@ -5,8 +5,8 @@
 // where two FMAs give 32 in one cycle), so decoding e4m3 / e2m1 codes exactly to fp32 and using FMA is faster
 // there, at every token count (kernel_bench: fp8 GEMV 11.4 -> 13.4 GB/s per core, 512-token GEMM level).
 // On AMD Zen 4, whose 512-bit FMAs take two passes of 256-bit units, vdpbf16ps runs at twice the fp32 FMA
-// rate: kAvx512Bf16Fp8 (SFp8) also takes FP8 weights, decoded exactly to bf16 (fp8 GEMM with 512 tokens
-// ~1.8x, 1-token GEMV ~1.3x there). FP4 stays on fp32 FMA in both.
+// rate: kAvx512Bf16Quant (SQuant) also takes FP8 and FP4 weights, decoded exactly to bf16 (kernel_bench, 2
+// threads: fp8 GEMM with 512 tokens ~1.8x, an FP4 expert with 12 tokens ~1.5x; the 1-token GEMVs about even).
 // vdpbf16ps treats bf16 operands below 2^-126 as zero: such a term is < 2^-126 * |other factor|, far below
 // the fp32 accumulation error of any sum these ops produce.
 #include <immintrin.h>
@@ -57,13 +57,26 @@ inline __m256i to_bf16_bits(__m512 v, __mmask16* bad) {
   return _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16));
 }
 
+// Lanes [0, n) of a 16-lane mask, n clamped to [0, 16].
+inline __mmask16 first_lanes(int64_t n) { return __mmask16(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1u); }
+
 bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride, bool fp4_order,
             void* out) {
-  DI_CHECK_MSG(!fp4_order, "the bf16 family takes no FP4 weights");
   __mmask16 bad = 0;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   for (int64_t t = t0; t < t1; ++t) {
     const float* src = x + t * x_stride;
     uint16_t* dst = static_cast<uint16_t*>(out) + t * out_stride;
+    if (fp4_order) {  // each 32-element chunk: its even elements, then its odd ones (the packed nibbles' order)
+      for (int64_t i = 0; i < out_stride; i += 32) {
+        const __m512 a = _mm512_maskz_loadu_ps(first_lanes(k - i), src + i);
+        const __m512 b = _mm512_maskz_loadu_ps(first_lanes(k - i - 16), src + i + 16);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), to_bf16_bits(_mm512_permutex2var_ps(a, even, b), &bad));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 16), to_bf16_bits(_mm512_permutex2var_ps(a, odd, b), &bad));
+      }
+      continue;
+    }
     for (int64_t i = 0; i < out_stride; i += 16) {
       const int64_t n = k - i < 16 ? (k - i > 0 ? k - i : 0) : 16;
       const __mmask16 m = __mmask16((1u << n) - 1u);
@@ -160,11 +173,11 @@ struct S : Avx512Ops {
   static W pv_p(const PvRow* row, int64_t jp) { return (W)_mm512_set1_epi32(int(row[jp])); }
 };
 
-// The bf16 family that also takes FP8 weights: e4m3 codes times their power-of-two block scale are decoded
-// exactly (as the fp32 family does), then converted to bf16, which holds every such value exactly (3 mantissa
-// bits; a product below 2^-126 becomes 0, as vdpbf16ps treats such operands anyway). No decode_fp8_raw: the
-// scaled-x direct mode would put codes below 2^-126 before the scale is applied.
-struct SFp8 : S {
+// The bf16 family that also takes FP8 and FP4 weights: e4m3 / e2m1 codes times their power-of-two block scale
+// are decoded exactly (as the fp32 family does), then converted to bf16, which holds every such value exactly
+// (3 / 1 mantissa bits; a product below 2^-126 becomes 0, as vdpbf16ps treats such operands anyway). No
+// decode_fp8_raw: the scaled-x direct mode would put codes below 2^-126 before the scale is applied.
+struct SQuant : S {
   static __m512 fp8_raw(const uint8_t* p) {
     const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u))));
@@ -177,6 +190,12 @@ struct SFp8 : S {
     const __m512 rebias = _mm512_set1_ps(0x1p120f), m = _mm512_set1_ps(mult);
     return _mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_mul_ps(fp8_raw(p + 16), rebias), m),
                                _mm512_mul_ps(_mm512_mul_ps(fp8_raw(p), rebias), m));
+  }
+  // 16 bytes = 32 codes: the even elements (low nibbles), then the odd ones (x is packed in the same order).
+  static W decode_fp4(const uint8_t* p, uint8_t scale) {
+    const __m512 table = _mm512_load_ps(kE2m1Scaled[scale].data());
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_cvtne2ps_pbh(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), _mm512_permutexvar_ps(v, table));
   }
 };
 
@@ -210,9 +229,9 @@ void index_scores(const void* keys, const void* q, const float* weights, int64_t
 }
 }  // namespace
 
-const SimdKernels kSimdKernelsAvx512Bf16Fp8 = {
-    SimdLevel::kAvx512Bf16Fp8, S16::kChunk, 2, S16::kPairedV, S16::kDirectT, S16::kTileT,
-    fam::supports<avx512bf16::SFp8>, S16::pack_x, fam::tile<avx512bf16::SFp8>, fam::tile_x<avx512bf16::SFp8>,
+const SimdKernels kSimdKernelsAvx512Bf16Quant = {
+    SimdLevel::kAvx512Bf16Quant, S16::kChunk, 2, S16::kPairedV, S16::kDirectT, S16::kTileT,
+    fam::supports<avx512bf16::SQuant>, S16::pack_x, fam::tile<avx512bf16::SQuant>, fam::tile_x<avx512bf16::SQuant>,
     dot_tiles,
     fam::attention_pack_kv<S16>, fam::attention_pack_q<S16>, fam::attention_attend<S16>,
     index_scores, fam::sum_squares<S16>,

@@ -106,7 +106,7 @@ struct SimdKernels {
 // The table of a level; the level must be supported by this CPU.
 const SimdKernels& simd_kernels(SimdLevel level);
 // The fp32 family of the level's width (the AVX-512 one for the bf16 levels; the level's own otherwise): it takes
-// the weights and activations the bf16 family does not (FP4 weights, FP8 ones below kAvx512Bf16Fp8, activations
+// the weights and activations the bf16 family does not (FP8 and FP4 weights below kAvx512Bf16Quant, activations
 // that are not bf16 values).
 const SimdKernels& fp32_simd_kernels(SimdLevel level);
 
@@ -114,7 +114,7 @@ extern const SimdKernels kSimdKernelsScalar;
 extern const SimdKernels kSimdKernelsAvx2;
 extern const SimdKernels kSimdKernelsAvx512;
 extern const SimdKernels kSimdKernelsAvx512Bf16;
-extern const SimdKernels kSimdKernelsAvx512Bf16Fp8;
+extern const SimdKernels kSimdKernelsAvx512Bf16Quant;
 
 // e8m0 byte -> its float value (2^(byte-127); byte 0 = 2^-127, 255 = NaN).
 extern const std::array<float, 256> kE8m0Values;

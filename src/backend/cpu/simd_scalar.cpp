@@ -123,13 +123,13 @@ const SimdKernels& simd_kernels(SimdLevel level) {
     case SimdLevel::kAvx2: return kSimdKernelsAvx2;
     case SimdLevel::kAvx512: return kSimdKernelsAvx512;
     case SimdLevel::kAvx512Bf16: return kSimdKernelsAvx512Bf16;
-    case SimdLevel::kAvx512Bf16Fp8: return kSimdKernelsAvx512Bf16Fp8;
+    case SimdLevel::kAvx512Bf16Quant: return kSimdKernelsAvx512Bf16Quant;
   }
   return kSimdKernelsScalar;
 }
 
 const SimdKernels& fp32_simd_kernels(SimdLevel level) {
-  const bool bf16 = level == SimdLevel::kAvx512Bf16 || level == SimdLevel::kAvx512Bf16Fp8;
+  const bool bf16 = level == SimdLevel::kAvx512Bf16 || level == SimdLevel::kAvx512Bf16Quant;
   return simd_kernels(bf16 ? SimdLevel::kAvx512 : level);
 }
 
