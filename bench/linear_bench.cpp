@@ -101,7 +101,7 @@ void decode_args(benchmark::internal::Benchmark* b) {
   }
   b->Args({3, kFp4, 2048, 4096, 4, 32, 0});          // batched decode
   b->Args({3, kFp8, 32768, 1024, 16, 4, 0});
-  // Level 4 (avx512bf16quant) differs from level 3 only in its FP8 weights (vdpbf16ps instead of fp32 FMA).
+  // Level 4 (avx512bf16quant) differs from level 3 only in its FP8 and FP4 weights (vdpbf16ps, not fp32 FMA).
   for (int64_t threads : {1, 0}) b->Args({4, kFp8, 32768, 1024, 1, 4, threads});
   for (int64_t threads : {1, 0}) b->Args({4, kFp4, 2048, 4096, 1, 32, threads});
   b->Args({4, kFp8, 1024, 1024, 1, 1, 1});
@@ -123,7 +123,7 @@ void prefill_args(benchmark::internal::Benchmark* b) {
   b->Args({3, kBf16, 1024, 4096, 256, 1, 1});  // single-thread kernel efficiency, K = 4096 vs 1024
   b->Args({3, kBf16, 4096, 1024, 256, 1, 1});
   b->Args({2, kFp8, 4096, 4096, 48, 1, 1});  // single-thread, x (768 KB) L2-resident: the kernel without the x stream
-  for (int64_t threads : {1, 0}) b->Args({4, kFp8, 4096, 4096, 512, 1, threads});  // level 4: FP8 on vdpbf16ps
+  for (int64_t threads : {1, 0}) b->Args({4, kFp8, 4096, 4096, 512, 1, threads});  // level 4: FP8 / FP4 on vdpbf16ps
   for (int64_t threads : {1, 0}) b->Args({4, kFp4, 2048, 4096, 12, 32, threads});
   b->Args({4, kFp8, 32768, 1024, 512, 1, 0});
 }
