@@ -30,11 +30,6 @@ namespace deepinfer::cpu::avx512 {
 
 #include "backend/cpu/simd_avx512_ops.h"
 
-inline __m512 fp8_raw(__m128i bytes) {
-  const __m512i v = _mm512_cvtepi8_epi32(bytes);
-  return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u))));
-}
-
 inline __m512 bf16_to_f32(const uint16_t* p) {
   const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
@@ -68,28 +63,17 @@ struct S : Avx512Ops {
     _mm512_storeu_ps(p + 16, w.b);
   }
   static W decode_bf16(const uint16_t* p) { return {bf16_to_f32(p), bf16_to_f32(p + 16)}; }
-  static W decode_fp8(const uint8_t* p, float mult) {
-    const __m512 m = _mm512_set1_ps(mult);
-    return {_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), m),
-            _mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), m)};
-  }
+  static W decode_fp8(const uint8_t* p, float mult) { return {fp8_scaled(p, mult), fp8_scaled(p + 16, mult)}; }
   // The raw bits only (e4m3 value * 2^-120): the scaled-x direct mode multiplies x by 2^(s - 7) instead.
-  static W decode_fp8_raw(const uint8_t* p) {
-    return {fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
-            fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
-  }
+  static W decode_fp8_raw(const uint8_t* p) { return {fp8_raw(p), fp8_raw(p + 16)}; }
   static W decode_fp8_wide(const uint8_t* p, float mult) {
-    const __m512 rebias = _mm512_set1_ps(0x1p120f), m = _mm512_set1_ps(mult);
-    return {_mm512_mul_ps(_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), rebias), m),
-            _mm512_mul_ps(_mm512_mul_ps(fp8_raw(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), rebias), m)};
+    return {fp8_scaled_wide(p, mult), fp8_scaled_wide(p + 16, mult)};
   }
   // 16 bytes = 32 codes: a = even elements (low nibbles), b = odd elements.
-  // The table of the scale comes from kE2m1Scaled (a load, where multiplying the table by the scale here
-  // took one of the two vector ports that the decode and the FMAs share; same values).
   static W decode_fp4(const uint8_t* p, uint8_t scale) {
-    const __m512 table = _mm512_load_ps(kE2m1Scaled[scale].data());
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return {_mm512_permutexvar_ps(v, table), _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table)};
+    W w;
+    fp4_values(p, scale, &w.a, &w.b);
+    return w;
   }
   template <int R>
   static void reduce(const F* acc, float* out) {

@@ -1,5 +1,6 @@
 // fp32 vector operations on 16 lanes (AVX-512F), the part of an ISA traits struct that the AVX-512 and
-// AVX512-BF16 families share: arithmetic, bf16 rounding, fp32 exp. Included by simd_avx512.cpp and
+// AVX512-BF16 families share: arithmetic, bf16 rounding, fp32 exp, exact e4m3 / e2m1 decoding (the bf16
+// family converts the decoded values to bf16). Included by simd_avx512.cpp and
 // simd_avx512bf16.cpp INSIDE their target region and namespace; nowhere else (no include guard on purpose).
 //
 // exp: Cody-Waite reduction by ln 2 and the Cephes expf polynomial (about 1 ulp on the arguments used
@@ -26,6 +27,27 @@ struct Avx512Ops {
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
     const __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
     return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(int(0xffff0000u))));
+  }
+  // 16 e4m3 codes as their raw float bits: the code's value * 2^-120 (the e4m3 exponent lands in the float's
+  // low exponent bits).
+  static F fp8_raw(const uint8_t* p) {
+    const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u))));
+  }
+  // 16 e4m3 codes times mult = 2^(s - 7) for scale byte s <= 134 (linear_family.h): value * 2^(s - 127).
+  static F fp8_scaled(const uint8_t* p, float mult) { return _mm512_mul_ps(fp8_raw(p), _mm512_set1_ps(mult)); }
+  // The two-step decode for larger scale bytes: the value first, then times mult = 2^(s - 127).
+  static F fp8_scaled_wide(const uint8_t* p, float mult) {
+    return _mm512_mul_ps(_mm512_mul_ps(fp8_raw(p), _mm512_set1_ps(0x1p120f)), _mm512_set1_ps(mult));
+  }
+  // 16 bytes = 32 e2m1 codes times the e8m0 scale: *even = the low nibbles' values, *odd = the high ones'.
+  // The table of the scale comes from kE2m1Scaled (a load, where multiplying the table by the scale here
+  // took one of the two vector ports that the decode and the FMAs share; same values).
+  static void fp4_values(const uint8_t* p, uint8_t scale, F* even, F* odd) {
+    const __m512 table = _mm512_load_ps(kE2m1Scaled[scale].data());
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    *even = _mm512_permutexvar_ps(v, table);
+    *odd = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
   }
   static F fexp(F x) {
     const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_LT_OQ);

@@ -178,24 +178,18 @@ struct S : Avx512Ops {
 // (3 / 1 mantissa bits; a product below 2^-126 becomes 0, as vdpbf16ps treats such operands anyway). No
 // decode_fp8_raw: the scaled-x direct mode would put codes below 2^-126 before the scale is applied.
 struct SQuant : S {
-  static __m512 fp8_raw(const uint8_t* p) {
-    const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u))));
-  }
+  // cvtne2ps_pbh(hi, lo): the second operand's 16 values become elements 0-15.
   static W decode_fp8(const uint8_t* p, float mult) {
-    const __m512 m = _mm512_set1_ps(mult);
-    return _mm512_cvtne2ps_pbh(_mm512_mul_ps(fp8_raw(p + 16), m), _mm512_mul_ps(fp8_raw(p), m));
+    return _mm512_cvtne2ps_pbh(fp8_scaled(p + 16, mult), fp8_scaled(p, mult));
   }
   static W decode_fp8_wide(const uint8_t* p, float mult) {
-    const __m512 rebias = _mm512_set1_ps(0x1p120f), m = _mm512_set1_ps(mult);
-    return _mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_mul_ps(fp8_raw(p + 16), rebias), m),
-                               _mm512_mul_ps(_mm512_mul_ps(fp8_raw(p), rebias), m));
+    return _mm512_cvtne2ps_pbh(fp8_scaled_wide(p + 16, mult), fp8_scaled_wide(p, mult));
   }
   // 16 bytes = 32 codes: the even elements (low nibbles), then the odd ones (x is packed in the same order).
   static W decode_fp4(const uint8_t* p, uint8_t scale) {
-    const __m512 table = _mm512_load_ps(kE2m1Scaled[scale].data());
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm512_cvtne2ps_pbh(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), _mm512_permutexvar_ps(v, table));
+    F even, odd;
+    fp4_values(p, scale, &even, &odd);
+    return _mm512_cvtne2ps_pbh(odd, even);
   }
 };
 
