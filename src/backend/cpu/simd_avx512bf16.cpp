@@ -78,9 +78,8 @@ bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k,
       continue;
     }
     for (int64_t i = 0; i < out_stride; i += 16) {
-      const int64_t n = k - i < 16 ? (k - i > 0 ? k - i : 0) : 16;
-      const __mmask16 m = __mmask16((1u << n) - 1u);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), to_bf16_bits(_mm512_maskz_loadu_ps(m, src + i), &bad));
+      const __m512 v = _mm512_maskz_loadu_ps(first_lanes(k - i), src + i);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), to_bf16_bits(v, &bad));
     }
   }
   return bad == 0;
@@ -95,7 +94,7 @@ bool pack_v_pairs(const float* const* rows, int64_t r0, int64_t r1, int64_t head
     const float* b = rows[j + 1];
     uint32_t* dst = out + (j / 2) * head_dim;
     for (int64_t d = 0; d < head_dim; d += 16) {
-      const __mmask16 m = __mmask16(head_dim - d >= 16 ? 0xFFFF : (1u << (head_dim - d)) - 1u);
+      const __mmask16 m = first_lanes(head_dim - d);
       const __m512i va = a ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, a + d)) : _mm512_setzero_si512();
       const __m512i vb = b ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, b + d)) : _mm512_setzero_si512();
       bad = __mmask16(bad | _mm512_test_epi32_mask(_mm512_or_si512(va, vb), lo16));
