@@ -105,6 +105,7 @@ void decode_args(benchmark::internal::Benchmark* b) {
   for (int64_t threads : {1, 0}) b->Args({4, kFp8, 32768, 1024, 1, 4, threads});
   for (int64_t threads : {1, 0}) b->Args({4, kFp4, 2048, 4096, 1, 32, threads});
   b->Args({4, kFp8, 1024, 1024, 1, 1, 1});
+  b->Args({4, kFp4, 512, 4096, 1, 1, 1});
   b->Args({4, kFp8, 32768, 1024, 16, 4, 0});
 }
 

@@ -151,11 +151,13 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
 template <class S>
 constexpr bool kSplitChunks = requires { S::kParts; };
 
-// Rows per direct-kernel group for T tokens: S::kDirectR1 (when given) for a single token, whose few
-// accumulators would otherwise leave the FMA latency uncovered; S::kDirectR otherwise.
-template <class S, int T>
+// Rows per direct-kernel group for T tokens of dtype D: S::direct_rows_for(D, T) when S gives it; else
+// S::kDirectR1 (when given) for a single token, whose few accumulators would otherwise leave the FMA latency
+// uncovered; S::kDirectR otherwise. Any R gives the same sums (each row's accumulator adds its chunks in order).
+template <class S, DType D, int T>
 constexpr int direct_rows() {
-  if constexpr (T == 1 && requires { S::kDirectR1; }) return S::kDirectR1;
+  if constexpr (requires { S::direct_rows_for(D, T); }) return S::direct_rows_for(D, T);
+  else if constexpr (T == 1 && requires { S::kDirectR1; }) return S::kDirectR1;
   else return S::kDirectR;
 }
 
@@ -312,7 +314,7 @@ void direct_tokens(const RowSrc* rows, const uint8_t* const* tails, int64_t n_ro
     if (n_tokens != T) {
       return direct_tokens<S, D, kWide, kScaledX, T - 1>(rows, tails, n_rows, x, xs, n_tokens, n_full, has_tail, c, cs);
     }
-    constexpr int R = direct_rows<S, T>();
+    constexpr int R = direct_rows<S, D, T>();
     float part[T * R];
     for (int64_t r0 = 0; r0 < n_rows; r0 += R) {
       RowSrc grp[R];

@@ -122,12 +122,14 @@ struct S : Avx512Ops {
   static W decode_bf16(const uint16_t* p) { return load_w(p); }
   // No decode_fp8 / decode_fp4 (see the top of the file): FP8 and FP4 weights go to the fp32 AVX-512 family for
   // every token count, so a token's sums never depend on the batch.
+  // Every R sums a vector's lanes in reduce4's order (the tile kernels' R is 4), so that a row's result does
+  // not depend on how many rows its direct-kernel group has.
   template <int R>
   static void reduce(const F* acc, float* out) {
-    if constexpr (R == 4) {
-      _mm_storeu_ps(out, reduce4(acc[0], acc[1], acc[2], acc[3]));
+    if constexpr (R % 4 == 0) {
+      for (int r = 0; r < R; r += 4) _mm_storeu_ps(out + r, reduce4(acc[r], acc[r + 1], acc[r + 2], acc[r + 3]));
     } else {
-      for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+      for (int r = 0; r < R; ++r) out[r] = _mm_cvtss_f32(reduce4(acc[r], acc[r], acc[r], acc[r]));
     }
   }
   static bool pack_x(const float* x, int64_t xs, int64_t t0, int64_t t1, int64_t k, int64_t kp, bool fp4, void* out) {
@@ -177,6 +179,13 @@ struct S : Avx512Ops {
 // (3 / 1 mantissa bits; a product below 2^-126 becomes 0, as vdpbf16ps treats such operands anyway). No
 // decode_fp8_raw: the scaled-x direct mode would put codes below 2^-126 before the scale is applied.
 struct SQuant : S {
+  // A single token's bf16 and FP8 rows go one at a time, so that each thread reads one sequential stream:
+  // Zen 4 streams that far faster than 4 rows read chunk by chunk side by side (rows 1-8 KB apart). A 1 GB
+  // bf16 GEMV on 2 threads: 41-49 GB/s with 1 row, 28-35 with 4; kernel_bench, 2 threads: head slice 25-35
+  // -> 28-46 GB/s, FP8 wq_b 15-16 -> 21-23. FP4 keeps 4 rows: its 16-byte chunks are too short to cover the
+  // vdpbf16ps latency with one accumulator (1 row measured no faster). With 4 tokens, 1 row was slower
+  // (decode batch 4: 28 -> 22 tokens/s).
+  static constexpr int direct_rows_for(DType d, int t) { return t == 1 && d != DType::kI8 ? 1 : kDirectR; }
   // cvtne2ps_pbh(hi, lo): the second operand's 16 values become elements 0-15.
   static W decode_fp8(const uint8_t* p, float mult) {
     return _mm512_cvtne2ps_pbh(fp8_scaled(p + 16, mult), fp8_scaled(p, mult));
@@ -185,10 +194,16 @@ struct SQuant : S {
     return _mm512_cvtne2ps_pbh(fp8_scaled_wide(p + 16, mult), fp8_scaled_wide(p, mult));
   }
   // 16 bytes = 32 codes: the even elements (low nibbles), then the odd ones (x is packed in the same order).
+  // One vpermw looks all 32 up in the scale's bf16 row (kE2m1Bf16, the values fp4_values gives, as bf16):
+  // words 0-15 are the bytes, whose low five bits pick the low nibble's entry (the row repeats its 16
+  // values), words 16-31 the bytes >> 4. Three vector operations per 32 codes where decoding to fp32 and
+  // converting took six: an L2-resident FP4 GEMV on one core went from 12 to 21 GB/s.
   static W decode_fp4(const uint8_t* p, uint8_t scale) {
-    F even, odd;
-    fp4_values(p, scale, &even, &odd);
-    return _mm512_cvtne2ps_pbh(odd, even);
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(codes));  // the 16 bytes twice
+    const __m512i high_half_by_4 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i index = _mm512_srlv_epi16(bytes, high_half_by_4);
+    return (W)_mm512_permutexvar_epi16(index, _mm512_load_si512(kE2m1Bf16[scale].data()));
   }
 };
 

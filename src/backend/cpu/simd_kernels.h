@@ -122,5 +122,10 @@ extern const std::array<float, 256> kE8m0Values;
 // negatives), each the fp32 product code value * kE8m0Values[byte]; 64-byte aligned rows.
 struct alignas(64) E2m1ScaledRow : std::array<float, 16> {};
 extern const std::array<E2m1ScaledRow, 256> kE2m1Scaled;
+// The same values as bf16 bits for vpermw lookups: entries 0-15 are kE2m1Scaled's 16 (every one is a bf16
+// value: at most two significant bits), 16-31 repeat them, so that a byte's low five bits index it as its
+// low nibble alone. An fp32 value below 2^-126 becomes a signed zero (vdpbf16ps treats such operands as zero).
+struct alignas(64) E2m1Bf16Row : std::array<uint16_t, 32> {};
+extern const std::array<E2m1Bf16Row, 256> kE2m1Bf16;
 
 }  // namespace deepinfer::cpu

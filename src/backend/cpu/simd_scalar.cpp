@@ -3,6 +3,7 @@
 // token; dot products likewise. Sparse attention has no entry here: the driver's portable loop serves it.
 // Also owns the shared tables of simd_kernels.h and the level -> family table.
 #include <algorithm>
+#include <bit>
 #include <string>
 #include <cmath>
 #include <limits>
@@ -105,6 +106,20 @@ extern const std::array<E2m1ScaledRow, 256> kE2m1Scaled = []() constexpr {
   std::array<E2m1ScaledRow, 256> t{};
   for (size_t s = 0; s < 256; ++s)
     for (size_t c = 0; c < 16; ++c) t[s][c] = (c < 8 ? kCodes[c] : -kCodes[c - 8]) * scale[s];
+  return t;
+}();
+
+extern const std::array<E2m1Bf16Row, 256> kE2m1Bf16 = []() constexpr {
+  constexpr float kCodes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const std::array<float, 256> scale = make_e8m0_table();
+  std::array<E2m1Bf16Row, 256> t{};
+  for (size_t s = 0; s < 256; ++s) {
+    for (size_t c = 0; c < 32; ++c) {
+      const float v = (c % 16 < 8 ? kCodes[c % 8] : -kCodes[c % 8]) * scale[s];  // kE2m1Scaled[s][c % 16]
+      const uint32_t bits = std::bit_cast<uint32_t>(v);
+      t[s][c] = (bits & 0x7F800000u) == 0 ? uint16_t((bits >> 16) & 0x8000u) : uint16_t(bits >> 16);
+    }
+  }
   return t;
 }();
 
