@@ -175,8 +175,8 @@ struct S : Avx512Ops {
 };
 
 // The bf16 family that also takes FP8 and FP4 weights: e4m3 / e2m1 codes times their power-of-two block scale
-// are decoded exactly (as the fp32 family does), then converted to bf16, which holds every such value exactly
-// (3 / 1 mantissa bits; a product below 2^-126 becomes 0, as vdpbf16ps treats such operands anyway). No
+// become exact bf16 values (3 / 1 mantissa bits; a value below 2^-126 becomes 0, as vdpbf16ps treats such
+// operands anyway): e4m3 decoded as the fp32 family does, then converted; e2m1 looked up as bf16. No
 // decode_fp8_raw: the scaled-x direct mode would put codes below 2^-126 before the scale is applied.
 struct SQuant : S {
   // A single token's bf16 and FP8 rows go one at a time, so that each thread reads one sequential stream:
