@@ -153,7 +153,8 @@ constexpr bool kSplitChunks = requires { S::kParts; };
 
 // Rows per direct-kernel group for T tokens of dtype D: S::direct_rows_for(D, T) when S gives it; else
 // S::kDirectR1 (when given) for a single token, whose few accumulators would otherwise leave the FMA latency
-// uncovered; S::kDirectR otherwise. Any R gives the same sums (each row's accumulator adds its chunks in order).
+// uncovered; S::kDirectR otherwise. Any R gives the same sums: each row's accumulator adds its chunks in order,
+// and S::reduce<R> must sum a vector's lanes in the same order for every R.
 template <class S, DType D, int T>
 constexpr int direct_rows() {
   if constexpr (requires { S::direct_rows_for(D, T); }) return S::direct_rows_for(D, T);
