@@ -101,26 +101,27 @@ float scalar_sum_squares(const float* x, int64_t n) { return dot8(x, x, n); }
 
 extern const std::array<float, 256> kE8m0Values = make_e8m0_table();
 namespace {
-// e2m1 code c (0..15) times the e8m0 scale byte s, in fp32: the entries of kE2m1Scaled.
-constexpr float e2m1_scaled(size_t s, size_t c) {
+// e2m1 code c (0..15) times an e8m0 scale's value, in fp32: the entries of kE2m1Scaled.
+constexpr float e2m1_scaled(float scale, size_t c) {
   constexpr float kCodes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float v = c < 8 ? kCodes[c] : -kCodes[c - 8];
-  return v * make_e8m0_table()[s];
+  return (c < 8 ? kCodes[c] : -kCodes[c - 8]) * scale;
 }
 }  // namespace
 
 extern const std::array<E2m1ScaledRow, 256> kE2m1Scaled = []() constexpr {
+  const std::array<float, 256> scale = make_e8m0_table();
   std::array<E2m1ScaledRow, 256> t{};
   for (size_t s = 0; s < 256; ++s)
-    for (size_t c = 0; c < 16; ++c) t[s][c] = e2m1_scaled(s, c);
+    for (size_t c = 0; c < 16; ++c) t[s][c] = e2m1_scaled(scale[s], c);
   return t;
 }();
 
 extern const std::array<E2m1Bf16Row, 256> kE2m1Bf16 = []() constexpr {
+  const std::array<float, 256> scale = make_e8m0_table();
   std::array<E2m1Bf16Row, 256> t{};
   for (size_t s = 0; s < 256; ++s) {
     for (size_t c = 0; c < 32; ++c) {
-      const uint32_t bits = std::bit_cast<uint32_t>(e2m1_scaled(s, c % 16));
+      const uint32_t bits = std::bit_cast<uint32_t>(e2m1_scaled(scale[s], c % 16));
       t[s][c] = (bits & 0x7F800000u) == 0 ? uint16_t((bits >> 16) & 0x8000u) : uint16_t(bits >> 16);
     }
   }
