@@ -151,14 +151,13 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
 template <class S>
 constexpr bool kSplitChunks = requires { S::kParts; };
 
-// Rows per direct-kernel group for T tokens of dtype D: S::direct_rows_for(D, T) when S gives it; else
-// S::kDirectR1 (when given) for a single token, whose few accumulators would otherwise leave the FMA latency
-// uncovered; S::kDirectR otherwise. Any R gives the same sums: each row's accumulator adds its chunks in order,
-// and S::reduce<R> must sum a vector's lanes in the same order for every R.
+// Rows per direct-kernel group for T tokens of dtype D: S::direct_rows_for(D, T) when S gives it (e.g. more
+// rows for a single token, whose few accumulators would otherwise leave the FMA latency uncovered), S::kDirectR
+// otherwise. Any R gives the same sums: each row's accumulator adds its chunks in order, and S::reduce<R> must
+// sum a vector's lanes in the same order for every R.
 template <class S, DType D, int T>
 constexpr int direct_rows() {
   if constexpr (requires { S::direct_rows_for(D, T); }) return S::direct_rows_for(D, T);
-  else if constexpr (T == 1 && requires { S::kDirectR1; }) return S::kDirectR1;
   else return S::kDirectR;
 }
 

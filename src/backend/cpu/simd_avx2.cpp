@@ -119,7 +119,8 @@ struct S : Avx2Ops {
   static constexpr int64_t kChunk = 16;
   // Direct mode: 2 rows x up to 3 tokens, 4 rows for one token (decode). Tile mode: 2 rows x 6 tokens =
   // 12 accumulators, stepped one 8-lane half of a chunk at a time (kParts), which covers the FMA latency.
-  static constexpr int kDirectR = 2, kDirectR1 = 4, kDirectT = 3;
+  static constexpr int kDirectR = 2, kDirectT = 3;
+  static constexpr int direct_rows_for(DType, int t) { return t == 1 ? 4 : kDirectR; }
   static constexpr int kTileR = 2, kTileT = 6;
   static constexpr int kParts = 2;
   static constexpr bool kPairedV = false;
