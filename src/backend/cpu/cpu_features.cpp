@@ -25,9 +25,9 @@ bool simd_level_supported(SimdLevel level) {
     case SimdLevel::kScalar: return true;
     case SimdLevel::kAvx2: return avx2;
     case SimdLevel::kAvx512: return avx512;
-    case SimdLevel::kAvx512Bf16:
-    case SimdLevel::kAvx512Bf16Quant:
-      return avx512 && __builtin_cpu_supports("avx512bf16");
+    case SimdLevel::kAvx512Bf16: return avx512 && __builtin_cpu_supports("avx512bf16");
+    case SimdLevel::kAvx512Bf16Quant:  // its FP8 decode looks codes up with vpermi2b
+      return avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
   }
   return false;
 #else

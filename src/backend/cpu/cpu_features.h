@@ -12,8 +12,8 @@ enum class SimdLevel {
   kAvx512,      // avx512 f/bw/vl/dq: fp32 FMA on 16 lanes
   kAvx512Bf16,  // kAvx512 + avx512_bf16: bf16 dot products (vdpbf16ps), fp32 accumulation, for bf16 weights
                 //   (FP8 / FP4 weights run on the kAvx512 family)
-  kAvx512Bf16Quant,  // kAvx512Bf16 whose bf16 dot products also take FP8 and FP4 weights (decoded exactly to
-                     //   bf16): the best level where vdpbf16ps is fast (AMD Zen 4 on)
+  kAvx512Bf16Quant,  // kAvx512Bf16 + avx512_vbmi, whose bf16 dot products also take FP8 and FP4 weights
+                     //   (decoded exactly to bf16): the best level where vdpbf16ps is fast (AMD Zen 4 on)
 };
 
 const char* simd_level_name(SimdLevel level);

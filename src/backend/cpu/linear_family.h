@@ -12,14 +12,17 @@
 // tile kernel); F (accumulator vector) with the fp32 vector ops (fload, fstore, ...), zero(), dot(acc, W, W)
 // (acc + sum of elementwise products, fp32), load_w(const Elem*), store_w(Elem*, W), decode_bf16(const
 // uint16_t*), reduce<R>(const F*, float*) (R horizontal sums), pack_x (the SimdKernels signature); optionally
-// decode_fp8(const uint8_t*, float multiplier) with decode_fp8_wide and decode_fp8_raw (without them the
-// family takes no FP8 weights) and decode_fp4(const uint8_t*, uint8_t e8m0 scale byte) (no FP4 without it).
+// decode_fp8(const uint8_t*, float multiplier) with decode_fp8_wide (without them the family takes no FP8
+// weights), decode_fp8_raw for the scaled-x direct mode (see scaled_x; with kFp8RawUnit, scale_x_chunk for bf16
+// x, and optionally decode_fp8_raw_pair for two chunks at once) and decode_fp4(const uint8_t*, uint8_t e8m0
+// scale byte) (no FP4 without it).
 //
 // fp8 chunks use the multiplier 2^(s - 7) on the raw code bits (e4m3 value * 2^-120), which is exact
 // whenever the scale byte s <= 134 (|w| < 2^15 per unit code); tiles with a larger scale byte take the
 // two-step decode (value first, then scale).
 
-// The including file includes <algorithm>, <cmath>, <cstring>, <limits> and <vector> before its namespace.
+// The including file includes <algorithm>, <cmath>, <cstring>, <limits>, <type_traits> and <vector> before its
+// namespace.
 
 namespace family {
 
@@ -128,6 +131,19 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
           acc[t][r] = S::dot(acc[t][r], w1, S::load_w(x + t * xs + (ch + 1) * S::kChunk));
         }
       }
+    }
+  }
+  if constexpr (D == DType::kF8E4M3 && kScaledX && requires(const uint8_t* p, W* w) { S::decode_fp8_raw_pair(p, w, w); }) {
+    // fp8 codes without their scale (x' carries it), two chunks at a time (S::decode_fp8_raw_pair); each
+    // accumulator still adds chunk ch before chunk ch + 1.
+    for (; ch + 2 <= n_full; ch += 2) {
+      W w0[R], w1[R];
+      for (int r = 0; r < R; ++r) {
+        __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
+        S::decode_fp8_raw_pair(rows[r].data + ch * kBytes, &w0[r], &w1[r]);
+      }
+      step(ch, w0);
+      step(ch + 1, w1);
     }
   }
   for (; ch < n_full; ++ch) {
@@ -516,27 +532,44 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
   }
 }
 
-// fp32 families (S::decode_fp8_raw): in direct mode an fp8 tile within one row block multiplies x by each
-// chunk's 2^(s - 7) once (x'), instead of every decoded weight vector of every row: that multiply was one of
-// the few vector-port operations per 16 codes. w_raw * x' is the same real number as (w_raw * 2^(s-7)) * x
+// Families with S::decode_fp8_raw: in direct mode an fp8 tile within one row block multiplies x by each
+// chunk's scale once (x'), instead of every decoded weight vector of every row: that multiply was one of the
+// few vector-port operations per 16 codes. decode_fp8_raw gives the code's value times kFp8RawUnit (the fp32
+// families: their raw float bits, value * 2^-120; the bf16 quant family: the value), so x' = x * 2^(s - 127) /
+// kFp8RawUnit. w_raw * x' is the same real number as the tile mode's (w_raw * 2^(s-127) / kFp8RawUnit) * x
 // whenever x' is exact (no x' overflows, no nonzero x' falls below 2^-126) and so is the tile mode's decoded
-// weight (no scale byte below 10, where e4m3 values * 2^(s-127) can fall below 2^-126 and round): checked
-// here, otherwise nullptr and the per-weight multiply. The sums are then bit for bit those of the other modes.
+// weight (no scale byte below 10, where e4m3 values * 2^(s-127) can fall below 2^-126 and round or flush):
+// checked here, otherwise nullptr and the per-weight multiply. The sums are then bit for bit those of the other
+// modes.
 template <class S>
 constexpr bool kScalesX = requires(const uint8_t* p) { S::decode_fp8_raw(p); };
+template <class S>
+constexpr float kFp8RawUnit = [] {
+  if constexpr (requires { S::kFp8RawUnit; }) return S::kFp8RawUnit;
+  else return 0x1p-120f;
+}();
+
+// The value of a packed x element (fp32, or bf16 bits).
+template <class Elem>
+inline float x_value(Elem e) {
+  if constexpr (std::is_same_v<Elem, float>) return e;
+  else return deepinfer::bits_to_float(uint32_t(e) << 16);
+}
 
 template <class S>
-const float* scaled_x(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const PackedX& x, Scratch<S>& s) {
+const typename S::Elem* scaled_x(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const PackedX& x,
+                                 Scratch<S>& s) {
+  using Elem = typename S::Elem;
   const int64_t B = w.block, rb = (rows[0].data - w.data) / w.n_in / B;
   if ((rows[n_rows - 1].data - w.data) / w.n_in / B != rb) return nullptr;
   if (s.x_scaled_call == x.call_id && s.x_scaled_block == rb) return s.x_scaled_ok ? s.x_scaled.data() : nullptr;
   const int64_t T = x.n_tokens, xs = x.stride, n_chunks = x.k_padded / S::kChunk;
-  const float* xd = static_cast<const float*>(x.data);
+  const Elem* xd = static_cast<const Elem*>(x.data);
   if (s.x_range_call != x.call_id) {  // the call's largest and smallest nonzero |x|
     float hi = 0.0f, lo = std::numeric_limits<float>::infinity();
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t i = 0; i < x.k_padded; ++i) {
-        const float a = std::fabs(xd[t * xs + i]);
+        const float a = std::fabs(x_value(xd[t * xs + i]));
         hi = std::max(hi, a);
         lo = a > 0.0f ? std::min(lo, a) : lo;
       }
@@ -545,26 +578,31 @@ const float* scaled_x(const LinearWeight& w, const RowSrc* rows, int64_t n_rows,
     s.x_hi = hi;
     s.x_lo = lo;
   }
-  const float* m = rows[0].mult;
+  const float* m = rows[0].mult;  // 2^(s - 7)
   float m_hi = 0.0f, m_lo = std::numeric_limits<float>::infinity();
   for (int64_t ch = 0; ch < n_chunks; ++ch) {
     m_hi = std::max(m_hi, m[ch]);
     m_lo = std::min(m_lo, m[ch]);
   }
+  constexpr float kToX = 0x1p-120f / kFp8RawUnit<S>;  // x' = x * m * kToX
   s.x_scaled_call = x.call_id;
   s.x_scaled_block = rb;
   // An infinite x fails the test (plain path); a NaN in x is skipped by max / min and harmless: w * NaN is NaN
   // in both orders.
-  s.x_scaled_ok = m_lo >= 0x1p3f && s.x_hi * m_hi <= 0x1p126f &&
-                  (s.x_lo == std::numeric_limits<float>::infinity() || s.x_lo * m_lo >= 0x1p-126f);
+  s.x_scaled_ok = m_lo >= 0x1p3f && s.x_hi * (m_hi * kToX) <= 0x1p126f &&
+                  (s.x_lo == std::numeric_limits<float>::infinity() || s.x_lo * (m_lo * kToX) >= 0x1p-126f);
   if (!s.x_scaled_ok) return nullptr;
   s.x_scaled.resize(size_t(T * xs));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t ch = 0; ch < n_chunks; ++ch) {
-      const typename S::F mv = S::fset1(m[ch]);
-      const float* src = xd + t * xs + ch * S::kChunk;
-      float* dst = s.x_scaled.data() + t * xs + ch * S::kChunk;
-      for (int64_t i = 0; i < S::kChunk; i += S::kLanes) S::fstore(dst + i, S::fmul(S::fload(src + i), mv));
+      const Elem* src = xd + t * xs + ch * S::kChunk;
+      Elem* dst = s.x_scaled.data() + t * xs + ch * S::kChunk;
+      if constexpr (std::is_same_v<Elem, float>) {
+        const typename S::F mv = S::fset1(m[ch] * kToX);
+        for (int64_t i = 0; i < S::kChunk; i += S::kLanes) S::fstore(dst + i, S::fmul(S::fload(src + i), mv));
+      } else {
+        S::scale_x_chunk(src, m[ch] * kToX, dst);
+      }
     }
   }
   return s.x_scaled.data();
@@ -583,7 +621,7 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
 
   if (T <= S::kDirectT) {  // direct: decode in registers
     if constexpr (D == DType::kF8E4M3 && !kWide && kScalesX<S>) {
-      if (const float* xm = scaled_x<S>(w, rows, n_rows, x, s)) {
+      if (const Elem* xm = scaled_x<S>(w, rows, n_rows, x, s)) {
         return direct_tokens<S, D, false, true, S::kDirectT>(rows, tails, n_rows, xm, xs, T, n_full, has_tail, c, cs);
       }
     }

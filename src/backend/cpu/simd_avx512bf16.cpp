@@ -1,20 +1,19 @@
-// The AVX512-BF16 kernel families: bf16 weights as stored, activations / kv rows / queries packed as bf16 (the
+// The AVX512-BF16 kernel family: bf16 weights as stored, activations / kv rows / queries packed as bf16 (the
 // caller's values are bf16 already; the drivers fall back to the fp32 family otherwise), products summed by
 // vdpbf16ps in fp32. kAvx512Bf16 (S) takes no FP8 or FP4 weights: linear_fast hands those to the fp32 AVX-512
 // family. On Intel, vdpbf16ps retires one per ~2.1 cycles and holds both vector ports meanwhile (32 products,
 // where two FMAs give 32 in one cycle), so decoding e4m3 / e2m1 codes exactly to fp32 and using FMA is faster
 // there, at every token count (kernel_bench: fp8 GEMV 11.4 -> 13.4 GB/s per core, 512-token GEMM level).
-// On AMD Zen 4, whose 512-bit FMAs take two passes of 256-bit units, vdpbf16ps runs at twice the fp32 FMA
-// rate: kAvx512Bf16Quant (SQuant) also takes FP8 and FP4 weights, decoded exactly to bf16 (kernel_bench, 2
-// threads: fp8 GEMM with 512 tokens ~1.8x, an FP4 expert with 12 tokens ~1.5x; the 1-token GEMVs about even).
-// vdpbf16ps treats bf16 operands below 2^-126 as zero: such a term is < 2^-126 * |other factor|, far below
-// the fp32 accumulation error of any sum these ops produce.
+// On AMD Zen 4 vdpbf16ps runs at twice the fp32 FMA rate: kAvx512Bf16Quant (simd_avx512bf16quant.cpp) also
+// takes FP8 and FP4 weights. The traits struct S and the packing helpers are in simd_avx512bf16_ops.h.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/simd_kernels.h"
@@ -34,182 +33,7 @@
 #endif
 
 namespace deepinfer::cpu::avx512bf16 {
-
-#include "backend/cpu/simd_avx512_ops.h"
-
-// Sums of 4 vectors -> 4 floats.
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-  const __m512 t2 = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m256 t3 = _mm256_add_ps(_mm512_castps512_ps256(t2), _mm512_extractf32x8_ps(t2, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps(t3, 1));
-}
-
-// 16 floats -> bf16 bits; sets bits of *bad where a value is not a bf16 value or is a nonzero below 2^-126.
-inline __m256i to_bf16_bits(__m512 v, __mmask16* bad) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __mmask16 low = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0xFFFF));
-  const __mmask16 exp_zero = _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7F800000));
-  const __mmask16 nonzero = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0x7FFFFFFF));
-  *bad = __mmask16(*bad | low | (exp_zero & nonzero));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16));
-}
-
-// Lanes [0, n) of a 16-lane mask, n clamped to [0, 16].
-inline __mmask16 first_lanes(int64_t n) { return __mmask16(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1u); }
-
-bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride, bool fp4_order,
-            void* out) {
-  __mmask16 bad = 0;
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  for (int64_t t = t0; t < t1; ++t) {
-    const float* src = x + t * x_stride;
-    uint16_t* dst = static_cast<uint16_t*>(out) + t * out_stride;
-    if (fp4_order) {  // each 32-element chunk: its even elements, then its odd ones (the packed nibbles' order)
-      for (int64_t i = 0; i < out_stride; i += 32) {
-        const __m512 a = _mm512_maskz_loadu_ps(first_lanes(k - i), src + i);
-        const __m512 b = _mm512_maskz_loadu_ps(first_lanes(k - i - 16), src + i + 16);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), to_bf16_bits(_mm512_permutex2var_ps(a, even, b), &bad));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 16), to_bf16_bits(_mm512_permutex2var_ps(a, odd, b), &bad));
-      }
-      continue;
-    }
-    for (int64_t i = 0; i < out_stride; i += 16) {
-      const __m512 v = _mm512_maskz_loadu_ps(first_lanes(k - i), src + i);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), to_bf16_bits(v, &bad));
-    }
-  }
-  return bad == 0;
-}
-
-// (row 2j, row 2j+1) -> [head_dim] u32 of two bf16 (low half = row 2j); nullptr rows are zeros.
-bool pack_v_pairs(const float* const* rows, int64_t r0, int64_t r1, int64_t head_dim, uint32_t* out) {
-  __mmask16 bad = 0;
-  const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
-  for (int64_t j = r0; j < r1; j += 2) {
-    const float* a = rows[j];
-    const float* b = rows[j + 1];
-    uint32_t* dst = out + (j / 2) * head_dim;
-    for (int64_t d = 0; d < head_dim; d += 16) {
-      const __mmask16 m = first_lanes(head_dim - d);
-      const __m512i va = a ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, a + d)) : _mm512_setzero_si512();
-      const __m512i vb = b ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, b + d)) : _mm512_setzero_si512();
-      bad = __mmask16(bad | _mm512_test_epi32_mask(_mm512_or_si512(va, vb), lo16));
-      const __m512i pair = _mm512_or_si512(_mm512_srli_epi32(va, 16), _mm512_andnot_si512(lo16, vb));
-      _mm512_mask_storeu_epi32(dst + d, m, pair);
-    }
-  }
-  return bad == 0;
-}
-
-struct S : Avx512Ops {
-  using Elem = uint16_t;
-  using W = __m512bh;
-  static constexpr int64_t kChunk = 32;
-  static constexpr int kDirectR = 4, kDirectT = 4;
-  static constexpr int kTileR = 4, kTileT = 6;
-  static constexpr bool kPairedV = true;
-
-  static constexpr int kPvHeads = 6, kPvVectors = 4;
-
-  static F zero() { return _mm512_setzero_ps(); }
-  static F dot(F acc, W a, W b) { return _mm512_dpbf16_ps(acc, a, b); }
-  static W load_w(const uint16_t* p) { return (W)_mm512_loadu_si512(p); }
-  static void store_w(uint16_t* p, W w) { _mm512_storeu_si512(p, (__m512i)w); }
-  static W decode_bf16(const uint16_t* p) { return load_w(p); }
-  // No decode_fp8 / decode_fp4 (see the top of the file): FP8 and FP4 weights go to the fp32 AVX-512 family for
-  // every token count, so a token's sums never depend on the batch.
-  // Every R sums a vector's lanes in reduce4's order (the tile kernels' R is 4), so that a row's result does
-  // not depend on how many rows its direct-kernel group has.
-  template <int R>
-  static void reduce(const F* acc, float* out) {
-    if constexpr (R % 4 == 0) {
-      for (int r = 0; r < R; r += 4) _mm_storeu_ps(out + r, reduce4(acc[r], acc[r + 1], acc[r + 2], acc[r + 3]));
-    } else {
-      for (int r = 0; r < R; ++r) out[r] = _mm_cvtss_f32(reduce4(acc[r], acc[r], acc[r], acc[r]));
-    }
-  }
-  static bool pack_x(const float* x, int64_t xs, int64_t t0, int64_t t1, int64_t k, int64_t kp, bool fp4, void* out) {
-    return avx512bf16::pack_x(x, xs, t0, t1, k, kp, fp4, out);
-  }
-  static bool pack_v_pairs(const float* const* rows, int64_t r0, int64_t r1, int64_t head_dim, uint32_t* out) {
-    return avx512bf16::pack_v_pairs(rows, r0, r1, head_dim, out);
-  }
-
-  // PV: V from the packed pairs, P as one u32 pair of bf16 per (head, pair).
-  struct PvSource {
-    const uint32_t* v = nullptr;
-    int64_t head_dim = 0;
-  };
-  using PvRow = uint32_t;
-  static void pv_prepare(const AttentionLayout& a, const float* p, int64_t n_heads, PvSource* src,
-                         std::vector<uint32_t>* pairs, const PvRow** rows, int64_t* stride) {
-    const int64_t n_pairs = a.n_rows / 2;
-    pairs->resize(size_t(n_heads * n_pairs));
-    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    for (int64_t h = 0; h < n_heads; ++h) {
-      const float* ph = p + h * a.n_rows;
-      uint32_t* dst = pairs->data() + h * n_pairs;
-      int64_t jp = 0;
-      for (; jp + 16 <= n_pairs; jp += 16) {
-        const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(ph + 2 * jp));
-        const __m512i y = _mm512_castps_si512(_mm512_loadu_ps(ph + 2 * jp + 16));
-        const __m512i e = _mm512_permutex2var_epi32(x, even, y), o = _mm512_permutex2var_epi32(x, odd, y);
-        _mm512_storeu_si512(dst + jp, _mm512_or_si512(_mm512_srli_epi32(e, 16), _mm512_andnot_si512(lo16, o)));
-      }
-      for (; jp < n_pairs; ++jp) {
-        dst[jp] = (float_to_bits(ph[2 * jp]) >> 16) | (float_to_bits(ph[2 * jp + 1]) & 0xFFFF0000u);
-      }
-    }
-    *src = PvSource{static_cast<const uint32_t*>(a.v_packed), a.head_dim};
-    *rows = pairs->data();
-    *stride = n_pairs;
-  }
-  static W pv_v(const PvSource& s, int64_t jp, int64_t d) { return (W)_mm512_loadu_si512(s.v + jp * s.head_dim + d); }
-  static W pv_p(const PvRow* row, int64_t jp) { return (W)_mm512_set1_epi32(int(row[jp])); }
-};
-
-// The bf16 family that also takes FP8 and FP4 weights: e4m3 / e2m1 codes times their power-of-two block scale
-// become exact bf16 values (3 / 1 mantissa bits; a value below 2^-126 becomes 0, as vdpbf16ps treats such
-// operands anyway): e4m3 decoded as the fp32 family does, then converted; e2m1 looked up as bf16. No
-// decode_fp8_raw: the scaled-x direct mode would put codes below 2^-126 before the scale is applied.
-struct SQuant : S {
-  // A single token's bf16 and FP8 rows go one at a time, so that each thread reads one sequential stream:
-  // Zen 4 streams that far faster than 4 rows read chunk by chunk side by side (rows 1-8 KB apart). A 1 GB
-  // bf16 GEMV on 2 threads: 41-49 GB/s with 1 row, 28-35 with 4; kernel_bench, 2 threads: head slice 25-35
-  // -> 28-46 GB/s, FP8 wq_b 15-16 -> 21-23. FP4 keeps 4 rows: its 16-byte chunks are too short to cover the
-  // vdpbf16ps latency with one accumulator (1 row measured no faster). With 4 tokens, 1 row was slower
-  // (decode batch 4: 28 -> 22 tokens/s).
-  static constexpr int direct_rows_for(DType d, int t) { return t == 1 && d != DType::kI8 ? 1 : kDirectR; }
-  // cvtne2ps_pbh(hi, lo): the second operand's 16 values become elements 0-15.
-  static W decode_fp8(const uint8_t* p, float mult) {
-    return _mm512_cvtne2ps_pbh(fp8_scaled(p + 16, mult), fp8_scaled(p, mult));
-  }
-  static W decode_fp8_wide(const uint8_t* p, float mult) {
-    return _mm512_cvtne2ps_pbh(fp8_scaled_wide(p + 16, mult), fp8_scaled_wide(p, mult));
-  }
-  // 16 bytes = 32 codes: the even elements (low nibbles), then the odd ones (x is packed in the same order).
-  // One vpermw looks all 32 up in the scale's bf16 row (kE2m1Bf16, the values fp4_values gives, as bf16):
-  // words 0-15 are the bytes, whose low five bits pick the low nibble's entry (the row repeats its 16
-  // values), words 16-31 the bytes >> 4. Three vector operations per 32 codes where decoding to fp32 and
-  // converting took six: an L2-resident FP4 GEMV on one core went from 12 to 21 GB/s.
-  static W decode_fp4(const uint8_t* p, uint8_t scale) {
-    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(codes));  // the 16 bytes twice
-    const __m512i high_half_by_4 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i index = _mm512_srlv_epi16(bytes, high_half_by_4);
-    return (W)_mm512_permutexvar_epi16(index, _mm512_load_si512(kE2m1Bf16[scale].data()));
-  }
-};
-
-}  // namespace deepinfer::cpu::avx512bf16
-
-namespace deepinfer::cpu::avx512bf16 {
+#include "backend/cpu/simd_avx512bf16_ops.h"
 #include "backend/cpu/linear_family.h"
 #include "backend/cpu/attention_family.h"
 }  // namespace deepinfer::cpu::avx512bf16
@@ -236,14 +60,6 @@ void index_scores(const void* keys, const void* q, const float* weights, int64_t
                                j0, j1, dots, scores);
 }
 }  // namespace
-
-const SimdKernels kSimdKernelsAvx512Bf16Quant = {
-    SimdLevel::kAvx512Bf16Quant, S16::kChunk, 2, S16::kPairedV, S16::kDirectT, S16::kTileT,
-    fam::supports<avx512bf16::SQuant>, S16::pack_x, fam::tile<avx512bf16::SQuant>, fam::tile_x<avx512bf16::SQuant>,
-    dot_tiles,
-    fam::attention_pack_kv<S16>, fam::attention_pack_q<S16>, fam::attention_attend<S16>,
-    index_scores, fam::sum_squares<S16>,
-};
 
 const SimdKernels kSimdKernelsAvx512Bf16 = {
     SimdLevel::kAvx512Bf16, S16::kChunk, 2, S16::kPairedV, S16::kDirectT, S16::kTileT,

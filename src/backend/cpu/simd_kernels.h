@@ -1,5 +1,5 @@
 // The per-ISA kernel table of the fast backend: one SimdKernels per SimdLevel (simd_avx2.cpp,
-// simd_avx512.cpp, simd_avx512bf16.cpp instantiate linear_family.h / attention_family.h in their target
+// simd_avx512.cpp, simd_avx512bf16.cpp, simd_avx512bf16quant.cpp instantiate linear_family.h / attention_family.h in their target
 // region; simd_scalar.cpp is portable C++). The drivers (linear_cpu.cpp; attention_cpu.cpp for sparse
 // attention, indexer scores and mHC mixes) own threading, layouts and epilogues; a table entry owns only
 // arithmetic on the slice it is given. Weights are decoded in registers (few tokens: "direct" mode) or
@@ -127,5 +127,12 @@ extern const std::array<E2m1ScaledRow, 256> kE2m1Scaled;
 // low nibble alone. An fp32 value below 2^-126 becomes a signed zero (vdpbf16ps treats such operands as zero).
 struct alignas(64) E2m1Bf16Row : std::array<uint16_t, 32> {};
 extern const std::array<E2m1Bf16Row, 256> kE2m1Bf16;
+// e4m3 magnitude (code & 0x7F) -> the bf16 bits of its value (0, 2^-9 .. 448), as high and low bytes for
+// byte lookups (vpermi2b). Magnitude 127 (NaN in e4m3) is 480, as the fp32 families' bit-shift decode reads
+// it, so that every mode gives the same sums.
+struct alignas(64) E4m3Bf16Bytes {
+  std::array<uint8_t, 128> hi, lo;
+};
+extern const E4m3Bf16Bytes kE4m3Bf16;
 
 }  // namespace deepinfer::cpu

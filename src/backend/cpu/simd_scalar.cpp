@@ -128,6 +128,21 @@ extern const std::array<E2m1Bf16Row, 256> kE2m1Bf16 = []() constexpr {
   return t;
 }();
 
+extern const E4m3Bf16Bytes kE4m3Bf16 = []() constexpr {
+  E4m3Bf16Bytes t{};
+  for (int c = 0; c < 128; ++c) {
+    const int e = c >> 3, m = c & 7;
+    // (1 + m/8) * 2^(e-7), or m/8 * 2^-6 for e = 0; magnitude 127 follows the formula (480).
+    float v = e == 0 ? float(m) / 512.0f : float(8 + m) / 8.0f;
+    for (int i = 0; i < e - 7; ++i) v *= 2.0f;
+    for (int i = e; i < 7 && e > 0; ++i) v /= 2.0f;
+    const uint32_t bits = std::bit_cast<uint32_t>(v);
+    t.hi[size_t(c)] = uint8_t(bits >> 24);
+    t.lo[size_t(c)] = uint8_t(bits >> 16);
+  }
+  return t;
+}();
+
 const SimdKernels kSimdKernelsScalar = {
     SimdLevel::kScalar, 1, 4, false, std::numeric_limits<int64_t>::max(), 1,
     scalar_supports, scalar_pack_x, scalar_tile, nullptr,

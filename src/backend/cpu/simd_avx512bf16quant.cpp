@@ -1,0 +1,147 @@
+// The kAvx512Bf16Quant kernel family: the AVX512-BF16 family (simd_avx512bf16_ops.h) that also takes FP8 and
+// FP4 weights, decoded exactly to bf16 and summed by vdpbf16ps. It is the best level where vdpbf16ps runs at
+// twice the fp32 FMA rate (AMD Zen 4 on, whose 512-bit FMAs take two passes of 256-bit units; kernel_bench, 2
+// threads: fp8 GEMM with 512 tokens ~1.8x, an FP4 expert with 12 tokens ~1.5x against the fp32 family). Its
+// FP8 GEMV looks codes up with vpermi2b, so the level needs AVX512-VBMI as well (Zen 4, Ice Lake and later;
+// not Cooper Lake). vdpbf16ps treats bf16 operands below 2^-126 as zero: such a term is < 2^-126 * |other
+// factor|, far below the fp32 accumulation error of any sum these ops produce.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/simd_kernels.h"
+#include "core/dtypes.h"
+#include "core/status.h"
+
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* temporaries.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma")
+#endif
+
+namespace deepinfer::cpu::avx512bf16quant {
+
+#include "backend/cpu/simd_avx512bf16_ops.h"
+
+// e4m3 / e2m1 codes times their power-of-two block scale become exact bf16 values (3 / 1 mantissa bits; a value
+// below 2^-126 becomes 0, as vdpbf16ps treats such operands anyway). Tile mode decodes e4m3 as the fp32 family
+// does, then converts; e2m1 is looked up as bf16.
+struct SQuant : S {
+  // A single token's bf16 and FP8 rows go one at a time, so that each thread reads one sequential stream:
+  // Zen 4 streams that far faster than 4 rows read chunk by chunk side by side (rows 1-8 KB apart). A 1 GB
+  // bf16 GEMV on 2 threads: 41-49 GB/s with 1 row, 28-35 with 4; kernel_bench, 2 threads: head slice 25-35
+  // -> 28-46 GB/s, FP8 wq_b 15-16 -> 21-23. FP4 keeps 4 rows: its 16-byte chunks are too short to cover the
+  // vdpbf16ps latency with one accumulator (1 row measured no faster). With 4 tokens, 1 row was slower
+  // (decode batch 4: 28 -> 22 tokens/s).
+  static constexpr int direct_rows_for(DType d, int t) { return t == 1 && d != DType::kI8 ? 1 : kDirectR; }
+  // cvtne2ps_pbh(hi, lo): the second operand's 16 values become elements 0-15.
+  static W decode_fp8(const uint8_t* p, float mult) {
+    return _mm512_cvtne2ps_pbh(fp8_scaled(p + 16, mult), fp8_scaled(p, mult));
+  }
+  static W decode_fp8_wide(const uint8_t* p, float mult) {
+    return _mm512_cvtne2ps_pbh(fp8_scaled_wide(p + 16, mult), fp8_scaled_wide(p, mult));
+  }
+
+  // The scaled-x direct mode (linear_family.h: x comes multiplied by each chunk's 2^(s - 127)): the codes'
+  // own values, 64 at a time. vpermi2b looks each code's 7 magnitude bits up in the 128 high bytes and the
+  // 128 low bytes of the values' bf16 bits (kE4m3Bf16), the sign bit is or-ed into the high bytes, and
+  // unpacking low with high bytes makes the words. The unpack works within 128-bit lanes, so the codes are
+  // first permuted (vpermb) such that the words come out in order: chunk 0 = codes 0-31, chunk 1 = 32-63.
+  // Six vector operations per 64 codes, where the scaled decode takes about twenty: a 0.5 GB FP8 GEMV on 2
+  // threads went from 16-18 to 28 GB/s (a read loop: 29-36), one L2-resident core from 9-12 to 21.
+  static constexpr float kFp8RawUnit = 1.0f;  // decode_fp8_raw gives the value itself (linear_family.h)
+  static void decode_fp8_raw_pair(const uint8_t* p, W* w0, W* w1) { decode_fp8_codes(_mm512_loadu_si512(p), w0, w1); }
+  // One chunk (an odd last chunk, or the zero-padded tail): the first 32 bytes only.
+  static W decode_fp8_raw(const uint8_t* p) {
+    W w0, w1;
+    decode_fp8_codes(_mm512_maskz_loadu_epi8(0xFFFFFFFFull, p), &w0, &w1);
+    return w0;
+  }
+  static void decode_fp8_codes(__m512i codes, W* w0, W* w1) {
+    // Byte 16l + j (j < 8) of the permuted codes is code 8l + j, byte 16l + 8 + j is code 32 + 8l + j.
+    alignas(64) static constexpr uint8_t kOrder[64] = {
+        0,  1,  2,  3,  4,  5,  6,  7,  32, 33, 34, 35, 36, 37, 38, 39, 8,  9,  10, 11, 12, 13,
+        14, 15, 40, 41, 42, 43, 44, 45, 46, 47, 16, 17, 18, 19, 20, 21, 22, 23, 48, 49, 50, 51,
+        52, 53, 54, 55, 24, 25, 26, 27, 28, 29, 30, 31, 56, 57, 58, 59, 60, 61, 62, 63};
+    const __m512i c = _mm512_permutexvar_epi8(_mm512_load_si512(kOrder), codes);
+    const uint8_t* hi_table = kE4m3Bf16.hi.data();
+    const uint8_t* lo_table = kE4m3Bf16.lo.data();
+    const __m512i lo = _mm512_permutex2var_epi8(_mm512_load_si512(lo_table), c, _mm512_load_si512(lo_table + 64));
+    __m512i hi = _mm512_permutex2var_epi8(_mm512_load_si512(hi_table), c, _mm512_load_si512(hi_table + 64));
+    hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8(char(0x80)), 0xF8);  // hi | (c & 0x80)
+    *w0 = (W)_mm512_unpacklo_epi8(lo, hi);
+    *w1 = (W)_mm512_unpackhi_epi8(lo, hi);
+  }
+  // x' = x * m for 32 bf16 values (exact: scaled_x checks that every x' is a normal bf16 or zero).
+  static void scale_x_chunk(const uint16_t* src, float m, uint16_t* dst) {
+    const __m512i v = _mm512_loadu_si512(src);
+    const __m512 mv = _mm512_set1_ps(m);
+    const __m512 a = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16));
+    const __m512 b = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16));
+    _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(b, mv), _mm512_mul_ps(a, mv)));
+  }
+
+  // 16 bytes = 32 codes: the even elements (low nibbles), then the odd ones (x is packed in the same order).
+  // One vpermw looks all 32 up in the scale's bf16 row (kE2m1Bf16, the values fp4_values gives, as bf16):
+  // words 0-15 are the bytes, whose low five bits pick the low nibble's entry (the row repeats its 16
+  // values), words 16-31 the bytes >> 4. Three vector operations per 32 codes where decoding to fp32 and
+  // converting took six: an L2-resident FP4 GEMV on one core went from 12 to 21 GB/s.
+  static W decode_fp4(const uint8_t* p, uint8_t scale) {
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(codes));  // the 16 bytes twice
+    const __m512i high_half_by_4 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i index = _mm512_srlv_epi16(bytes, high_half_by_4);
+    return (W)_mm512_permutexvar_epi16(index, _mm512_load_si512(kE2m1Bf16[scale].data()));
+  }
+};
+
+#include "backend/cpu/linear_family.h"
+#include "backend/cpu/attention_family.h"
+
+}  // namespace deepinfer::cpu::avx512bf16quant
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#pragma GCC diagnostic pop
+
+namespace deepinfer::cpu {
+
+namespace {
+namespace fam = avx512bf16quant::family;
+using S16 = avx512bf16quant::S;
+using SQuant = avx512bf16quant::SQuant;
+void dot_tiles(const void* w, int64_t ws, int64_t n_rows, const void* x, int64_t xs, int64_t n_tokens, int64_t kp,
+               float* c, int64_t cs) {
+  fam::dot_tiles<S16>(static_cast<const uint16_t*>(w), ws, n_rows, static_cast<const uint16_t*>(x), xs, n_tokens, kp, c, cs);
+}
+void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t stride,
+                  int64_t j0, int64_t j1, float* dots, float* scores) {
+  fam::index_scores_range<S16>(static_cast<const uint16_t*>(keys), static_cast<const uint16_t*>(q), weights, n_heads, kp, stride,
+                               j0, j1, dots, scores);
+}
+}  // namespace
+
+const SimdKernels kSimdKernelsAvx512Bf16Quant = {
+    SimdLevel::kAvx512Bf16Quant, S16::kChunk, 2, S16::kPairedV, S16::kDirectT, S16::kTileT,
+    fam::supports<SQuant>, S16::pack_x, fam::tile<SQuant>, fam::tile_x<SQuant>,
+    dot_tiles,
+    fam::attention_pack_kv<S16>, fam::attention_pack_q<S16>, fam::attention_attend<S16>,
+    index_scores, fam::sum_squares<S16>,
+};
+
+}  // namespace deepinfer::cpu
