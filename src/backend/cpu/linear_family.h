@@ -95,6 +95,32 @@ constexpr int64_t chunk_bytes(int64_t chunk) {
   return D == DType::kBF16 ? 2 * chunk : D == DType::kF8E4M3 ? chunk : chunk / 2;
 }
 
+// Accumulator chains per (row, token): chunk ch is added to chain ch % kChains, and the chains' vectors are
+// summed lane by lane (chain 0 + chain 1) before the horizontal sum. S::kChains = 2 gives a single row two
+// independent vdpbf16ps chains, so that one row at a time (one sequential stream, which Zen 4 reads far
+// faster than rows side by side) is not bound by the instruction's latency. Every mode follows it.
+template <class S>
+constexpr int kChains = [] {
+  if constexpr (requires { S::kChains; }) return int(S::kChains);
+  else return 1;
+}();
+
+// Families whose W is several accumulator-width parts (S::kParts, S::load_part) run the tile kernel one
+// part at a time.
+template <class S>
+constexpr bool kSplitChunks = requires { S::kParts; };
+
+// The chains' accumulators of R rows summed lane by lane (chain 0 + chain 1), then reduced into c[0..R).
+template <class S, int R>
+inline void reduce_chains(const typename S::F (*acc)[R], int n_chains, float* c) {
+  typename S::F sum[R];
+  for (int r = 0; r < R; ++r) {
+    sum[r] = acc[0][r];
+    for (int k = 1; k < n_chains; ++k) sum[r] = S::fadd(sum[r], acc[k][r]);
+  }
+  S::template reduce<R>(sum, c);
+}
+
 // Decodes rows[0..R) and multiplies them with T tokens of x, all chunks; c[t * cs + r] = sums.
 // The last chunk may be partial (tail_bytes[r] then holds that row's zero-padded chunk).
 // Each row stream prefetches the same chunk of the row R rows further on (the next group, which is the
@@ -107,65 +133,75 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
   using F = typename S::F;
   using W = typename S::W;
   constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
-  F acc[T][R];
+  constexpr int kC = kChains<S>;
+  static_assert(kC == 1 || kC == 2, "the chains' sum order is defined for one or two chains");
+  F acc[T][kC][R];
   for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = S::zero();
-  auto step = [&](int64_t ch, const W* w) {
+    for (int k = 0; k < kC; ++k)
+      for (int r = 0; r < R; ++r) acc[t][k][r] = S::zero();
+  // Chunk ch of every row into its chain (kChain = ch % kC, a constant so the accumulators stay in registers).
+  auto step = [&]<int kChain>(std::integral_constant<int, kChain>, int64_t ch, const W* w) {
     for (int t = 0; t < T; ++t) {
       const W xv = S::load_w(x + t * xs + ch * S::kChunk);
-      for (int r = 0; r < R; ++r) acc[t][r] = S::dot(acc[t][r], w[r], xv);
+      for (int r = 0; r < R; ++r) acc[t][kChain][r] = S::dot(acc[t][kChain][r], w[r], xv);
     }
   };
+  constexpr std::integral_constant<int, 0> kChain0{};
+  constexpr std::integral_constant<int, kC - 1> kChainOfOdd{};  // chunk 2j + 1
   int64_t ch = 0;
   if constexpr (D == DType::kI8 && requires { S::kFp4Pairs; }) {
     // fp4: the two chunks of each 32-element scale block decode from one table (S::decode_fp4_pair), row by
     // row; each accumulator still adds chunk ch before chunk ch + 1, so the sums are unchanged.
     static_assert(S::kChunk == 16, "fp4 pairs are the two 16-element chunks of a 32-element scale block");
+    static_assert(kC == 1, "fp4 pairs add both chunks to one chain");
     for (; ch + 2 <= n_full; ch += 2) {
       for (int r = 0; r < R; ++r) {
         __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
         W w0, w1;
         S::decode_fp4_pair(rows[r].data + ch * kBytes, rows[r].scale[ch * S::kChunk / 32], &w0, &w1);
         for (int t = 0; t < T; ++t) {
-          acc[t][r] = S::dot(acc[t][r], w0, S::load_w(x + t * xs + ch * S::kChunk));
-          acc[t][r] = S::dot(acc[t][r], w1, S::load_w(x + t * xs + (ch + 1) * S::kChunk));
+          acc[t][0][r] = S::dot(acc[t][0][r], w0, S::load_w(x + t * xs + ch * S::kChunk));
+          acc[t][0][r] = S::dot(acc[t][0][r], w1, S::load_w(x + t * xs + (ch + 1) * S::kChunk));
         }
       }
     }
   }
   if constexpr (D == DType::kF8E4M3 && kScaledX && requires(const uint8_t* p, W* w) { S::decode_fp8_raw_pair(p, w, w); }) {
-    // fp8 codes without their scale (x' carries it), two chunks at a time (S::decode_fp8_raw_pair); each
-    // accumulator still adds chunk ch before chunk ch + 1.
+    // fp8 codes without their scale (x' carries it), two chunks at a time (S::decode_fp8_raw_pair).
     for (; ch + 2 <= n_full; ch += 2) {
       W w0[R], w1[R];
       for (int r = 0; r < R; ++r) {
         __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
         S::decode_fp8_raw_pair(rows[r].data + ch * kBytes, &w0[r], &w1[r]);
       }
-      step(ch, w0);
-      step(ch + 1, w1);
+      step(kChain0, ch, w0);
+      step(kChainOfOdd, ch + 1, w1);
     }
   }
-  for (; ch < n_full; ++ch) {
+  // ch is even here: the loops above take chunks in pairs.
+  auto decode_step = [&]<int kChain>(std::integral_constant<int, kChain> chain, int64_t chunk) {
     W w[R];
     for (int r = 0; r < R; ++r) {
-      if (D != DType::kBF16 && ch % kPrefetchEvery == 0) __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
-      w[r] = decode_chunk<S, D, kWide, kScaledX>(rows[r], ch, rows[r].data + ch * kBytes);
+      if (D != DType::kBF16 && chunk % kPrefetchEvery == 0) {
+        __builtin_prefetch(rows[r].data + chunk * kBytes + prefetch_distance);
+      }
+      w[r] = decode_chunk<S, D, kWide, kScaledX>(rows[r], chunk, rows[r].data + chunk * kBytes);
     }
-    step(ch, w);
+    step(chain, chunk, w);
+  };
+  for (; ch + kC <= n_full; ch += kC) {
+    decode_step(kChain0, ch);
+    if constexpr (kC == 2) decode_step(kChainOfOdd, ch + 1);
   }
+  if (ch < n_full) decode_step(kChain0, ch++);  // one chunk left over (kC = 2): ch is even
   if (has_tail) {
     W w[R];
     for (int r = 0; r < R; ++r) w[r] = decode_chunk<S, D, kWide, kScaledX>(rows[r], n_full, tail_bytes[r]);
-    step(n_full, w);
+    if (n_full % kC == 0) step(kChain0, n_full, w);
+    else step(kChainOfOdd, n_full, w);
   }
-  for (int t = 0; t < T; ++t) S::template reduce<R>(acc[t], c + t * cs);
+  for (int t = 0; t < T; ++t) reduce_chains<S, R>(acc[t], kC, c + t * cs);
 }
-
-// Families whose W is several accumulator-width parts (S::kParts, S::load_part) run the tile kernel one
-// part at a time.
-template <class S>
-constexpr bool kSplitChunks = requires { S::kParts; };
 
 // Rows per direct-kernel group for T tokens of dtype D: S::direct_rows_for(D, T) when S gives it (e.g. more
 // rows for a single token, whose few accumulators would otherwise leave the FMA latency uncovered), S::kDirectR
@@ -203,6 +239,7 @@ inline void finish_accumulators(const typename S::F (&acc)[T][R], float* state, 
 template <class S, int R, int T>
 void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* x, int64_t xs, int64_t n_chunks,
                  float* c, int64_t cs) {
+  static_assert(kChains<S> == 1, "dot_tiles families sum in one chain");
   using F = typename S::F;
   using W = typename S::W;
   F acc[T][R];
@@ -258,6 +295,20 @@ constexpr int64_t kStepsPerChunk = [] {
 template <class S>
 constexpr int64_t kStep = S::kChunk / kStepsPerChunk<S>;
 
+// Chunks per K block of tile mode: kTileBlockElems per chain, so that each chain's kernel call covers as many
+// steps as a single chain's.
+template <class S>
+constexpr int64_t kTileBlockChunks = std::max<int64_t>(1, kTileBlockElems * kChains<S> / S::kChunk);
+
+// Where chunk l of a K block of nch chunks is stored, in steps, in the decoded tile and the tiled x: in order,
+// or with two chains chain by chain (chunks 0, 2, 4, ..., then 1, 3, ...), so that each chain's kernel call
+// walks contiguous steps (every other step of the block, in place, ran ~20% slower).
+template <class S>
+constexpr int64_t block_position(int64_t l, int64_t nch) {
+  if constexpr (kChains<S> == 1) return l;
+  else return l % 2 == 0 ? l / 2 : (nch + 1) / 2 + l / 2;
+}
+
 // Tokens [b0 * kTileT, b1 * kTileT) of the plain packed x, interleaved by token blocks into out (laid out from
 // token 0 of x: block b starts at b * kTileT * k_padded elements).
 template <class S>
@@ -265,12 +316,17 @@ void tile_x(const PackedX& x, int64_t b0, int64_t b1, void* out) {
   using Elem = typename S::Elem;
   const Elem* src = static_cast<const Elem*>(x.data);
   const int64_t n_steps = x.k_padded / kStep<S>;
+  constexpr int64_t kBlockSteps = kTileBlockChunks<S> * kStepsPerChunk<S>;
+  static_assert(kChains<S> == 1 || kStepsPerChunk<S> == 1, "chains take whole-chunk steps");
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t t0 = b * S::kTileT, nt = std::min<int64_t>(S::kTileT, x.n_tokens - t0);
     Elem* dst = static_cast<Elem*>(out) + t0 * x.k_padded;
-    for (int64_t i = 0; i < n_steps; ++i)
+    for (int64_t i = 0; i < n_steps; ++i) {
+      const int64_t block0 = i / kBlockSteps * kBlockSteps, n_block = std::min(kBlockSteps, n_steps - block0);
+      const int64_t to = block0 + block_position<S>(i - block0, n_block);
       for (int64_t t = 0; t < nt; ++t)
-        std::memcpy(dst + (i * nt + t) * kStep<S>, src + (t0 + t) * x.stride + i * kStep<S>, kStep<S> * sizeof(Elem));
+        std::memcpy(dst + (to * nt + t) * kStep<S>, src + (t0 + t) * x.stride + i * kStep<S>, kStep<S> * sizeof(Elem));
+    }
   }
 }
 
@@ -416,8 +472,6 @@ void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, S
 // (a few % of the FMAs). Without panels every K block of a unit read all of x, for a prefill megabytes
 // from L3, at 8 bytes per 16 FMAs with 16-row units: that stream, not the FMAs, set the pace.
 template <class S>
-constexpr int64_t kTileBlockChunks = std::max<int64_t>(1, kTileBlockElems / S::kChunk);
-template <class S>
 constexpr int64_t kTileGroupElems = kTileBlockChunks<S> * S::kChunk * S::kTileR;  // one row group of a K block
 
 // Where tile row i's chunks go in the packed block (see kStepsPerChunk): chunk chl of the K block at
@@ -460,11 +514,12 @@ void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
     const uint8_t* next = r.data + (ch0 + nch) * kBytes;
     for (int64_t b = 0; b < n_next * kBytes; b += 64) __builtin_prefetch(next + b);
     typename S::Elem* dst = packed_row<S>(block, i);
-    for (int64_t c = 0; c < n_stored; ++c, dst += kPackedChunkStride<S>) {
-      store_packed<S>(dst, decode_chunk<S, D, kWide>(r, ch0 + c, r.data + (ch0 + c) * kBytes));
+    for (int64_t c = 0; c < n_stored; ++c) {
+      store_packed<S>(dst + block_position<S>(c, nch) * kPackedChunkStride<S>,
+                      decode_chunk<S, D, kWide>(r, ch0 + c, r.data + (ch0 + c) * kBytes));
     }
-    for (int64_t c = n_stored; c < nch; ++c, dst += kPackedChunkStride<S>) {
-      store_packed<S>(dst, decode_chunk<S, D, kWide>(r, ch0 + c, tails[i]));
+    for (int64_t c = n_stored; c < nch; ++c) {
+      store_packed<S>(dst + block_position<S>(c, nch) * kPackedChunkStride<S>, decode_chunk<S, D, kWide>(r, ch0 + c, tails[i]));
     }
   }
 }
@@ -488,7 +543,14 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
   const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks;
   const int64_t n_groups = (n_rows + S::kTileR - 1) / S::kTileR, n_tblocks = (T + S::kTileT - 1) / S::kTileT;
   constexpr int64_t kStatePerBlock = S::kTileT * S::kTileR * S::kLanes;
-  if (n_kb > 1) s.state.resize(size_t(std::min(n_tblocks, kPanelBlocks) * n_groups * kStatePerBlock));
+  // With two chains (kChains) each chain's accumulators live in state from block to block, the kernel runs once
+  // per chain over that chain's chunks of the block (stored together, block_position), and the chains are summed
+  // after the last block.
+  constexpr int kC = kChains<S>;
+  static_assert(kC == 1 || (kC == 2 && !kSplitChunks<S> && kTileBlockElems / S::kChunk % 2 == 0),
+                "chains: whole-chunk steps, and every K block starts on chain 0");
+  const bool keep_state = n_kb > 1 || kC > 1;
+  if (keep_state) s.state.resize(size_t(std::min(n_tblocks, kPanelBlocks) * n_groups * kStatePerBlock * kC));
   s.tile.resize(size_t(kTileModeRows / S::kTileR * kTileGroupElems<S>));
   Elem* block = s.tile.data();
   float part[S::kTileT * S::kTileR];
@@ -497,10 +559,31 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
     const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0), r0 = g * S::kTileR;
     const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
     const Elem* xb = xt + t0 * kp + ch0 * S::kChunk * nt;
-    float* state = n_kb > 1 ? &s.state[size_t(((tb - p0) * n_groups + g) * kStatePerBlock)] : nullptr;
-    packed_tile_tokens<S, S::kTileR, S::kTileT>(group_block, xb, nt, nch * kStepsPerChunk<S>, state, kb == 0,
-                                                kb == n_kb - 1, part, S::kTileR);
-    if (kb < n_kb - 1) return;
+    float* state = keep_state ? &s.state[size_t(((tb - p0) * n_groups + g) * kStatePerBlock * kC)] : nullptr;
+    if constexpr (kC == 1) {
+      packed_tile_tokens<S, S::kTileR, S::kTileT>(group_block, xb, nt, nch * kStepsPerChunk<S>, state, kb == 0,
+                                                  kb == n_kb - 1, part, S::kTileR);
+      if (kb < n_kb - 1) return;
+    } else {
+      for (int k = 0; k < kC; ++k) {  // chain k: the block's chunks k, k + kC, ..., stored together
+        const int64_t first_step = k == 0 ? 0 : (nch + 1) / 2, n_k = k == 0 ? (nch + 1) / 2 : nch / 2;
+        float* chain_state = state + k * kStatePerBlock;
+        if (n_k == 0) {  // only a last block of one chunk leaves a chain without steps
+          if (kb == 0) std::fill(chain_state, chain_state + kStatePerBlock, 0.0f);
+          continue;
+        }
+        packed_tile_tokens<S, S::kTileR, S::kTileT>(group_block + first_step * S::kTileR * kStep<S>,
+                                                    xb + first_step * nt * kStep<S>, nt, n_k, chain_state, kb == 0,
+                                                    false, part, S::kTileR);
+      }
+      if (kb < n_kb - 1) return;
+      for (int64_t t = 0; t < nt; ++t) {
+        typename S::F acc[kC][S::kTileR];
+        for (int k = 0; k < kC; ++k)
+          for (int r = 0; r < S::kTileR; ++r) acc[k][r] = S::fload(state + (k * kStatePerBlock) + (t * S::kTileR + r) * S::kLanes);
+        reduce_chains<S, S::kTileR>(acc, kC, part + t * S::kTileR);
+      }
+    }
     const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
     for (int64_t t = 0; t < nt; ++t)
       for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];

@@ -39,13 +39,13 @@ namespace deepinfer::cpu::avx512bf16quant {
 // below 2^-126 becomes 0, as vdpbf16ps treats such operands anyway). Tile mode decodes e4m3 as the fp32 family
 // does, then converts; e2m1 is looked up as bf16.
 struct SQuant : S {
-  // A single token's bf16 and FP8 rows go one at a time, so that each thread reads one sequential stream:
-  // Zen 4 streams that far faster than 4 rows read chunk by chunk side by side (rows 1-8 KB apart). A 1 GB
-  // bf16 GEMV on 2 threads: 41-49 GB/s with 1 row, 28-35 with 4; kernel_bench, 2 threads: head slice 25-35
-  // -> 28-46 GB/s, FP8 wq_b 15-16 -> 21-23. FP4 keeps 4 rows: its 16-byte chunks are too short to cover the
-  // vdpbf16ps latency with one accumulator (1 row measured no faster). With 4 tokens, 1 row was slower
-  // (decode batch 4: 28 -> 22 tokens/s).
-  static constexpr int direct_rows_for(DType d, int t) { return t == 1 && d != DType::kI8 ? 1 : kDirectR; }
+  // A single token's rows go one at a time, so that each thread reads one sequential stream: Zen 4 streams
+  // that far faster than rows read chunk by chunk side by side (rows 1-8 KB apart). A 1 GB bf16 GEMV on 2
+  // threads: 41-49 GB/s with 1 row, 28-35 with 4; kernel_bench, 2 threads: head slice 25-35 -> 28-46 GB/s, FP8
+  // wq_b 15-16 -> 21-23. Two accumulator chains per row (kChains) keep one row from waiting on the vdpbf16ps
+  // latency (an FP4 chunk is only 16 bytes). More tokens take 2 rows at a time.
+  static constexpr int kChains = 2;
+  static constexpr int direct_rows_for(DType, int t) { return t == 1 ? 1 : 2; }
   // cvtne2ps_pbh(hi, lo): the second operand's 16 values become elements 0-15.
   static W decode_fp8(const uint8_t* p, float mult) {
     return _mm512_cvtne2ps_pbh(fp8_scaled(p + 16, mult), fp8_scaled(p, mult));
