@@ -28,8 +28,8 @@ inline __m256i to_bf16_bits(__m512 v, __mmask16* bad) {
 // Lanes [0, n) of a 16-lane mask, n clamped to [0, 16].
 inline __mmask16 first_lanes(int64_t n) { return __mmask16(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1u); }
 
-bool pack_x_bf16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride, bool fp4_order,
-            void* out) {
+bool pack_x_bf16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride,
+                 bool fp4_order, void* out) {
   __mmask16 bad = 0;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));

@@ -43,7 +43,9 @@ struct SQuant : S {
   // that far faster than rows read chunk by chunk side by side (rows 1-8 KB apart). A 1 GB bf16 GEMV on 2
   // threads: 41-49 GB/s with 1 row, 28-35 with 4; kernel_bench, 2 threads: head slice 25-35 -> 28-46 GB/s, FP8
   // wq_b 15-16 -> 21-23. Two accumulator chains per row (kChains) keep one row from waiting on the vdpbf16ps
-  // latency (an FP4 chunk is only 16 bytes). More tokens take 2 rows at a time.
+  // latency (an FP4 chunk is only 16 bytes): kernel_bench FP4 expert on 2 threads, 4 rows with one chain ->
+  // 1 row with two, 13-19 -> 27-29 GB/s. More tokens take 2 rows at a time (4 rows with two chains would need
+  // 32 accumulators for 4 tokens).
   static constexpr int kChains = 2;
   static constexpr int direct_rows_for(DType, int t) { return t == 1 ? 1 : 2; }
   // cvtne2ps_pbh(hi, lo): the second operand's 16 values become elements 0-15.
@@ -59,8 +61,9 @@ struct SQuant : S {
   // 128 low bytes of the values' bf16 bits (kE4m3Bf16), the sign bit is or-ed into the high bytes, and
   // unpacking low with high bytes makes the words. The unpack works within 128-bit lanes, so the codes are
   // first permuted (vpermb) such that the words come out in order: chunk 0 = codes 0-31, chunk 1 = 32-63.
-  // Six vector operations per 64 codes, where the scaled decode takes about twenty: a 0.5 GB FP8 GEMV on 2
-  // threads went from 16-18 to 28 GB/s (a read loop: 29-36), one L2-resident core from 9-12 to 21.
+  // Six vector operations per 64 codes, where the scaled decode takes about eighteen: kernel_bench FP8 wq_b on
+  // one core in L2 12.7-13.3 -> 19.4-20.5 GB/s; a standalone 0.5 GB GEMV on 2 threads 16-18 -> 28 GB/s (a read
+  // loop: 29-36).
   static constexpr float kFp8RawUnit = 1.0f;  // decode_fp8_raw gives the value itself (linear_family.h)
   static void decode_fp8_raw_pair(const uint8_t* p, W* w0, W* w1) { decode_fp8_codes(_mm512_loadu_si512(p), w0, w1); }
   // One chunk (an odd last chunk, or the zero-padded tail): the first 32 bytes only.
