@@ -104,6 +104,7 @@ void decode_args(benchmark::internal::Benchmark* b) {
   // Level 4 (avx512bf16quant) differs from level 3 in its FP8 and FP4 weights (vdpbf16ps, not fp32 FMA) and in
   // reading a single token's bf16 / FP8 rows one at a time.
   for (int64_t threads : {1, 0}) b->Args({4, kFp8, 32768, 1024, 1, 4, threads});
+  for (int64_t threads : {1, 0}) b->Args({4, kFp8, 8192, 4096, 1, 4, threads});  // wo_b-like rows of 4 KB
   for (int64_t threads : {1, 0}) b->Args({4, kFp4, 2048, 4096, 1, 32, threads});
   for (int64_t threads : {1, 0}) b->Args({4, kBf16, 16384, 4096, 1, 2, threads});  // one row at a time (level 3: 4)
   b->Args({4, kFp8, 1024, 1024, 1, 1, 1});
