@@ -110,24 +110,23 @@ constexpr int kChains = [] {
 template <class S>
 constexpr bool kSplitChunks = requires { S::kParts; };
 
-// The chains' accumulators of R rows summed lane by lane (chain 0 + chain 1), then reduced into c[0..R).
+// The chains' accumulators of R rows summed lane by lane (chain 0 + chain 1) into sum[0..R).
 template <class S, int R>
-inline void reduce_chains(const typename S::F (*acc)[R], int n_chains, float* c) {
-  typename S::F sum[R];
+inline void sum_chains(const typename S::F (*acc)[R], int n_chains, typename S::F* sum) {
   for (int r = 0; r < R; ++r) {
     sum[r] = acc[0][r];
     for (int k = 1; k < n_chains; ++k) sum[r] = S::fadd(sum[r], acc[k][r]);
   }
-  S::template reduce<R>(sum, c);
 }
 
-// Decodes rows[0..R) and multiplies them with T tokens of x, all chunks; c[t * cs + r] = sums.
+// Decodes rows[0..R) and multiplies them with T tokens of x, all chunks; sums[t][r] = the (row, token) lane
+// sums (the chains added, not yet reduced).
 // The last chunk may be partial (tail_bytes[r] then holds that row's zero-padded chunk).
 // Each row stream prefetches the same chunk of the row R rows further on (the next group, which is the
 // next stretch of the same contiguous weight matrix): R streams of one group-size distance each.
 template <class S, DType D, bool kWide, bool kScaledX, int R, int T>
 void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const typename S::Elem* x, int64_t xs,
-                   int64_t n_full, bool has_tail, float* c, int64_t cs) {
+                   int64_t n_full, bool has_tail, typename S::F (*sums)[R]) {
   const int64_t prefetch_distance = kPrefetchGroups * R * n_full * chunk_bytes<D>(S::kChunk);
   constexpr int64_t kPrefetchEvery = chunk_bytes<D>(S::kChunk) >= 64 ? 1 : 64 / chunk_bytes<D>(S::kChunk);  // once per line
   using F = typename S::F;
@@ -200,7 +199,7 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
     if (n_full % kC == 0) step(kChain0, n_full, w);
     else step(kChainOfOdd, n_full, w);
   }
-  for (int t = 0; t < T; ++t) reduce_chains<S, R>(acc[t], kC, c + t * cs);
+  for (int t = 0; t < T; ++t) sum_chains<S, R>(acc[t], kC, sums[t]);
 }
 
 // Rows per direct-kernel group for T tokens of dtype D: S::direct_rows_for(D, T) when S gives it (e.g. more
@@ -386,20 +385,38 @@ void direct_tokens(const RowSrc* rows, const uint8_t* const* tails, int64_t n_ro
     if (n_tokens != T) {
       return direct_tokens<S, D, kWide, kScaledX, T - 1>(rows, tails, n_rows, x, xs, n_tokens, n_full, has_tail, c, cs);
     }
+    using F = typename S::F;
     constexpr int R = direct_rows<S, D, T>();
-    float part[T * R];
-    for (int64_t r0 = 0; r0 < n_rows; r0 += R) {
-      RowSrc grp[R];
-      const uint8_t* grp_tails[R];
-      for (int r = 0; r < R; ++r) {
-        const int64_t i = std::min<int64_t>(r0 + r, n_rows - 1);
-        grp[r] = rows[i];
-        grp_tails[r] = tails[i];
+    // One row at a time: four rows' horizontal sums share one reduce<4>, which sums each vector as reduce<1>
+    // would (a row of 1 KB otherwise spent ~10% of its time reducing four copies of one vector).
+    constexpr int kReduceRows = R == 1 ? 4 : R;
+    float part[T * kReduceRows];
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kReduceRows) {
+      const int64_t nr = std::min<int64_t>(kReduceRows, n_rows - r0);
+      F sums[T][kReduceRows];
+      if constexpr (R == 1) {
+        for (int j = 0; j < kReduceRows; ++j) {
+          F row_sums[T][1];
+          if (j < nr) {
+            direct_kernel<S, D, kWide, kScaledX, 1, T>(rows + r0 + j, tails + r0 + j, x, xs, n_full, has_tail, row_sums);
+          } else {
+            for (int t = 0; t < T; ++t) row_sums[t][0] = S::zero();
+          }
+          for (int t = 0; t < T; ++t) sums[t][j] = row_sums[t][0];
+        }
+      } else {
+        RowSrc grp[R];
+        const uint8_t* grp_tails[R];
+        for (int r = 0; r < R; ++r) {
+          const int64_t i = std::min<int64_t>(r0 + r, n_rows - 1);
+          grp[r] = rows[i];
+          grp_tails[r] = tails[i];
+        }
+        direct_kernel<S, D, kWide, kScaledX, R, T>(grp, grp_tails, x, xs, n_full, has_tail, sums);
       }
-      direct_kernel<S, D, kWide, kScaledX, R, T>(grp, grp_tails, x, xs, n_full, has_tail, part, R);
-      const int64_t nr = std::min<int64_t>(R, n_rows - r0);
+      for (int t = 0; t < T; ++t) S::template reduce<kReduceRows>(sums[t], part + t * kReduceRows);
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t r = 0; r < nr; ++r) c[t * cs + r0 + r] = part[t * R + r];
+        for (int64_t r = 0; r < nr; ++r) c[t * cs + r0 + r] = part[t * kReduceRows + r];
     }
   }
 }
@@ -581,7 +598,9 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
         typename S::F acc[kC][S::kTileR];
         for (int k = 0; k < kC; ++k)
           for (int r = 0; r < S::kTileR; ++r) acc[k][r] = S::fload(state + (k * kStatePerBlock) + (t * S::kTileR + r) * S::kLanes);
-        reduce_chains<S, S::kTileR>(acc, kC, part + t * S::kTileR);
+        typename S::F sum[S::kTileR];
+        sum_chains<S, S::kTileR>(acc, kC, sum);
+        S::template reduce<S::kTileR>(sum, part + t * S::kTileR);
       }
     }
     const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
