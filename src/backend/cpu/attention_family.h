@@ -215,6 +215,21 @@ void index_scores_range(const typename S::Elem* keys, const typename S::Elem* q,
   }
 }
 
+// dot_tiles and index_scores_range with the SimdKernels signatures (packed rows as void*).
+template <class S>
+void dot_tiles_packed(const void* w, int64_t ws, int64_t n_rows, const void* x, int64_t xs, int64_t n_tokens,
+                      int64_t k_padded, float* c, int64_t cs) {
+  using E = typename S::Elem;
+  dot_tiles<S>(static_cast<const E*>(w), ws, n_rows, static_cast<const E*>(x), xs, n_tokens, k_padded, c, cs);
+}
+template <class S>
+void index_scores_packed(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t k_padded,
+                         int64_t stride, int64_t j0, int64_t j1, float* dots, float* scores) {
+  using E = typename S::Elem;
+  index_scores_range<S>(static_cast<const E*>(keys), static_cast<const E*>(q), weights, n_heads, k_padded, stride, j0, j1,
+                        dots, scores);
+}
+
 // Sum of squares of n floats (mHC rms).
 template <class S>
 float sum_squares(const float* x, int64_t n) {

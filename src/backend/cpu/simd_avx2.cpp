@@ -230,23 +230,14 @@ namespace deepinfer::cpu {
 namespace {
 namespace fam = avx2::family;
 using S8 = avx2::S;
-void dot_tiles(const void* w, int64_t ws, int64_t n_rows, const void* x, int64_t xs, int64_t n_tokens, int64_t kp,
-               float* c, int64_t cs) {
-  fam::dot_tiles<S8>(static_cast<const float*>(w), ws, n_rows, static_cast<const float*>(x), xs, n_tokens, kp, c, cs);
-}
-void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t stride,
-                  int64_t j0, int64_t j1, float* dots, float* scores) {
-  fam::index_scores_range<S8>(static_cast<const float*>(keys), static_cast<const float*>(q), weights, n_heads, kp, stride, j0,
-                              j1, dots, scores);
-}
 }  // namespace
 
 const SimdKernels kSimdKernelsAvx2 = {
     SimdLevel::kAvx2, S8::kChunk, 4, S8::kPairedV, S8::kDirectT, S8::kTileT,
     fam::supports<S8>, S8::pack_x, fam::tile<S8>, fam::tile_x<S8>,
-    dot_tiles,
+    fam::dot_tiles_packed<S8>,
     fam::attention_pack_kv<S8>, fam::attention_pack_q<S8>, fam::attention_attend<S8>,
-    index_scores, fam::sum_squares<S8>,
+    fam::index_scores_packed<S8>, fam::sum_squares<S8>,
 };
 
 }  // namespace deepinfer::cpu

@@ -128,23 +128,14 @@ namespace {
 namespace fam = avx512bf16quant::family;
 using S16 = avx512bf16quant::S;
 using SQuant = avx512bf16quant::SQuant;
-void dot_tiles(const void* w, int64_t ws, int64_t n_rows, const void* x, int64_t xs, int64_t n_tokens, int64_t kp,
-               float* c, int64_t cs) {
-  fam::dot_tiles<S16>(static_cast<const uint16_t*>(w), ws, n_rows, static_cast<const uint16_t*>(x), xs, n_tokens, kp, c, cs);
-}
-void index_scores(const void* keys, const void* q, const float* weights, int64_t n_heads, int64_t kp, int64_t stride,
-                  int64_t j0, int64_t j1, float* dots, float* scores) {
-  fam::index_scores_range<S16>(static_cast<const uint16_t*>(keys), static_cast<const uint16_t*>(q), weights, n_heads, kp, stride,
-                               j0, j1, dots, scores);
-}
 }  // namespace
 
 const SimdKernels kSimdKernelsAvx512Bf16Quant = {
     SimdLevel::kAvx512Bf16Quant, S16::kChunk, 2, S16::kPairedV, S16::kDirectT, S16::kTileT,
     fam::supports<SQuant>, S16::pack_x, fam::tile<SQuant>, fam::tile_x<SQuant>,
-    dot_tiles,
+    fam::dot_tiles_packed<S16>,
     fam::attention_pack_kv<S16>, fam::attention_pack_q<S16>, fam::attention_attend<S16>,
-    index_scores, fam::sum_squares<S16>,
+    fam::index_scores_packed<S16>, fam::sum_squares<S16>,
 };
 
 }  // namespace deepinfer::cpu
