@@ -126,6 +126,28 @@ double best_seconds(int n_threads, int reps, Body body) {
 
 }  // namespace
 
+double measure_read_bandwidth(const void* data, size_t n_bytes, int n_threads, int reps) {
+  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string simd = cpu_simd_level();
+  // Whole 256-byte blocks from the first 64-byte boundary (the loops read 32 words at a time).
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(data) + 63) / 64 * 64;
+  const uint64_t* words = reinterpret_cast<const uint64_t*>(first);
+  const size_t n_words = n_bytes > first - reinterpret_cast<uintptr_t>(data)
+                             ? (n_bytes - (first - reinterpret_cast<uintptr_t>(data))) / 8 / 32 * 32
+                             : 0;
+  if (n_words == 0) return 0.0;
+  std::vector<uint64_t> sink(static_cast<size_t>(n_threads));
+  const double s = best_seconds(n_threads, reps, [&](int t) {
+    const size_t begin = n_words * size_t(t) / size_t(n_threads) / 32 * 32;
+    const size_t end = n_words * size_t(t + 1) / size_t(n_threads) / 32 * 32;
+    const uint64_t* p = words + begin;
+    if (simd == "avx512f") sink[size_t(t)] = read_avx512(p, end - begin);
+    else if (simd == "avx2+fma") sink[size_t(t)] = read_avx2(p, end - begin);
+    else sink[size_t(t)] = read_scalar(p, end - begin);
+  });
+  return double(n_words * 8) / s / 1e9;
+}
+
 std::string cpu_simd_level() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return "avx512f";
@@ -133,7 +155,7 @@ std::string cpu_simd_level() {
   return "scalar";
 }
 
-MachineCeiling measure_machine_ceiling(int n_threads, size_t buffer_bytes) {
+MachineCeiling measure_machine_ceiling(int n_threads, size_t buffer_bytes, bool arithmetic) {
   MachineCeiling m;
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   m.n_threads = n_threads;
@@ -141,17 +163,9 @@ MachineCeiling measure_machine_ceiling(int n_threads, size_t buffer_bytes) {
 
   std::vector<uint64_t> buffer(buffer_bytes / 8);
   for (size_t i = 0; i < buffer.size(); i += 512) buffer[i] = i;  // fault every page in
-  std::vector<uint64_t> sink(static_cast<size_t>(n_threads));
-  const double read_s = best_seconds(n_threads, 5, [&](int t) {
-    const size_t begin = buffer.size() * size_t(t) / size_t(n_threads) / 32 * 32;
-    const size_t end = buffer.size() * size_t(t + 1) / size_t(n_threads) / 32 * 32;
-    const uint64_t* p = buffer.data() + begin;
-    if (m.simd == "avx512f") sink[size_t(t)] = read_avx512(p, end - begin);
-    else if (m.simd == "avx2+fma") sink[size_t(t)] = read_avx2(p, end - begin);
-    else sink[size_t(t)] = read_scalar(p, end - begin);
-  });
-  m.read_gb_per_s = double(buffer.size() / 32 * 32 * 8) / read_s / 1e9;
+  m.read_gb_per_s = measure_read_bandwidth(buffer.data(), buffer.size() * 8, n_threads);
 
+  if (!arithmetic) return m;
   const int64_t iters = 20'000'000;
   std::vector<float> fsink(static_cast<size_t>(n_threads));
   if (m.simd != "scalar") {

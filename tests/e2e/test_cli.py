@@ -189,3 +189,21 @@ def test_swa_replay_flag(tmp_path):
     assert "SWA bounded replay on: a prefill runs the decoder layers only on its last 133 tokens" in b.stdout
     assert "--swa-replay" in run("serve", "--help").stdout
     assert_clean_error(run("generate", "--model", FLASH, "--prompt-ids", "0,5", "--swa-replay"), "V4.1")
+
+
+def test_bench_percent_of_bandwidth_uses_the_largest_read_figure():
+    """bench brackets each decode phase with two read loops (a fresh buffer, the mapped head weights) and the
+    % BW column divides by the largest read figure of the run, never a smaller one."""
+    import re
+    b = run("bench", "--model", FLASH, "--prefill", "16", "--batch", "1", "--decode-steps", "2", "--threads", "2")
+    assert b.returncode == 0, b.stderr
+    line = next(l for l in b.stdout.splitlines() if l.startswith("read bandwidth around the decode phases"))
+    pairs = re.findall(r"(?:before decode batch 1|after) ([0-9.]+) / ([0-9.]+)", line)
+    figures = [float(v) for pair in pairs for v in pair]
+    assert len(figures) == 4 and all(f > 0 for f in figures), line
+    used = float(re.search(r"largest read figure, ([0-9.]+) GB/s", line).group(1))
+    ceilings = re.search(r"read bandwidth ([0-9.]+) / ([0-9.]+) GB/s", b.stdout)
+    assert used >= max(figures + [float(ceilings.group(1)), float(ceilings.group(2))]) - 0.05, b.stdout
+    row = next(l for l in b.stdout.splitlines() if l.startswith("decode batch 1 "))
+    gbs, pct = float(row.split()[6]), float(row.split()[7].rstrip("%"))
+    assert abs(pct - 100.0 * gbs / used) < 0.2, (row, used)
