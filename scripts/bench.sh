@@ -27,4 +27,6 @@ fi
 # MLOCK=0 turns it off.
 LOCK=()
 if [ "${MLOCK:-1}" = 1 ] && { [ "$(id -u)" = 0 ] || [ "$(ulimit -l)" = unlimited ]; }; then LOCK=(--mlock); fi
-exec "$BUILD_DIR/deepinfer" bench --model "$MODEL_DIR" --prefault "${LOCK[@]}" "$@"
+# --paired-reads: each decode step is also compared with a read loop over the head weights run right after it
+# (this shared host's read rate moves by up to half between consecutive measurements).
+exec "$BUILD_DIR/deepinfer" bench --model "$MODEL_DIR" --prefault --paired-reads "${LOCK[@]}" "$@"

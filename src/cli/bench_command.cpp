@@ -60,6 +60,7 @@ Runner add_bench_command(CLI::App& app) {
     std::vector<int> batches{1, 4, 16};
     int decode_steps = 16, threads = 0, context = 16, speculative_tokens = 32;
     bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false, swa_replay = false, mlock = false;
+    bool paired_reads = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "prefill / decode tokens per second against the machine's ceilings");
@@ -78,6 +79,9 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_flag("--exact", args->exact, "time the reference kernels instead");
   cmd->add_flag("--swa-replay", args->swa_replay, "V4.1: SWA bounded replay in prefill (spec 7.10): the decoder layers run only on the last window + DSpark-block tokens (faster, approximate; off = exact)");
   cmd->add_flag("--skip-ceiling", args->skip_ceiling, "do not measure bandwidth / peak FMA");
+  cmd->add_flag("--paired-reads", args->paired_reads,
+                "after each decode step, read the mapped head weights once and report the steps' read rate as a % of "
+                "those loops' (robust to a shared host's drift; the steps alone are timed)");
   cmd->add_flag("--no-warmup", args->no_warmup, "time the first prefill cold (weights not yet faulted in)");
   cmd->add_flag("--prefault", args->prefault,
                 "touch every weight page before each timed phase (all weights resident; resident memory then "
@@ -112,6 +116,7 @@ Runner add_bench_command(CLI::App& app) {
     // largest read figure of the whole run, so that it can only understate.
     const TensorView* head = m.checkpoint().find("head.weight");
     std::vector<std::string> read_log;  // "where: fresh buffer / head weights GB/s"
+    std::vector<std::string> paired_log;  // --paired-reads, one line per decode phase
     double read_max = before.read_gb_per_s;
     auto measure_reads = [&](const std::string& where) {
       if (args->skip_ceiling) return;
@@ -186,19 +191,34 @@ Runner add_bench_command(CLI::App& app) {
       double macs = 0;
       prefault();
       measure_reads("before decode batch " + std::to_string(batch));
-      const auto t0 = Clock::now();
+      const double step_bytes = decode_step_bytes(traffic, c, batch);
+      std::vector<double> ratios;  // per step: its read rate / a read loop over the head weights right after it
+      double s = 0;
       for (int step = 0; step < args->decode_steps; ++step) {
         std::vector<ForwardChunk> chunks;
         for (int b = 0; b < batch; ++b) {
           chunks.push_back(ForwardChunk{&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)][size_t(step)], 1), 0});
         }
+        const auto t0 = Clock::now();
         m.forward(chunks);
+        const double step_s = seconds_since(t0);
+        s += step_s;
         macs += double(batch) * double(traffic.decode_macs_per_token + attention_macs_at(c, args->context + step));
+        if (args->paired_reads && head) {
+          ratios.push_back(step_bytes / step_s / measure_read_bandwidth(head->data, head->n_bytes, args->threads, 1) / 1e9);
+        }
       }
-      const double s = seconds_since(t0);
       measure_reads("after");
+      if (!ratios.empty()) {
+        std::sort(ratios.begin(), ratios.end());
+        auto at = [&](double q) { return 100.0 * ratios[size_t(q * double(ratios.size() - 1) + 0.5)]; };
+        char line[256];
+        std::snprintf(line, sizeof line, "decode batch %d, each step against a read loop over the head weights right after "
+                      "it (%zu pairs): median %.1f%%, quartiles %.1f%% / %.1f%%", batch, ratios.size(), at(0.5), at(0.25), at(0.75));
+        paired_log.push_back(line);
+      }
       row("decode batch " + std::to_string(batch), double(batch) * args->decode_steps, args->decode_steps, s,
-          decode_step_bytes(traffic, c, batch) * args->decode_steps, 2.0 * macs);
+          step_bytes * args->decode_steps, 2.0 * macs);
     }
     // V4.1 DSpark: the same greedy continuation with and without speculation (they must be identical);
     // acceptance and speed-up depend on the weights (random weights accept ~nothing).
@@ -241,6 +261,8 @@ Runner add_bench_command(CLI::App& app) {
                   pct(gbs, ceiling.read_gb_per_s), gflops, pct(gflops, ceiling.peak_gflops),
                   pct(gflops, ceiling.peak_bf16_gflops));
     }
+    if (!paired_log.empty()) std::printf("\n");
+    for (const std::string& line : paired_log) std::printf("%s\n", line.c_str());
     if (spec) {
       const GenerationResult &p = spec->plain, &sp = spec->speculative;
       const double plain_rate = double(p.tokens.size()) / p.decode_seconds, spec_rate = double(sp.tokens.size()) / sp.decode_seconds;

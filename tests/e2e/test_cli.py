@@ -193,9 +193,11 @@ def test_swa_replay_flag(tmp_path):
 
 def test_bench_percent_of_bandwidth_uses_the_largest_read_figure():
     """bench brackets each decode phase with two read loops (a fresh buffer, the mapped head weights) and the
-    % BW column divides by the largest read figure of the run, never a smaller one."""
+    % BW column divides by the largest read figure of the run, never a smaller one; --paired-reads reports
+    each step against a read loop run right after it."""
     import re
-    b = run("bench", "--model", FLASH, "--prefill", "16", "--batch", "1", "--decode-steps", "2", "--threads", "2")
+    b = run("bench", "--model", FLASH, "--prefill", "16", "--batch", "1", "--decode-steps", "3", "--threads", "2",
+            "--paired-reads")
     assert b.returncode == 0, b.stderr
     line = next(l for l in b.stdout.splitlines() if l.startswith("read bandwidth around the decode phases"))
     pairs = re.findall(r"(?:before decode batch 1|after) ([0-9.]+) / ([0-9.]+)", line)
@@ -207,3 +209,8 @@ def test_bench_percent_of_bandwidth_uses_the_largest_read_figure():
     row = next(l for l in b.stdout.splitlines() if l.startswith("decode batch 1 "))
     gbs, pct = float(row.split()[6]), float(row.split()[7].rstrip("%"))
     assert abs(pct - 100.0 * gbs / used) < 0.2, (row, used)
+    paired = re.search(r"decode batch 1, each step against a read loop over the head weights right after it "
+                       r"\(3 pairs\): median ([0-9.]+)%, quartiles ([0-9.]+)% / ([0-9.]+)%", b.stdout)
+    assert paired, b.stdout
+    median, q1, q3 = (float(paired.group(i)) for i in (1, 2, 3))
+    assert 0 < q1 <= median <= q3, paired.group(0)
