@@ -780,9 +780,9 @@ void fused_tokens(int64_t nt, const RowSrc* rows, const uint8_t* const* tails, i
   }
 }
 
-// All n_rows rows times the T tokens of the tiled x (tile_x), two token blocks at a time. Each group's rows of
-// the next group stream into L1 while a group works, and, in the first block pair, the bytes
-// [ahead, ahead + ahead_bytes) (the next unit of the matrix) into L2, a share per (K block, group).
+// All n_rows rows times the T tokens of the tiled x (tile_x), two token blocks at a time. In the first block
+// pair, while a row group works on a K block, the next group's part of that K block streams into L1 and a
+// share of the bytes [ahead, ahead + ahead_bytes) (the next unit of the matrix) into L2.
 template <class S, DType D, bool kWide>
 void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t n_full, int64_t n_chunks,
                   const typename S::Elem* xt, int64_t kp, int64_t T, const uint8_t* ahead, int64_t ahead_bytes,
