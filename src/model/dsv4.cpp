@@ -140,20 +140,11 @@ void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch
   const ModelConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.dim, n_mix = (2 + c.hc_mult) * c.hc_mult;
   const double eps = double(float(c.norm_eps)), hc_eps = double(float(c.hc_eps));
-  // Reused from call to call on this thread (every element is written before it is read): in a long prefill
-  // h_next alone is T x 4 x dim floats (268 MB for 4096 tokens of V4-Flash), and fresh vectors of that size
-  // are new zeroed pages from the kernel in every layer (perf: clear_page took 8.7% of a 2048-token prefill).
-  // Named through references: a lambda that names a thread_local itself reads the running thread's instance,
-  // and for_rows runs them on the backend's threads.
-  thread_local std::vector<float> mixes_buffer, u_buffer, sub_out_buffer, h_next_buffer;
-  std::vector<float>& mixes = mixes_buffer;
-  std::vector<float>& u = u_buffer;
-  std::vector<float>& sub_out = sub_out_buffer;
-  std::vector<float>& h_next = h_next_buffer;
-  mixes.resize(size_t(T * n_mix));
-  u.resize(size_t(T * D));
-  sub_out.resize(size_t(T * D));
-  h_next.resize(h.size());
+  BlockBuffers& buffers = block_buffers(T, D, n_mix, h.size());  // reused from call to call
+  std::vector<float>& mixes = buffers.mixes;
+  std::vector<float>& u = buffers.u;
+  std::vector<float>& sub_out = buffers.sub_out;
+  std::vector<float>& h_next = buffers.h_next;
   std::vector<HcCoefficients> coeffs(static_cast<size_t>(T));
   for (int side = 0; side < 2; ++side) {  // 0: attention, 1: MoE (spec §3.2: two-pass mHC)
     const float* fn = side == 0 ? w.hc_attn_fn : w.hc_ffn_fn;

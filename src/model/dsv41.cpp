@@ -92,19 +92,11 @@ void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float
   const ModelConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.dim, n_mix = (2 + c.hc_mult) * c.hc_mult;
   const double eps = c.norm_eps_value(), hc_eps = c.hc_eps_value();
-  // Reused from call to call on this thread (every element is written before it is read), as in
-  // Model::run_block: fresh vectors of T x 4 x dim floats are new zeroed pages from the kernel in every layer.
-  // Named through references: a lambda that names a thread_local itself reads the running thread's instance,
-  // and for_rows runs them on the backend's threads.
-  thread_local std::vector<float> mixes_buffer, u_buffer, sub_out_buffer, h_next_buffer;
-  std::vector<float>& mixes = mixes_buffer;
-  std::vector<float>& u = u_buffer;
-  std::vector<float>& sub_out = sub_out_buffer;
-  std::vector<float>& h_next = h_next_buffer;
-  mixes.resize(size_t(T * n_mix));
-  u.resize(size_t(T * D));
-  sub_out.resize(size_t(T * D));
-  h_next.resize(h.size());
+  BlockBuffers& buffers = block_buffers(T, D, n_mix, h.size());  // reused from call to call
+  std::vector<float>& mixes = buffers.mixes;
+  std::vector<float>& u = buffers.u;
+  std::vector<float>& sub_out = buffers.sub_out;
+  std::vector<float>& h_next = buffers.h_next;
   std::vector<HcCoefficients> attn_coeffs(static_cast<size_t>(T)), ffn_coeffs(static_cast<size_t>(T));
   // Attention side: the input is collapsed with the incoming pre (single-pass mHC).
   backend_->hc_mix({h.data(), T, 4 * D, w.hc_attn_fn, n_mix, eps, mixes.data()});

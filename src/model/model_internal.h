@@ -77,6 +77,24 @@ std::vector<float> stack_logit_rows(const Model::Batch& batch, std::span<const C
 void split_logits(std::vector<float>&& logits, std::span<const int64_t> counts, int64_t vocab,
                   std::vector<ChunkOutput>& outputs);
 
+// The mHC block's per-call buffers (V4's Model::run_block, V4.1's Model::mhc_block_v41), kept by each thread
+// from call to call and resized here; every element is written before it is read. In a long prefill h_next
+// alone is T x 4 x dim floats (268 MB for 4096 tokens of V4-Flash), and fresh vectors of that size are new
+// zeroed pages from the kernel in every layer (perf: clear_page took 8.7% of a 2048-token prefill). Callers
+// name the buffers through this reference: a lambda that names a thread_local itself reads the running
+// thread's instance, and for_rows runs those lambdas on the backend's threads.
+struct BlockBuffers {
+  std::vector<float> mixes, u, sub_out, h_next;
+};
+inline BlockBuffers& block_buffers(int64_t n_tokens, int64_t dim, int64_t n_mix, size_t stream_size) {
+  thread_local BlockBuffers buffers;
+  buffers.mixes.resize(size_t(n_tokens * n_mix));
+  buffers.u.resize(size_t(n_tokens * dim));
+  buffers.sub_out.resize(size_t(n_tokens * dim));
+  buffers.h_next.resize(stream_size);
+  return buffers;
+}
+
 // After a layer: appends each chunk's last-token stream [4, dim] to its layer_streams_of_last, if asked.
 void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk> chunks, const std::vector<float>& h, int64_t dim);
 
