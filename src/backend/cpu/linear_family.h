@@ -377,6 +377,17 @@ void packed_tile_tokens(const typename S::Elem* w, const typename S::Elem* x, in
   }
 }
 
+// Rows [r0, r0 + R) and their tails; a short last group repeats the last row (its outputs are not stored).
+template <int R>
+inline void row_group(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t r0, RowSrc* grp,
+                      const uint8_t** grp_tails) {
+  for (int r = 0; r < R; ++r) {
+    const int64_t i = std::min<int64_t>(r0 + r, n_rows - 1);
+    grp[r] = rows[i];
+    grp_tails[r] = tails[i];
+  }
+}
+
 // Direct mode over all n_rows rows, R = direct_rows<S, T>() at a time (a short last group repeats its last
 // row); T is the call's token count, found by recursion.
 template <class S, DType D, bool kWide, bool kScaledX, int T>
@@ -408,11 +419,7 @@ void direct_tokens(const RowSrc* rows, const uint8_t* const* tails, int64_t n_ro
       } else {
         RowSrc grp[R];
         const uint8_t* grp_tails[R];
-        for (int r = 0; r < R; ++r) {
-          const int64_t i = std::min<int64_t>(r0 + r, n_rows - 1);
-          grp[r] = rows[i];
-          grp_tails[r] = tails[i];
-        }
+        row_group<R>(rows, tails, n_rows, r0, grp, grp_tails);
         direct_kernel<S, D, kWide, kScaledX, R, T>(grp, grp_tails, x, xs, n_full, has_tail, sums);
       }
       for (int t = 0; t < T; ++t) S::template reduce<kReduceRows>(sums[t], part + t * kReduceRows);
@@ -807,11 +814,7 @@ void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
       for (int64_t g = 0; g < n_groups; ++g) {
         RowSrc grp[R];
         const uint8_t* grp_tails[R];
-        for (int r = 0; r < R; ++r) {
-          const int64_t i = std::min(g * R + r, n_rows - 1);  // a short last group repeats its last row
-          grp[r] = rows[i];
-          grp_tails[r] = tails[i];
-        }
+        row_group<R>(rows, tails, n_rows, g * R, grp, grp_tails);
         if (t0 == 0) {
           for (int64_t i = (g + 1) * R; i < std::min(n_rows, (g + 2) * R); ++i)
             for (int64_t b = 0; b < in_place * kBytes; b += 64) __builtin_prefetch(rows[i].data + ch0 * kBytes + b);
