@@ -51,7 +51,7 @@ if ! cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=O
   exit 1
 fi
 step "build"
-if ! ninja -C $BUILD -j16 cuda_tests cuda_kernel_timing >"$OUT_DIR/build.log" 2>&1; then
+if ! ninja -C $BUILD -k 0 -j16 cuda_tests cuda_kernel_timing >"$OUT_DIR/build.log" 2>&1; then
   grep -E "error" -A3 "$OUT_DIR/build.log" | head -60
   echo "gpu_check: build failed (log: build.log)"
   exit 1
@@ -61,38 +61,19 @@ grep -E "spill stores" "$OUT_DIR/build.log" | grep -v " 0 bytes spill stores" | 
 step "cuda_tests (kernels vs the CPU reference, golden models end to end)"
 timeout 240 ./$BUILD/tests/cuda_tests >"$OUT_DIR/cuda_tests.log" 2>&1
 tests_rc=$?
-grep -E "^\s+cuda-|backend:|top1 " "$OUT_DIR/cuda_tests.log" | head -80
+# The per-kernel lines stay in cuda_tests.log (it comes back with the reply); shown here: the golden runs'
+# figures and the op-by-op rows whose GPU outputs are more than 1 bf16 ulp off the reference anywhere.
+grep -E "top1 |^\s+op \(kind" "$OUT_DIR/cuda_tests.log" | head -20
+awk '/^  (linear|hc_mix|sparse_attention|index_scores) / && $NF > 0' "$OUT_DIR/cuda_tests.log" | head -30
 grep -E "Failure|FAILED|error" "$OUT_DIR/cuda_tests.log" | head -30
 
 step "kernel timing"
 timeout 180 ./$BUILD/cuda_kernel_timing >"$OUT_DIR/timing.txt" 2>&1
 timing_rc=$?
 
-# End to end on the 4-layer V4-Flash benchmark model (real widths, random weights; written here, 16 GB):
-# the CUDA backend's decode and prefill as the model code drives it today. The CLI is built only now, and
-# a failure here does not hide the table above it.
-e2e_rc=skipped
-if [ "${E2E:-1}" = 1 ]; then
-  step "end to end: deepinfer bench --backend cuda on configs/bench-v4-flash-4layer.json"
-  MODEL=/tmp/bench-v4-flash-4layer
-  if ninja -C $BUILD -j16 deepinfer >"$OUT_DIR/build_cli.log" 2>&1 &&
-     timeout 120 ./$BUILD/deepinfer make-model --config configs/bench-v4-flash-4layer.json --out $MODEL --seed 1 \
-       --shards 16 >"$OUT_DIR/make_model.log" 2>&1; then
-    step "model written"
-    timeout 150 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 128 --batch 1,8 \
-      --decode-steps 8 >"$OUT_DIR/e2e.txt" 2>"$OUT_DIR/e2e.err"
-    e2e_rc=$?
-  else
-    e2e_rc=failed
-    tail -5 "$OUT_DIR/build_cli.log" "$OUT_DIR/make_model.log" 2>/dev/null
-  fi
-fi
-
 step "summary"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT_DIR/cuda_tests.log"
 echo "cuda_tests exit code $tests_rc (0 = all passed)"
 cat "$OUT_DIR/timing.txt"
-echo "timing exit code $timing_rc"
-[ -f "$OUT_DIR/e2e.txt" ] && { cat "$OUT_DIR/e2e.txt"; tail -3 "$OUT_DIR/e2e.err"; }
-echo "e2e exit code $e2e_rc; total $(( $(date +%s) - t0 ))s"
+echo "timing exit code $timing_rc; total $(( $(date +%s) - t0 ))s"
 [ $tests_rc -eq 0 ] && [ $timing_rc -eq 0 ]

@@ -285,7 +285,7 @@ Status tool_choice_from_json(const Json* json, bool api_rules, EncodeOptions& op
   if (name == nullptr || !name->is_string()) return Status::error("tool_choice.function.name: expected a string");
   std::vector<Tool> named;
   for (const Tool& tool : options.tools) {
-    if (tool.name == *name) named.push_back(tool);
+    if (tool.name == name->get_ref<const std::string&>()) named.push_back(tool);
   }
   if (named.empty()) {
     return Status::error("tool_choice.function.name: no tool named '" + name->get<std::string>() + "'");

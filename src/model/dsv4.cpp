@@ -25,7 +25,10 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
   model->config_ = config.value();
   model->checkpoint_ = std::move(checkpoint.value());
   model->weights_ = std::move(weights.value());
-  if (options.cuda) {
+  if (options.make_backend) {
+    model->backend_ = options.make_backend();
+    if (!model->backend_) return Status::error("ModelOptions::make_backend returned no backend");
+  } else if (options.cuda) {
     if (options.exact) return Status::error("the exact (reference) kernels run on the CPU only: drop --exact or the CUDA backend");
     std::string error;
     model->backend_ = make_cuda_backend(options.cuda_device, &error);

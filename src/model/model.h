@@ -38,6 +38,9 @@ struct ModelOptions {
   int cuda_device = 0;
   bool show_progress = false;
   bool lock_weights = false;  // mlock the checkpoint (Checkpoint::OpenOptions::lock_in_memory)
+  // Tests: a backend of their own instead of the one exact / cuda select (e.g. one that runs every op on two
+  // backends and compares them, tests/cuda/op_by_op_cuda_test.cpp).
+  std::function<std::unique_ptr<Backend>()> make_backend;
 };
 
 // A run of consecutive tokens of one sequence, starting at its next position.

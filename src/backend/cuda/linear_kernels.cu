@@ -93,11 +93,11 @@ __global__ void __launch_bounds__(kWarps * 32, 3) linear_kernel(const LinearLaun
 #pragma unroll
     for (int t = 0; t < TT; ++t) acc[r][t] = 0.0f;
 
-  // Not unrolled: one chunk's R row loads are in flight together; more would only raise register pressure.
-#pragma unroll 1
-  for (int c = lane; c < n_chunks; c += 32) {
-    uint4 raw[R];
-    float s[R];
+  // A lane's chunks in ascending order, U at a time: the U x R loads of a step are all in flight before the
+  // first is used (one or two tokens need that many to keep HBM busy; at TT >= 4 the x loads are enough,
+  // and the registers are better spent on accumulators: U > 1 spilled there). The FMA order is the same for every U.
+  constexpr int U = TT == 1 ? 4 : TT == 2 ? 2 : 1;
+  auto load = [&](int c, uint4 raw[R], float s[R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       raw[r] = __ldg(wrow[r] + c);
@@ -108,6 +108,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3) linear_kernel(const LinearLaun
       else if constexpr (K == WeightKind::kFp4) s[r] = e8m0_value(__ldg(srow[r] + c));
       else s[r] = 1.0f;
     }
+  };
+  auto multiply = [&](int c, const uint4 raw[R], const float s[R]) {
 #pragma unroll
     for (int g = 0; g < kChunk / 4; ++g) {
       float w[R][4];
@@ -126,6 +128,25 @@ __global__ void __launch_bounds__(kWarps * 32, 3) linear_kernel(const LinearLaun
           }
         }
       }
+    }
+  };
+  int c = lane;
+#pragma unroll 1
+  for (; c + 32 * (U - 1) < n_chunks; c += 32 * U) {
+    uint4 raw[U][R];
+    float s[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) load(c + 32 * u, raw[u], s[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) multiply(c + 32 * u, raw[u], s[u]);
+  }
+  if constexpr (U > 1) {
+#pragma unroll 1
+    for (; c < n_chunks; c += 32) {
+      uint4 raw[R];
+      float s[R];
+      load(c, raw, s);
+      multiply(c, raw, s);
     }
   }
 #pragma unroll
