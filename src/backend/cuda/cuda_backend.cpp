@@ -47,7 +47,7 @@ class CudaBackend final : public Backend {
 
   void linear(const LinearParams& p) override {
     if (p.n_tokens == 0 || p.n_rows == 0) return;
-    const cuda::DeviceWeight& w = weights_.get(*p.weight);
+    const cuda::DeviceWeight& w = weights_.get(*p.weight, stream_);
     DI_CHECK(p.row_begin >= 0 && p.row_begin + p.n_rows <= w.n_out);
     const int64_t T = p.n_tokens, K = w.n_in;
     x_.reserve(size_t(T * w.k_pad) * sizeof(float));
@@ -84,7 +84,7 @@ class CudaBackend final : public Backend {
 
   void hc_mix(const HcMixParams& p) override {
     if (p.n_tokens == 0) return;
-    const float* fn = weights_.constant(p.fn, p.n_mix * p.width);
+    const float* fn = weights_.constant(p.fn, p.n_mix * p.width, stream_);
     x_.reserve(size_t(p.n_tokens * p.width) * 4);
     out_.reserve(size_t(p.n_tokens * p.n_mix) * 4);
     DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), p.x, size_t(p.n_tokens * p.width) * 4, cudaMemcpyHostToDevice, stream_));

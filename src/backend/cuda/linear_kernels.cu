@@ -95,7 +95,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3) linear_kernel(const LinearLaun
 
   // A lane's chunks in ascending order, U at a time: the U x R loads of a step are all in flight before the
   // first is used (one or two tokens need that many to keep HBM busy; at TT >= 4 the x loads are enough,
-  // and the registers are better spent on accumulators: U > 1 spilled there). The FMA order is the same for every U.
+  // and the registers are better spent on accumulators: U > 1 spilled there). The FMA order is the same
+  // for every U, so batch invariance holds.
   constexpr int U = TT == 1 ? 4 : TT == 2 ? 2 : 1;
   auto load = [&](int c, uint4 raw[R], float s[R]) {
 #pragma unroll

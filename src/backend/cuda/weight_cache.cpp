@@ -6,7 +6,7 @@
 
 namespace deepinfer::cuda {
 
-const DeviceWeight& WeightCache::get(const LinearWeight& w) {
+const DeviceWeight& WeightCache::get(const LinearWeight& w, cudaStream_t stream) {
   auto it = weights_.find(w.data);
   if (it != weights_.end()) {
     DI_CHECK_MSG(it->second.n_out == w.n_out && it->second.n_in == w.n_in,
@@ -41,29 +41,29 @@ const DeviceWeight& WeightCache::get(const LinearWeight& w) {
   }
   d.data = DeviceBuffer(size_t(d.n_out * d.row_pitch));
   if (src_pitch == d.row_pitch) {
-    DI_CUDA_CHECK(cudaMemcpy(d.data.get(), w.data, d.data.bytes(), cudaMemcpyHostToDevice));
+    DI_CUDA_CHECK(cudaMemcpyAsync(d.data.get(), w.data, d.data.bytes(), cudaMemcpyHostToDevice, stream));
   } else {  // zero-padded rows
-    DI_CUDA_CHECK(cudaMemset(d.data.get(), 0, d.data.bytes()));
-    DI_CUDA_CHECK(cudaMemcpy2D(d.data.get(), size_t(d.row_pitch), w.data, size_t(src_pitch), size_t(src_pitch),
-                               size_t(d.n_out), cudaMemcpyHostToDevice));
+    DI_CUDA_CHECK(cudaMemsetAsync(d.data.get(), 0, d.data.bytes(), stream));
+    DI_CUDA_CHECK(cudaMemcpy2DAsync(d.data.get(), size_t(d.row_pitch), w.data, size_t(src_pitch), size_t(src_pitch),
+                                    size_t(d.n_out), cudaMemcpyHostToDevice, stream));
   }
   if (d.kind != WeightKind::kBf16) {
     const int64_t scale_rows = d.kind == WeightKind::kFp8 ? (d.n_out + d.block - 1) / d.block : d.n_out;
     d.scale = DeviceBuffer(size_t(scale_rows * d.scale_pitch));
-    DI_CUDA_CHECK(cudaMemcpy(d.scale.get(), w.scale, d.scale.bytes(), cudaMemcpyHostToDevice));
+    DI_CUDA_CHECK(cudaMemcpyAsync(d.scale.get(), w.scale, d.scale.bytes(), cudaMemcpyHostToDevice, stream));
   }
   bytes_ += d.data.bytes() + d.scale.bytes();
   return weights_.emplace(w.data, std::move(d)).first->second;
 }
 
-const float* WeightCache::constant(const float* host, int64_t n) {
+const float* WeightCache::constant(const float* host, int64_t n, cudaStream_t stream) {
   auto it = constants_.find(host);
   if (it != constants_.end()) {
     DI_CHECK_MSG(it->second.first == n, "a different constant array at a cached array's address");
     return it->second.second.get<float>();
   }
   DeviceBuffer b(size_t(n) * sizeof(float));
-  DI_CUDA_CHECK(cudaMemcpy(b.get(), host, b.bytes(), cudaMemcpyHostToDevice));
+  DI_CUDA_CHECK(cudaMemcpyAsync(b.get(), host, b.bytes(), cudaMemcpyHostToDevice, stream));
   bytes_ += b.bytes();
   return constants_.emplace(host, std::make_pair(n, std::move(b))).first->second.second.get<float>();
 }

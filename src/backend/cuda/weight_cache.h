@@ -2,6 +2,11 @@
 // lifetime. The key is the weight's data pointer (a checkpoint mapping: its bytes must stay alive and
 // unchanged while the backend lives, as a model's do). Rows are repacked to a padded pitch (k_pad, a
 // multiple of 32 elements, zero codes past K) so that every row starts 16-byte aligned.
+//
+// Uploads go on the stream the kernels that read them run on. A plain cudaMemcpy from pageable memory
+// returns before its DMA has landed, and the legacy stream it uses does not order a non-blocking stream's
+// kernels after it: the first GPU run read half-uploaded weights in the first forward of a model (the
+// golden flash-tiny case 1 had a row-0 cosine of 0.963; later rows, after the uploads, were fine).
 #pragma once
 
 #include <cstdint>
@@ -23,9 +28,10 @@ struct DeviceWeight {
 
 class WeightCache {
  public:
-  const DeviceWeight& get(const LinearWeight& w);
-  // Device copy of a constant float array of a model (mHC fn rows): same lifetime rule as the weights.
-  const float* constant(const float* host, int64_t n);
+  // The weight's device copy; a first use queues its upload on `stream`, before the caller's kernels.
+  const DeviceWeight& get(const LinearWeight& w, cudaStream_t stream);
+  // Device copy of a constant float array of a model (mHC fn rows): same lifetime and stream rules.
+  const float* constant(const float* host, int64_t n, cudaStream_t stream);
   size_t device_bytes() const { return bytes_; }
 
  private:
