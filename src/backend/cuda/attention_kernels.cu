@@ -1,5 +1,7 @@
-// Sparse attention with sink on the GPU, portable path: one block per head. Scores (fp32 dots, one warp
-// per slot) and the 64-block maxima live in shared memory; P_j = bf16(exp(s_j - m_b)) against the running
+// Sparse attention with sink on the GPU, portable path: one block per (head, 256 columns of head_dim).
+// Each block of a head computes the same scores and denominator in the same order: the dot products cost
+// less than a grid of one block per head left idle (64 heads: 64 blocks on 132 SMs). Scores (fp32 dots,
+// one warp per slot) and the 64-block maxima live in shared memory; P_j = bf16(exp(s_j - m_b)) against the running
 // max of the slot's 64-block (V4) or the global max (V4.1), weighted by exp(m_b - M), divided by the
 // unrounded denominator sum_j exp(s_j - M) + exp(sink - M) and rounded to bf16 once: the rounding points
 // of the reference backend (spec AT1-AT3), with fp32 arithmetic between them.
@@ -60,9 +62,11 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(const Attent
     denom_part += expf(sj - m_all);
   }
   const float denom = block_sum(denom_part, scratch) + expf(p.sink[h] - m_all);  // block_sum syncs
-  for (int64_t d = threadIdx.x; d < D; d += kThreads) {  // AT3
-    // Slots in ascending order, 8 loads in flight before their FMAs (one at a time, each FMA waited for its
-    // load: 0.5 us a slot on an H200). Empty slots are skipped, not multiplied: their s is -inf.
+  // AT3: this block's slice of the head dimension, one output per thread. Slots in ascending order, 8 loads
+  // in flight before their FMAs (one at a time, each FMA waited for its load: 0.5 us a slot on an H200).
+  // Empty slots are skipped, not multiplied: their s is -inf.
+  const int64_t d = int64_t(blockIdx.y) * kThreads + threadIdx.x;
+  if (d < D) {
     float acc = 0.0f;
     int64_t j = 0;
     for (; j + 8 <= n_slots; j += 8) {
@@ -117,7 +121,8 @@ void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
   if (smem > 48 * 1024) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
-  sparse_attention_kernel<<<unsigned(p.n_heads), kThreads, smem, stream>>>(p);
+  const unsigned d_blocks = unsigned((p.head_dim + kThreads - 1) / kThreads);
+  sparse_attention_kernel<<<dim3(unsigned(p.n_heads), d_blocks), kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
