@@ -136,7 +136,8 @@ struct Row {
   double us, gbs, tflops, lt_tflops;
 };
 
-Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, int64_t K, int64_t T) {
+// mma: the tensor-core path (launch_linear_mma) instead of the portable FMA kernel.
+Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, int64_t K, int64_t T, bool mma = false) {
   std::mt19937 rng(1);
   const int64_t k_pad = (K + 31) / 32 * 32;
   const int64_t pitch = kind == WeightKind::kBf16 ? 2 * k_pad : kind == WeightKind::kFp8 ? k_pad : k_pad / 2;
@@ -165,14 +166,16 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   const double ms = median_ms([&](int i) {
     l.w = w[size_t(i % n_sets)].get<uint8_t>();
     l.scale = s[size_t(i % n_sets)].get<uint8_t>();
-    launch_linear(l, nullptr);
+    if (mma) launch_linear_mma(l, nullptr);
+    else launch_linear(l, nullptr);
   });
   const double bytes = double(w_bytes + s_bytes) + double(T * K) * 4 + double(T * n_out) * 4;
   const double flops = 2.0 * double(n_out) * double(T) * double(K);
   const int64_t t16 = (T + 15) / 16 * 16;
   const double lt = cublaslt_tflops(kind != WeightKind::kBf16, n_out, t16, k_pad);
   char name[160];
-  std::snprintf(name, sizeof(name), "%s [%lldx%lld] T=%lld", label, (long long)n_out, (long long)K, (long long)T);
+  std::snprintf(name, sizeof(name), "%s%s [%lldx%lld] T=%lld", mma ? "mma " : "", label, (long long)n_out, (long long)K,
+                (long long)T);
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, lt};
 }
 
@@ -238,6 +241,11 @@ int run() {
   rows.push_back(time_linear("e4m3/32", WeightKind::kFp8, 32, 4096, 4096, 64));
   for (int64_t T : {1, 8, 64}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T));
   rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 1));
+  // The tensor-core path (opt-in, DEEPINFER_CUDA_LINEAR=mma) at the same shapes.
+  for (int64_t T : {1, 8, 64, 256, 1024}) rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, true));
+  rows.push_back(time_linear("e4m3/32", WeightKind::kFp8, 32, 4096, 4096, 64, true));
+  for (int64_t T : {1, 64, 256}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T, true));
+  rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 1, true));
   rows.push_back(time_attention(64, 512, 640, true));
   rows.push_back(time_attention(64, 512, 640, false));
   rows.push_back(time_index(64, 128, 4096));

@@ -40,7 +40,7 @@ struct ModelOptions {
   bool lock_weights = false;  // mlock the checkpoint (Checkpoint::OpenOptions::lock_in_memory)
   // Tests: a backend of their own instead of the one exact / cuda select (e.g. one that runs every op on two
   // backends and compares them, tests/cuda/op_by_op_cuda_test.cpp).
-  std::function<std::unique_ptr<Backend>()> make_backend;
+  std::function<std::unique_ptr<Backend>()> make_backend = nullptr;
 };
 
 // A run of consecutive tokens of one sequence, starting at its next position.

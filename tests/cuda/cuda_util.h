@@ -1,4 +1,4 @@
-// The CUDA backend for the GPU tests. A fresh backend per case: its weight cache is keyed by host
+// The CUDA backend for the GPU tests, and the choice of its linear path. A fresh backend per case: its weight cache is keyed by host
 // addresses, and a case's freed weights may come back at the same address in the next case. A machine
 // without a usable device skips with the reason (the `cuda` label runs only where a GPU is meant to be,
 // but it must not crash elsewhere).
@@ -6,14 +6,31 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
 namespace deepinfer::testing {
 
 inline std::unique_ptr<Backend> cuda_backend_or_null(std::string* error) { return make_cuda_backend(0, error); }
+
+// The CUDA linear path (DEEPINFER_CUDA_LINEAR: fma or mma) of the backends made while it lives.
+class ScopedLinearPath {
+ public:
+  explicit ScopedLinearPath(const std::string& path) { setenv("DEEPINFER_CUDA_LINEAR", path.c_str(), 1); }
+  ~ScopedLinearPath() { unsetenv("DEEPINFER_CUDA_LINEAR"); }
+  ScopedLinearPath(const ScopedLinearPath&) = delete;
+  ScopedLinearPath& operator=(const ScopedLinearPath&) = delete;
+};
+
+// Both linear paths, as test parameters.
+inline const std::vector<std::string>& linear_paths() {
+  static const std::vector<std::string> paths = {"fma", "mma"};
+  return paths;
+}
 
 }  // namespace deepinfer::testing
 

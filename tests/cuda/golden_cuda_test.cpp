@@ -17,12 +17,16 @@ using testing::golden_dir;
 struct GoldenParam {
   std::string family, model;
   int case_index;
+  std::string linear_path = "fma";  // or mma (DEEPINFER_CUDA_LINEAR)
 };
 
-void PrintTo(const GoldenParam& p, std::ostream* os) { *os << p.family << "/" << p.model << " case " << p.case_index; }
+void PrintTo(const GoldenParam& p, std::ostream* os) {
+  *os << p.family << "/" << p.model << " case " << p.case_index << " (" << p.linear_path << ")";
+}
 
 std::string param_name(const ::testing::TestParamInfo<GoldenParam>& info) {
-  std::string name = info.param.family + "_" + info.param.model + "_case" + std::to_string(info.param.case_index);
+  std::string name = info.param.family + "_" + info.param.model + "_case" + std::to_string(info.param.case_index) + "_" +
+                     info.param.linear_path;
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -41,6 +45,7 @@ class GoldenCuda : public ::testing::TestWithParam<GoldenParam> {
 TEST_P(GoldenCuda, WithinFastPathBounds) {
   // V4.1 README: case 4 is the owner-keys behaviour.
   const bool owner_keys = v41() && GetParam().case_index == 4;
+  const testing::ScopedLinearPath path(GetParam().linear_path);
   auto model = Model::open(model_dir(), ModelOptions{.exact = false, .index_owner_keys = owner_keys, .cuda = true});
   ASSERT_TRUE(model.ok()) << model.status().message();
   std::printf("  backend: %s\n", model.value()->backend().name());
@@ -79,13 +84,23 @@ TEST_P(GoldenCuda, WithinFastPathBounds) {
               s.median_cos, s.min_cos, s.row0_cos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GoldenCuda,
-                         ::testing::Values(GoldenParam{"v4-flash", "flash-tiny", 1}, GoldenParam{"v4-flash", "flash-tiny", 2},
-                                           GoldenParam{"v4-flash", "flash-tiny", 3}, GoldenParam{"v4-flash", "pro-tiny", 1},
-                                           GoldenParam{"v4-flash", "pro-tiny", 2}, GoldenParam{"v4-flash", "pro-tiny", 3},
-                                           GoldenParam{"v41-flash", "tiny-a", 1}, GoldenParam{"v41-flash", "tiny-a", 2},
-                                           GoldenParam{"v41-flash", "tiny-a", 3}, GoldenParam{"v41-flash", "tiny-a", 4}),
-                         param_name);
+// Every case on both linear paths.
+std::vector<GoldenParam> golden_params() {
+  const std::vector<GoldenParam> cases = {{"v4-flash", "flash-tiny", 1}, {"v4-flash", "flash-tiny", 2}, {"v4-flash", "flash-tiny", 3},
+                                          {"v4-flash", "pro-tiny", 1},   {"v4-flash", "pro-tiny", 2},   {"v4-flash", "pro-tiny", 3},
+                                          {"v41-flash", "tiny-a", 1},    {"v41-flash", "tiny-a", 2},    {"v41-flash", "tiny-a", 3},
+                                          {"v41-flash", "tiny-a", 4}};
+  std::vector<GoldenParam> params;
+  for (const std::string& path : testing::linear_paths()) {
+    for (GoldenParam p : cases) {
+      p.linear_path = path;
+      params.push_back(p);
+    }
+  }
+  return params;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenCuda, ::testing::ValuesIn(golden_params()), param_name);
 
 }  // namespace
 }  // namespace deepinfer

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "backend/backend.h"
@@ -107,11 +108,17 @@ void run_case(const LinearCase& c, uint32_t seed) {
     }
     if (d.calc_diff >= worst.calc_diff) worst = d;
   }
-  print_diff(std::string(gpu->name()) + " " + c.name + " (worst of T=1..70)", worst);
+  const char* path = std::getenv("DEEPINFER_CUDA_LINEAR");
+  print_diff(std::string(gpu->name()) + " " + (path ? path : "fma") + " " + c.name + " (worst of T=1..70)", worst);
 }
 
-TEST(LinearCuda, Bf16WeightsAllEpilogues) {
+// Every case on both linear paths: fma (portable FMA) and mma (tensor cores; weights whose scale bytes are
+// too extreme for exact bf16 operands, like "extreme scale bytes", stay on fma there).
+class LinearCuda : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LinearCuda, Bf16WeightsAllEpilogues) {
   DI_SKIP_WITHOUT_CUDA();
+  const ScopedLinearPath path(GetParam());
   run_case({"bf16 head-like [300x4096] kBf16", DType::kBF16, 0, 300, 4096, 0, 300}, 11);
   run_case({"bf16 compressor [200x4096] kF32", DType::kBF16, 0, 200, 4096, 0, 200, Epilogue::kF32}, 12);
   run_case({"bf16 wgate [96x1000]+7 kF32AddBias", DType::kBF16, 0, 120, 1000, 7, 96, Epilogue::kF32AddBias}, 13);
@@ -119,33 +126,40 @@ TEST(LinearCuda, Bf16WeightsAllEpilogues) {
   run_case({"bf16 odd [37x77]", DType::kBF16, 0, 37, 77, 0, 37}, 15);
 }
 
-TEST(LinearCuda, Fp8Block128) {
+TEST_P(LinearCuda, Fp8Block128) {
   DI_SKIP_WITHOUT_CUDA();
+  const ScopedLinearPath path(GetParam());
   run_case({"e4m3/128 wq_a-like [1024x4096] rows 37..337", DType::kF8E4M3, 128, 1024, 4096, 37, 300}, 21);
   run_case({"e4m3/128 wo_a-like [2048x1024] rows 1024..1280", DType::kF8E4M3, 128, 2048, 1024, 1024, 256}, 22);
   run_case({"e4m3/128 odd K [200x1000]", DType::kF8E4M3, 128, 200, 1000, 0, 200}, 23);
   run_case({"e4m3/128 wide scale bytes [64x512]", DType::kF8E4M3, 128, 64, 512, 0, 64, Epilogue::kF32, 128, 140}, 24);
 }
 
-TEST(LinearCuda, Fp8Block32) {
+TEST_P(LinearCuda, Fp8Block32) {
   DI_SKIP_WITHOUT_CUDA();
+  const ScopedLinearPath path(GetParam());
   run_case({"e4m3/32 V4.1-like [320x5120] rows 5..293", DType::kF8E4M3, 32, 320, 5120, 5, 288}, 31);
   run_case({"e4m3/32 odd K [100x1000]", DType::kF8E4M3, 32, 100, 1000, 0, 100}, 32);
 }
 
-TEST(LinearCuda, Fp4Experts) {
+TEST_P(LinearCuda, Fp4Experts) {
   DI_SKIP_WITHOUT_CUDA();
+  const ScopedLinearPath path(GetParam());
   run_case({"e2m1 w1-like [256x4096] rows 3..253", DType::kI8, 0, 256, 4096, 3, 250}, 41);
   run_case({"e2m1 w2-like [300x2048]", DType::kI8, 0, 300, 2048, 0, 300}, 42);
   run_case({"e2m1 extreme scale bytes [40x256]", DType::kI8, 0, 40, 256, 0, 40, Epilogue::kF32, 1, 200}, 43);
 }
 
-TEST(LinearCuda, NonBf16Activations) {
+TEST_P(LinearCuda, NonBf16Activations) {
   DI_SKIP_WITHOUT_CUDA();
+  const ScopedLinearPath path(GetParam());
   LinearCase c{"fp32 x, e4m3/128 [130x768] kF32", DType::kF8E4M3, 128, 130, 768, 0, 130, Epilogue::kF32};
   c.fp32_x = true;
   run_case(c, 51);
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, LinearCuda, ::testing::ValuesIn(linear_paths()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
 }  // namespace deepinfer::testing

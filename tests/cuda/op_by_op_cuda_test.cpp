@@ -119,8 +119,11 @@ class ComparingBackend final : public Backend {
 struct OpByOpParam {
   std::string family, model;
   int case_index;
+  std::string linear_path = "fma";  // or mma (DEEPINFER_CUDA_LINEAR)
 };
-void PrintTo(const OpByOpParam& p, std::ostream* os) { *os << p.family << "/" << p.model << " case " << p.case_index; }
+void PrintTo(const OpByOpParam& p, std::ostream* os) {
+  *os << p.family << "/" << p.model << " case " << p.case_index << " (" << p.linear_path << ")";
+}
 
 class OpByOpCuda : public ::testing::TestWithParam<OpByOpParam> {};
 
@@ -132,6 +135,7 @@ TEST_P(OpByOpCuda, EveryOpCloseToTheReference) {
   DI_SKIP_WITHOUT_CUDA();
   const bool v41 = param.family == "v41-flash";
   std::map<std::string, OpRecord> records;
+  const ScopedLinearPath path(param.linear_path);
   ModelOptions options;
   options.make_backend = [&records]() -> std::unique_ptr<Backend> {
     std::string error;
@@ -160,11 +164,23 @@ TEST_P(OpByOpCuda, EveryOpCloseToTheReference) {
   EXPECT_FALSE(records.empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, OpByOpCuda,
-                         ::testing::Values(OpByOpParam{"v4-flash", "flash-tiny", 1}, OpByOpParam{"v4-flash", "flash-tiny", 2},
-                                           OpByOpParam{"v4-flash", "pro-tiny", 2}, OpByOpParam{"v41-flash", "tiny-a", 2}),
+std::vector<OpByOpParam> op_by_op_params() {
+  const std::vector<OpByOpParam> cases = {{"v4-flash", "flash-tiny", 1}, {"v4-flash", "flash-tiny", 2},
+                                          {"v4-flash", "pro-tiny", 2}, {"v41-flash", "tiny-a", 2}};
+  std::vector<OpByOpParam> params;
+  for (const std::string& path : linear_paths()) {
+    for (OpByOpParam p : cases) {
+      p.linear_path = path;
+      params.push_back(p);
+    }
+  }
+  return params;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, OpByOpCuda, ::testing::ValuesIn(op_by_op_params()),
                          [](const ::testing::TestParamInfo<OpByOpParam>& info) {
-                           std::string name = info.param.family + "_" + info.param.model + "_case" + std::to_string(info.param.case_index);
+                           std::string name = info.param.family + "_" + info.param.model + "_case" +
+                                              std::to_string(info.param.case_index) + "_" + info.param.linear_path;
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });

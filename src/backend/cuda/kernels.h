@@ -33,6 +33,9 @@ struct LinearLaunch {
   float* out = nullptr;            // [n_tokens, n_rows]
 };
 void launch_linear(const LinearLaunch& p, cudaStream_t stream);
+// The same op on the tensor cores (linear_mma_kernel.cu; not yet run on a GPU). Only for weights whose
+// scaled values are exact bf16s (DeviceWeight::mma_exact).
+void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream);
 
 // mHC mixes: out[t, m] = f32((x_t . fn[m]) / sqrt(mean(x_t^2) + eps)).
 struct HcMixLaunch {

@@ -1,5 +1,6 @@
 #include "backend/cuda/weight_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -50,6 +51,8 @@ const DeviceWeight& WeightCache::get(const LinearWeight& w, cudaStream_t stream)
   if (d.kind != WeightKind::kBf16) {
     const int64_t scale_rows = d.kind == WeightKind::kFp8 ? (d.n_out + d.block - 1) / d.block : d.n_out;
     d.scale = DeviceBuffer(size_t(scale_rows * d.scale_pitch));
+    const auto [lo, hi] = std::minmax_element(w.scale, w.scale + d.scale.bytes());
+    d.mma_exact = *lo >= 127 - 100 && *hi <= 127 + 100;
     DI_CUDA_CHECK(cudaMemcpyAsync(d.scale.get(), w.scale, d.scale.bytes(), cudaMemcpyHostToDevice, stream));
   }
   bytes_ += d.data.bytes() + d.scale.bytes();

@@ -23,6 +23,9 @@ struct DeviceWeight {
   int64_t n_out = 0, n_in = 0, k_pad = 0;
   int64_t row_pitch = 0, scale_pitch = 0;
   int block = 0;
+  // Every scale byte in 2^-100 .. 2^100: each scaled e4m3 / e2m1 value is then an exact bf16 (normal range),
+  // as the tensor-core path needs. Always true for bf16 weights.
+  bool mma_exact = true;
   DeviceBuffer data, scale;
 };
 

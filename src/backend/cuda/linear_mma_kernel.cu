@@ -1,0 +1,210 @@
+// The linear op on the tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulation; sm_80 and later,
+// so the same code runs on sm_89, sm_90a, sm_100a and sm_120). STATUS: compiled, not yet run on a GPU; the
+// backend uses it only when DEEPINFER_CUDA_LINEAR=mma (cuda_backend.cpp) until cuda_tests pass on one.
+//
+// Exact operands. Each weight is decoded in registers to bf16 with its e8m0 scale applied: e4m3 and e2m1
+// values have at most 4 significant bits, so value * 2^e is a bf16 exactly while it stays in bf16's normal
+// range, which the weight cache checks once per weight (DeviceWeight::mma_exact; a weight with extreme
+// scale bytes keeps the FMA path). The activations are fp32 values (bf16 values in most calls, not all):
+// x = hi + mid + lo with three bf16 terms is exact, so each step runs three mmas. For a bf16 x, mid and lo
+// are zero and add nothing, so the result does not depend on whether x had low bits elsewhere in the call.
+//
+// Layout. A warp owns 16 weight rows and 8 * NT tokens, over a slice of K: K is split into S slices by K
+// alone (never by the token count), the S warps of a block take one slice each and the block adds their
+// partial sums in warp order. A token's outputs are therefore the same whatever batch it is computed in
+// (each mma output element depends only on its own A row, B column and accumulator).
+//
+// K permutation. The fragment layout wants lane (g, tig) = (lane / 4, lane % 4) to hold k = 2 tig, 2 tig + 1
+// and 2 tig + 8, 2 tig + 9 of each 16-wide step. Any permutation of k works if A and B share it, so within
+// a 32-wide chunk lane tig takes the 8 consecutive k at 8 tig: step s of the chunk gets its k pairs from
+// 8 tig + 4 s + {0, 1} and 8 tig + 4 s + {2, 3}. Weight rows and x rows are then read in 8-element runs.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kMaxSlices = 16;
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {  // exact for bf16 values
+  return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
+
+// Splits x into three bf16 terms whose sum is x exactly (truncation keeps every remainder exact).
+__device__ __forceinline__ void split3(float x, float& hi, float& mid, float& lo) {
+  hi = __uint_as_float(__float_as_uint(x) & 0xffff0000u);
+  const float r = x - hi;
+  mid = __uint_as_float(__float_as_uint(r) & 0xffff0000u);
+  lo = __uint_as_float(__float_as_uint(r - mid) & 0xffff0000u);
+}
+
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The 8 weights of row n at k = k0 .. k0 + 7 (k0 a multiple of 8), scaled, as 8 floats (bf16 values).
+template <WeightKind K>
+__device__ __forceinline__ void load_weights8(const LinearLaunch& p, int64_t n, int k0, float w[8]) {
+  const uint8_t* row = p.w + n * p.row_pitch;
+  if constexpr (K == WeightKind::kBf16) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(row) + k0 / 8);
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[2 * i] = __uint_as_float(u[i] << 16);
+      w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+  } else if constexpr (K == WeightKind::kFp8) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(row) + k0 / 8);
+    const int kb = k0 / p.block;  // a run wholly in the padding may pass the last scale block
+    const float s = e8m0_value(__ldg(p.scale + (n / p.block) * p.scale_pitch +
+                                     (kb < p.scale_pitch ? kb : int(p.scale_pitch) - 1)));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = e4m3_value(((i < 4 ? v.x : v.y) >> (8 * (i % 4))) & 0xffu) * s;
+  } else {  // packed e2m1, element 2i in the low nibble of byte i; one scale per 32 values
+    const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(row) + k0 / 8);
+    const int kb = k0 / 32;
+    const float s = e8m0_value(__ldg(p.scale + n * p.scale_pitch + (kb < p.scale_pitch ? kb : int(p.scale_pitch) - 1)));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = e2m1_value((v >> (4 * i)) & 0xfu) * s;
+  }
+}
+
+__device__ __forceinline__ float epilogue_value(LinearEpilogue e, float acc, float bias) {
+  switch (e) {
+    case LinearEpilogue::kBf16: return round_bf16(acc);
+    case LinearEpilogue::kF32: return acc;
+    case LinearEpilogue::kF32AddBias: return float(double(acc) + double(bias));
+    case LinearEpilogue::kSqrtSoftplus: {
+      const double a = acc;
+      return float(sqrt(a > 30 ? a + log1p(exp(-a)) : log1p(exp(a))));
+    }
+  }
+  return 0.0f;
+}
+
+// Block: S warps (one per K slice) x 32 lanes; grid: (row tiles of 16, token tiles of 8 * NT).
+// Shared memory: S * 32 lanes * 4 * NT partial sums.
+template <WeightKind K, int NT>
+__global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const LinearLaunch p, int slice_chunks) {
+  extern __shared__ float partial[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int g = lane >> 2, tig = lane & 3;
+  const int64_t row0 = int64_t(blockIdx.x) * 16;
+  const int64_t t0 = int64_t(blockIdx.y) * 8 * NT;
+  const int n_chunks = int(p.k_pad / 32);
+  const int c_begin = warp * slice_chunks, c_end = min(n_chunks, c_begin + slice_chunks);
+  // Rows g and g + 8 of the tile (a spare row repeats the last); tokens g of each n-tile (spare: zero x).
+  const int64_t n_a = p.row_begin + min(row0 + g, p.n_rows - 1), n_b = p.row_begin + min(row0 + g + 8, p.n_rows - 1);
+  const float* xrow[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int64_t t = t0 + 8 * j + g;
+    xrow[j] = t < p.n_tokens ? p.x + t * p.k_pad : nullptr;
+  }
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+
+#pragma unroll 1
+  for (int c = c_begin; c < c_end; ++c) {
+    const int k0 = c * 32 + 8 * tig;
+    float wa[8], wb[8];
+    load_weights8<K>(p, n_a, k0, wa);
+    load_weights8<K>(p, n_b, k0, wb);
+    uint32_t a[2][4];  // per step s: rows g / g + 8, k pairs {0, 1} and {2, 3} of the step's 4
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      a[s][0] = pack_bf16(wa[4 * s], wa[4 * s + 1]);
+      a[s][1] = pack_bf16(wb[4 * s], wb[4 * s + 1]);
+      a[s][2] = pack_bf16(wa[4 * s + 2], wa[4 * s + 3]);
+      a[s][3] = pack_bf16(wb[4 * s + 2], wb[4 * s + 3]);
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      float xv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (xrow[j]) {
+        const float4 x0 = __ldg(reinterpret_cast<const float4*>(xrow[j] + k0));
+        const float4 x1 = __ldg(reinterpret_cast<const float4*>(xrow[j] + k0 + 4));
+        xv[0] = x0.x, xv[1] = x0.y, xv[2] = x0.z, xv[3] = x0.w, xv[4] = x1.x, xv[5] = x1.y, xv[6] = x1.z, xv[7] = x1.w;
+      }
+      float hi[8], mid[8], lo[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) split3(xv[i], hi[i], mid[i], lo[i]);
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        mma_bf16(acc[j], a[s], pack_bf16(hi[4 * s], hi[4 * s + 1]), pack_bf16(hi[4 * s + 2], hi[4 * s + 3]));
+        mma_bf16(acc[j], a[s], pack_bf16(mid[4 * s], mid[4 * s + 1]), pack_bf16(mid[4 * s + 2], mid[4 * s + 3]));
+        mma_bf16(acc[j], a[s], pack_bf16(lo[4 * s], lo[4 * s + 1]), pack_bf16(lo[4 * s + 2], lo[4 * s + 3]));
+      }
+    }
+  }
+
+  // The slices' partial sums, added in warp order by the warp-0 lanes that own each output.
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[((warp * NT + j) * 4 + i) * 32 + lane] = acc[j][i];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float total = partial[((0 * NT + j) * 4 + i) * 32 + lane];
+      for (int w = 1; w < n_warps; ++w) total += partial[((w * NT + j) * 4 + i) * 32 + lane];
+      // c0, c1: row g, tokens 2 tig, 2 tig + 1; c2, c3: row g + 8, the same tokens (of n-tile j).
+      const int64_t r = row0 + g + (i >= 2 ? 8 : 0);
+      const int64_t t = t0 + 8 * j + 2 * tig + (i & 1);
+      if (r < p.n_rows && t < p.n_tokens) {
+        const int64_t o = t * p.n_rows + r;
+        p.out[o] = epilogue_value(p.epilogue, total, p.bias ? p.bias[o] : 0.0f);
+      }
+    }
+  }
+}
+
+template <WeightKind K>
+void launch_kind_mma(const LinearLaunch& p, cudaStream_t stream) {
+  // K slices of at least 1024 values (32 chunks), at most kMaxSlices: set by K alone.
+  const int n_chunks = int(p.k_pad / 32);
+  const int slices = std::min(kMaxSlices, std::max(1, (n_chunks + 31) / 32));
+  const int slice_chunks = (n_chunks + slices - 1) / slices;
+  const unsigned row_tiles = unsigned((p.n_rows + 15) / 16);
+  if (p.n_tokens <= 8) {
+    const size_t smem = size_t(slices) * 32 * 4 * 1 * sizeof(float);
+    linear_mma_kernel<K, 1><<<dim3(row_tiles, unsigned((p.n_tokens + 7) / 8)), slices * 32, smem, stream>>>(p, slice_chunks);
+  } else {
+    const size_t smem = size_t(slices) * 32 * 4 * 4 * sizeof(float);
+    linear_mma_kernel<K, 4><<<dim3(row_tiles, unsigned((p.n_tokens + 31) / 32)), slices * 32, smem, stream>>>(p, slice_chunks);
+  }
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream) {
+  DI_CHECK(p.k_pad % 32 == 0 && p.n_rows > 0 && p.n_tokens > 0);
+  DI_CHECK_MSG((p.n_tokens + 7) / 8 <= 65535, "too many tokens for one linear launch");
+  switch (p.kind) {
+    case WeightKind::kBf16: launch_kind_mma<WeightKind::kBf16>(p, stream); break;
+    case WeightKind::kFp8: launch_kind_mma<WeightKind::kFp8>(p, stream); break;
+    case WeightKind::kFp4: launch_kind_mma<WeightKind::kFp4>(p, stream); break;
+  }
+}
+
+}  // namespace deepinfer::cuda
