@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels.h"
+
 namespace deepinfer::cuda {
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -27,6 +29,20 @@ __device__ __forceinline__ float e8m0_value(uint32_t byte) {
   if (byte == 0xffu) return __uint_as_float(0x7fc00000u);
   if (byte == 0u) return 0x1p-127f;
   return __uint_as_float(byte << 23);
+}
+
+// A linear output from its fp32 accumulator (backend.h's Epilogue): the transcendental ones in double.
+__device__ __forceinline__ float apply_epilogue(LinearEpilogue e, float acc, float bias) {
+  switch (e) {
+    case LinearEpilogue::kBf16: return round_bf16(acc);
+    case LinearEpilogue::kF32: return acc;
+    case LinearEpilogue::kF32AddBias: return float(double(acc) + double(bias));
+    case LinearEpilogue::kSqrtSoftplus: {
+      const double a = acc;
+      return float(sqrt(a > 30 ? a + log1p(exp(-a)) : log1p(exp(a))));
+    }
+  }
+  return 0.0f;
 }
 
 // XOR butterfly: every lane ends with the same sum (each step adds the same two operands on both lanes).

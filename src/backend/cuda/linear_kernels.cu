@@ -49,20 +49,6 @@ __device__ __forceinline__ void decode4(const uint4& raw, int g, float s, float 
   }
 }
 
-__device__ __forceinline__ float apply_epilogue(LinearEpilogue e, float acc, float bias) {
-  switch (e) {
-    case LinearEpilogue::kBf16: return round_bf16(acc);
-    case LinearEpilogue::kF32: return acc;
-    case LinearEpilogue::kF32AddBias: return float(double(acc) + double(bias));
-    case LinearEpilogue::kSqrtSoftplus: {
-      const double a = acc;
-      const double softplus = a > 30 ? a + log1p(exp(-a)) : log1p(exp(a));
-      return float(sqrt(softplus));
-    }
-  }
-  return 0.0f;
-}
-
 // At most 168 registers (3 blocks of 128 threads per SM): left uncapped, ptxas hoists a whole chunk's x
 // loads for TT = 8 (up to 255 registers) and spills on sm_100a and sm_120; capped, no variant spills.
 template <WeightKind K, int TT>

@@ -81,19 +81,6 @@ __device__ __forceinline__ void load_weights8(const LinearLaunch& p, int64_t n, 
   }
 }
 
-__device__ __forceinline__ float epilogue_value(LinearEpilogue e, float acc, float bias) {
-  switch (e) {
-    case LinearEpilogue::kBf16: return round_bf16(acc);
-    case LinearEpilogue::kF32: return acc;
-    case LinearEpilogue::kF32AddBias: return float(double(acc) + double(bias));
-    case LinearEpilogue::kSqrtSoftplus: {
-      const double a = acc;
-      return float(sqrt(a > 30 ? a + log1p(exp(-a)) : log1p(exp(a))));
-    }
-  }
-  return 0.0f;
-}
-
 // Block: S warps (one per K slice) x 32 lanes; grid: (row tiles of 16, token tiles of 8 * NT).
 // Shared memory: S * 32 lanes * 4 * NT partial sums.
 template <WeightKind K, int NT>
@@ -172,7 +159,7 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const Li
       const int64_t t = t0 + 8 * j + 2 * tig + (i & 1);
       if (r < p.n_rows && t < p.n_tokens) {
         const int64_t o = t * p.n_rows + r;
-        p.out[o] = epilogue_value(p.epilogue, total, p.bias ? p.bias[o] : 0.0f);
+        p.out[o] = apply_epilogue(p.epilogue, total, p.bias ? p.bias[o] : 0.0f);
       }
     }
   }
