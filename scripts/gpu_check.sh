@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The one prepared GPU run (an H200; about 5 minutes, the build included). On the CPU machine first:
-# `bash scripts/gpu_prepare.sh` (fills .gpu/), then run this on the device with .gpu carried.
+# The one prepared GPU run (an H200; the first run, 2026-12-04, took 40 s after a 1-2 minute machine start,
+# without the end-to-end stage). On the CPU machine first: `bash scripts/gpu_prepare.sh` (fills .gpu/),
+# then run(command="bash scripts/gpu_check.sh", carry=[".gpu"], timeout_s=540). Do not give the machine
+# back between a failed run and its rerun: a fresh machine may not be lent again in the same session.
 #   1. configure and build the CUDA backend for sm_90a only: cuda_tests and cuda_kernel_timing;
-#   2. cuda_tests: every kernel against the CPU reference backend, the golden models end to end;
-#   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt.
+#   2. cuda_tests: every kernel against the CPU reference backend, the golden models end to end and op by
+#      op, each on both linear paths (fma, and the tensor-core mma path that is opt-in until it passes here);
+#   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
+#   4. deepinfer bench --backend cuda on the 4-layer benchmark model (E2E=0 skips it).
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
