@@ -6,8 +6,9 @@
 // values have at most 4 significant bits, so value * 2^e is a bf16 exactly while it stays in bf16's normal
 // range, which the weight cache checks once per weight (DeviceWeight::mma_exact; a weight with extreme
 // scale bytes keeps the FMA path). The activations are fp32 values (bf16 values in most calls, not all):
-// x = hi + mid + lo with three bf16 terms is exact, so each step runs three mmas. For a bf16 x, mid and lo
-// are zero and add nothing, so the result does not depend on whether x had low bits elsewhere in the call.
+// x = hi + mid + lo with three bf16 terms is exact, so a step runs three mmas where x has low bits. For a
+// bf16 x, mid and lo are zero: their mmas would add nothing and are skipped, so a result does not depend on
+// whether x had low bits elsewhere in the call.
 //
 // Layout. A warp owns 16 weight rows and 8 * NT tokens, over a slice of K: K is split into S slices by K
 // alone (never by the token count), the S warps of a block take one slice each and the block adds their
@@ -130,13 +131,22 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const Li
         xv[0] = x0.x, xv[1] = x0.y, xv[2] = x0.z, xv[3] = x0.w, xv[4] = x1.x, xv[5] = x1.y, xv[6] = x1.z, xv[7] = x1.w;
       }
       float hi[8], mid[8], lo[8];
+      bool low_bits = false;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) split3(xv[i], hi[i], mid[i], lo[i]);
+      for (int i = 0; i < 8; ++i) {
+        split3(xv[i], hi[i], mid[i], lo[i]);
+        low_bits |= mid[i] != 0.0f;  // lo != 0 implies mid != 0
+      }
+      // The mid and lo mmas only add zeros (leaving the accumulators as they are) unless some x of this
+      // chunk and n-tile has low bits: skipped then, warp-uniformly, without changing any result.
+      const bool exact_terms = __any_sync(0xffffffffu, low_bits);
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
         mma_bf16(acc[j], a[s], pack_bf16(hi[4 * s], hi[4 * s + 1]), pack_bf16(hi[4 * s + 2], hi[4 * s + 3]));
-        mma_bf16(acc[j], a[s], pack_bf16(mid[4 * s], mid[4 * s + 1]), pack_bf16(mid[4 * s + 2], mid[4 * s + 3]));
-        mma_bf16(acc[j], a[s], pack_bf16(lo[4 * s], lo[4 * s + 1]), pack_bf16(lo[4 * s + 2], lo[4 * s + 3]));
+        if (exact_terms) {
+          mma_bf16(acc[j], a[s], pack_bf16(mid[4 * s], mid[4 * s + 1]), pack_bf16(mid[4 * s + 2], mid[4 * s + 3]));
+          mma_bf16(acc[j], a[s], pack_bf16(lo[4 * s], lo[4 * s + 1]), pack_bf16(lo[4 * s + 2], lo[4 * s + 3]));
+        }
       }
     }
   }
