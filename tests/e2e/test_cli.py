@@ -214,3 +214,16 @@ def test_bench_percent_of_bandwidth_uses_the_largest_read_figure():
     assert paired, b.stdout
     median, q1, q3 = (float(paired.group(i)) for i in (1, 2, 3))
     assert 0 < q1 <= median <= q3, paired.group(0)
+
+
+def test_cuda_backend_choice_is_a_clear_error_without_a_usable_gpu():
+    """--backend cuda on a build without the CUDA backend, or on a machine without a usable device, is an
+    error naming the reason; an unknown backend name is refused by the option parser."""
+    for command in (["bench", "--model", FLASH, "--prefill", "4", "--batch", "1", "--decode-steps", "1", "--skip-ceiling"],
+                    ["logits", "--model", FLASH, "--case", FLASH / "case-1.safetensors", "--out", "/dev/null"]):
+        r = run(*command, "--backend", "cuda")
+        if r.returncode == 0:
+            pytest.skip("this build has the CUDA backend and a usable GPU")
+        assert_clean_error(r, "CUDA")
+        bad = run(*command, "--backend", "tpu")
+        assert bad.returncode != 0 and "tpu" in bad.stderr, bad.stderr
