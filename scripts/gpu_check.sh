@@ -7,12 +7,16 @@
 #   2. cuda_tests: every kernel against the CPU reference backend, the golden models end to end and op by
 #      op, each on both linear paths (fma, and the tensor-core mma path that is opt-in until it passes here);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
-#   4. deepinfer bench --backend cuda on the 4-layer benchmark model (E2E=0 skips it).
+#   4. compute-sanitizer memcheck over the tensor-core linear tests (SANITIZE=0 skips it);
+#   5. deepinfer bench --backend cuda on the 4-layer benchmark model (E2E=0 skips it).
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# $OUT brings back at most 8 files: the four results (cuda_tests.log, timing.txt, sanitizer.log, e2e.txt)
+# go there, the build and setup logs to LOG_DIR, and a log that explains a failure is copied over.
 OUT_DIR=${OUT:-/tmp/gpu_check}
-mkdir -p "$OUT_DIR"
+LOG_DIR=/tmp/gpu_check_logs
+mkdir -p "$OUT_DIR" "$LOG_DIR"
 t0=$(date +%s)
 step() { echo "== $(( $(date +%s) - t0 ))s: $*"; }
 
@@ -38,7 +42,7 @@ GOLDEN=${GOLDEN:-$PWD/.gpu/golden}
 [ -d "$GOLDEN" ] || GOLDEN=$PWD/../shared/golden
 
 step "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT_DIR/device.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
 nvcc --version | tail -2
 
 step "configure (sm_90a)"
@@ -46,18 +50,20 @@ BUILD=build-gpu
 if ! cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
     -DDEEPINFER_PYTHON=OFF -DDEEPINFER_BENCH=OFF -DDEEPINFER_GOLDEN_DIR="$GOLDEN" -DCMAKE_CUDA_FLAGS=-Xptxas=-v \
     ${GTEST_SRC:+-DDEEPINFER_GTEST_SOURCE=$GTEST_SRC} \
-    >"$OUT_DIR/configure.log" 2>&1; then
-  tail -40 "$OUT_DIR/configure.log"
+    >"$LOG_DIR/configure.log" 2>&1; then
+  cp "$LOG_DIR/configure.log" "$OUT_DIR/"
+  tail -40 "$LOG_DIR/configure.log"
   echo "gpu_check: configure failed (log: configure.log)"
   exit 1
 fi
 step "build"
-if ! ninja -C $BUILD -k 0 -j16 cuda_tests cuda_kernel_timing >"$OUT_DIR/build.log" 2>&1; then
-  grep -E "error" -A3 "$OUT_DIR/build.log" | head -60
+if ! ninja -C $BUILD -k 0 -j16 cuda_tests cuda_kernel_timing >"$LOG_DIR/build.log" 2>&1; then
+  cp "$LOG_DIR/build.log" "$OUT_DIR/"
+  grep -E "error" -A3 "$LOG_DIR/build.log" | head -60
   echo "gpu_check: build failed (log: build.log)"
   exit 1
 fi
-grep -E "spill stores" "$OUT_DIR/build.log" | grep -v " 0 bytes spill stores" | head -5
+grep -E "spill stores" "$LOG_DIR/build.log" | grep -v " 0 bytes spill stores" | head -5
 
 step "cuda_tests (kernels vs the CPU reference, golden models end to end)"
 timeout 240 ./$BUILD/tests/cuda_tests >"$OUT_DIR/cuda_tests.log" 2>&1
@@ -72,6 +78,19 @@ step "kernel timing"
 timeout 180 ./$BUILD/cuda_kernel_timing >"$OUT_DIR/timing.txt" 2>&1
 timing_rc=$?
 
+# The tensor-core linear under compute-sanitizer's memcheck (its kernels were written without a GPU at hand):
+# out-of-bounds or misaligned accesses show here even where the results happen to come out right.
+sanitizer_rc=skipped
+SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ]; then
+  step "compute-sanitizer memcheck: the mma linear tests"
+  timeout 120 "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
+    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma:Paths/LinearCuda.Fp4Experts/mma:Paths/LinearCuda.NonBf16Activations/mma' \
+    >"$OUT_DIR/sanitizer.log" 2>&1
+  sanitizer_rc=$?
+  grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8
+fi
+
 # End to end: `deepinfer bench --backend cuda` on the 4-layer V4-Flash benchmark model (real widths, random
 # weights, written here: 16 GB) as the model code drives the backend today (host activations, one sync per
 # op). Last, and bounded, so that a failure or a slow machine cannot hide the table above. E2E=0 skips it.
@@ -79,16 +98,17 @@ e2e_rc=skipped
 if [ "${E2E:-1}" = 1 ]; then
   step "end to end: build the CLI, write the benchmark model, bench --backend cuda"
   MODEL=/tmp/bench-v4-flash-4layer
-  if ninja -C $BUILD -j16 deepinfer >"$OUT_DIR/build_cli.log" 2>&1 &&
+  if ninja -C $BUILD -j16 deepinfer >"$LOG_DIR/build_cli.log" 2>&1 &&
      timeout 120 ./$BUILD/deepinfer make-model --config configs/bench-v4-flash-4layer.json --out $MODEL --seed 1 \
-       --shards 16 >"$OUT_DIR/make_model.log" 2>&1; then
+       --shards 16 >"$LOG_DIR/make_model.log" 2>&1; then
     timeout 150 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 128 --batch 1,8 \
       --decode-steps 8 >"$OUT_DIR/e2e.txt" 2>&1
     e2e_rc=$?
   else
     e2e_rc=failed
-    grep -E "error" "$OUT_DIR/build_cli.log" | head -5
-    tail -3 "$OUT_DIR/make_model.log" 2>/dev/null
+    cp "$LOG_DIR/build_cli.log" "$LOG_DIR/make_model.log" "$OUT_DIR/" 2>/dev/null
+    grep -E "error" "$LOG_DIR/build_cli.log" | head -5
+    tail -3 "$LOG_DIR/make_model.log" 2>/dev/null
   fi
 fi
 
@@ -96,7 +116,7 @@ step "summary"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT_DIR/cuda_tests.log"
 echo "cuda_tests exit code $tests_rc (0 = all passed)"
 cat "$OUT_DIR/timing.txt"
-echo "timing exit code $timing_rc"
+echo "timing exit code $timing_rc; memcheck exit code $sanitizer_rc (0 = clean, 9 = errors found)"
 [ -f "$OUT_DIR/e2e.txt" ] && grep -vE "^(loaded|\[|writing)" "$OUT_DIR/e2e.txt" | tail -20
 echo "e2e exit code $e2e_rc; total $(( $(date +%s) - t0 ))s"
 [ $tests_rc -eq 0 ] && [ $timing_rc -eq 0 ]
