@@ -54,31 +54,50 @@ __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The 8 weights of row n at k = k0 .. k0 + 7 (k0 a multiple of 8), scaled, as 8 floats (bf16 values).
+// The stored bytes of 8 weights of row n at k = k0 .. k0 + 7 (k0 a multiple of 8) and their scale: bf16 16
+// bytes, e4m3 8 (v.x, v.y), e2m1 4 (v.x). Loading is apart from decoding so that a lane can have the loads of
+// several chunks in flight before it decodes the first.
+struct Raw8 {
+  uint4 v;
+  float s;
+};
+
 template <WeightKind K>
-__device__ __forceinline__ void load_weights8(const LinearLaunch& p, int64_t n, int k0, float w[8]) {
+__device__ __forceinline__ Raw8 load_raw8(const LinearLaunch& p, int64_t n, int k0) {
   const uint8_t* row = p.w + n * p.row_pitch;
+  Raw8 r{};
   if constexpr (K == WeightKind::kBf16) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(row) + k0 / 8);
-    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+    r.v = __ldg(reinterpret_cast<const uint4*>(row) + k0 / 8);
+  } else if constexpr (K == WeightKind::kFp8) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(row) + k0 / 8);
+    r.v.x = v.x;
+    r.v.y = v.y;
+    const int kb = k0 / p.block;  // a run wholly in the padding may pass the last scale block
+    r.s = e8m0_value(__ldg(p.scale + (n / p.block) * p.scale_pitch + (kb < p.scale_pitch ? kb : int(p.scale_pitch) - 1)));
+  } else {  // one e8m0 scale per 32 values
+    r.v.x = __ldg(reinterpret_cast<const uint32_t*>(row) + k0 / 8);
+    const int kb = k0 / 32;
+    r.s = e8m0_value(__ldg(p.scale + n * p.scale_pitch + (kb < p.scale_pitch ? kb : int(p.scale_pitch) - 1)));
+  }
+  return r;
+}
+
+// The 8 weights, scaled, as floats holding bf16 values. e2m1: element 2i in the low nibble of byte i.
+template <WeightKind K>
+__device__ __forceinline__ void decode8(const Raw8& r, float w[8]) {
+  if constexpr (K == WeightKind::kBf16) {
+    const uint32_t u[4] = {r.v.x, r.v.y, r.v.z, r.v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       w[2 * i] = __uint_as_float(u[i] << 16);
       w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
     }
   } else if constexpr (K == WeightKind::kFp8) {
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(row) + k0 / 8);
-    const int kb = k0 / p.block;  // a run wholly in the padding may pass the last scale block
-    const float s = e8m0_value(__ldg(p.scale + (n / p.block) * p.scale_pitch +
-                                     (kb < p.scale_pitch ? kb : int(p.scale_pitch) - 1)));
 #pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = e4m3_value(((i < 4 ? v.x : v.y) >> (8 * (i % 4))) & 0xffu) * s;
-  } else {  // packed e2m1, element 2i in the low nibble of byte i; one scale per 32 values
-    const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(row) + k0 / 8);
-    const int kb = k0 / 32;
-    const float s = e8m0_value(__ldg(p.scale + n * p.scale_pitch + (kb < p.scale_pitch ? kb : int(p.scale_pitch) - 1)));
+    for (int i = 0; i < 8; ++i) w[i] = e4m3_value(((i < 4 ? r.v.x : r.v.y) >> (8 * (i % 4))) & 0xffu) * r.s;
+  } else {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = e2m1_value((v >> (4 * i)) & 0xfu) * s;
+    for (int i = 0; i < 8; ++i) w[i] = e2m1_value((r.v.x >> (4 * i)) & 0xfu) * r.s;
   }
 }
 
@@ -108,12 +127,12 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const Li
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
 
-#pragma unroll 1
-  for (int c = c_begin; c < c_end; ++c) {
+  // One 32-wide chunk: rows g and g + 8 (raw) times the n-tiles' x, two 16-wide mma steps per x term.
+  auto multiply = [&](int c, const Raw8& raw_a, const Raw8& raw_b) {
     const int k0 = c * 32 + 8 * tig;
     float wa[8], wb[8];
-    load_weights8<K>(p, n_a, k0, wa);
-    load_weights8<K>(p, n_b, k0, wb);
+    decode8<K>(raw_a, wa);
+    decode8<K>(raw_b, wb);
     uint32_t a[2][4];  // per step s: rows g / g + 8, k pairs {0, 1} and {2, 3} of the step's 4
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
@@ -149,6 +168,25 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const Li
         }
       }
     }
+  };
+  // Chunks in ascending order, U at a time with all their weight loads issued first (a single n-tile has
+  // few mmas to hide a load behind: decode wants the loads in flight). The mma order is the same for every U.
+  constexpr int U = NT == 1 ? 4 : 1;
+  int c = c_begin;
+#pragma unroll 1
+  for (; c + U <= c_end; c += U) {
+    Raw8 ra[U], rb[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      ra[u] = load_raw8<K>(p, n_a, (c + u) * 32 + 8 * tig);
+      rb[u] = load_raw8<K>(p, n_b, (c + u) * 32 + 8 * tig);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) multiply(c + u, ra[u], rb[u]);
+  }
+  if constexpr (U > 1) {
+#pragma unroll 1
+    for (; c < c_end; ++c) multiply(c, load_raw8<K>(p, n_a, c * 32 + 8 * tig), load_raw8<K>(p, n_b, c * 32 + 8 * tig));
   }
 
   // The slices' partial sums, added in warp order by the warp-0 lanes that own each output.
