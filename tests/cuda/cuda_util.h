@@ -1,17 +1,20 @@
-// The CUDA backend for the GPU tests, and the choice of its linear path. A fresh backend per case: its weight cache is keyed by host
-// addresses, and a case's freed weights may come back at the same address in the next case. A machine
-// without a usable device skips with the reason (the `cuda` label runs only where a GPU is meant to be,
-// but it must not crash elsewhere).
+// The CUDA backend for the GPU tests, the choice of its linear path, and the golden-case parameter of the
+// model-level GPU tests. A fresh backend per case: its weight cache is keyed by host addresses, and a case's
+// freed weights may come back at the same address in the next case. A machine without a usable device skips
+// with the reason (the `cuda` label runs only where a GPU is meant to be, but it must not crash elsewhere).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/golden_util.h"
 
 namespace deepinfer::testing {
 
@@ -30,6 +33,38 @@ class ScopedLinearPath {
 inline const std::vector<std::string>& linear_paths() {
   static const std::vector<std::string> paths = {"fma", "mma"};
   return paths;
+}
+
+// A golden case (../shared/golden/<family>/<model>/case-<i>.safetensors) run on one linear path.
+struct GoldenCaseParam {
+  std::string family, model;
+  int case_index = 0;
+  std::string linear_path = "fma";  // or mma (DEEPINFER_CUDA_LINEAR)
+  std::string model_dir() const { return golden_dir() + "/" + family + "/" + model; }
+  std::string case_path() const { return model_dir() + "/case-" + std::to_string(case_index) + ".safetensors"; }
+};
+
+inline void PrintTo(const GoldenCaseParam& p, std::ostream* os) {
+  *os << p.family << "/" << p.model << " case " << p.case_index << " (" << p.linear_path << ")";
+}
+
+inline std::string golden_case_name(const ::testing::TestParamInfo<GoldenCaseParam>& info) {
+  std::string name = info.param.family + "_" + info.param.model + "_case" + std::to_string(info.param.case_index) + "_" +
+                     info.param.linear_path;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+// Every case on every linear path.
+inline std::vector<GoldenCaseParam> on_every_linear_path(const std::vector<GoldenCaseParam>& cases) {
+  std::vector<GoldenCaseParam> params;
+  for (const std::string& path : linear_paths()) {
+    for (GoldenCaseParam p : cases) {
+      p.linear_path = path;
+      params.push_back(p);
+    }
+  }
+  return params;
 }
 
 }  // namespace deepinfer::testing

@@ -12,29 +12,10 @@
 namespace deepinfer {
 namespace {
 
-using testing::golden_dir;
-
-struct GoldenParam {
-  std::string family, model;
-  int case_index;
-  std::string linear_path = "fma";  // or mma (DEEPINFER_CUDA_LINEAR)
-};
-
-void PrintTo(const GoldenParam& p, std::ostream* os) {
-  *os << p.family << "/" << p.model << " case " << p.case_index << " (" << p.linear_path << ")";
-}
-
-std::string param_name(const ::testing::TestParamInfo<GoldenParam>& info) {
-  std::string name = info.param.family + "_" + info.param.model + "_case" + std::to_string(info.param.case_index) + "_" +
-                     info.param.linear_path;
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
-}
-
-class GoldenCuda : public ::testing::TestWithParam<GoldenParam> {
+class GoldenCuda : public ::testing::TestWithParam<testing::GoldenCaseParam> {
  protected:
-  std::string model_dir() const { return golden_dir() + "/" + GetParam().family + "/" + GetParam().model; }
-  std::string case_path() const { return model_dir() + "/case-" + std::to_string(GetParam().case_index) + ".safetensors"; }
+  std::string model_dir() const { return GetParam().model_dir(); }
+  std::string case_path() const { return GetParam().case_path(); }
   bool v41() const { return GetParam().family == "v41-flash"; }
   void SetUp() override {
     if (!std::filesystem::exists(case_path())) GTEST_SKIP() << "golden case not found: " << case_path();
@@ -85,22 +66,13 @@ TEST_P(GoldenCuda, WithinFastPathBounds) {
 }
 
 // Every case on both linear paths.
-std::vector<GoldenParam> golden_params() {
-  const std::vector<GoldenParam> cases = {{"v4-flash", "flash-tiny", 1}, {"v4-flash", "flash-tiny", 2}, {"v4-flash", "flash-tiny", 3},
-                                          {"v4-flash", "pro-tiny", 1},   {"v4-flash", "pro-tiny", 2},   {"v4-flash", "pro-tiny", 3},
-                                          {"v41-flash", "tiny-a", 1},    {"v41-flash", "tiny-a", 2},    {"v41-flash", "tiny-a", 3},
-                                          {"v41-flash", "tiny-a", 4}};
-  std::vector<GoldenParam> params;
-  for (const std::string& path : testing::linear_paths()) {
-    for (GoldenParam p : cases) {
-      p.linear_path = path;
-      params.push_back(p);
-    }
-  }
-  return params;
-}
-
-INSTANTIATE_TEST_SUITE_P(Cases, GoldenCuda, ::testing::ValuesIn(golden_params()), param_name);
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenCuda,
+                         ::testing::ValuesIn(testing::on_every_linear_path(
+                             {{"v4-flash", "flash-tiny", 1}, {"v4-flash", "flash-tiny", 2}, {"v4-flash", "flash-tiny", 3},
+                              {"v4-flash", "pro-tiny", 1}, {"v4-flash", "pro-tiny", 2}, {"v4-flash", "pro-tiny", 3},
+                              {"v41-flash", "tiny-a", 1}, {"v41-flash", "tiny-a", 2}, {"v41-flash", "tiny-a", 3},
+                              {"v41-flash", "tiny-a", 4}})),
+                         testing::golden_case_name);
 
 }  // namespace
 }  // namespace deepinfer

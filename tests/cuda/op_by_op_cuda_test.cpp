@@ -64,22 +64,15 @@ class ComparingBackend final : public Backend {
   }
 
   void hc_mix(const HcMixParams& p) override {
-    std::vector<float> got(size_t(p.n_tokens * p.n_mix), -7.0f);
-    HcMixParams g = p;
-    g.out = got.data();
-    gpu_->hc_mix(g);
-    reference_->hc_mix(p);
+    const std::vector<float> got = gpu_then_reference(p, &HcMixParams::out, size_t(p.n_tokens * p.n_mix), &Backend::hc_mix);
     char key[96];
     std::snprintf(key, sizeof key, "hc_mix [%lld x %lld]", (long long)p.n_mix, (long long)p.width);
     record(key, std::vector<float>(p.out, p.out + got.size()), got, false);
   }
 
   void sparse_attention(const SparseAttentionParams& p) override {
-    std::vector<float> got(size_t(p.n_heads * p.head_dim), -7.0f);
-    SparseAttentionParams g = p;
-    g.out = got.data();
-    gpu_->sparse_attention(g);
-    reference_->sparse_attention(p);
+    const std::vector<float> got = gpu_then_reference(p, &SparseAttentionParams::out, size_t(p.n_heads * p.head_dim),
+                                                      &Backend::sparse_attention);
     char key[96];
     std::snprintf(key, sizeof key, "sparse_attention %lldh x %lld%s", (long long)p.n_heads, (long long)p.head_dim,
                   p.block_running_max ? "" : " (global max)");
@@ -87,17 +80,25 @@ class ComparingBackend final : public Backend {
   }
 
   void index_scores(const IndexScoreParams& p) override {
-    std::vector<float> got(size_t(p.n_keys), -7.0f);
-    IndexScoreParams g = p;
-    g.scores = got.data();
-    gpu_->index_scores(g);
-    reference_->index_scores(p);
+    const std::vector<float> got = gpu_then_reference(p, &IndexScoreParams::scores, size_t(p.n_keys), &Backend::index_scores);
     char key[96];
     std::snprintf(key, sizeof key, "index_scores %lldh x %lld", (long long)p.n_heads, (long long)p.dim);
     record(key, std::vector<float>(p.scores, p.scores + got.size()), got, true);
   }
 
  private:
+  // The op on the GPU into a poisoned buffer of n values (p with its output redirected there), then on the
+  // reference into p's own output: GPU first, as the reference may write in place over an input.
+  template <class P>
+  std::vector<float> gpu_then_reference(const P& p, float* P::*out, size_t n, void (Backend::*op)(const P&)) {
+    std::vector<float> got(n, -7.0f);
+    P g = p;
+    g.*out = got.data();
+    (gpu_.get()->*op)(g);
+    (reference_.get()->*op)(p);
+    return got;
+  }
+
   void record(const std::string& key, const std::vector<float>& ref, const std::vector<float>& got, bool bf16) {
     const Diff d = compare(ref, got, bf16);
     OpRecord& r = (*records_)[key];
@@ -116,21 +117,11 @@ class ComparingBackend final : public Backend {
   std::map<std::string, OpRecord>* records_;
 };
 
-struct OpByOpParam {
-  std::string family, model;
-  int case_index;
-  std::string linear_path = "fma";  // or mma (DEEPINFER_CUDA_LINEAR)
-};
-void PrintTo(const OpByOpParam& p, std::ostream* os) {
-  *os << p.family << "/" << p.model << " case " << p.case_index << " (" << p.linear_path << ")";
-}
-
-class OpByOpCuda : public ::testing::TestWithParam<OpByOpParam> {};
+class OpByOpCuda : public ::testing::TestWithParam<GoldenCaseParam> {};
 
 TEST_P(OpByOpCuda, EveryOpCloseToTheReference) {
-  const OpByOpParam& param = GetParam();
-  const std::string dir = golden_dir() + "/" + param.family + "/" + param.model;
-  const std::string case_path = dir + "/case-" + std::to_string(param.case_index) + ".safetensors";
+  const GoldenCaseParam& param = GetParam();
+  const std::string dir = param.model_dir(), case_path = param.case_path();
   if (!std::filesystem::exists(case_path)) GTEST_SKIP() << "golden case not found: " << case_path;
   DI_SKIP_WITHOUT_CUDA();
   const bool v41 = param.family == "v41-flash";
@@ -164,26 +155,12 @@ TEST_P(OpByOpCuda, EveryOpCloseToTheReference) {
   EXPECT_FALSE(records.empty());
 }
 
-std::vector<OpByOpParam> op_by_op_params() {
-  const std::vector<OpByOpParam> cases = {{"v4-flash", "flash-tiny", 1}, {"v4-flash", "flash-tiny", 2},
-                                          {"v4-flash", "pro-tiny", 2}, {"v41-flash", "tiny-a", 2}};
-  std::vector<OpByOpParam> params;
-  for (const std::string& path : linear_paths()) {
-    for (OpByOpParam p : cases) {
-      p.linear_path = path;
-      params.push_back(p);
-    }
-  }
-  return params;
-}
-
-INSTANTIATE_TEST_SUITE_P(Cases, OpByOpCuda, ::testing::ValuesIn(op_by_op_params()),
-                         [](const ::testing::TestParamInfo<OpByOpParam>& info) {
-                           std::string name = info.param.family + "_" + info.param.model + "_case" +
-                                              std::to_string(info.param.case_index) + "_" + info.param.linear_path;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Cases, OpByOpCuda,
+                         ::testing::ValuesIn(on_every_linear_path({{"v4-flash", "flash-tiny", 1},
+                                                                   {"v4-flash", "flash-tiny", 2},
+                                                                   {"v4-flash", "pro-tiny", 2},
+                                                                   {"v41-flash", "tiny-a", 2}})),
+                         golden_case_name);
 
 }  // namespace
 }  // namespace deepinfer::testing
