@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/timed_backend.h"
 #include "cli/bench_serve.h"
 #include "core/machine_ceiling.h"
 #include "engine/cache_footprint.h"
@@ -61,7 +62,7 @@ Runner add_bench_command(CLI::App& app) {
     std::vector<int> batches{1, 4, 16};
     int decode_steps = 16, threads = 0, context = 16, speculative_tokens = 32;
     bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false, swa_replay = false, mlock = false;
-    bool paired_reads = false;
+    bool paired_reads = false, op_times = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "prefill / decode tokens per second against the machine's ceilings");
@@ -85,6 +86,9 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_flag("--paired-reads", args->paired_reads,
                 "after each decode step, read the mapped head weights once and report the steps' read rate as a % of "
                 "those loops' (robust to a shared host's drift; the steps alone are timed)");
+  cmd->add_flag("--op-times", args->op_times,
+                "per phase, how a step's time splits between the backend's op kinds (wall time around each call) "
+                "and the model code around them");
   cmd->add_flag("--no-warmup", args->no_warmup, "time the first prefill cold (weights not yet faulted in)");
   cmd->add_flag("--prefault", args->prefault,
                 "touch every weight page before each timed phase (all weights resident; resident memory then "
@@ -98,10 +102,15 @@ Runner add_bench_command(CLI::App& app) {
       std::fprintf(stderr, "error: bench: --model is required (or `deepinfer bench serve ...`)\n");
       return 1;
     }
-    auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .swa_bounded_replay = args->swa_replay,
-                                                                       .n_threads = args->threads,
-                                                                       .cuda = args->backend == "cuda", .show_progress = true,
-                                                                       .lock_weights = args->mlock});
+    ModelOptions options{.exact = args->exact, .swa_bounded_replay = args->swa_replay, .n_threads = args->threads,
+                         .cuda = args->backend == "cuda", .show_progress = true, .lock_weights = args->mlock};
+    OpTimes op_times{};
+    if (args->op_times) {
+      options.wrap_backend = [&op_times](std::unique_ptr<Backend> selected) -> std::unique_ptr<Backend> {
+        return std::make_unique<TimedBackend>(std::move(selected), &op_times);
+      };
+    }
+    auto model = Model::open(args->model, options);
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
       return 1;
@@ -146,10 +155,19 @@ Runner add_bench_command(CLI::App& app) {
     struct Row {
       std::string phase;
       double tokens, steps, seconds, bytes, flops;
+      OpTimes ops;  // --op-times: the backend's share of the phase
     };
     std::vector<Row> rows;
+    // --op-times: a phase's op times are the difference between the totals after it and before it.
+    OpTimes ops_before{};
+    auto phase_start = [&] { ops_before = op_times; };
     auto row = [&](const std::string& phase, double tokens, double steps, double seconds, double bytes, double flops) {
-      rows.push_back({phase, tokens, steps, seconds, bytes, flops});
+      OpTimes ops = op_times;
+      for (int k = 0; k < kOpKinds; ++k) {
+        ops[size_t(k)].calls -= ops_before[size_t(k)].calls;
+        ops[size_t(k)].seconds -= ops_before[size_t(k)].seconds;
+      }
+      rows.push_back({phase, tokens, steps, seconds, bytes, flops, ops});
       std::fprintf(stderr, "%s: %.2f tokens/s\n", phase.c_str(), tokens / seconds);
     };
     const int64_t layer_macs = traffic.decode_macs_per_token - traffic.head_macs;
@@ -173,6 +191,7 @@ Runner add_bench_command(CLI::App& app) {
       SequenceState seq = m.new_sequence();
       const auto ids = random_ids(rng, len, c.vocab_size);
       ForwardChunk fc{&seq, ids, len};
+      phase_start();
       const auto t0 = Clock::now();
       m.forward(std::span<const ForwardChunk>(&fc, 1));
       const double s = seconds_since(t0);
@@ -198,6 +217,7 @@ Runner add_bench_command(CLI::App& app) {
       const double step_bytes = decode_step_bytes(traffic, c, batch);
       std::vector<double> ratios;  // per step: its read rate / a read loop over the head weights right after it
       double s = 0;
+      phase_start();
       for (int step = 0; step < args->decode_steps; ++step) {
         std::vector<ForwardChunk> chunks;
         for (int b = 0; b < batch; ++b) {
@@ -264,6 +284,20 @@ Runner add_bench_command(CLI::App& app) {
                   r.tokens / r.seconds, 1e3 * r.seconds / r.steps, r.bytes / r.tokens / 1e6, gbs,
                   pct(gbs, ceiling.read_gb_per_s), gflops, pct(gflops, ceiling.peak_gflops),
                   pct(gflops, ceiling.peak_bf16_gflops));
+    }
+    if (args->op_times) {
+      std::printf("\nms per step by backend op kind (calls per step); host = the model code around the ops\n%-18s", "phase");
+      for (int k = 0; k < kOpKinds; ++k) std::printf(" %22s", op_kind_name(OpKind(k)));
+      std::printf(" %10s\n", "host");
+      for (const Row& r : rows) {
+        double in_ops = 0;
+        std::printf("%-18s", r.phase.c_str());
+        for (const OpTime& t : r.ops) {
+          in_ops += t.seconds;
+          std::printf(" %10.3f (%9.1f)", 1e3 * t.seconds / r.steps, double(t.calls) / r.steps);
+        }
+        std::printf(" %10.3f\n", 1e3 * (r.seconds - in_ops) / r.steps);
+      }
     }
     if (!paired_log.empty()) std::printf("\n");
     for (const std::string& line : paired_log) std::printf("%s\n", line.c_str());

@@ -38,6 +38,10 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
     model->backend_ = options.exact ? make_reference_backend() : make_fast_backend(options.n_threads, &error);
     if (!model->backend_) return Status::error(error);
   }
+  if (options.wrap_backend) {
+    model->backend_ = options.wrap_backend(std::move(model->backend_));
+    if (!model->backend_) return Status::error("ModelOptions::wrap_backend returned no backend");
+  }
   model->options_ = options;
   const ModelConfig& c = model->config_;
   if (options.show_progress) {

@@ -41,6 +41,9 @@ struct ModelOptions {
   // Tests: a backend of their own instead of the one exact / cuda select (e.g. one that runs every op on two
   // backends and compares them, tests/cuda/op_by_op_cuda_test.cpp).
   std::function<std::unique_ptr<Backend>()> make_backend = nullptr;
+  // Receives the backend selected above (or made by make_backend) and returns the one the model runs on,
+  // e.g. the same one inside a TimedBackend (`deepinfer bench --op-times`). nullptr returned: an error.
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend = nullptr;
 };
 
 // A run of consecutive tokens of one sequence, starting at its next position.

@@ -1,44 +1,18 @@
-// ModelOptions::make_backend: a model runs on the backend the caller supplies (the GPU op-by-op test wraps
-// the CUDA and reference backends this way). Here a wrapper around the fast CPU backend counts the ops it is
-// given and must change nothing: its logits equal those of a model opened the ordinary way, bit for bit.
+// ModelOptions::make_backend and wrap_backend: a model runs on the backend the caller supplies (the GPU
+// op-by-op test wraps the CUDA and reference backends this way) or on a wrapper around the one it selected
+// (`bench --op-times`). Here a TimedBackend around the fast CPU backend counts and times the ops it is given
+// and must change nothing: its logits equal those of a model opened the ordinary way, bit for bit.
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <map>
 #include <string>
 
+#include "backend/timed_backend.h"
 #include "golden_util.h"
 #include "model/teacher_forcing.h"
 
 namespace deepinfer {
 namespace {
-
-class CountingBackend final : public Backend {
- public:
-  CountingBackend(std::unique_ptr<Backend> inner, std::map<std::string, int>* calls)
-      : inner_(std::move(inner)), calls_(calls) {}
-  const char* name() const override { return "counting"; }
-  void linear(const LinearParams& p) override {
-    ++(*calls_)["linear"];
-    inner_->linear(p);
-  }
-  void hc_mix(const HcMixParams& p) override {
-    ++(*calls_)["hc_mix"];
-    inner_->hc_mix(p);
-  }
-  void sparse_attention(const SparseAttentionParams& p) override {
-    ++(*calls_)["sparse_attention"];
-    inner_->sparse_attention(p);
-  }
-  void index_scores(const IndexScoreParams& p) override {
-    ++(*calls_)["index_scores"];
-    inner_->index_scores(p);
-  }
-
- private:
-  std::unique_ptr<Backend> inner_;
-  std::map<std::string, int>* calls_;
-};
 
 TEST(ModelBackendOption, SuppliedBackendRunsEveryOpAndChangesNothing) {
   const std::string dir = testing::golden_dir() + "/v4-flash/flash-tiny";
@@ -51,19 +25,49 @@ TEST(ModelBackendOption, SuppliedBackendRunsEveryOpAndChangesNothing) {
   ASSERT_TRUE(plain.ok()) << plain.status().message();
   const auto expected = run_teacher_forced(*plain.value(), gc->prompt, continuation, {});
 
-  std::map<std::string, int> calls;
+  OpTimes times{};
   ModelOptions options;
-  options.make_backend = [&calls]() -> std::unique_ptr<Backend> {
+  options.make_backend = [&times]() -> std::unique_ptr<Backend> {
     std::string error;
     auto fast = make_fast_backend(2, &error);
-    return fast ? std::make_unique<CountingBackend>(std::move(fast), &calls) : nullptr;
+    return fast ? std::make_unique<TimedBackend>(std::move(fast), &times) : nullptr;
   };
   auto wrapped = Model::open(dir, options);
   ASSERT_TRUE(wrapped.ok()) << wrapped.status().message();
-  EXPECT_STREQ(wrapped.value()->backend().name(), "counting");
+  EXPECT_STREQ(wrapped.value()->backend().name(), plain.value()->backend().name());
   const auto got = run_teacher_forced(*wrapped.value(), gc->prompt, continuation, {});
   EXPECT_EQ(got.logits, expected.logits);
-  for (const char* op : {"linear", "hc_mix", "sparse_attention", "index_scores"}) EXPECT_GT(calls[op], 0) << op;
+  for (OpKind op : {OpKind::kLinear, OpKind::kHcMix, OpKind::kSparseAttention, OpKind::kIndexScores, OpKind::kRowWork}) {
+    EXPECT_GT(times[size_t(op)].calls, 0) << op_kind_name(op);
+    EXPECT_GT(times[size_t(op)].seconds, 0.0) << op_kind_name(op);
+  }
+}
+
+TEST(ModelBackendOption, WrappedBackendRunsEveryOpAndChangesNothing) {
+  const std::string dir = testing::golden_dir() + "/v4-flash/flash-tiny";
+  if (!std::filesystem::exists(dir + "/case-2.safetensors")) GTEST_SKIP() << "golden data not found in " << dir;
+  auto gc = load_golden_case(dir + "/case-2.safetensors");
+  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  std::vector<int32_t> continuation(gc->continuation.begin(), gc->continuation.begin() + 4);
+  auto plain = Model::open(dir, ModelOptions{.exact = true});
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  const auto expected = run_teacher_forced(*plain.value(), gc->prompt, continuation, {});
+
+  OpTimes times{};
+  ModelOptions options{.exact = true};  // the wrapper receives the backend these options select
+  options.wrap_backend = [&times](std::unique_ptr<Backend> selected) -> std::unique_ptr<Backend> {
+    return std::make_unique<TimedBackend>(std::move(selected), &times);
+  };
+  auto wrapped = Model::open(dir, options);
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status().message();
+  const auto got = run_teacher_forced(*wrapped.value(), gc->prompt, continuation, {});
+  EXPECT_EQ(got.logits, expected.logits);
+  EXPECT_GT(times[size_t(OpKind::kLinear)].calls, 0);
+
+  options.wrap_backend = [](std::unique_ptr<Backend>) -> std::unique_ptr<Backend> { return nullptr; };
+  auto refused = Model::open(dir, options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("wrap_backend"), std::string::npos) << refused.status().message();
 }
 
 TEST(ModelBackendOption, NoBackendIsAClearError) {
