@@ -5,10 +5,11 @@
 # back between a failed run and its rerun: a fresh machine may not be lent again in the same session.
 #   1. configure and build the CUDA backend for sm_90a only: cuda_tests and cuda_kernel_timing;
 #   2. cuda_tests: every kernel against the CPU reference backend, the golden models end to end and op by
-#      op, each on both linear paths (fma, and the tensor-core mma path that is opt-in until it passes here);
+#      op, each on both linear paths (mma, the tensor-core default, and the portable fma);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
 #   4. compute-sanitizer memcheck over the tensor-core linear tests (SANITIZE=0 skips it);
-#   5. deepinfer bench --backend cuda on the 4-layer benchmark model (E2E=0 skips it).
+#   5. deepinfer bench --backend cuda --op-times on the 4-layer benchmark model, on both linear paths
+#      (E2E=0 skips it). The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -101,9 +102,13 @@ if [ "${E2E:-1}" = 1 ]; then
   if ninja -C $BUILD -j16 deepinfer >"$LOG_DIR/build_cli.log" 2>&1 &&
      timeout 120 ./$BUILD/deepinfer make-model --config configs/bench-v4-flash-4layer.json --out $MODEL --seed 1 \
        --shards 16 >"$LOG_DIR/make_model.log" 2>&1; then
-    timeout 150 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 128 --batch 1,8 \
-      --decode-steps 8 >"$OUT_DIR/e2e.txt" 2>&1
+    # The default (tensor-core) linear with the per-op-kind split of each step, then the FMA linear.
+    timeout 200 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 128,512 --batch 1,8,64 \
+      --decode-steps 8 --op-times >"$OUT_DIR/e2e.txt" 2>&1
     e2e_rc=$?
+    echo "== DEEPINFER_CUDA_LINEAR=fma" >>"$OUT_DIR/e2e.txt"
+    DEEPINFER_CUDA_LINEAR=fma timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling \
+      --prefill 128 --batch 1,8 --decode-steps 8 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, fma $?"
   else
     e2e_rc=failed
     cp "$LOG_DIR/build_cli.log" "$LOG_DIR/make_model.log" "$OUT_DIR/" 2>/dev/null
@@ -117,6 +122,6 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT_DIR/cuda_tests.log"
 echo "cuda_tests exit code $tests_rc (0 = all passed)"
 cat "$OUT_DIR/timing.txt"
 echo "timing exit code $timing_rc; memcheck exit code $sanitizer_rc (0 = clean, 9 = errors found)"
-[ -f "$OUT_DIR/e2e.txt" ] && grep -vE "^(loaded|\[|writing)" "$OUT_DIR/e2e.txt" | tail -20
+[ -f "$OUT_DIR/e2e.txt" ] && grep -vE "^(loaded|\[|writing|model |weights read|KV cache)|loading shard" "$OUT_DIR/e2e.txt" | tail -40
 echo "e2e exit code $e2e_rc; total $(( $(date +%s) - t0 ))s"
 [ $tests_rc -eq 0 ] && [ $timing_rc -eq 0 ]

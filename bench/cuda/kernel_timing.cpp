@@ -3,7 +3,8 @@
 // (bytes read + written) and a cuBLASLt GEMM (FP8 e4m3 in, bf16 out, fp32 accumulation; bf16 for the bf16
 // rows) at the same shape with the token count rounded up to 16 (cuBLASLt FP8 needs multiples of 16).
 // Weights rotate over several copies (>= 128 MiB in all) so that the timings read HBM, not the 60 MB L2.
-// Prints one table; no assertions (timings are reported, never tested).
+// Each time is the median over graph replays of 20 back-to-back launches (median_ms). Prints one table; no
+// assertions (timings are reported, never tested).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -31,26 +32,54 @@ namespace {
     }                                                                                           \
   } while (0)
 
-// Median milliseconds of `run` over `reps` launches, each timed with its own events, after warm-up.
-double median_ms(const std::function<void(int)>& run, int reps = 30) {
-  for (int i = 0; i < 3; ++i) run(i);
-  DI_CUDA_CHECK(cudaDeviceSynchronize());
+// Median milliseconds of one launch of `run`. run(i, stream) makes the i-th of `per_replay` launches (the
+// i-th weight set, where they rotate); they are captured once as a CUDA graph and each of `reps` replays is
+// timed with events and divided by per_replay. METHOD.md: for many small launches, time graph replays,
+// which leaves only the launch gaps a captured decode step would see (single launches between events added
+// 5-10 us to the small kernels of the first run). Where capture fails (a library call that refuses it), the
+// same launches run directly on the stream.
+double median_ms(const std::function<void(int, cudaStream_t)>& run, int reps = 30, int per_replay = 20) {
+  cudaStream_t stream;
+  DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int i = 0; i < per_replay; ++i) run(i, stream);  // warm-up: module load, handle set-up
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    for (int i = 0; i < per_replay; ++i) run(i, stream);
+    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+      exec = nullptr;
+    }
+  }
+  (void)cudaGetLastError();  // a refused capture leaves its error behind; the direct launches below check theirs
+  auto replay = [&] {
+    if (exec) {
+      DI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    } else {
+      for (int i = 0; i < per_replay; ++i) run(i, stream);
+    }
+  };
+  replay();
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<float> ms(static_cast<size_t>(reps));
   cudaEvent_t a, b;
   DI_CUDA_CHECK(cudaEventCreate(&a));
   DI_CUDA_CHECK(cudaEventCreate(&b));
   for (int i = 0; i < reps; ++i) {
-    DI_CUDA_CHECK(cudaEventRecord(a));
-    run(i);
-    DI_CUDA_CHECK(cudaEventRecord(b));
+    DI_CUDA_CHECK(cudaEventRecord(a, stream));
+    replay();
+    DI_CUDA_CHECK(cudaEventRecord(b, stream));
     DI_CUDA_CHECK(cudaEventSynchronize(b));
     DI_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(i)], a, b));
   }
   DI_CUDA_CHECK(cudaGetLastError());
   cudaEventDestroy(a);
   cudaEventDestroy(b);
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
   std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return ms[ms.size() / 2] / per_replay;
 }
 
 DeviceBuffer upload_random_bytes(size_t n, std::mt19937& rng, int lo, int hi) {
@@ -84,7 +113,9 @@ double copy_gbs() {
   const size_t bytes = size_t(1) << 30;
   DeviceBuffer src(bytes), dst(bytes);
   DI_CUDA_CHECK(cudaMemset(src.get(), 1, bytes));
-  const double ms = median_ms([&](int) { DI_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice)); }, 10);
+  const double ms = median_ms(
+      [&](int, cudaStream_t st) { DI_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, st)); },
+      10, 1);
   return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
 }
 
@@ -118,9 +149,9 @@ double cublaslt_tflops(bool fp8, int64_t n_out, int64_t T, int64_t K) {
   if (n_found == 0) return -1.0;
   const float alpha = 1.0f, beta = 0.0f;
   bool failed = false;
-  const double ms = median_ms([&](int) {
+  const double ms = median_ms([&](int, cudaStream_t st) {
     failed |= cublasLtMatmul(handle, op, &alpha, a.get(), la, b.get(), lb, &beta, d.get(), lc, d.get(), lc, &heur.algo,
-                             ws.get(), ws_bytes, nullptr) != CUBLAS_STATUS_SUCCESS;
+                             ws.get(), ws_bytes, st) != CUBLAS_STATUS_SUCCESS;
   });
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(la);
@@ -163,11 +194,11 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   l.n_tokens = T;
   l.n_rows = n_out;
   l.out = out.get<float>();
-  const double ms = median_ms([&](int i) {
+  const double ms = median_ms([&](int i, cudaStream_t st) {
     l.w = w[size_t(i % n_sets)].get<uint8_t>();
     l.scale = s[size_t(i % n_sets)].get<uint8_t>();
-    if (mma) launch_linear_mma(l, nullptr);
-    else launch_linear(l, nullptr);
+    if (mma) launch_linear_mma(l, st);
+    else launch_linear(l, st);
   });
   const double bytes = double(w_bytes + s_bytes) + double(T * K) * 4 + double(T * n_out) * 4;
   const double flops = 2.0 * double(n_out) * double(T) * double(K);
@@ -191,7 +222,7 @@ Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running) {
   DeviceBuffer out(size_t(H * D) * 4);
   AttentionLaunch a{q.get<float>(), H, D, rows.get<float>(), slot_row.get<int32_t>(), n_slots, sink.get<float>(),
                     1.0 / 22.627416997969522, running, out.get<float>()};
-  const double ms = median_ms([&](int) { launch_sparse_attention(a, nullptr); });
+  const double ms = median_ms([&](int, cudaStream_t st) { launch_sparse_attention(a, st); });
   const double bytes = double(n_slots * D) * 4 + double(2 * H * D) * 4;  // rows read once, q and out
   const double flops = 4.0 * double(H) * double(n_slots) * double(D);
   char name[160];
@@ -207,7 +238,7 @@ Row time_index(int64_t H, int64_t dim, int64_t n_keys) {
   DeviceBuffer keys = upload_random_floats(size_t(n_keys * dim), rng, 1.0f);
   DeviceBuffer out(size_t(n_keys) * 4);
   IndexScoreLaunch l{q.get<float>(), w.get<float>(), H, dim, keys.get<float>(), n_keys, out.get<float>()};
-  const double ms = median_ms([&](int) { launch_index_scores(l, nullptr); });
+  const double ms = median_ms([&](int, cudaStream_t st) { launch_index_scores(l, st); });
   const double bytes = double(n_keys * dim) * 4 + double(n_keys) * 4;
   const double flops = 2.0 * double(H) * double(n_keys) * double(dim);
   char name[160];
@@ -221,7 +252,7 @@ Row time_hc_mix(int64_t T, int64_t width, int64_t n_mix) {
   DeviceBuffer fn = upload_random_floats(size_t(n_mix * width), rng, 0.01f);
   DeviceBuffer out(size_t(T * n_mix) * 4);
   HcMixLaunch l{x.get<float>(), T, width, fn.get<float>(), n_mix, 1e-6, out.get<float>()};
-  const double ms = median_ms([&](int) { launch_hc_mix(l, nullptr); });
+  const double ms = median_ms([&](int, cudaStream_t st) { launch_hc_mix(l, st); });
   const double bytes = double(T * width + n_mix * width) * 4 + double(T * n_mix) * 4;
   const double flops = 2.0 * double(T) * double(width) * double(n_mix + 1);
   char name[160];
@@ -241,11 +272,14 @@ int run() {
   rows.push_back(time_linear("e4m3/32", WeightKind::kFp8, 32, 4096, 4096, 64));
   for (int64_t T : {1, 8, 64}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T));
   rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 1));
-  // The tensor-core path (opt-in, DEEPINFER_CUDA_LINEAR=mma) at the same shapes.
+  // The tensor-core path (the backend's default linear; the rows above are DEEPINFER_CUDA_LINEAR=fma).
   for (int64_t T : {1, 8, 64, 256, 1024}) rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, true));
   rows.push_back(time_linear("e4m3/32", WeightKind::kFp8, 32, 4096, 4096, 64, true));
-  for (int64_t T : {1, 64, 256}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T, true));
+  for (int64_t T : {1, 8, 64, 256}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T, true));
   rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 1, true));
+  // The V4-Flash output head (bf16, 129280 x 4096: 1.06 GB, the largest single read of a decode step).
+  rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1));
+  rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1, true));
   rows.push_back(time_attention(64, 512, 640, true));
   rows.push_back(time_attention(64, 512, 640, false));
   rows.push_back(time_index(64, 128, 4096));

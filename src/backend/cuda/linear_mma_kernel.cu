@@ -1,6 +1,6 @@
 // The linear op on the tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulation; sm_80 and later,
-// so the same code runs on sm_89, sm_90a, sm_100a and sm_120). STATUS: compiled, not yet run on a GPU; the
-// backend uses it only when DEEPINFER_CUDA_LINEAR=mma (cuda_backend.cpp) until cuda_tests pass on one.
+// so the same code runs on sm_89, sm_90a, sm_100a and sm_120). The backend's default linear since its tests
+// passed on an H200 (2026-12-04); DEEPINFER_CUDA_LINEAR=fma selects the portable FMA kernel instead.
 //
 // Exact operands. Each weight is decoded in registers to bf16 with its e8m0 scale applied: e4m3 and e2m1
 // values have at most 4 significant bits, so value * 2^e is a bf16 exactly while it stays in bf16's normal
@@ -170,8 +170,9 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const Li
     }
   };
   // Chunks in ascending order, U at a time with all their weight loads issued first (a single n-tile has
-  // few mmas to hide a load behind: decode wants the loads in flight). The mma order is the same for every U.
-  constexpr int U = NT == 1 ? 4 : 1;
+  // few mmas to hide a load behind: decode wants the loads in flight; the first H200 run, with U = 4 and
+  // 1024-value slices, read 0.65 TB/s at one token). The mma order is the same for every U.
+  constexpr int U = NT == 1 ? 8 : 1;
   int c = c_begin;
 #pragma unroll 1
   for (; c + U <= c_end; c += U) {
@@ -215,9 +216,10 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const Li
 
 template <WeightKind K>
 void launch_kind_mma(const LinearLaunch& p, cudaStream_t stream) {
-  // K slices of at least 1024 values (32 chunks), at most kMaxSlices: set by K alone.
+  // K slices of at least 512 values (16 chunks), at most kMaxSlices: set by K alone. Smaller slices mean more
+  // warps, hence more loads in flight, for the few row tiles of a small layer.
   const int n_chunks = int(p.k_pad / 32);
-  const int slices = std::min(kMaxSlices, std::max(1, (n_chunks + 31) / 32));
+  const int slices = std::min(kMaxSlices, std::max(1, (n_chunks + 15) / 16));
   const int slice_chunks = (n_chunks + slices - 1) / slices;
   const unsigned row_tiles = unsigned((p.n_rows + 15) / 16);
   if (p.n_tokens <= 8) {
