@@ -170,9 +170,10 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const Li
     }
   };
   // Chunks in ascending order, U at a time with all their weight loads issued first (a single n-tile has
-  // few mmas to hide a load behind: decode wants the loads in flight; the first H200 run, with U = 4 and
-  // 1024-value slices, read 0.65 TB/s at one token). The mma order is the same for every U.
-  constexpr int U = NT == 1 ? 8 : 1;
+  // few mmas to hide a load behind: decode wants the loads in flight). The mma order is the same for every U.
+  // On an H200 this read 0.65 TB/s at one token (event-timed single launches): more loads in flight (U = 8,
+  // more K slices) is the next thing to try there.
+  constexpr int U = NT == 1 ? 4 : 1;
   int c = c_begin;
 #pragma unroll 1
   for (; c + U <= c_end; c += U) {
@@ -216,10 +217,9 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const Li
 
 template <WeightKind K>
 void launch_kind_mma(const LinearLaunch& p, cudaStream_t stream) {
-  // K slices of at least 512 values (16 chunks), at most kMaxSlices: set by K alone. Smaller slices mean more
-  // warps, hence more loads in flight, for the few row tiles of a small layer.
+  // K slices of at least 1024 values (32 chunks), at most kMaxSlices: set by K alone.
   const int n_chunks = int(p.k_pad / 32);
-  const int slices = std::min(kMaxSlices, std::max(1, (n_chunks + 15) / 16));
+  const int slices = std::min(kMaxSlices, std::max(1, (n_chunks + 31) / 32));
   const int slice_chunks = (n_chunks + slices - 1) / slices;
   const unsigned row_tiles = unsigned((p.n_rows + 15) / 16);
   if (p.n_tokens <= 8) {
