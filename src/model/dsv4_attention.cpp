@@ -86,64 +86,54 @@ void Model::compressor_update(const CompressorWeights& w, const RopeTable& rope,
   }
 }
 
+// The query side runs in blocks of kAttentionBlock tokens: a prefill's per-token query rows (H * HD floats,
+// 128 KB for V4-Flash) and attention outputs would otherwise take two fresh 512 MB buffers per layer at 4096
+// tokens, whose page faults and zeroing were ~20% of such a prefill. Every op below is per token (the linear
+// kernels' sums never depend on the token count), so the blocks change no result.
+constexpr int64_t kAttentionBlock = 256;
+
+// Per-block buffers, reused from call to call (thread_local as block_buffers: one model call per thread).
+struct AttentionBuffers {
+  std::vector<float> q, iq, index_w, o, z;
+};
+
 void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                           const std::vector<float>& u, std::vector<float>& out) {
   const ModelConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
   const int64_t NOPE = HD - RD, QL = c.q_lora_rank, G = c.o_groups, OL = c.o_lora_rank, W = c.window_size;
+  const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
   const int ratio = w.compress_ratio;
   const double eps = double(float(c.norm_eps));
 
   std::vector<float> uq(u);
   act_qdq_rows(uq, T, D);  // V4: blocks of 128
-  std::vector<float> qr(static_cast<size_t>(T * QL)), q(size_t(T * H * HD)), kv(size_t(T * HD));
+  std::vector<float> qr(static_cast<size_t>(T * QL)), kv(size_t(T * HD));
   backend_->linear({uq.data(), D, T, &w.wq_a, 0, QL, Epilogue::kBf16, nullptr, qr.data(), QL});  // A1
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);  // A2
   });
   std::vector<float> qrq(qr);
   act_qdq_rows(qrq, T, QL);
-  backend_->linear({qrq.data(), QL, T, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q.data(), H * HD});  // A3
-  backend_->linear({uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD});            // A10
-  // Ranges of query heads; a token's last range also takes its kv row.
-  for_token_ranges(*backend_, T, H, kHeadRange, [&](int64_t t, int64_t h0, int64_t h1) {
-    float* qt = &q[size_t((t * H + h0) * HD)];
-    head_rms_normalize(qt, h1 - h0, HD, eps);                               // A4-A8
-    rope.apply_heads(qt + NOPE, h1 - h0, HD, batch.pos[size_t(t)], false);  // A9
-    if (h1 < H) return;
-    float* kvt = &kv[size_t(t * HD)];
-    rmsnorm(kvt, w.kv_norm, HD, eps, kvt);                               // A11
-    qdq_fp8(kvt, NOPE, 64);                                              // A12
-    rope.apply(kvt + NOPE, batch.pos[size_t(t)], false);
+  backend_->linear({uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD});  // A10
+  // Every kv row of the call first: a token attends to the fresh rows of all earlier tokens of its chunk.
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* kvt = &kv[size_t(t * HD)];
+      rmsnorm(kvt, w.kv_norm, HD, eps, kvt);  // A11
+      qdq_fp8(kvt, NOPE, 64);                 // A12
+      rope.apply(kvt + NOPE, batch.pos[size_t(t)], false);
+    }
   });
 
   // Compressors see every position of this call before any attention reads them.
   if (ratio != 0) compressor_update(w.compressor, rope, ratio, HD, false, batch, is_mtp, layer_index, u);
-  std::vector<float> iq, index_w;
-  const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
-  if (ratio == 4) {
-    compressor_update(w.index_compressor, rope, ratio, ID, true, batch, is_mtp, layer_index, u);
-    iq.resize(size_t(T * IH * ID));
-    index_w.resize(size_t(T * IH));
-    backend_->linear({qrq.data(), QL, T, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, iq.data(), IH * ID});  // I1
-    backend_->linear({u.data(), D, T, &w.index_weights_proj, 0, IH, Epilogue::kBf16, nullptr, index_w.data(), IH});  // I5
-    const double index_scale = double(float(1.0 / std::sqrt(double(ID) * double(IH))));
-    backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        rope.apply_heads(&iq[size_t(t * IH * ID)] + ID - RD, IH, ID, batch.pos[size_t(t)], false);  // I2
-        for (int64_t hh = 0; hh < IH; ++hh) {
-          float* head = &iq[size_t((t * IH + hh) * ID)];
-          hadamard_128(head);     // I3
-          qdq_fp4(head, ID, 32);  // I4
-        }
-        for (int64_t hh = 0; hh < IH; ++hh) index_w[size_t(t * IH + hh)] = round_bf16(double(index_w[size_t(t * IH + hh)]) * index_scale);  // I6
-      }
-    });
-  }
+  if (ratio == 4) compressor_update(w.index_compressor, rope, ratio, ID, true, batch, is_mtp, layer_index, u);
 
-  // Sparse attention per token (AT0-AT4).
   const float softmax_scale = float(1.0 / std::sqrt(double(HD)));
-  std::vector<float> o(static_cast<size_t>(T * H * HD));
+  const double index_scale = double(float(1.0 / std::sqrt(double(ID) * double(IH))));
+  const int64_t group_width = H * HD / G;
+  thread_local AttentionBuffers buf;
   std::vector<const float*> slots;
   std::vector<float> scores;
   std::vector<int64_t> order;
@@ -151,57 +141,99 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   RowDecodeCache window_rows, compressed_rows;
   KeyDecodeCache index_keys;
   int bound_chunk = -1;
-  for (int64_t t = 0; t < T; ++t) {
-    const int ci = batch.chunk[size_t(t)];
-    const LayerState& ls = layer_state(batch.states[size_t(ci)], is_mtp, layer_index);
-    if (ci != bound_chunk) {
-      bound_chunk = ci;
-      window_rows.bind(ls.window_format, ls.window.data(), ls.ring_slots);
-      if (ratio != 0) compressed_rows.bind(ls.compressor.row_format, ls.compressor.rows);
-      if (ratio == 4) index_keys.bind(ls.index_compressor.row_format, ls.index_compressor.rows, &ls.index_compressor);
+  for (int64_t b0 = 0; b0 < T; b0 += kAttentionBlock) {
+    const int64_t nb = std::min(kAttentionBlock, T - b0);  // tokens b0 .. b0 + nb of the call
+    buf.q.resize(size_t(nb * H * HD));
+    buf.o.resize(size_t(nb * H * HD));
+    buf.z.resize(size_t(nb * G * OL));
+    float* q = buf.q.data();  // [nb, H, HD]
+    backend_->linear({&qrq[size_t(b0 * QL)], QL, nb, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q, H * HD});  // A3
+    for_token_ranges(*backend_, nb, H, kHeadRange, [&](int64_t i, int64_t h0, int64_t h1) {
+      float* qt = &q[size_t((i * H + h0) * HD)];
+      head_rms_normalize(qt, h1 - h0, HD, eps);                                    // A4-A8
+      rope.apply_heads(qt + NOPE, h1 - h0, HD, batch.pos[size_t(b0 + i)], false);  // A9
+    });
+    if (ratio == 4) {
+      buf.iq.resize(size_t(nb * IH * ID));
+      buf.index_w.resize(size_t(nb * IH));
+      float *iq = buf.iq.data(), *index_w = buf.index_w.data();  // [nb, IH, ID], [nb, IH]
+      backend_->linear({&qrq[size_t(b0 * QL)], QL, nb, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, iq, IH * ID});  // I1
+      backend_->linear({&u[size_t(b0 * D)], D, nb, &w.index_weights_proj, 0, IH, Epilogue::kBf16, nullptr, index_w, IH});  // I5
+      backend_->for_rows(nb, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          rope.apply_heads(&iq[size_t(i * IH * ID)] + ID - RD, IH, ID, batch.pos[size_t(b0 + i)], false);  // I2
+          for (int64_t hh = 0; hh < IH; ++hh) {
+            float* head = &iq[size_t((i * IH + hh) * ID)];
+            hadamard_128(head);     // I3
+            qdq_fp4(head, ID, 32);  // I4
+          }
+          for (int64_t hh = 0; hh < IH; ++hh) index_w[size_t(i * IH + hh)] = round_bf16(double(index_w[size_t(i * IH + hh)]) * index_scale);  // I6
+        }
+      });
     }
-    const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
-    const int64_t chunk_first_token = batch.first_token[size_t(ci)];
-    slots.clear();
-    // Window part: slot i holds position max(0, pos - W + 1) + i while <= pos.
-    const int64_t w0 = std::max<int64_t>(0, pos - W + 1);
-    for (int64_t i = 0; i < batch.window_slots[size_t(t)]; ++i) {
-      const int64_t p = w0 + i;
-      if (p > pos) {
-        slots.push_back(nullptr);
-      } else if (p >= chunk_first_pos) {
-        slots.push_back(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);  // fresh row of this call
-      } else {
-        slots.push_back(window_rows.row(ls.slot(p)));
+
+    // Sparse attention per token (AT0-AT4).
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t t = b0 + i;
+      const int ci = batch.chunk[size_t(t)];
+      const LayerState& ls = layer_state(batch.states[size_t(ci)], is_mtp, layer_index);
+      if (ci != bound_chunk) {
+        bound_chunk = ci;
+        window_rows.bind(ls.window_format, ls.window.data(), ls.ring_slots);
+        if (ratio != 0) compressed_rows.bind(ls.compressor.row_format, ls.compressor.rows);
+        if (ratio == 4) index_keys.bind(ls.index_compressor.row_format, ls.index_compressor.rows, &ls.index_compressor);
       }
+      const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
+      const int64_t chunk_first_token = batch.first_token[size_t(ci)];
+      slots.clear();
+      // Window part: slot i holds position max(0, pos - W + 1) + i while <= pos.
+      const int64_t w0 = std::max<int64_t>(0, pos - W + 1);
+      for (int64_t j = 0; j < batch.window_slots[size_t(t)]; ++j) {
+        const int64_t p = w0 + j;
+        if (p > pos) {
+          slots.push_back(nullptr);
+        } else if (p >= chunk_first_pos) {
+          slots.push_back(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);  // fresh row of this call
+        } else {
+          slots.push_back(window_rows.row(ls.slot(p)));
+        }
+      }
+      const int64_t layout = batch.layout_tokens[size_t(t)];
+      if (ratio == 128) {
+        const int64_t n_slots = layout / 128, n_visible = (pos + 1) / 128;
+        for (int64_t j = 0; j < n_slots; ++j) slots.push_back(j < n_visible ? compressed_rows.row(j) : nullptr);
+      } else if (ratio == 4) {
+        const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_visible = (pos + 1) / 4;
+        const int64_t n_fill = std::min(n_slots, n_visible);
+        scores.resize(size_t(n_visible));
+        if (n_visible > 0) {
+          backend_->index_scores({&buf.iq[size_t(i * IH * ID)], &buf.index_w[size_t(i * IH)], IH, ID,
+                                  index_keys.keys(n_visible), n_visible, scores.data()});  // I7-I9
+        }
+        order.resize(size_t(n_visible));
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + n_fill, order.end(), [&](int64_t a, int64_t b) {
+          return scores[size_t(a)] != scores[size_t(b)] ? scores[size_t(a)] > scores[size_t(b)] : a < b;
+        });  // I10: larger score first, ties lower index first
+        for (int64_t j = 0; j < n_slots; ++j) {
+          slots.push_back(j < n_fill ? compressed_rows.row(order[size_t(j)]) : nullptr);
+        }
+      }
+      while (slots.size() % 64) slots.push_back(nullptr);
+      float* ot = &buf.o[size_t(i * H * HD)];
+      backend_->sparse_attention({.q = &q[size_t(i * H * HD)], .n_heads = H, .head_dim = HD, .slots = slots.data(),
+                                  .n_slots = int64_t(slots.size()), .sink = w.attn_sink, .softmax_scale = softmax_scale,
+                                  .block_running_max = true, .out = ot});  // AT1-AT3
+      rope.apply_heads(ot + NOPE, H, HD, pos, true);  // AT4
     }
-    const int64_t layout = batch.layout_tokens[size_t(t)];
-    if (ratio == 128) {
-      const int64_t n_slots = layout / 128, n_visible = (pos + 1) / 128;
-      for (int64_t j = 0; j < n_slots; ++j) slots.push_back(j < n_visible ? compressed_rows.row(j) : nullptr);
-    } else if (ratio == 4) {
-      const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_visible = (pos + 1) / 4;
-      const int64_t n_fill = std::min(n_slots, n_visible);
-      scores.resize(size_t(n_visible));
-      if (n_visible > 0) {
-        backend_->index_scores({&iq[size_t(t * IH * ID)], &index_w[size_t(t * IH)], IH, ID,
-                                index_keys.keys(n_visible), n_visible, scores.data()});  // I7-I9
-      }
-      order.resize(size_t(n_visible));
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + n_fill, order.end(), [&](int64_t a, int64_t b) {
-        return scores[size_t(a)] != scores[size_t(b)] ? scores[size_t(a)] > scores[size_t(b)] : a < b;
-      });  // I10: larger score first, ties lower index first
-      for (int64_t j = 0; j < n_slots; ++j) {
-        slots.push_back(j < n_fill ? compressed_rows.row(order[size_t(j)]) : nullptr);
-      }
+
+    // AT5: grouped wo_a (no activation QDQ), AT6: wo_b, for the block's tokens.
+    for (int64_t g = 0; g < G; ++g) {
+      backend_->linear({buf.o.data() + g * group_width, H * HD, nb, &w.wo_a, g * OL, OL, Epilogue::kBf16, nullptr,
+                        buf.z.data() + g * OL, G * OL});
     }
-    while (slots.size() % 64) slots.push_back(nullptr);
-    float* ot = &o[size_t(t * H * HD)];
-    backend_->sparse_attention({.q = &q[size_t(t * H * HD)], .n_heads = H, .head_dim = HD, .slots = slots.data(),
-                                .n_slots = int64_t(slots.size()), .sink = w.attn_sink, .softmax_scale = softmax_scale,
-                                .block_running_max = true, .out = ot});  // AT1-AT3
-    rope.apply_heads(ot + NOPE, H, HD, pos, true);  // AT4
+    act_qdq_rows(buf.z, nb, G * OL);
+    backend_->linear({buf.z.data(), G * OL, nb, &w.wo_b, 0, D, Epilogue::kBf16, nullptr, &out[size_t(b0 * D)], D});
   }
 
   // The window ring takes this call's rows only now: earlier tokens of the call still needed the old ones.
@@ -209,16 +241,6 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     LayerState& ls = layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index);
     ls.store_window_row(batch.pos[size_t(t)], &kv[size_t(t * HD)]);
   }
-
-  // AT5: grouped wo_a (no activation QDQ), AT6: wo_b.
-  const int64_t group_width = H * HD / G;
-  std::vector<float> z(static_cast<size_t>(T * G * OL));
-  for (int64_t g = 0; g < G; ++g) {
-    backend_->linear({o.data() + g * group_width, H * HD, T, &w.wo_a, g * OL, OL, Epilogue::kBf16, nullptr,
-                      z.data() + g * OL, G * OL});
-  }
-  act_qdq_rows(z, T, G * OL);
-  backend_->linear({z.data(), G * OL, T, &w.wo_b, 0, D, Epilogue::kBf16, nullptr, out.data(), D});
 }
 
 }  // namespace deepinfer
