@@ -13,6 +13,11 @@ namespace deepinfer {
 
 namespace {
 double silu(double a) { return a / (1.0 + std::exp(-a)); }
+
+struct MoeBuffers {
+  std::vector<float> uq;    // [T, D] the activation-quantised input
+  std::vector<double> acc;  // [T, D] the exact M8 sums
+};
 }  // namespace
 
 void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out) {
@@ -55,9 +60,14 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     }
   }
 
-  std::vector<float> uq(u);
+  // The two [T, D] buffers reused from call to call (thread_local, as block_buffers): fresh ones cost a
+  // 4096-token prefill 192 MB of page faults per layer.
+  thread_local MoeBuffers buf;
+  std::vector<float>& uq = buf.uq;
+  uq.assign(u.begin(), u.end());
   act_qdq_rows(uq, T, D);
-  std::vector<double> acc(size_t(T * D), 0.0);  // M8 sums exactly, rounds once
+  std::vector<double>& acc = buf.acc;
+  acc.assign(size_t(T * D), 0.0);  // M8 sums exactly, rounds once
 
   // Routed experts: gather each expert's tokens, run w1/w3, SwiGLU with clamp (M5), w2. In decode (a few tokens)
   // the experts go in one group, their rows side by side in one buffer, so the backend runs the group's w1 and
@@ -108,10 +118,15 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
                     nullptr, &y[size_t(g.first_row * D)], D});  // M6
     }
     backend_->linears(ps);
-    for (int64_t r = 0; r < n; ++r) {
-      double* dst = &acc[size_t(row_token[size_t(r)] * D)];
-      for (int64_t i = 0; i < D; ++i) dst[i] += y[size_t(r * D + i)];
-    }
+    // Column ranges on the backend's threads; each element still adds its rows in ascending order.
+    backend_->for_rows((D + kColumnRange - 1) / kColumnRange, [&](int64_t j0, int64_t j1) {
+      const int64_t c0 = j0 * kColumnRange, c1 = std::min(D, j1 * kColumnRange);
+      for (int64_t r = 0; r < n; ++r) {
+        double* dst = &acc[size_t(row_token[size_t(r)] * D)];
+        const float* src = &y[size_t(r * D)];
+        for (int64_t i = c0; i < c1; ++i) dst[i] += src[i];
+      }
+    });
     group.clear();
     row_token.clear();
     row_weight.clear();
