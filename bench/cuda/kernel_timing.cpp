@@ -45,7 +45,7 @@ double median_ms(const std::function<void(int, cudaStream_t)>& run, int reps = 3
   DI_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
     for (int i = 0; i < per_replay; ++i) run(i, stream);
     if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
       exec = nullptr;
