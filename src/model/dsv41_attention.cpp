@@ -184,7 +184,9 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   const int64_t QL = c.q_lora_rank, W = c.window_size;
   const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
   const int ratio = c.compress_ratio(layer);
-  QkvV41 qkv;
+  // The [T, H, HD] query and output rows in buffers reused from call to call (thread_local, as block_buffers;
+  // no call below re-enters attention_v41): fresh ones page-fault hundreds of MB per layer in a long prefill.
+  thread_local QkvV41 qkv;
   project_qkv_v41(w, rope, batch.pos, u, qkv);
   const std::vector<float>& q = qkv.q;
   const std::vector<float>& kv = qkv.kv;
@@ -262,7 +264,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   }
 
   // Step 28: window rows + the selected compressed rows of the KV owner.
-  std::vector<float> o(static_cast<size_t>(T * H * HD));
+  thread_local std::vector<float> o;
+  o.resize(size_t(T * H * HD));  // every token's row is written below
   std::vector<const float*> rows;
   RowDecodeCache window_rows, compressed_rows;  // per chunk: the rows its tokens read, each decoded once
   int bound_chunk = -1;
