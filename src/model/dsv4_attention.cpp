@@ -87,9 +87,10 @@ void Model::compressor_update(const CompressorWeights& w, const RopeTable& rope,
 }
 
 // The query side runs in blocks of kAttentionBlock tokens: a prefill's per-token query rows (H * HD floats,
-// 128 KB for V4-Flash) and attention outputs would otherwise take two fresh 512 MB buffers per layer at 4096
-// tokens: with them, a 4096-token prefill of the benchmark model spent 12.0 of its 60.2 s outside the backend's
-// ops (page faults and zeroing, `bench --op-times`), 2.9 of 47.1 s without. Every op below is per token (the
+// 128 KB for V4-Flash) and attention outputs would otherwise take two 512 MB buffers per layer at 4096 tokens,
+// which the heap has to grow to (and fault in) the first time: with them, a 4096-token prefill of the
+// benchmark model spent 12.0 of its 60.2 s outside the backend's ops (`bench --op-times`), 2.9 of 47.1 s
+// without. Every op below is per token (the
 // linear kernels' sums never depend on the token count), so the blocks change no result.
 constexpr int64_t kAttentionBlock = 256;
 
