@@ -185,7 +185,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
   const int ratio = c.compress_ratio(layer);
   // The [T, H, HD] query and output rows in buffers reused from call to call (thread_local, as block_buffers;
-  // no call below re-enters attention_v41): fresh ones page-fault hundreds of MB per layer in a long prefill.
+  // no call below re-enters attention_v41), so a long prefill does not allocate and fault in hundreds of MB
+  // of them per layer.
   thread_local QkvV41 qkv;
   project_qkv_v41(w, rope, batch.pos, u, qkv);
   const std::vector<float>& q = qkv.q;
