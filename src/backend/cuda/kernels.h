@@ -33,7 +33,7 @@ struct LinearLaunch {
   float* out = nullptr;            // [n_tokens, n_rows]
 };
 void launch_linear(const LinearLaunch& p, cudaStream_t stream);
-// The same op on the tensor cores (linear_mma_kernel.cu; not yet run on a GPU). Only for weights whose
+// The same op on the tensor cores (linear_mma_kernel.cu; the backend's default). Only for weights whose
 // scaled values are exact bf16s (DeviceWeight::mma_exact).
 void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream);
 
