@@ -90,8 +90,8 @@ void Model::compressor_update(const CompressorWeights& w, const RopeTable& rope,
 // 128 KB for V4-Flash) and attention outputs would otherwise take two 512 MB buffers per layer at 4096 tokens,
 // which the heap has to grow to (and fault in) the first time: with them, a 4096-token prefill of the
 // benchmark model spent 12.0 of its 60.2 s outside the backend's ops (`bench --op-times`), 2.9 of 47.1 s
-// without. Every op below is per token (the
-// linear kernels' sums never depend on the token count), so the blocks change no result.
+// without. Every op below is per token (the linear kernels' sums never depend on the token count), so the
+// blocks change no result.
 constexpr int64_t kAttentionBlock = 256;
 
 // Per-block buffers, reused from call to call (thread_local as block_buffers: one model call per thread).
