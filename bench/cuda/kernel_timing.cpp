@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -162,6 +164,16 @@ double cublaslt_tflops(bool fp8, int64_t n_out, int64_t T, int64_t K) {
   return 2.0 * double(n_out) * double(T) * double(K) / (ms * 1e-3) / 1e12;
 }
 
+// cublaslt_tflops once per shape: a shape's FMA and tensor-core rows, and T = 1 and 8 (both 16 for cuBLASLt),
+// share one measurement instead of repeating it.
+double cublaslt_tflops_once(bool fp8, int64_t n_out, int64_t T, int64_t K) {
+  static std::map<std::tuple<bool, int64_t, int64_t, int64_t>, double> measured;
+  const auto key = std::make_tuple(fp8, n_out, T, K);
+  auto it = measured.find(key);
+  if (it == measured.end()) it = measured.emplace(key, cublaslt_tflops(fp8, n_out, T, K)).first;
+  return it->second;
+}
+
 struct Row {
   std::string name;
   double us, gbs, tflops, lt_tflops;
@@ -203,7 +215,7 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   const double bytes = double(w_bytes + s_bytes) + double(T * K) * 4 + double(T * n_out) * 4;
   const double flops = 2.0 * double(n_out) * double(T) * double(K);
   const int64_t t16 = (T + 15) / 16 * 16;
-  const double lt = cublaslt_tflops(kind != WeightKind::kBf16, n_out, t16, k_pad);
+  const double lt = cublaslt_tflops_once(kind != WeightKind::kBf16, n_out, t16, k_pad);
   char name[160];
   std::snprintf(name, sizeof(name), "%s%s [%lldx%lld] T=%lld", mma ? "mma " : "", label, (long long)n_out, (long long)K,
                 (long long)T);
