@@ -109,7 +109,7 @@ void run_case(const LinearCase& c, uint32_t seed) {
     if (d.calc_diff >= worst.calc_diff) worst = d;
   }
   const char* path = std::getenv("DEEPINFER_CUDA_LINEAR");
-  print_diff(std::string(gpu->name()) + " " + (path ? path : "mma") + " " + c.name + " (worst of T=1..70)", worst);
+  print_diff(std::string(gpu->name()) + " " + (path ? path : "default path") + " " + c.name + " (worst of T=1..70)", worst);
 }
 
 // Every case on both linear paths: fma (portable FMA) and mma (tensor cores; weights whose scale bytes are
