@@ -89,6 +89,12 @@ class Backend {
   virtual void linears(std::span<const LinearParams> ps) {
     for (const LinearParams& p : ps) linear(p);
   }
+  // Several independent sparse attentions (the query tokens of a prefill block: none reads another's output,
+  // and every slot row stays unchanged until the call returns), each as sparse_attention() would compute it;
+  // the fast backend gives each token a thread of its own instead of splitting one token's heads.
+  virtual void sparse_attentions(std::span<const SparseAttentionParams> ps) {
+    for (const SparseAttentionParams& p : ps) sparse_attention(p);
+  }
   // Runs body(begin, end) over ranges that cover [0, n) rows of independent per-row work (a prefill's
   // per-token norms, rotations, quantisation), on the backend's CPU threads where it has them. The body
   // must not call the backend, and what it computes for a row must not depend on the range it is in.

@@ -44,6 +44,9 @@ void TimedBackend::index_scores(const IndexScoreParams& p) {
 void TimedBackend::linears(std::span<const LinearParams> ps) {
   timed(OpKind::kLinear, int64_t(ps.size()), [&] { inner_->linears(ps); });
 }
+void TimedBackend::sparse_attentions(std::span<const SparseAttentionParams> ps) {
+  timed(OpKind::kSparseAttention, int64_t(ps.size()), [&] { inner_->sparse_attentions(ps); });
+}
 void TimedBackend::for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
   timed(OpKind::kRowWork, 1, [&] { inner_->for_rows(n, body); });
 }

@@ -17,7 +17,7 @@ inline constexpr int kOpKinds = 5;
 const char* op_kind_name(OpKind kind);  // "linear", "hc_mix", "sparse_attention", "index_scores", "row_work"
 
 struct OpTime {
-  int64_t calls = 0;  // ops: linears() counts each of its linear ops, for_rows() one per call
+  int64_t calls = 0;  // ops: linears() / sparse_attentions() count each of their ops, for_rows() one per call
   double seconds = 0;
 };
 using OpTimes = std::array<OpTime, kOpKinds>;  // indexed by OpKind
@@ -32,6 +32,7 @@ class TimedBackend final : public Backend {
   void sparse_attention(const SparseAttentionParams& p) override;
   void index_scores(const IndexScoreParams& p) override;
   void linears(std::span<const LinearParams> ps) override;
+  void sparse_attentions(std::span<const SparseAttentionParams> ps) override;
   void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override;
 
  private:

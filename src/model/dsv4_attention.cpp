@@ -136,7 +136,9 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   const double index_scale = double(float(1.0 / std::sqrt(double(ID) * double(IH))));
   const int64_t group_width = H * HD / G;
   thread_local AttentionBuffers buf;
-  std::vector<const float*> slots;
+  std::vector<const float*> slots;           // the pending tokens' slot lists, one after another
+  std::vector<int64_t> slot_begin;           // where each pending token's list starts
+  std::vector<SparseAttentionParams> pending;
   std::vector<float> scores;
   std::vector<int64_t> order;
   // Packed rows decoded for this call: per chunk, only the slots its tokens read, each once.
@@ -174,12 +176,21 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       });
     }
 
-    // Sparse attention per token (AT0-AT4).
+    // Sparse attention (AT0-AT3) of the block's tokens, run together (Backend::sparse_attentions: a token per
+    // thread) once their slot lists are built, and earlier when a rebind is about to reuse the decoded rows.
+    auto run_pending = [&] {
+      for (size_t k = 0; k < pending.size(); ++k) pending[k].slots = slots.data() + slot_begin[k];
+      backend_->sparse_attentions(pending);
+      pending.clear();
+      slot_begin.clear();
+      slots.clear();
+    };
     for (int64_t i = 0; i < nb; ++i) {
       const int64_t t = b0 + i;
       const int ci = batch.chunk[size_t(t)];
       const LayerState& ls = layer_state(batch.states[size_t(ci)], is_mtp, layer_index);
       if (ci != bound_chunk) {
+        if (!pending.empty()) run_pending();
         bound_chunk = ci;
         window_rows.bind(ls.window_format, ls.window.data(), ls.ring_slots);
         if (ratio != 0) compressed_rows.bind(ls.compressor.row_format, ls.compressor.rows);
@@ -187,7 +198,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       }
       const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
       const int64_t chunk_first_token = batch.first_token[size_t(ci)];
-      slots.clear();
+      const int64_t first_slot = int64_t(slots.size());
       // Window part: slot i holds position max(0, pos - W + 1) + i while <= pos.
       const int64_t w0 = std::max<int64_t>(0, pos - W + 1);
       for (int64_t j = 0; j < batch.window_slots[size_t(t)]; ++j) {
@@ -221,13 +232,17 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
           slots.push_back(j < n_fill ? compressed_rows.row(order[size_t(j)]) : nullptr);
         }
       }
-      while (slots.size() % 64) slots.push_back(nullptr);
-      float* ot = &buf.o[size_t(i * H * HD)];
-      backend_->sparse_attention({.q = &q[size_t(i * H * HD)], .n_heads = H, .head_dim = HD, .slots = slots.data(),
-                                  .n_slots = int64_t(slots.size()), .sink = w.attn_sink, .softmax_scale = softmax_scale,
-                                  .block_running_max = true, .out = ot});  // AT1-AT3
-      rope.apply_heads(ot + NOPE, H, HD, pos, true);  // AT4
+      while ((int64_t(slots.size()) - first_slot) % 64) slots.push_back(nullptr);
+      slot_begin.push_back(first_slot);
+      pending.push_back({.q = &q[size_t(i * H * HD)], .n_heads = H, .head_dim = HD, .slots = nullptr,
+                         .n_slots = int64_t(slots.size()) - first_slot, .sink = w.attn_sink,
+                         .softmax_scale = softmax_scale, .block_running_max = true, .out = &buf.o[size_t(i * H * HD)]});
     }
+    run_pending();
+    float* o = buf.o.data();  // (buf is thread_local: the lambda below runs on other threads too)
+    backend_->for_rows(nb, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) rope.apply_heads(o + i * H * HD + NOPE, H, HD, batch.pos[size_t(b0 + i)], true);  // AT4
+    });
 
     // AT5: grouped wo_a (no activation QDQ), AT6: wo_b, for the block's tokens.
     for (int64_t g = 0; g < G; ++g) {

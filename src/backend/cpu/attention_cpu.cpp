@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cmath>
 
 #include "backend/cpu/simd_kernels.h"
@@ -13,9 +14,15 @@ namespace {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// body over [0, n): split across the pool's threads, or all of it on the calling thread (pool == nullptr).
+void run_ranges(WorkerPool* pool, int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& body) {
+  if (pool) pool->parallel_for(n, min_chunk, body);
+  else body(0, n);
+}
+
 // The portable loop (SimdLevel::kScalar): fp32 dots, online softmax over the 64-slot blocks.
-void sparse_attention_portable(const SparseAttentionParams& p, WorkerPool& pool) {
-  pool.parallel_for(p.n_heads, 1, [&](int64_t h0, int64_t h1) {
+void sparse_attention_portable(const SparseAttentionParams& p, WorkerPool* pool) {
+  run_ranges(pool, p.n_heads, 1, [&](int64_t h0, int64_t h1) {
     thread_local std::vector<float> s, acc;
     s.resize(size_t(p.n_slots));
     acc.resize(size_t(p.head_dim));
@@ -62,7 +69,7 @@ void sparse_attention_portable(const SparseAttentionParams& p, WorkerPool& pool)
 }
 
 // Packs K (and V pairs) and q for one family; false when some value is not exact in its format.
-bool pack_attention(const SimdKernels& ks, AttentionLayout& a, WorkerPool& pool, AttentionWorkspace& ws) {
+bool pack_attention(const SimdKernels& ks, AttentionLayout& a, WorkerPool* pool, AttentionWorkspace& ws) {
   a.k_padded = round_up(a.head_dim, ks.chunk);
   a.stride = row_stride(a.k_padded, ks.elem_bytes);
   const int64_t k_rows = round_up(a.n_rows, 4);
@@ -75,7 +82,7 @@ bool pack_attention(const SimdKernels& ks, AttentionLayout& a, WorkerPool& pool,
   a.q_packed = ws.q.data();
   std::atomic<bool> ok{true};
   const int64_t n_pairs = a.n_rows / 2;
-  pool.parallel_for(n_pairs, 16, [&](int64_t i0, int64_t i1) {
+  run_ranges(pool, n_pairs, 16, [&](int64_t i0, int64_t i1) {
     bool good = ks.attention_pack_kv(a, 2 * i0, 2 * i1);
     good &= ks.attention_pack_q(a, a.n_heads * i0 / n_pairs, a.n_heads * i1 / n_pairs);
     if (!good) ok = false;
@@ -85,7 +92,7 @@ bool pack_attention(const SimdKernels& ks, AttentionLayout& a, WorkerPool& pool,
 
 }  // namespace
 
-void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, WorkerPool& pool, AttentionWorkspace& ws) {
+void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, WorkerPool* pool, AttentionWorkspace& ws) {
   const SimdKernels* ks = &simd_kernels(level);
   if (!ks->attention_attend) return sparse_attention_portable(p, pool);
 
@@ -124,7 +131,22 @@ void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, Work
     ks = &fp32_simd_kernels(level);  // rows or queries that are not bf16 values: the fp32 family
     DI_CHECK(pack_attention(*ks, a, pool, ws));
   }
-  pool.parallel_for(p.n_heads, 4, [&](int64_t h0, int64_t h1) { ks->attention_attend(a, h0, h1); });
+  run_ranges(pool, p.n_heads, 4, [&](int64_t h0, int64_t h1) { ks->attention_attend(a, h0, h1); });
+}
+
+void sparse_attentions_fast(std::span<const SparseAttentionParams> ps, SimdLevel level, WorkerPool& pool,
+                            AttentionWorkspace& ws) {
+  // A token per thread once there are enough tokens to go round: a 640-slot token took 534 us on one Zen 4
+  // core and 421 us on two (kernel_bench), whose split of the heads leaves each core reading the K / V rows
+  // the other packed, and two synchronisations per token.
+  if (int64_t(ps.size()) < 2 * pool.size()) {
+    for (const SparseAttentionParams& p : ps) sparse_attention_fast(p, level, &pool, ws);
+    return;
+  }
+  pool.parallel_for(int64_t(ps.size()), 1, [&](int64_t i0, int64_t i1) {
+    thread_local AttentionWorkspace own;  // a thread's packed rows stay in its own caches
+    for (int64_t i = i0; i < i1; ++i) sparse_attention_fast(ps[size_t(i)], level, nullptr, own);
+  });
 }
 
 void index_scores_fast(const IndexScoreParams& p, SimdLevel level, WorkerPool& pool, IndexWorkspace& ws) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -19,8 +20,13 @@ struct AttentionWorkspace {
   AlignedVector<uint8_t> k, v, q;
 };
 
-// Spec AT1-AT3 for one token (same rounding points as the reference: P rounded to bf16, the output once).
-void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, WorkerPool& pool, AttentionWorkspace& ws);
+// Spec AT1-AT3 for one token (same rounding points as the reference: P rounded to bf16, the output once), its
+// heads split across the pool's threads, or all on the calling thread when pool is nullptr (the same result).
+void sparse_attention_fast(const SparseAttentionParams& p, SimdLevel level, WorkerPool* pool, AttentionWorkspace& ws);
+// Several tokens (Backend::sparse_attentions): a token per thread when there are at least two per thread, each
+// with a thread-local workspace; otherwise one after another as sparse_attention_fast.
+void sparse_attentions_fast(std::span<const SparseAttentionParams> ps, SimdLevel level, WorkerPool& pool,
+                            AttentionWorkspace& ws);
 
 struct IndexWorkspace {
   AlignedVector<uint8_t> keys, q;

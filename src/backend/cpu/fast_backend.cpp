@@ -48,7 +48,10 @@ class FastBackend final : public Backend {
   void linears(std::span<const LinearParams> ps) override { cpu::linears_fast(ps, level_, pool_, batch_ws_); }
   void hc_mix(const HcMixParams& p) override { cpu::hc_mix_fast(p, level_, pool_); }
   void sparse_attention(const SparseAttentionParams& p) override {
-    cpu::sparse_attention_fast(p, level_, pool_, attention_ws_);
+    cpu::sparse_attention_fast(p, level_, &pool_, attention_ws_);
+  }
+  void sparse_attentions(std::span<const SparseAttentionParams> ps) override {
+    cpu::sparse_attentions_fast(ps, level_, pool_, attention_ws_);
   }
   void index_scores(const IndexScoreParams& p) override { cpu::index_scores_fast(p, level_, pool_, index_ws_); }
   void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override {
