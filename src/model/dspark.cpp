@@ -80,7 +80,14 @@ DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor,
       for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) rows.push_back(window_rows.row(ring.slot(p)));
       for (int64_t i = 0; i < B; ++i) rows.push_back(&qkv.kv[size_t(i * HD)]);  // non-causal over the block
       std::vector<float> o(static_cast<size_t>(B * H * HD));
-      for (int64_t i = 0; i < B; ++i) attend_v41(w, rope, &qkv.q[size_t(i * H * HD)], pos + 1 + i, rows, &o[size_t(i * H * HD)]);
+      std::vector<int64_t> positions, row_begin{0};
+      for (int64_t i = 0; i < B; ++i) {
+        positions.push_back(pos + 1 + i);
+        row_begin.push_back(int64_t(rows.size()) * (i + 1));
+      }
+      std::vector<const float*> all_rows;  // every query of the block reads the same rows
+      for (int64_t i = 0; i < B; ++i) all_rows.insert(all_rows.end(), rows.begin(), rows.end());
+      attend_v41(w, rope, qkv.q.data(), positions, all_rows, row_begin, o.data());
       output_projection_v41(w, o, B, out);
     });
   }

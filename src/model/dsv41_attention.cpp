@@ -150,16 +150,30 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
   });
 }
 
-void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, int64_t pos,
-                       std::span<const float* const> rows, float* o) {
+void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
+                       std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o) {
   const ModelConfig& c = config_;
-  const int64_t H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
-  std::vector<const float*> slots(rows.begin(), rows.end());
-  while (slots.size() % 64) slots.push_back(nullptr);
+  const int64_t H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim, n = int64_t(positions.size());
+  DI_CHECK(int64_t(row_begin.size()) == n + 1);
+  std::vector<const float*> slots;
+  std::vector<int64_t> slot_begin;
+  for (int64_t i = 0; i < n; ++i) {
+    slot_begin.push_back(int64_t(slots.size()));
+    slots.insert(slots.end(), rows.begin() + row_begin[size_t(i)], rows.begin() + row_begin[size_t(i + 1)]);
+    while ((int64_t(slots.size()) - slot_begin.back()) % 64) slots.push_back(nullptr);
+  }
+  slot_begin.push_back(int64_t(slots.size()));
   const double softmax_scale = 1.0 / std::sqrt(double(HD));  // a double constant in the V4.1 contract
-  backend_->sparse_attention({.q = q, .n_heads = H, .head_dim = HD, .slots = slots.data(), .n_slots = int64_t(slots.size()),
-                              .sink = w.attn_sink, .softmax_scale = softmax_scale, .block_running_max = false, .out = o});  // step 28
-  rope.apply_heads(o + HD - RD, H, HD, pos, true);  // step 29
+  std::vector<SparseAttentionParams> ps;
+  for (int64_t i = 0; i < n; ++i) {
+    ps.push_back({.q = q + i * H * HD, .n_heads = H, .head_dim = HD, .slots = slots.data() + slot_begin[size_t(i)],
+                  .n_slots = slot_begin[size_t(i + 1)] - slot_begin[size_t(i)], .sink = w.attn_sink,
+                  .softmax_scale = softmax_scale, .block_running_max = false, .out = o + i * H * HD});  // step 28
+  }
+  backend_->sparse_attentions(ps);
+  backend_->for_rows(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) rope.apply_heads(o + i * H * HD + HD - RD, H, HD, positions[size_t(i)], true);  // step 29
+  });
 }
 
 void Model::output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, std::vector<float>& out) {
@@ -267,7 +281,20 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   // Step 28: window rows + the selected compressed rows of the KV owner.
   thread_local std::vector<float> o;
   o.resize(size_t(T * H * HD));  // every token's row is written below
+  // The tokens' row lists go to attend_v41 together: at a rebind (which reuses the decoded rows' memory) and at
+  // the end.
   std::vector<const float*> rows;
+  std::vector<int64_t> row_begin{0};
+  int64_t first_pending = 0;
+  auto attend_pending = [&](int64_t t_end) {
+    if (t_end == first_pending) return;
+    attend_v41(w, rope, &q[size_t(first_pending * H * HD)],
+               std::span<const int64_t>(batch.pos).subspan(size_t(first_pending), size_t(t_end - first_pending)), rows,
+               row_begin, &o[size_t(first_pending * H * HD)]);
+    rows.clear();
+    row_begin.assign(1, 0);
+    first_pending = t_end;
+  };
   RowDecodeCache window_rows, compressed_rows;  // per chunk: the rows its tokens read, each decoded once
   int bound_chunk = -1;
   for (int64_t t = 0; t < T; ++t) {
@@ -275,6 +302,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     const SequenceState& seq = *batch.states[size_t(ci)];
     const LayerState& ls = seq.layers[size_t(layer)];
     if (ci != bound_chunk) {
+      attend_pending(t);
       bound_chunk = ci;
       window_rows.bind(ls.window_format, ls.window.data(), ls.ring_slots);
       if (ratio != 0) {
@@ -284,7 +312,6 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     }
     const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
     const int64_t chunk_first_token = batch.first_token[size_t(ci)];
-    rows.clear();
     // Window rows an SWA bounded replay never computed are left out (window_valid_from; 0 when exact).
     for (int64_t p = std::max<int64_t>({0, pos - W + 1, ls.window_valid_from}); p <= pos; ++p) {
       rows.push_back(p >= chunk_first_pos ? &kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]
@@ -297,8 +324,9 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
         rows.push_back(compressed_rows.row(j));
       }
     }
-    attend_v41(w, rope, &q[size_t(t * H * HD)], pos, rows, &o[size_t(t * H * HD)]);
+    row_begin.push_back(int64_t(rows.size()));
   }
+  attend_pending(T);
   for (int64_t t = 0; t < T; ++t) {
     LayerState& ls = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)];
     ls.store_window_row(batch.pos[size_t(t)], &kv[size_t(t * HD)]);
