@@ -12,8 +12,6 @@
 namespace deepinfer {
 
 namespace {
-double silu(double a) { return a / (1.0 + std::exp(-a)); }
-
 struct MoeBuffers {
   std::vector<float> uq;    // [T, D] the activation-quantised input
   std::vector<double> acc;  // [T, D] the exact M8 sums
@@ -104,11 +102,7 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     backend_->linears(ps);
     backend_->for_rows(n, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t i = 0; i < I; ++i) {
-          const double av = std::min(double(a[size_t(r * I + i)]), limit);
-          const double bv = std::clamp(double(b[size_t(r * I + i)]), -limit, limit);
-          a[size_t(r * I + i)] = round_bf16(silu(av) * bv * row_weight[size_t(r)]);  // M5
-        }
+        swiglu(&a[size_t(r * I)], &b[size_t(r * I)], I, limit, row_weight[size_t(r)], &a[size_t(r * I)]);  // M5
       }
     });
     act_qdq_rows(a, n, I);
@@ -153,15 +147,9 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   y.resize(size_t(T * D));
   backend_->linear({uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, a.data(), IS});
   backend_->linear({uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, b.data(), IS});
+  const double shared_limit = v41 ? limit : INFINITY;  // V4.1 clamps the shared expert too
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t i = t0 * IS; i < t1 * IS; ++i) {
-      double av = a[size_t(i)], bv = b[size_t(i)];
-      if (v41) {  // V4.1 clamps the shared expert too
-        av = std::min(av, limit);
-        bv = std::clamp(bv, -limit, limit);
-      }
-      a[size_t(i)] = round_bf16(silu(av) * bv);
-    }
+    swiglu(&a[size_t(t0 * IS)], &b[size_t(t0 * IS)], (t1 - t0) * IS, shared_limit, 1.0, &a[size_t(t0 * IS)]);
   });
   act_qdq_rows(a, T, IS);
   backend_->linear({a.data(), IS, T, &w.shared.w2, 0, D, Epilogue::kBf16, nullptr, y.data(), D});

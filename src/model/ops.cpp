@@ -11,6 +11,25 @@
 
 namespace deepinfer {
 
+double exp_fixed(double x) {
+  if (!(std::fabs(x) <= kExpFixedMaxArg)) return std::exp(x);
+  const double n = std::nearbyint(x * kLog2e);
+  double r = std::fma(-n, kLn2Hi, x);
+  r = std::fma(-n, kLn2Lo, r);
+  double p = kExpTaylor[13];
+  for (int k = 12; k >= 0; --k) p = std::fma(p, r, kExpTaylor[k]);
+  return std::ldexp(p, int(n));  // exact: p in [0.7, 1.5] and |n| <= 1010 keep the result normal
+}
+
+void swiglu(const float* a, const float* b, int64_t n, double limit, double weight, float* out) {
+  int64_t i = ops_avx512_available() ? swiglu_avx512(a, b, n, limit, weight, out) : 0;
+  for (; i < n; ++i) {
+    const double av = std::min(double(a[i]), limit);
+    const double bv = std::clamp(double(b[i]), -limit, limit);
+    out[i] = round_bf16(av / (1.0 + exp_fixed(-av)) * bv * weight);
+  }
+}
+
 namespace {
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 

@@ -24,6 +24,16 @@ void qdq_fp4_pow2_v41(float* x, int64_t n, int64_t block);
 // QDQ4E (compressed KV): s = e4m3(f32(amax / 6)), amax >= 6 * 2^-9; q = e2m1(f32(x / s)).
 void qdq_fp4_e4m3_scale(float* x, int64_t n, int64_t block);
 
+// e^x by a fixed sequence of IEEE double operations: x = n ln2 + r (n = nearest integer of x log2 e, r by two
+// fused multiply-adds), a degree-13 Taylor polynomial in r (Horner, fused), times 2^n (exact). Within a few ulp
+// of e^x; |x| > 700 and NaN go to std::exp. The AVX-512 SwiGLU runs the same operations on 8 lanes, so the
+// two give the same bits on every machine (std::exp differs between libm versions anyway).
+double exp_fixed(double x);
+// The MoE's SwiGLU (spec M5 / M7): out[i] = bf16(silu(min(a[i], limit)) * clamp(b[i], -limit, limit) * weight),
+// silu(v) = v / (1 + e^-v) in double (exp_fixed). limit = infinity clamps nothing, weight = 1 scales nothing
+// (v * 1 == v). out may be a.
+void swiglu(const float* a, const float* b, int64_t n, double limit, double weight, float* out);
+
 // 128-point Sylvester-Walsh-Hadamard transform times f32(128^-0.5), rounded to bf16, in place.
 void hadamard_128(float* x);
 

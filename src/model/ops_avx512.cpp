@@ -137,6 +137,32 @@ void head_rms_normalize_avx512(float* q, int64_t n_heads, int64_t head_dim, doub
   }
 }
 
+int64_t swiglu_avx512(const float* a, const float* b, int64_t n, double limit, double weight, float* out) {
+  const __m512d lim = _mm512_set1_pd(limit), neg_lim = _mm512_set1_pd(-limit), w = _mm512_set1_pd(weight);
+  const __m512d one = _mm512_set1_pd(1.0), max_arg = _mm512_set1_pd(kExpFixedMaxArg);
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t i = 0; i < n8; i += 8) {
+    // min_pd(x, y) is x < y ? x : y, std::min(v, limit) is limit < v ? limit : v: the same, NaN included.
+    const __m512d av = _mm512_min_pd(lim, load_pd(a + i, 0xFF));
+    const __m512d bv = _mm512_min_pd(lim, _mm512_max_pd(neg_lim, load_pd(b + i, 0xFF)));  // std::clamp's order
+    const __m512d x = _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(av), _mm512_set1_epi64(INT64_MIN)));  // -av
+    __m512d e;
+    if (_mm512_cmp_pd_mask(_mm512_abs_pd(x), max_arg, _CMP_LE_OQ) == 0xFF) {  // exp_fixed's operations
+      const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Hi), x);
+      r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Lo), r);
+      __m512d p = _mm512_set1_pd(kExpTaylor[13]);
+      for (int j = 12; j >= 0; --j) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kExpTaylor[j]));
+      e = _mm512_scalef_pd(p, k);
+    } else {
+      e = each_lane(x, [](double v) { return exp_fixed(v); });
+    }
+    const __m512d y = _mm512_mul_pd(_mm512_mul_pd(_mm512_div_pd(av, _mm512_add_pd(one, e)), bv), w);
+    store_ps(out + i, 0xFF, round_bf16_pd(y));
+  }
+  return n8;
+}
+
 float abs_max_avx512(const float* x, int64_t n) {
   __m512 m = _mm512_setzero_ps();
   const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);

@@ -5,6 +5,7 @@
 // the masked tails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -209,6 +210,64 @@ TEST_F(OpsAvx512, AbsMaxSkipsNaNsLikeTheScalarLoop) {
       }
     }
   }
+}
+
+// exp_fixed against the long double expl, on every machine: within 2 ulp of the double result across its
+// whole polynomial range, and std::exp itself beyond it.
+TEST(ExpFixed, WithinTwoUlpOfTheTrueValue) {
+  std::mt19937 rng(16);
+  std::uniform_real_distribution<double> wide(-700.0, 700.0), narrow(-1.0, 1.0);
+  std::vector<double> xs = {0.0, -0.0, 1e-300, -1e-300, 0.5, -0.5, 1.0, 700.0, -700.0, 0x1.62e42fefa39efp-2};
+  for (int i = 0; i < 100000; ++i) xs.push_back(i % 2 ? wide(rng) : narrow(rng));
+  double worst = 0;
+  for (double x : xs) {
+    const double got = exp_fixed(x);
+    const long double want = expl((long double)x);
+    const double ulp = std::nextafter(got, INFINITY) - got;
+    const double err = double(std::fabs((long double)got - want) / (long double)ulp);
+    worst = std::max(worst, err);
+    ASSERT_LE(err, 2.0) << "x " << x;
+  }
+  EXPECT_GT(worst, 0.0);  // the comparison saw rounding at all
+  for (double x : {700.5, -745.0, 710.0, double(INFINITY), double(-INFINITY)}) {
+    EXPECT_EQ(exp_fixed(x), std::exp(x)) << "x " << x;
+  }
+  EXPECT_TRUE(std::isnan(exp_fixed(NAN)));
+}
+
+// The SwiGLU written out with exp_fixed, element by element (ops.cpp's scalar loop).
+float swiglu_contract(float a, float b, double limit, double weight) {
+  const double av = std::min(double(a), limit);
+  const double bv = std::clamp(double(b), -limit, limit);
+  return round_bf16(av / (1.0 + exp_fixed(-av)) * bv * weight);
+}
+
+TEST_F(OpsAvx512, SwigluMatchesTheContract) {
+  std::mt19937 rng(15);
+  int64_t compared = 0;
+  for (double wild : {0.0, 0.3}) {
+    for (int64_t n : {2048, 45}) {
+      for (double limit : {10.0, double(INFINITY)}) {
+        for (int rep = 0; rep < 20; ++rep) {
+          const std::vector<float> a = draw(rng, n, wild), b = draw(rng, n, wild);
+          const double weight = rep % 2 ? 1.0 : 0.3125 + rep / 64.0;
+          std::vector<float> out(size_t(n), -1.0f);
+          const int64_t done = swiglu_avx512(a.data(), b.data(), n, limit, weight, out.data());
+          ASSERT_EQ(done, n / 8 * 8);
+          for (int64_t i = 0; i < done; ++i) {
+            const float want = swiglu_contract(a[size_t(i)], b[size_t(i)], limit, weight);
+            if (std::isnan(want)) {
+              ASSERT_TRUE(std::isnan(out[size_t(i)])) << "element " << i;
+            } else {
+              ASSERT_EQ(bits(out[size_t(i)]), bits(want)) << "a " << a[size_t(i)] << " b " << b[size_t(i)] << " limit " << limit;
+            }
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 100000);
 }
 
 }  // namespace
