@@ -72,6 +72,10 @@ void qdq_fp4(float* x, int64_t n, int64_t block) {
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const int64_t b1 = std::min(n, b0 + block);
     const double s = pow2_scale_at_least(block_amax(x, b0, b1, min_amax), 6.0);
+    if (ops_avx512_available()) {
+      qdq_fp4_block_avx512(x + b0, b1 - b0, s);
+      continue;
+    }
     for (int64_t i = b0; i < b1; ++i) x[i] = float(e2m1_round(double(x[i]) / s) * s);
   }
 }
@@ -118,6 +122,7 @@ void qdq_fp4_e4m3_scale(float* x, int64_t n, int64_t block) {
 }
 
 void hadamard_128(float* x) {
+  if (ops_avx512_available()) return hadamard_128_avx512(x);
   double v[128];
   for (int i = 0; i < 128; ++i) v[i] = x[i];
   for (int half = 1; half < 128; half *= 2) {  // natural-order butterfly: (a + b, a - b)

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/dtypes.h"
 
@@ -68,6 +69,34 @@ inline __m512d e4m3_round_pd(__m512d v) {
     return _mm512_min_pd(_mm512_max_pd(r, _mm512_set1_pd(-448.0)), _mm512_set1_pd(448.0));
   }
   return each_lane(v, [](double x) { return e4m3_round(x); });
+}
+
+// e2m1_round of 8 lanes (finite lanes; others go lane by lane): |v| >= 1 keeps one mantissa bit, clamped to
+// +-6; |v| < 1 rounds to the subnormal quantum 0.5 (v * 2 and the * 0.5 are exact, as the scalar v / 0.5).
+inline __m512d e2m1_round_pd(__m512d v) {
+  const __m512i e = _mm512_and_si512(_mm512_srli_epi64(_mm512_castpd_si512(v), 52), _mm512_set1_epi64(0x7ff));
+  if (_mm512_cmp_epu64_mask(e, _mm512_set1_epi64(0x7ff), _MM_CMPINT_EQ) != 0) {
+    return each_lane(v, [](double x) { return e2m1_round(x); });
+  }
+  const __mmask8 normal = _mm512_cmp_epu64_mask(e, _mm512_set1_epi64(1023), _MM_CMPINT_NLT);
+  const __m512d r_normal =
+      _mm512_min_pd(_mm512_max_pd(round_mantissa_pd<1>(v), _mm512_set1_pd(-6.0)), _mm512_set1_pd(6.0));
+  const __m512d r_small = _mm512_mul_pd(
+      _mm512_roundscale_pd(_mm512_mul_pd(v, _mm512_set1_pd(2.0)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+      _mm512_set1_pd(0.5));
+  return _mm512_mask_blend_pd(normal, r_small, r_normal);
+}
+
+// hadamard_128's butterfly step (a + b, a - b) between lanes i and i ^ half of one vector (half = 1, 2, 4): the
+// partner's lanes come from a permute; a + b equals b + a exactly.
+template <int kHalf>
+inline __m512d butterfly_in_vector(__m512d v) {
+  __m512d partner;
+  if constexpr (kHalf == 1) partner = _mm512_permute_pd(v, 0x55);
+  else if constexpr (kHalf == 2) partner = _mm512_permutex_pd(v, _MM_SHUFFLE(1, 0, 3, 2));
+  else partner = _mm512_shuffle_f64x2(v, v, _MM_SHUFFLE(1, 0, 3, 2));
+  constexpr __mmask8 kUpper = kHalf == 1 ? 0xAA : kHalf == 2 ? 0xCC : 0xF0;  // lanes with i & half: a - b there
+  return _mm512_mask_blend_pd(kUpper, _mm512_add_pd(v, partner), _mm512_sub_pd(partner, v));
 }
 
 inline __mmask8 tail_mask(int64_t left) { return left >= 8 ? __mmask8(0xFF) : __mmask8((1u << left) - 1u); }
@@ -180,6 +209,31 @@ void qdq_fp8_block_avx512(float* x, int64_t n, double s) {
     const __mmask8 m = tail_mask(n - i);
     store_ps(x + i, m, _mm512_mul_pd(e4m3_round_pd(_mm512_div_pd(load_pd(x + i, m), sv)), sv));
   }
+}
+
+void qdq_fp4_block_avx512(float* x, int64_t n, double s) {
+  const __m512d sv = _mm512_set1_pd(s);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __mmask8 m = tail_mask(n - i);
+    store_ps(x + i, m, _mm512_mul_pd(e2m1_round_pd(_mm512_div_pd(load_pd(x + i, m), sv)), sv));
+  }
+}
+
+void hadamard_128_avx512(float* x) {
+  __m512d v[16];
+  for (int k = 0; k < 16; ++k) v[k] = load_pd(x + 8 * k, 0xFF);
+  for (int k = 0; k < 16; ++k) v[k] = butterfly_in_vector<4>(butterfly_in_vector<2>(butterfly_in_vector<1>(v[k])));
+  for (int half = 1; half < 16; half *= 2) {  // element strides 8, 16, 32, 64: whole vectors
+    for (int k = 0; k < 16; k += 2 * half) {
+      for (int j = k; j < k + half; ++j) {
+        const __m512d a = v[j], b = v[j + half];
+        v[j] = _mm512_add_pd(a, b);
+        v[j + half] = _mm512_sub_pd(a, b);
+      }
+    }
+  }
+  const __m512d scale = _mm512_set1_pd(double(float(1.0 / std::sqrt(128.0))));
+  for (int k = 0; k < 16; ++k) store_ps(x + 8 * k, 0xFF, round_bf16_pd(_mm512_mul_pd(v[k], scale)));
 }
 
 #if defined(__clang__)

@@ -40,6 +40,10 @@ int64_t rmsnorm_scale_avx512(const float* x, const uint16_t* weight, int64_t n, 
 void head_rms_normalize_avx512(float* q, int64_t n_heads, int64_t head_dim, double eps);
 // swiglu's (ops.h) outputs for the first n / 8 * 8 elements; returns how many.
 int64_t swiglu_avx512(const float* a, const float* b, int64_t n, double limit, double weight, float* out);
+// The elementwise part of qdq_fp4 for one block with scale s: x[i] = f32(e2m1_round(x[i] / s) * s).
+void qdq_fp4_block_avx512(float* x, int64_t n, double s);
+// hadamard_128 (ops.h).
+void hadamard_128_avx512(float* x);
 // The largest |x[i]| of n floats, NaNs skipped; 0 when there is none.
 float abs_max_avx512(const float* x, int64_t n);
 // The elementwise part of qdq_fp8 for one block with scale s: x[i] = f32(e4m3_round(x[i] / s) * s).

@@ -212,6 +212,53 @@ TEST_F(OpsAvx512, AbsMaxSkipsNaNsLikeTheScalarLoop) {
   }
 }
 
+TEST_F(OpsAvx512, QdqFp4BlockMatchesTheContract) {
+  std::mt19937 rng(17);
+  for (double wild : {0.0, 0.3}) {
+    for (int64_t n : {32, 29}) {
+      for (int rep = 0; rep < 400; ++rep) {
+        std::vector<float> x = draw(rng, n, wild);
+        const double s = std::ldexp(1.0, rep % 40 - 20);
+        std::vector<float> want = x;
+        for (float& v : want) v = float(e2m1_round(double(v) / s) * s);
+        qdq_fp4_block_avx512(x.data(), n, s);
+        for (int64_t i = 0; i < n; ++i) {
+          if (std::isnan(want[size_t(i)])) continue;
+          ASSERT_EQ(bits(x[size_t(i)]), bits(want[size_t(i)])) << "wild " << wild << " s " << s << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(OpsAvx512, Hadamard128MatchesTheScalarButterflies) {
+  std::mt19937 rng(18);
+  for (double wild : {0.0, 0.02}) {
+    for (int rep = 0; rep < 300; ++rep) {
+      std::vector<float> x = draw(rng, 128, wild);
+      for (float& v : x) v = round_bf16(double(v));  // the indexer's queries are bf16 values
+      // The contract's natural-order butterflies in double, then bf16(v * f32(128^-0.5)).
+      double v[128];
+      for (int i = 0; i < 128; ++i) v[i] = x[size_t(i)];
+      for (int half = 1; half < 128; half *= 2) {
+        for (int i = 0; i < 128; i += 2 * half) {
+          for (int j = i; j < i + half; ++j) {
+            const double a = v[j], b = v[j + half];
+            v[j] = a + b;
+            v[j + half] = a - b;
+          }
+        }
+      }
+      hadamard_128_avx512(x.data());
+      for (int i = 0; i < 128; ++i) {
+        const float want = round_bf16(v[i] * double(float(1.0 / std::sqrt(128.0))));
+        if (std::isnan(want)) continue;
+        ASSERT_EQ(bits(x[size_t(i)]), bits(want)) << "wild " << wild << " rep " << rep << " element " << i;
+      }
+    }
+  }
+}
+
 // exp_fixed against the long double expl, on every machine: within 2 ulp of the double result across its
 // whole polynomial range, and std::exp itself beyond it.
 TEST(ExpFixed, WithinTwoUlpOfTheTrueValue) {
