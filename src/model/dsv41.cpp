@@ -16,54 +16,60 @@ void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std
   const int e_layer = c.engram_index(layer);
   const double eps = c.norm_eps_value();
   std::vector<float> emb(static_cast<size_t>(T * width)), kv(static_cast<size_t>(T * 5 * D));
-  std::vector<int32_t> history(static_cast<size_t>(N));
-  std::vector<int64_t> rows(static_cast<size_t>(n_rows));
-  for (int64_t t = 0; t < T; ++t) {
-    const int ci = batch.chunk[size_t(t)];
-    const SequenceState& seq = *batch.states[size_t(ci)];
-    const int64_t pos = batch.pos[size_t(t)], first_pos = batch.first_pos[size_t(ci)];
-    bool padded = false;  // spec §7.6 step 4: from the first missing position on, everything is pad
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t q = pos - n;
-      if (!padded && q < 0) padded = true;
-      if (padded) {
-        history[size_t(n)] = engram_.pad;
-      } else if (q >= first_pos) {
-        history[size_t(n)] = engram_.token_map[size_t(batch.ids[size_t(batch.first_token[size_t(ci)] + q - first_pos)])];
-      } else {
-        const int64_t back = first_pos - q;  // 1 = the sequence's latest earlier position
-        DI_CHECK(back <= int64_t(seq.engram_history.size()));
-        history[size_t(n)] = seq.engram_history[seq.engram_history.size() - size_t(back)];
+  // Tokens are independent in both loops below (each reads the batch and the sequences' histories and writes its
+  // own rows): they run on the backend's threads.
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    std::vector<int32_t> history(static_cast<size_t>(N));
+    std::vector<int64_t> rows(static_cast<size_t>(n_rows));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int ci = batch.chunk[size_t(t)];
+      const SequenceState& seq = *batch.states[size_t(ci)];
+      const int64_t pos = batch.pos[size_t(t)], first_pos = batch.first_pos[size_t(ci)];
+      bool padded = false;  // spec §7.6 step 4: from the first missing position on, everything is pad
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t q = pos - n;
+        if (!padded && q < 0) padded = true;
+        if (padded) {
+          history[size_t(n)] = engram_.pad;
+        } else if (q >= first_pos) {
+          history[size_t(n)] = engram_.token_map[size_t(batch.ids[size_t(batch.first_token[size_t(ci)] + q - first_pos)])];
+        } else {
+          const int64_t back = first_pos - q;  // 1 = the sequence's latest earlier position
+          DI_CHECK(back <= int64_t(seq.engram_history.size()));
+          history[size_t(n)] = seq.engram_history[seq.engram_history.size() - size_t(back)];
+        }
+      }
+      engram_.rows(e_layer, history.data(), rows.data());
+      for (int64_t r = 0; r < n_rows; ++r) {
+        DI_CHECK(rows[size_t(r)] >= 0 && rows[size_t(r)] < w.engram.table.rows);
+        engram_table_row(w.engram.table, rows[size_t(r)], &emb[size_t(t * width + r * HD)]);
       }
     }
-    engram_.rows(e_layer, history.data(), rows.data());
-    for (int64_t r = 0; r < n_rows; ++r) {
-      DI_CHECK(rows[size_t(r)] >= 0 && rows[size_t(r)] < w.engram.table.rows);
-      engram_table_row(w.engram.table, rows[size_t(r)], &emb[size_t(t * width + r * HD)]);
-    }
-  }
+  });
   act_qdq_rows(emb, T, width);
   backend_->linear({.x = emb.data(), .x_stride = width, .n_tokens = T, .weight = &w.engram.wkv, .row_begin = 0,
                     .n_rows = 5 * D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(), .out_stride = 5 * D});
   const double sqrt_d = std::sqrt(double(D));
-  for (int64_t t = 0; t < T; ++t) {
-    const float* val = &kv[size_t(t * 5 * D + 4 * D)];
-    for (int k = 0; k < 4; ++k) {  // step 3: gate per copy; step 4: residual update
-      float* hc = &h[size_t((t * 4 + k) * D)];
-      const float* key = &kv[size_t(t * 5 * D + k * D)];
-      double dot = 0, hh = 0, kk = 0;
-      for (int64_t d = 0; d < D; ++d) {
-        const double qk = double(bf16_to_float(w.engram.q_weight[k * D + d])) * bf16_to_float(w.engram.k_weight[k * D + d]);
-        dot += double(hc[d]) * qk * key[d];
-        hh += double(hc[d]) * hc[d];
-        kk += double(key[d]) * key[d];
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* val = &kv[size_t(t * 5 * D + 4 * D)];
+      for (int k = 0; k < 4; ++k) {  // step 3: gate per copy; step 4: residual update
+        float* hc = &h[size_t((t * 4 + k) * D)];
+        const float* key = &kv[size_t(t * 5 * D + k * D)];
+        double dot = 0, hh = 0, kk = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          const double qk = double(bf16_to_float(w.engram.q_weight[k * D + d])) * bf16_to_float(w.engram.k_weight[k * D + d]);
+          dot += double(hc[d]) * qk * key[d];
+          hh += double(hc[d]) * hc[d];
+          kk += double(key[d]) * key[d];
+        }
+        const double tc = dot / (std::sqrt(hh / double(D) + eps) * std::sqrt(kk / double(D) + eps) * sqrt_d);
+        const double z = (tc > 0 ? 1.0 : tc < 0 ? -1.0 : 0.0) * std::sqrt(std::max(std::fabs(tc), 1e-6));
+        const double gate = round_f32(1.0 / (1.0 + std::exp(-z)));
+        for (int64_t d = 0; d < D; ++d) hc[d] = round_bf16(double(hc[d]) + gate * val[d]);
       }
-      const double tc = dot / (std::sqrt(hh / double(D) + eps) * std::sqrt(kk / double(D) + eps) * sqrt_d);
-      const double z = (tc > 0 ? 1.0 : tc < 0 ? -1.0 : 0.0) * std::sqrt(std::max(std::fabs(tc), 1e-6));
-      const double gate = round_f32(1.0 / (1.0 + std::exp(-z)));
-      for (int64_t d = 0; d < D; ++d) hc[d] = round_bf16(double(hc[d]) + gate * val[d]);
     }
-  }
+  });
 }
 
 void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in) {
