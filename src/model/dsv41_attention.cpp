@@ -190,6 +190,9 @@ void Model::output_projection_v41(const BlockWeights& w, const std::vector<float
                     .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.data(), .out_stride = D});
 }
 
+// Query tokens whose index scores are held at once (their selections run on the backend's threads).
+constexpr int64_t kSelectionBlock = 256;
+
 void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const std::vector<float>& u, std::vector<float>& out) {
   const ModelConfig& c = config_;
   const BlockWeights& w = weights_.layers[size_t(layer)];
@@ -220,61 +223,83 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     const double index_scale = 1.0 / std::sqrt(double(ID) * double(IH));
     const bool is_candidate_source = layer == c.candidate_source_layer;
     const bool uses_candidates = c.candidate_source_layer >= 0 && layer > c.candidate_source_layer;
-    std::vector<int64_t> order, block_order;
-    std::vector<float> block_score;
+    // The per-token query preparation on the backend's threads; then, block by block, the scores (one backend op
+    // per token, in order: the key caches grow with the positions) and the selections (on the backend's threads
+    // again: each token reads only its own scores and an earlier layer's candidates).
+    backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        rope.apply_heads(&iq[size_t(t * IH * ID + ID - RD)], IH, ID, batch.pos[size_t(t)], false);
+        for (int64_t hh = 0; hh < IH; ++hh) qdq_fp4_pow2_v41(&iq[size_t((t * IH + hh) * ID)], ID, 32);
+        for (int64_t hh = 0; hh < IH; ++hh) iw[size_t(t * IH + hh)] = round_bf16(double(iw[size_t(t * IH + hh)]) * index_scale);
+      }
+    });
     // Index keys decoded once per chunk and key cache (the cache a token scores against can vary by token).
     std::vector<KeyDecodeCache> key_caches(size_t(c.n_layers));
-    for (int64_t t = 0; t < T; ++t) {
-      const int ci = batch.chunk[size_t(t)];
-      SequenceState& seq = *batch.states[size_t(ci)];
-      const int64_t pos = batch.pos[size_t(t)];
-      rope.apply_heads(&iq[size_t(t * IH * ID + ID - RD)], IH, ID, pos, false);
-      for (int64_t hh = 0; hh < IH; ++hh) qdq_fp4_pow2_v41(&iq[size_t((t * IH + hh) * ID)], ID, 32);
-      for (int64_t hh = 0; hh < IH; ++hh) iw[size_t(t * IH + hh)] = round_bf16(double(iw[size_t(t * IH + hh)]) * index_scale);
-      // Which key cache this indexer scores against (spec §7.5): its KV owner's, or the one the reference
-      // last published (see published_keys_layer).
-      const int keys_layer = options_.index_owner_keys ? owner : published_keys_layer(layer, pos, batch.is_prompt[size_t(t)] != 0,
-                                                                                      batch.layout_tokens[size_t(t)]);
-      const CompressorState& keys = seq.layers[size_t(keys_layer)].index_compressor;
-      const int64_t n_visible = (pos + 1) / ratio;
-      const int64_t n_layout = batch.layout_tokens[size_t(t)] / ratio;
-      const int64_t n_fill = std::min({int64_t(c.index_topk), n_layout, n_visible});
-      std::vector<int64_t>& sel = scratch.selection[size_t(t)];
-      sel.clear();
-      if (n_visible == 0) {
-        if (is_candidate_source) scratch.candidates[size_t(t)].clear();
-        continue;
+    std::vector<int64_t> score_begin;  // a block's token b0 + i has its scores at [score_begin[i], score_begin[i + 1])
+    for (int64_t b0 = 0; b0 < T; b0 += kSelectionBlock) {  // blocks bound the scores' memory (T^2 / 2 at ratio 1)
+      const int64_t b1 = std::min(T, b0 + kSelectionBlock);
+      score_begin.assign(1, 0);
+      for (int64_t t = b0; t < b1; ++t) score_begin.push_back(score_begin.back() + (batch.pos[size_t(t)] + 1) / ratio);
+      scores.resize(size_t(score_begin.back()));
+      for (int64_t t = b0; t < b1; ++t) {
+        const int64_t pos = batch.pos[size_t(t)], n_visible = (pos + 1) / ratio;
+        if (n_visible == 0) continue;
+        // Which key cache this indexer scores against (spec §7.5): its KV owner's, or the one the reference
+        // last published (see published_keys_layer).
+        const int keys_layer = options_.index_owner_keys ? owner : published_keys_layer(layer, pos, batch.is_prompt[size_t(t)] != 0,
+                                                                                        batch.layout_tokens[size_t(t)]);
+        const CompressorState& keys = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(keys_layer)].index_compressor;
+        DI_CHECK(keys.n_rows() >= n_visible);
+        KeyDecodeCache& key_cache = key_caches[size_t(keys_layer)];
+        key_cache.bind(keys.row_format, keys.rows, &keys);
+        backend_->index_scores({&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, key_cache.keys(n_visible), n_visible,
+                                &scores[size_t(score_begin[size_t(t - b0)])]});
       }
-      DI_CHECK(keys.n_rows() >= n_visible);
-      scores.resize(size_t(n_visible));
-      KeyDecodeCache& key_cache = key_caches[size_t(keys_layer)];
-      key_cache.bind(keys.row_format, keys.rows, &keys);
-      backend_->index_scores({&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, key_cache.keys(n_visible), n_visible, scores.data()});
-      auto better = [&](const std::vector<float>& s, int64_t a, int64_t b) {
-        return s[size_t(a)] != s[size_t(b)] ? s[size_t(a)] > s[size_t(b)] : a < b;
-      };
-      if (is_candidate_source) {  // step 25: blocks of rows, the newest forced in, top-k blocks kept
-        const int64_t B = c.candidate_block_size, n_blocks = (n_visible + B - 1) / B;
-        block_score.assign(size_t(n_blocks), -INFINITY);
-        for (int64_t j = 0; j < n_visible; ++j) block_score[size_t(j / B)] = std::max(block_score[size_t(j / B)], scores[size_t(j)]);
-        block_score[size_t((n_visible - 1) / B)] = INFINITY;
-        block_order.resize(size_t(n_blocks));
-        std::iota(block_order.begin(), block_order.end(), 0);
-        const int64_t n_keep = std::min<int64_t>(c.candidate_topk_blocks, n_blocks);
-        std::partial_sort(block_order.begin(), block_order.begin() + n_keep, block_order.end(),
-                          [&](int64_t a, int64_t b) { return better(block_score, a, b); });
-        scratch.candidates[size_t(t)].assign(block_order.begin(), block_order.begin() + n_keep);
-        scratch.have_candidates = true;
-      } else if (uses_candidates && scratch.have_candidates) {  // step 26: reindex inside the candidates
-        std::vector<char> keep(static_cast<size_t>((n_visible + c.candidate_block_size - 1) / c.candidate_block_size), 0);
-        for (int64_t b : scratch.candidates[size_t(t)]) if (b < int64_t(keep.size())) keep[size_t(b)] = 1;
-        for (int64_t j = 0; j < n_visible; ++j) if (!keep[size_t(j / c.candidate_block_size)]) scores[size_t(j)] = -INFINITY;
+      backend_->for_rows(b1 - b0, [&](int64_t i0, int64_t i1) {
+        std::vector<int64_t> order, block_order;
+        std::vector<float> block_score;
+        for (int64_t t = b0 + i0; t < b0 + i1; ++t) {
+          const int64_t pos = batch.pos[size_t(t)];
+          const int64_t n_visible = (pos + 1) / ratio;
+          const int64_t n_layout = batch.layout_tokens[size_t(t)] / ratio;
+          const int64_t n_fill = std::min({int64_t(c.index_topk), n_layout, n_visible});
+          std::vector<int64_t>& sel = scratch.selection[size_t(t)];
+          sel.clear();
+          if (n_visible == 0) {
+            if (is_candidate_source) scratch.candidates[size_t(t)].clear();
+            continue;
+          }
+          float* token_scores = &scores[size_t(score_begin[size_t(t - b0)])];
+          auto better = [](const float* s, int64_t a, int64_t b) { return s[a] != s[b] ? s[a] > s[b] : a < b; };
+          if (is_candidate_source) {  // step 25: blocks of rows, the newest forced in, top-k blocks kept
+            const int64_t B = c.candidate_block_size, n_blocks = (n_visible + B - 1) / B;
+            block_score.assign(size_t(n_blocks), -INFINITY);
+            for (int64_t j = 0; j < n_visible; ++j) block_score[size_t(j / B)] = std::max(block_score[size_t(j / B)], token_scores[j]);
+            block_score[size_t((n_visible - 1) / B)] = INFINITY;
+            block_order.resize(size_t(n_blocks));
+            std::iota(block_order.begin(), block_order.end(), 0);
+            const int64_t n_keep = std::min<int64_t>(c.candidate_topk_blocks, n_blocks);
+            std::partial_sort(block_order.begin(), block_order.begin() + n_keep, block_order.end(),
+                              [&](int64_t a, int64_t b) { return better(block_score.data(), a, b); });
+            scratch.candidates[size_t(t)].assign(block_order.begin(), block_order.begin() + n_keep);
+          } else if (uses_candidates && scratch.have_candidates) {  // step 26: reindex inside the candidates
+            std::vector<char> keep(static_cast<size_t>((n_visible + c.candidate_block_size - 1) / c.candidate_block_size), 0);
+            for (int64_t b : scratch.candidates[size_t(t)]) if (b < int64_t(keep.size())) keep[size_t(b)] = 1;
+            for (int64_t j = 0; j < n_visible; ++j) if (!keep[size_t(j / c.candidate_block_size)]) token_scores[j] = -INFINITY;
+          }
+          order.resize(size_t(n_visible));
+          std::iota(order.begin(), order.end(), 0);
+          std::partial_sort(order.begin(), order.begin() + n_fill, order.end(),
+                            [&](int64_t a, int64_t b) { return better(token_scores, a, b); });
+          sel.assign(order.begin(), order.begin() + n_fill);
+          std::sort(sel.begin(), sel.end());  // V4.1 lists the top-k in ascending position order
+        }
+      });
+    }
+    if (is_candidate_source) {  // published once any token of the call had a visible row (as the loop above set it)
+      for (int64_t t = 0; t < T; ++t) {
+        if ((batch.pos[size_t(t)] + 1) / ratio > 0) scratch.have_candidates = true;
       }
-      order.resize(size_t(n_visible));
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + n_fill, order.end(), [&](int64_t a, int64_t b) { return better(scores, a, b); });
-      sel.assign(order.begin(), order.begin() + n_fill);
-      std::sort(sel.begin(), sel.end());  // V4.1 lists the top-k in ascending position order
     }
   }
 
