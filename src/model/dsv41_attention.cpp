@@ -172,7 +172,9 @@ void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float
   }
   backend_->sparse_attentions(ps);
   backend_->for_rows(n, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) rope.apply_heads(o + i * H * HD + HD - RD, H, HD, positions[size_t(i)], true);  // step 29
+    for (int64_t i = i0; i < i1; ++i) {
+      rope.apply_heads(o + i * H * HD + HD - RD, H, HD, positions[size_t(i)], true);  // step 29
+    }
   });
 }
 
@@ -296,7 +298,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
         }
       });
     }
-    if (is_candidate_source) {  // published once any token of the call had a visible row (as the loop above set it)
+    if (is_candidate_source) {  // step 25 publishes candidates once a token of the call had a visible row
       for (int64_t t = 0; t < T; ++t) {
         if ((batch.pos[size_t(t)] + 1) / ratio > 0) scratch.have_candidates = true;
       }

@@ -241,7 +241,9 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     run_pending();
     float* o = buf.o.data();  // (buf is thread_local: the lambda below runs on other threads too)
     backend_->for_rows(nb, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) rope.apply_heads(o + i * H * HD + NOPE, H, HD, batch.pos[size_t(b0 + i)], true);  // AT4
+      for (int64_t i = i0; i < i1; ++i) {
+        rope.apply_heads(o + i * H * HD + NOPE, H, HD, batch.pos[size_t(b0 + i)], true);  // AT4
+      }
     });
 
     // AT5: grouped wo_a (no activation QDQ), AT6: wo_b, for the block's tokens.

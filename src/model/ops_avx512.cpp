@@ -174,10 +174,12 @@ int64_t swiglu_avx512(const float* a, const float* b, int64_t n, double limit, d
     // min_pd(x, y) is x < y ? x : y, std::min(v, limit) is limit < v ? limit : v: the same, NaN included.
     const __m512d av = _mm512_min_pd(lim, load_pd(a + i, 0xFF));
     const __m512d bv = _mm512_min_pd(lim, _mm512_max_pd(neg_lim, load_pd(b + i, 0xFF)));  // std::clamp's order
-    const __m512d x = _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(av), _mm512_set1_epi64(INT64_MIN)));  // -av
+    const __m512d x =  // -av: the sign bit flipped
+        _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(av), _mm512_set1_epi64(INT64_MIN)));
     __m512d e;
     if (_mm512_cmp_pd_mask(_mm512_abs_pd(x), max_arg, _CMP_LE_OQ) == 0xFF) {  // exp_fixed's operations
-      const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(kLog2e)),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // nearbyint
       __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Hi), x);
       r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Lo), r);
       __m512d p = _mm512_set1_pd(kExpTaylor[13]);

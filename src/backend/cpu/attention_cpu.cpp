@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cmath>
+#include <functional>
 
 #include "backend/cpu/simd_kernels.h"
 #include "core/dtypes.h"
