@@ -122,6 +122,42 @@ TEST_P(SparseAttentionKernel, NonBf16RowsFallBack) {
   run_case(GetParam(), c, 6);
 }
 
+// sparse_attentions (a token per thread once there are two per thread) against one sparse_attention call per
+// token (the heads split across the threads): the same bits, for 9 tokens with different slot lists, some of
+// whose rows are not bf16 values (the fp32 family), and for 3 tokens (fewer than two per thread).
+TEST_P(SparseAttentionKernel, BatchedTokensMatchOneByOne) {
+  DI_SKIP_UNLESS_SUPPORTED(GetParam());
+  std::mt19937 rng(7);
+  const int64_t H = 16, D = 512, n_rows = 400;
+  std::vector<float> kv = random_bf16_values(rng, n_rows * D, 1.0f);
+  for (int64_t d = 0; d < D; ++d) kv[size_t(399 * D + d)] += 0x1p-12f;  // row 399: not bf16 values
+  std::vector<float> sink(static_cast<size_t>(H), 0.25f);
+  for (int64_t n_tokens : {9, 3}) {
+    std::vector<float> q = random_bf16_values(rng, n_tokens * H * D, 1.0f);
+    std::vector<std::vector<const float*>> slots(static_cast<size_t>(n_tokens));
+    std::vector<SparseAttentionParams> ps;
+    std::vector<float> batched(size_t(n_tokens * H * D)), single(size_t(n_tokens * H * D));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      std::vector<const float*>& s = slots[size_t(t)];
+      for (int64_t j = 0; j < 130 + 37 * t; ++j) s.push_back(&kv[size_t(((j * 7 + t) % (n_rows - 1)) * D)]);
+      if (t % 3 == 2) s.push_back(&kv[size_t(399 * D)]);
+      while (s.size() % 64) s.push_back(nullptr);
+      ps.push_back({&q[size_t(t * H * D)], H, D, s.data(), int64_t(s.size()), sink.data(), 0.044, t % 2 == 0,
+                    &batched[size_t(t * H * D)]});
+    }
+    auto fast = make_fast_backend_with_level(2, GetParam());
+    fast->sparse_attentions(ps);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      SparseAttentionParams p = ps[size_t(t)];
+      p.out = &single[size_t(t * H * D)];
+      fast->sparse_attention(p);
+    }
+    for (size_t i = 0; i < batched.size(); ++i) {
+      ASSERT_EQ(float_to_bits(batched[i]), float_to_bits(single[i])) << n_tokens << " tokens, element " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, SparseAttentionKernel, ::testing::ValuesIn(all_simd_levels()), level_test_name);
 
 }  // namespace
