@@ -49,6 +49,32 @@ void BM_SparseAttention(benchmark::State& state) {
   state.counters["kv_GB/s"] = benchmark::Counter(4.0 * double(n_filled * D) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// args: level, filled slots, query tokens per call, threads: a prefill block's tokens in one
+// sparse_attentions call (a token per thread), each with its own query and the same rows.
+void BM_SparseAttentionTokens(benchmark::State& state) {
+  const auto level = SimdLevel(state.range(0));
+  if (skip_unsupported(state, level)) return;
+  const int64_t H = 64, D = 512, n_filled = state.range(1), T = state.range(2);
+  std::mt19937 rng(1);
+  const std::vector<float> kv = bf16_values(rng, n_filled * D), q = bf16_values(rng, T * H * D);
+  std::vector<float> sink(size_t(H), 0.0f), out(size_t(T * H * D));
+  std::vector<const float*> slots;
+  for (int64_t j = 0; j < n_filled; ++j) slots.push_back(&kv[size_t(j * D)]);
+  while (slots.size() % 64) slots.push_back(nullptr);
+  auto backend = make_fast_backend_with_level(int(state.range(3)), level);
+  std::vector<SparseAttentionParams> ps;
+  for (int64_t t = 0; t < T; ++t) {
+    ps.push_back({&q[size_t(t * H * D)], H, D, slots.data(), int64_t(slots.size()), sink.data(), 0.044f, true,
+                  &out[size_t(t * H * D)]});
+  }
+  for (auto _ : state) {
+    backend->sparse_attentions(ps);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(simd_level_name(level));
+  state.counters["GFLOP/s"] = benchmark::Counter(4.0 * double(T * H * D * n_filled) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // args: level, keys, threads
 void BM_IndexScores(benchmark::State& state) {
   const auto level = SimdLevel(state.range(0));
@@ -94,6 +120,10 @@ void attention_args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_SparseAttention)->Apply(attention_args)->ArgNames({"level", "slots", "threads"})->UseRealTime();
+BENCHMARK(BM_SparseAttentionTokens)
+    ->Args({3, 640, 8, 0})  // eight prefill tokens of a ratio-4 layer: compare with BM_SparseAttention/3/640/0
+    ->ArgNames({"level", "slots", "tokens", "threads"})
+    ->UseRealTime();
 BENCHMARK(BM_IndexScores)
     ->ArgsProduct({{1, 2, 3}, {128, 1024}, {0}})
     ->ArgNames({"level", "keys", "threads"})
