@@ -46,6 +46,12 @@ void qdq_fp8_block(float* x, int64_t n, double s) {
   if (ops_avx512_available()) return qdq_fp8_block_avx512(x, n, s);
   for (int64_t i = 0; i < n; ++i) x[i] = float(e4m3_round(double(x[i]) / s) * s);
 }
+
+// One fp4 QDQ block with scale s: x[i] = f32(e2m1_round(x[i] / s) * s).
+void qdq_fp4_block(float* x, int64_t n, double s) {
+  if (ops_avx512_available()) return qdq_fp4_block_avx512(x, n, s);
+  for (int64_t i = 0; i < n; ++i) x[i] = float(e2m1_round(double(x[i]) / s) * s);
+}
 }  // namespace
 
 void rmsnorm(const float* x, const uint16_t* weight, int64_t n, double eps, float* out) {
@@ -72,11 +78,7 @@ void qdq_fp4(float* x, int64_t n, int64_t block) {
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const int64_t b1 = std::min(n, b0 + block);
     const double s = pow2_scale_at_least(block_amax(x, b0, b1, min_amax), 6.0);
-    if (ops_avx512_available()) {
-      qdq_fp4_block_avx512(x + b0, b1 - b0, s);
-      continue;
-    }
-    for (int64_t i = b0; i < b1; ++i) x[i] = float(e2m1_round(double(x[i]) / s) * s);
+    qdq_fp4_block(x + b0, b1 - b0, s);
   }
 }
 
@@ -105,7 +107,7 @@ void qdq_fp4_pow2_v41(float* x, int64_t n, int64_t block) {
     const int64_t b1 = std::min(n, b0 + block);
     const float amax = float(block_amax(x, b0, b1, 6.0 * 0x1p-126));
     const double s = pow2ceil(double(amax * inv6));
-    for (int64_t i = b0; i < b1; ++i) x[i] = float(e2m1_round(double(x[i]) / s) * s);
+    qdq_fp4_block(x + b0, b1 - b0, s);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -179,22 +180,29 @@ TEST_F(OpsAvx512, HeadRmsNormalizeMatchesTheScalarContract) {
   }
 }
 
-TEST_F(OpsAvx512, QdqFp8BlockMatchesTheContract) {
-  std::mt19937 rng(13);
+// A QDQ block op (x[i] = f32(round(x[i] / s) * s) in place) against that contract written with the scalar
+// rounding function, for the given block lengths and power-of-two scales 2^-20 .. 2^19.
+template <class Round, class BlockOp>
+void expect_qdq_block_matches(uint32_t seed, std::initializer_list<int64_t> lengths, int reps, Round round, BlockOp op) {
+  std::mt19937 rng(seed);
   for (double wild : {0.0, 0.3}) {
-    for (int64_t n : {128, 64, 45}) {
-      for (int rep = 0; rep < 200; ++rep) {
+    for (int64_t n : lengths) {
+      for (int rep = 0; rep < reps; ++rep) {
         std::vector<float> x = draw(rng, n, wild);
         const double s = std::ldexp(1.0, rep % 40 - 20);
         std::vector<float> want = x;
-        for (float& v : want) v = float(e4m3_round(double(v) / s) * s);
-        qdq_fp8_block_avx512(x.data(), n, s);
+        for (float& v : want) v = float(round(double(v) / s) * s);
+        op(x.data(), n, s);
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(bits(x[size_t(i)]), bits(want[size_t(i)])) << "wild " << wild << " s " << s << " element " << i;
         }
       }
     }
   }
+}
+
+TEST_F(OpsAvx512, QdqFp8BlockMatchesTheContract) {
+  expect_qdq_block_matches(13, {128, 64, 45}, 200, [](double v) { return e4m3_round(v); }, qdq_fp8_block_avx512);
 }
 
 TEST_F(OpsAvx512, AbsMaxSkipsNaNsLikeTheScalarLoop) {
@@ -213,22 +221,7 @@ TEST_F(OpsAvx512, AbsMaxSkipsNaNsLikeTheScalarLoop) {
 }
 
 TEST_F(OpsAvx512, QdqFp4BlockMatchesTheContract) {
-  std::mt19937 rng(17);
-  for (double wild : {0.0, 0.3}) {
-    for (int64_t n : {32, 29}) {
-      for (int rep = 0; rep < 400; ++rep) {
-        std::vector<float> x = draw(rng, n, wild);
-        const double s = std::ldexp(1.0, rep % 40 - 20);
-        std::vector<float> want = x;
-        for (float& v : want) v = float(e2m1_round(double(v) / s) * s);
-        qdq_fp4_block_avx512(x.data(), n, s);
-        for (int64_t i = 0; i < n; ++i) {
-          if (std::isnan(want[size_t(i)])) continue;
-          ASSERT_EQ(bits(x[size_t(i)]), bits(want[size_t(i)])) << "wild " << wild << " s " << s << " element " << i;
-        }
-      }
-    }
-  }
+  expect_qdq_block_matches(17, {32, 29}, 400, [](double v) { return e2m1_round(v); }, qdq_fp4_block_avx512);
 }
 
 TEST_F(OpsAvx512, Hadamard128MatchesTheScalarButterflies) {
