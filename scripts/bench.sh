@@ -28,5 +28,6 @@ fi
 LOCK=()
 if [ "${MLOCK:-1}" = 1 ] && { [ "$(id -u)" = 0 ] || [ "$(ulimit -l)" = unlimited ]; }; then LOCK=(--mlock); fi
 # --paired-reads: each decode step is also compared with a read loop over the head weights run right after it
-# (this shared host's read rate moves by up to half between consecutive measurements).
-exec "$BUILD_DIR/deepinfer" bench --model "$MODEL_DIR" --prefault --paired-reads "${LOCK[@]}" "$@"
+# (this shared host's read rate moves by up to half between consecutive measurements); --paired-peak: each
+# prefill with the peak arithmetic rate measured right before and after it.
+exec "$BUILD_DIR/deepinfer" bench --model "$MODEL_DIR" --prefault --paired-reads --paired-peak "${LOCK[@]}" "$@"

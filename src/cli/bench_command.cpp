@@ -62,7 +62,7 @@ Runner add_bench_command(CLI::App& app) {
     std::vector<int> batches{1, 4, 16};
     int decode_steps = 16, threads = 0, context = 16, speculative_tokens = 32;
     bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false, swa_replay = false, mlock = false;
-    bool paired_reads = false, op_times = false;
+    bool paired_reads = false, paired_peak = false, op_times = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "prefill / decode tokens per second against the machine's ceilings");
@@ -86,6 +86,9 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_flag("--paired-reads", args->paired_reads,
                 "after each decode step, read the mapped head weights once and report the steps' read rate as a % of "
                 "those loops' (robust to a shared host's drift; the steps alone are timed)");
+  cmd->add_flag("--paired-peak", args->paired_peak,
+                "measure the peak arithmetic rate right before and right after each prefill and report the prefill's "
+                "FLOP rate as a % of their mean (robust to a shared host's drift; the prefill alone is timed)");
   cmd->add_flag("--op-times", args->op_times,
                 "per phase, how a step's time splits between the backend's op kinds (wall time around each call) "
                 "and the model code around them");
@@ -129,7 +132,7 @@ Runner add_bench_command(CLI::App& app) {
     // largest read figure of the whole run, so that it can only understate.
     const TensorView* head = m.checkpoint().find("head.weight");
     std::vector<std::string> read_log;  // "where: fresh buffer / head weights GB/s"
-    std::vector<std::string> paired_log;  // --paired-reads, one line per decode phase
+    std::vector<std::string> paired_log;  // --paired-peak / --paired-reads, one line per prefill / decode phase
     double read_max = before.read_gb_per_s;
     auto measure_reads = [&](const std::string& where) {
       if (args->skip_ceiling) return;
@@ -191,15 +194,29 @@ Runner add_bench_command(CLI::App& app) {
       SequenceState seq = m.new_sequence();
       const auto ids = random_ids(rng, len, c.vocab_size);
       ForwardChunk fc{&seq, ids, len};
+      const MachineCeiling peak_before = args->paired_peak ? measure_arithmetic_peak(args->threads) : MachineCeiling{};
       phase_start();
       const auto t0 = Clock::now();
       m.forward(std::span<const ForwardChunk>(&fc, 1));
       const double s = seconds_since(t0);
+      const MachineCeiling peak_after = args->paired_peak ? measure_arithmetic_peak(args->threads) : MachineCeiling{};
       std::printf("KV cache after a %lld-token prefill: %lld B allocated (%lld fixed + %lld pages of %lld B)\n", (long long)len,
                   (long long)seq.cache_bytes(), (long long)fresh_bytes, (long long)seq.n_pages(), (long long)seq.page_bytes());
       double macs = double(len) * double(layer_macs) + double(traffic.head_macs);  // head: last token only
       for (int64_t t = 0; t < len; ++t) macs += double(attention_macs_at(c, t));
       row("prefill " + std::to_string(len), double(len), 1.0, s, decode_step_bytes(traffic, c, int(len)), 2.0 * macs);
+      if (args->paired_peak) {
+        // The kernels' own rate: vdpbf16ps where the CPU has it, fp32 FMA otherwise.
+        const bool bf16 = peak_before.peak_bf16_gflops > 0;
+        const double before_gflops = bf16 ? peak_before.peak_bf16_gflops : peak_before.peak_gflops;
+        const double after_gflops = bf16 ? peak_after.peak_bf16_gflops : peak_after.peak_gflops;
+        const double step_gflops = 2.0 * macs / s / 1e9, mean = 0.5 * (before_gflops + after_gflops);
+        char line[256];
+        std::snprintf(line, sizeof line, "prefill %lld: %.1f GFLOP/s against the peak %s rate right before / after it, "
+                      "%.1f / %.1f GFLOP/s: %.1f%% of their mean", (long long)len, step_gflops, bf16 ? "bf16 dot" : "fp32 FMA",
+                      before_gflops, after_gflops, mean > 0 ? 100.0 * step_gflops / mean : 0.0);
+        paired_log.push_back(line);
+      }
     }
     for (int batch : args->batches) {
       std::vector<SequenceState> seqs;

@@ -166,6 +166,17 @@ MachineCeiling measure_machine_ceiling(int n_threads, size_t buffer_bytes, bool 
   m.read_gb_per_s = measure_read_bandwidth(buffer.data(), buffer.size() * 8, n_threads);
 
   if (!arithmetic) return m;
+  const MachineCeiling peak = measure_arithmetic_peak(n_threads);
+  m.peak_gflops = peak.peak_gflops;
+  m.peak_bf16_gflops = peak.peak_bf16_gflops;
+  return m;
+}
+
+MachineCeiling measure_arithmetic_peak(int n_threads) {
+  MachineCeiling m;
+  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  m.n_threads = n_threads;
+  m.simd = cpu_simd_level();
   const int64_t iters = 20'000'000;
   std::vector<float> fsink(static_cast<size_t>(n_threads));
   if (m.simd != "scalar") {

@@ -20,6 +20,9 @@ struct MachineCeiling {
 
 // arithmetic = false: the read bandwidth only (peak_gflops and peak_bf16_gflops stay 0).
 MachineCeiling measure_machine_ceiling(int n_threads, size_t buffer_bytes = size_t(1) << 30, bool arithmetic = true);
+// The peak arithmetic rates alone (read_gb_per_s stays 0), a few tenths of a second: e.g. right before and
+// after a timed phase, on a host whose compute rate drifts.
+MachineCeiling measure_arithmetic_peak(int n_threads);
 // The same read loop over n_bytes at data (e.g. a model's mapped weights): GB/s, best of reps.
 double measure_read_bandwidth(const void* data, size_t n_bytes, int n_threads, int reps = 5);
 std::string cpu_simd_level();

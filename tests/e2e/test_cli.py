@@ -216,6 +216,22 @@ def test_bench_percent_of_bandwidth_uses_the_largest_read_figure():
     assert 0 < q1 <= median <= q3, paired.group(0)
 
 
+def test_bench_paired_peak_reports_each_prefill_against_the_peak_around_it():
+    """--paired-peak measures the peak arithmetic rate right before and after each timed prefill and reports the
+    prefill's FLOP rate as a % of their mean: one line per prefill, the % consistent with the figures it prints."""
+    import re
+    b = run("bench", "--model", FLASH, "--prefill", "16,8", "--batch", "1", "--decode-steps", "1", "--threads", "2",
+            "--skip-ceiling", "--paired-peak")
+    assert b.returncode == 0, b.stderr
+    lines = re.findall(r"prefill ([0-9]+): ([0-9.]+) GFLOP/s against the peak (bf16 dot|fp32 FMA) rate right before / "
+                       r"after it, ([0-9.]+) / ([0-9.]+) GFLOP/s: ([0-9.]+)% of their mean", b.stdout)
+    assert [l[0] for l in lines] == ["16", "8"], b.stdout
+    for _, step, _, before, after, pct in lines:
+        step, before, after, pct = float(step), float(before), float(after), float(pct)
+        assert step > 0 and before > 0 and after > 0, lines
+        assert abs(pct - 100.0 * step / ((before + after) / 2)) < 0.1 + 0.001 * pct, lines
+
+
 def test_cuda_backend_choice_is_a_clear_error_without_a_usable_gpu():
     """--backend cuda on a build without the CUDA backend, or on a machine without a usable device, is an
     error naming the reason; an unknown backend name is refused by the option parser."""
