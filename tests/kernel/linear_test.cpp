@@ -154,6 +154,8 @@ TEST_P(LinearKernel, Fp4Experts) {
   run_case(GetParam(), {"e2m1 w1-like [256x4096] rows 3..253", DType::kI8, 0, 256, 4096, 3, 250}, 41);
   run_case(GetParam(), {"e2m1 w2-like [300x2048]", DType::kI8, 0, 300, 2048, 0, 300}, 42);
   run_case(GetParam(), {"e2m1 extreme scale bytes [40x256]", DType::kI8, 0, 40, 256, 0, 40, Epilogue::kF32, 1, 200}, 43);
+  // Seven 32-element chunks: an odd count, which every mode's chain order must end the same way.
+  run_case(GetParam(), {"e2m1 seven chunks [50x224]", DType::kI8, 0, 50, 224, 0, 50}, 44);
 }
 
 TEST_P(LinearKernel, NonBf16ActivationsFallBack) {
