@@ -36,10 +36,9 @@ inline __m512 bf16_to_f32(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 
-bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride, bool fp4_order,
-            void* out);
+#include "backend/cpu/fp32_family_common.h"
 
-struct S : Avx512Ops {
+struct S : Avx512Ops, Fp32PvRows {
   using Elem = float;
   struct W {
     __m512 a, b;
@@ -81,51 +80,16 @@ struct S : Avx512Ops {
     for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
   }
   static bool pack_x(const float* x, int64_t xs, int64_t t0, int64_t t1, int64_t k, int64_t kp, bool fp4, void* out) {
-    return avx512::pack_x(x, xs, t0, t1, k, kp, fp4, out);
+    return pack_x_fp32<16>(x, xs, t0, t1, k, kp, fp4, out);
   }
-  static bool pack_v_pairs(const float* const*, int64_t, int64_t, int64_t, uint32_t*) { return true; }
 
-  // PV: V rows read in place (pads point at a zero row), P as fp32 values of bf16.
-  struct PvSource {
-    const float* const* rows = nullptr;
-  };
-  using PvRow = float;
-  static void pv_prepare(const AttentionLayout& a, const float* p, int64_t n_heads, PvSource* src,
-                         std::vector<uint32_t>*, const PvRow** rows, int64_t* stride) {
-    thread_local std::vector<const float*> row_ptrs;
-    thread_local std::vector<float> zero_row;
-    zero_row.assign(size_t(a.head_dim), 0.0f);
-    row_ptrs.assign(a.rows, a.rows + a.n_rows);
-    for (auto& r : row_ptrs) if (!r) r = zero_row.data();
-    *src = PvSource{row_ptrs.data()};
-    *rows = p;
-    *stride = a.n_rows;
-  }
+  // PV (Fp32PvRows): the V rows and P values of pair jp.
   static W pv_v(const PvSource& s, int64_t jp, int64_t d) {
     return {_mm512_loadu_ps(s.rows[2 * jp] + d), _mm512_loadu_ps(s.rows[2 * jp + 1] + d)};
   }
   static W pv_p(const PvRow* row, int64_t jp) { return {_mm512_set1_ps(row[2 * jp]), _mm512_set1_ps(row[2 * jp + 1])}; }
 };
 
-bool pack_x(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride, bool fp4_order,
-            void* out) {
-  for (int64_t t = t0; t < t1; ++t) {
-    const float* src = x + t * x_stride;
-    float* dst = static_cast<float*>(out) + t * out_stride;
-    if (fp4_order) {
-      for (int64_t i = 0; i < k; i += 32) {
-        for (int j = 0; j < 16; ++j) {
-          dst[i + j] = src[i + 2 * j];
-          dst[i + 16 + j] = src[i + 2 * j + 1];
-        }
-      }
-    } else {
-      std::copy_n(src, k, dst);
-      std::fill(dst + k, dst + out_stride, 0.0f);
-    }
-  }
-  return true;
-}
 
 }  // namespace deepinfer::cpu::avx512
 

@@ -1,0 +1,48 @@
+// What the two fp32 kernel families share (simd_avx2.cpp: 8 lanes, simd_avx512.cpp: 16): packing x and the
+// PV side of attention. Included by those two files INSIDE their target region and namespace; nowhere else
+// (no include guard on purpose). The including file includes <algorithm>, <cstdint>, <vector> and
+// simd_kernels.h before its namespace.
+
+// x as fp32 rows of out_stride elements, zero padded past k; for fp4 weights each chunk of 2 * kHalf elements
+// holds its kHalf even elements, then its kHalf odd ones (the order in which the packed nibbles decode).
+template <int kHalf>
+bool pack_x_fp32(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t k, int64_t out_stride,
+                 bool fp4_order, void* out) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* src = x + t * x_stride;
+    float* dst = static_cast<float*>(out) + t * out_stride;
+    if (fp4_order) {
+      for (int64_t i = 0; i < k; i += 2 * kHalf) {
+        for (int j = 0; j < kHalf; ++j) {
+          dst[i + j] = src[i + 2 * j];
+          dst[i + kHalf + j] = src[i + 2 * j + 1];
+        }
+      }
+    } else {
+      std::copy_n(src, k, dst);
+      std::fill(dst + k, dst + out_stride, 0.0f);
+    }
+  }
+  return true;
+}
+
+// PV: V rows read in place (pads point at a zero row), P as fp32 values of bf16; the family's S adds pv_v
+// and pv_p, which load them.
+struct Fp32PvRows {
+  struct PvSource {
+    const float* const* rows = nullptr;
+  };
+  using PvRow = float;
+  static void pv_prepare(const AttentionLayout& a, const float* p, int64_t /*n_heads*/, PvSource* src,
+                         std::vector<uint32_t>*, const PvRow** rows, int64_t* stride) {
+    thread_local std::vector<const float*> row_ptrs;
+    thread_local std::vector<float> zero_row;
+    zero_row.assign(size_t(a.head_dim), 0.0f);
+    row_ptrs.assign(a.rows, a.rows + a.n_rows);
+    for (auto& r : row_ptrs) if (!r) r = zero_row.data();
+    *src = PvSource{row_ptrs.data()};
+    *rows = p;
+    *stride = a.n_rows;
+  }
+  static bool pack_v_pairs(const float* const*, int64_t, int64_t, int64_t, uint32_t*) { return true; }
+};
