@@ -174,10 +174,6 @@ struct S : Avx2Ops, Fp32PvRows {
   static W pv_p(const PvRow* row, int64_t jp) { return {_mm256_set1_ps(row[2 * jp]), _mm256_set1_ps(row[2 * jp + 1])}; }
 };
 
-
-}  // namespace deepinfer::cpu::avx2
-
-namespace deepinfer::cpu::avx2 {
 #include "backend/cpu/linear_family.h"
 #include "backend/cpu/attention_family.h"
 }  // namespace deepinfer::cpu::avx2

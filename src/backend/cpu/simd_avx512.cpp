@@ -90,10 +90,6 @@ struct S : Avx512Ops, Fp32PvRows {
   static W pv_p(const PvRow* row, int64_t jp) { return {_mm512_set1_ps(row[2 * jp]), _mm512_set1_ps(row[2 * jp + 1])}; }
 };
 
-
-}  // namespace deepinfer::cpu::avx512
-
-namespace deepinfer::cpu::avx512 {
 #include "backend/cpu/linear_family.h"
 #include "backend/cpu/attention_family.h"
 }  // namespace deepinfer::cpu::avx512
