@@ -23,10 +23,6 @@ inline constexpr double kExpTaylor[14] = {
     0x1.a01a01a01a01ap-13, 0x1.a01a01a01a01ap-16, 0x1.71de3a556c734p-19, 0x1.27e4fb7789f5cp-22,
     0x1.ae64567f544e4p-26, 0x1.1eed8eff8d898p-29, 0x1.6124613a86d09p-33};
 
-}  // namespace deepinfer
-
-namespace deepinfer {
-
 bool ops_avx512_available();
 
 // hc_expand_columns (ops.h), columns [i0, i1).
