@@ -18,19 +18,70 @@ const char* op_kind_name(OpKind kind) {
   return "?";
 }
 
-TimedBackend::TimedBackend(std::unique_ptr<Backend> inner, OpTimes* times) : inner_(std::move(inner)), times_(times) {}
+const char* weight_type_name(WeightType type) {
+  switch (type) {
+    case WeightType::kBf16: return "bf16";
+    case WeightType::kFp8: return "fp8";
+    case WeightType::kFp4: return "fp4";
+    case WeightType::kOther: return "other";
+    case WeightType::kMixed: return "mixed";
+  }
+  return "?";
+}
+
+namespace {
+WeightType weight_type(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return WeightType::kBf16;
+    case DType::kF8E4M3: return WeightType::kFp8;
+    case DType::kI8: return WeightType::kFp4;  // packed e2m1
+    default: return WeightType::kOther;
+  }
+}
+}  // namespace
+
+double linear_weight_bytes(const LinearParams& p) {
+  const LinearWeight& w = *p.weight;
+  double scale_bytes = 0;
+  if (w.dtype == DType::kF8E4M3 && w.block > 0) {
+    const int64_t first = p.row_begin / w.block, last = (p.row_begin + p.n_rows + w.block - 1) / w.block;
+    scale_bytes = double(last - first) * double((w.n_in + w.block - 1) / w.block);
+  } else if (w.dtype == DType::kI8) {
+    scale_bytes = double(p.n_rows) * double(w.n_in / 32);
+  }
+  return double(p.n_rows) * double(w.row_bytes()) + scale_bytes;
+}
+
+TimedBackend::TimedBackend(std::unique_ptr<Backend> inner, OpTimes* times, LinearTimes* linear_times)
+    : inner_(std::move(inner)), times_(times), linear_times_(linear_times) {}
 
 template <typename Call>
-void TimedBackend::timed(OpKind kind, int64_t calls, Call&& call) {
+double TimedBackend::timed(OpKind kind, int64_t calls, Call&& call) {
   const auto t0 = std::chrono::steady_clock::now();
   call();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   OpTime& t = (*times_)[size_t(kind)];
   t.calls += calls;
-  t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  t.seconds += seconds;
+  return seconds;
+}
+
+void TimedBackend::add_linear(std::span<const LinearParams> ps, double seconds) {
+  if (!linear_times_ || ps.empty()) return;
+  WeightType type = weight_type(ps.front().weight->dtype);
+  double bytes = 0;
+  for (const LinearParams& p : ps) {
+    if (weight_type(p.weight->dtype) != type) type = WeightType::kMixed;
+    bytes += linear_weight_bytes(p);
+  }
+  LinearTime& t = (*linear_times_)[size_t(type)];
+  t.calls += int64_t(ps.size());
+  t.seconds += seconds;
+  t.weight_bytes += bytes;
 }
 
 void TimedBackend::linear(const LinearParams& p) {
-  timed(OpKind::kLinear, 1, [&] { inner_->linear(p); });
+  add_linear(std::span<const LinearParams>(&p, 1), timed(OpKind::kLinear, 1, [&] { inner_->linear(p); }));
 }
 void TimedBackend::hc_mix(const HcMixParams& p) {
   timed(OpKind::kHcMix, 1, [&] { inner_->hc_mix(p); });
@@ -42,7 +93,7 @@ void TimedBackend::index_scores(const IndexScoreParams& p) {
   timed(OpKind::kIndexScores, 1, [&] { inner_->index_scores(p); });
 }
 void TimedBackend::linears(std::span<const LinearParams> ps) {
-  timed(OpKind::kLinear, int64_t(ps.size()), [&] { inner_->linears(ps); });
+  add_linear(ps, timed(OpKind::kLinear, int64_t(ps.size()), [&] { inner_->linears(ps); }));
 }
 void TimedBackend::sparse_attentions(std::span<const SparseAttentionParams> ps) {
   timed(OpKind::kSparseAttention, int64_t(ps.size()), [&] { inner_->sparse_attentions(ps); });

@@ -1,12 +1,14 @@
 // A Backend that forwards every op to another one and adds up, per op kind, the calls and the wall time
-// they took. `deepinfer bench --op-times` wraps the model's backend in one to show how a step's time splits
-// between the backend's ops and the model code around them. It changes no result: every call, linears()
-// and for_rows() included, reaches the inner backend unchanged.
+// they took, and the linear ops' time once more per weight storage type with the weight bytes they read.
+// `deepinfer bench --op-times` wraps the model's backend in one to show how a step's time splits between the
+// backend's ops and the model code around them, and at what rate each kind of weight streams. It changes no
+// result: every call, linears() and for_rows() included, reaches the inner backend unchanged.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "backend/backend.h"
 
@@ -22,10 +24,27 @@ struct OpTime {
 };
 using OpTimes = std::array<OpTime, kOpKinds>;  // indexed by OpKind
 
+// The storage type of a linear op's weight; a linears() span whose weights differ counts as kMixed.
+enum class WeightType { kBf16, kFp8, kFp4, kOther, kMixed };
+inline constexpr int kWeightTypes = 5;
+const char* weight_type_name(WeightType type);  // "bf16", "fp8", "fp4", "other", "mixed"
+
+struct LinearTime {
+  int64_t calls = 0;
+  double seconds = 0;
+  double weight_bytes = 0;  // the rows the calls read (codes and their scale bytes), once per call
+};
+using LinearTimes = std::array<LinearTime, kWeightTypes>;  // indexed by WeightType
+
+// Bytes of weight rows [p.row_begin, p.row_begin + p.n_rows) and of their scale bytes (e8m0: FP8 one per
+// block x block tile, FP4 one per 32 codes).
+double linear_weight_bytes(const LinearParams& p);
+
 class TimedBackend final : public Backend {
  public:
-  // `times` is owned by the caller and must outlive the backend; the backend only adds to it.
-  TimedBackend(std::unique_ptr<Backend> inner, OpTimes* times);
+  // `times` (and `linear_times` when given) are owned by the caller and must outlive the backend; the backend
+  // only adds to them.
+  TimedBackend(std::unique_ptr<Backend> inner, OpTimes* times, LinearTimes* linear_times = nullptr);
   const char* name() const override { return inner_->name(); }
   void linear(const LinearParams& p) override;
   void hc_mix(const HcMixParams& p) override;
@@ -37,10 +56,12 @@ class TimedBackend final : public Backend {
 
  private:
   template <typename Call>
-  void timed(OpKind kind, int64_t calls, Call&& call);
+  double timed(OpKind kind, int64_t calls, Call&& call);  // returns the call's seconds
+  void add_linear(std::span<const LinearParams> ps, double seconds);
 
   std::unique_ptr<Backend> inner_;
   OpTimes* times_;
+  LinearTimes* linear_times_;
 };
 
 }  // namespace deepinfer

@@ -108,9 +108,10 @@ Runner add_bench_command(CLI::App& app) {
     ModelOptions options{.exact = args->exact, .swa_bounded_replay = args->swa_replay, .n_threads = args->threads,
                          .cuda = args->backend == "cuda", .show_progress = true, .lock_weights = args->mlock};
     OpTimes op_times{};
+    LinearTimes linear_times{};
     if (args->op_times) {
-      options.wrap_backend = [&op_times](std::unique_ptr<Backend> selected) -> std::unique_ptr<Backend> {
-        return std::make_unique<TimedBackend>(std::move(selected), &op_times);
+      options.wrap_backend = [&op_times, &linear_times](std::unique_ptr<Backend> selected) -> std::unique_ptr<Backend> {
+        return std::make_unique<TimedBackend>(std::move(selected), &op_times, &linear_times);
       };
     }
     auto model = Model::open(args->model, options);
@@ -159,18 +160,29 @@ Runner add_bench_command(CLI::App& app) {
       std::string phase;
       double tokens, steps, seconds, bytes, flops;
       OpTimes ops;  // --op-times: the backend's share of the phase
+      LinearTimes linear;  // and its linear ops' by weight type
     };
     std::vector<Row> rows;
     // --op-times: a phase's op times are the difference between the totals after it and before it.
     OpTimes ops_before{};
-    auto phase_start = [&] { ops_before = op_times; };
+    LinearTimes linear_before{};
+    auto phase_start = [&] {
+      ops_before = op_times;
+      linear_before = linear_times;
+    };
     auto row = [&](const std::string& phase, double tokens, double steps, double seconds, double bytes, double flops) {
       OpTimes ops = op_times;
       for (int k = 0; k < kOpKinds; ++k) {
         ops[size_t(k)].calls -= ops_before[size_t(k)].calls;
         ops[size_t(k)].seconds -= ops_before[size_t(k)].seconds;
       }
-      rows.push_back({phase, tokens, steps, seconds, bytes, flops, ops});
+      LinearTimes linear = linear_times;
+      for (int k = 0; k < kWeightTypes; ++k) {
+        linear[size_t(k)].calls -= linear_before[size_t(k)].calls;
+        linear[size_t(k)].seconds -= linear_before[size_t(k)].seconds;
+        linear[size_t(k)].weight_bytes -= linear_before[size_t(k)].weight_bytes;
+      }
+      rows.push_back({phase, tokens, steps, seconds, bytes, flops, ops, linear});
       std::fprintf(stderr, "%s: %.2f tokens/s\n", phase.c_str(), tokens / seconds);
     };
     const int64_t layer_macs = traffic.decode_macs_per_token - traffic.head_macs;
@@ -314,6 +326,23 @@ Runner add_bench_command(CLI::App& app) {
           std::printf(" %10.3f (%9.1f)", 1e3 * t.seconds / r.steps, double(t.calls) / r.steps);
         }
         std::printf(" %10.3f\n", 1e3 * (r.seconds - in_ops) / r.steps);
+      }
+      // The linear time again, by the weights' storage type, with the rate their bytes stream at: in decode
+      // it shows which weights fall short of the read bandwidth.
+      std::vector<int> types;  // the weight types any phase used
+      for (int k = 0; k < kWeightTypes; ++k) {
+        if (std::any_of(rows.begin(), rows.end(), [&](const Row& r) { return r.linear[size_t(k)].calls > 0; })) types.push_back(k);
+      }
+      std::printf("\nlinear ms per step by weight type (GB/s of the weight bytes those calls read)\n%-18s", "phase");
+      for (int k : types) std::printf(" %22s", weight_type_name(WeightType(k)));
+      std::printf("\n");
+      for (const Row& r : rows) {
+        std::printf("%-18s", r.phase.c_str());
+        for (int k : types) {
+          const LinearTime& t = r.linear[size_t(k)];
+          std::printf(" %10.3f (%6.2f GB/s)", 1e3 * t.seconds / r.steps, t.seconds > 0 ? t.weight_bytes / t.seconds / 1e9 : 0.0);
+        }
+        std::printf("\n");
       }
     }
     if (!paired_log.empty()) std::printf("\n");

@@ -232,6 +232,24 @@ def test_bench_paired_peak_reports_each_prefill_against_the_peak_around_it():
         assert abs(pct - 100.0 * step / ((before + after) / 2)) < 0.1 + 0.001 * pct, lines
 
 
+def test_bench_op_times_split_the_linear_time_by_weight_type():
+    """--op-times prints, per phase, the step's time by backend op kind and then the linear time again by the
+    weights' storage type with the rate their bytes stream at; the types' times add up to the linear column."""
+    import re
+    b = run("bench", "--model", FLASH, "--prefill", "16", "--batch", "1", "--decode-steps", "2", "--threads", "2",
+            "--skip-ceiling", "--op-times")
+    assert b.returncode == 0, b.stderr
+    kinds = b.stdout.split("ms per step by backend op kind")[1].split("\n\n")[0].splitlines()
+    by_type = b.stdout.split("linear ms per step by weight type")[1].split("\n\n")[0].splitlines()
+    assert by_type[1].split()[1:] == ["bf16", "fp8", "fp4"], by_type  # flash-tiny stores all three
+    for phase in ("prefill 16", "decode batch 1"):
+        linear_ms = float(next(l for l in kinds if l.startswith(phase))[len(phase):].split()[0])
+        cells = re.findall(r"([0-9.]+) \( *([0-9.]+) GB/s\)", next(l for l in by_type if l.startswith(phase)))
+        assert len(cells) == 3, by_type
+        assert all(float(ms) > 0 and float(gbs) > 0 for ms, gbs in cells), cells
+        assert abs(sum(float(ms) for ms, _ in cells) - linear_ms) < 0.01 + 1e-3 * linear_ms, (cells, linear_ms)
+
+
 def test_cuda_backend_choice_is_a_clear_error_without_a_usable_gpu():
     """--backend cuda on a build without the CUDA backend, or on a machine without a usable device, is an
     error naming the reason; an unknown backend name is refused by the option parser."""

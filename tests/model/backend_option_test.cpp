@@ -26,11 +26,12 @@ TEST(ModelBackendOption, SuppliedBackendRunsEveryOpAndChangesNothing) {
   const auto expected = run_teacher_forced(*plain.value(), gc->prompt, continuation, {});
 
   OpTimes times{};
+  LinearTimes linear{};
   ModelOptions options;
-  options.make_backend = [&times]() -> std::unique_ptr<Backend> {
+  options.make_backend = [&times, &linear]() -> std::unique_ptr<Backend> {
     std::string error;
     auto fast = make_fast_backend(2, &error);
-    return fast ? std::make_unique<TimedBackend>(std::move(fast), &times) : nullptr;
+    return fast ? std::make_unique<TimedBackend>(std::move(fast), &times, &linear) : nullptr;
   };
   auto wrapped = Model::open(dir, options);
   ASSERT_TRUE(wrapped.ok()) << wrapped.status().message();
@@ -41,6 +42,29 @@ TEST(ModelBackendOption, SuppliedBackendRunsEveryOpAndChangesNothing) {
     EXPECT_GT(times[size_t(op)].calls, 0) << op_kind_name(op);
     EXPECT_GT(times[size_t(op)].seconds, 0.0) << op_kind_name(op);
   }
+  // The linear ops split by weight type add up to the linear total; flash-tiny has bf16, FP8 and FP4 weights.
+  int64_t calls = 0;
+  double seconds = 0;
+  for (const LinearTime& t : linear) {
+    calls += t.calls;
+    seconds += t.seconds;
+  }
+  EXPECT_EQ(calls, times[size_t(OpKind::kLinear)].calls);
+  EXPECT_NEAR(seconds, times[size_t(OpKind::kLinear)].seconds, 1e-9);
+  for (WeightType type : {WeightType::kBf16, WeightType::kFp8, WeightType::kFp4}) {
+    EXPECT_GT(linear[size_t(type)].calls, 0) << weight_type_name(type);
+    EXPECT_GT(linear[size_t(type)].weight_bytes, 0.0) << weight_type_name(type);
+  }
+}
+
+TEST(TimedBackend, LinearWeightBytesCountTheRowsReadAndTheirScales) {
+  const LinearWeight fp8{.dtype = DType::kF8E4M3, .n_out = 1024, .n_in = 1000, .block = 128};
+  // Rows [100, 400) touch the scale rows of blocks 0-3, each ceil(1000 / 128) = 8 bytes.
+  EXPECT_EQ(linear_weight_bytes({.weight = &fp8, .row_begin = 100, .n_rows = 300}), 300.0 * 1000 + 4 * 8);
+  const LinearWeight fp4{.dtype = DType::kI8, .n_out = 16, .n_in = 64};
+  EXPECT_EQ(linear_weight_bytes({.weight = &fp4, .row_begin = 0, .n_rows = 3}), 3.0 * 32 + 3 * 2);
+  const LinearWeight bf16{.dtype = DType::kBF16, .n_out = 8, .n_in = 10};
+  EXPECT_EQ(linear_weight_bytes({.weight = &bf16, .row_begin = 2, .n_rows = 5}), 5.0 * 20);
 }
 
 TEST(ModelBackendOption, WrappedBackendRunsEveryOpAndChangesNothing) {
