@@ -110,6 +110,10 @@ void decode_args(benchmark::internal::Benchmark* b) {
   b->Args({4, kFp8, 1024, 1024, 1, 1, 1});
   b->Args({4, kFp4, 512, 4096, 1, 1, 1});
   b->Args({4, kFp8, 32768, 1024, 16, 4, 0});
+  // Batched decode: the head, an FP8 projection and an FP4 expert (a few of the batch's tokens routed to it).
+  for (int64_t tokens : {2, 3, 4, 8, 16}) b->Args({4, kBf16, 16384, 4096, tokens, 2, 0});
+  for (int64_t tokens : {2, 4}) b->Args({4, kFp8, 8192, 4096, tokens, 4, 0});
+  for (int64_t tokens : {2, 4}) b->Args({4, kFp4, 2048, 4096, tokens, 32, 0});
 }
 
 void prefill_args(benchmark::internal::Benchmark* b) {
