@@ -34,10 +34,11 @@ using deepinfer::cpu::kTileModeRows;
 using deepinfer::cpu::PackedX;
 
 constexpr int kMaxFp8Scale = 134;  // largest scale byte for the one-multiply fp8 decode
-// K elements per block of the decoded tile. Each kernel call runs one block per chain with its accumulators in
-// registers, loading them from state before and storing them after: at 512 elements that fill and drain took
-// ~20% of the bf16 tile kernel's samples in a V4.1 prefill; 1024 ran a 512-token FP8 GEMM 12-20% faster on one
-// Zen 4 core (2048 no faster, and its 4-row group with 12 tokens of x no longer fits L1).
+// K elements per tile-mode block and accumulator chain (a block holds kTileBlockElems * kChains elements, see
+// kTileBlockChunks). Each packed-kernel call covers one chain's share of a block with its accumulators in
+// registers, loading them from state before and storing them after: at 512 that fill and drain took ~20% of the
+// kernel's samples in a V4.1 prefill; 1024 ran a 512-token FP8 GEMM 12-20% faster on one Zen 4 core (2048 was
+// no faster).
 constexpr int64_t kTileBlockElems = 1024;
 constexpr int64_t kPanelBlocks = 16;      // token blocks per panel (96 tokens for kTileT = 6)
 constexpr int64_t kPrefetchGroups = 2;       // direct mode: prefetch distance in row groups
@@ -500,8 +501,8 @@ void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, S
 }
 
 // Tile mode works on a unit of up to kTileModeRows rows, one panel of kPanelBlocks token blocks at a time:
-// for each K block of kTileBlockElems columns it decodes the unit's rows into a per-thread buffer (128 KB of
-// bf16 or 256 KB of fp32, L2), and every (token block, row group) of the panel then runs over it, the accumulators persisting
+// for each K block (kTileBlockElems columns per chain) it decodes the unit's rows into a per-thread buffer
+// (128-256 KB, L2), and every (token block, row group) of the panel then runs over it, the accumulators persisting
 // in state from one K block to the next. The panel's x (1.5 MB for K = 4096) stays in L2 while the unit's
 // rows go by, and the unit's raw weights stay in L2 from one panel to the next, which decodes them again
 // (a few % of the FMAs). Without panels every K block of a unit read all of x, for a prefill megabytes
@@ -564,7 +565,7 @@ void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
 // into dst, laid out as packed_row(dst, i - i0) (decode_block).
 //
 // A short panel (at most kGroupFirstBlocks token blocks: an expert's share of a prefill is ~12 tokens) runs
-// group by group instead: each 4-row group of a K block is decoded into an 8 KB buffer (bf16) and used at once by
+// group by group instead: each 4-row group of a K block is decoded into an 8-16 KB buffer and used at once by
 // every token block of the panel, all of it in L1. Decoding the whole unit first wrote a 128 KB tile (more
 // than L1) per K block for two token blocks to read, and those stores, missing L1, stalled the decode: perf
 // put 25% of a 512-token prefill in decode_block, mostly waiting. Each (row, token) sum is the same either way.
@@ -645,7 +646,7 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
     const int64_t p1 = std::min(n_tblocks, p0 + kPanelBlocks);
     for (int64_t kb = 0; kb < n_kb; ++kb) {
       decode_block(kb, n_kb, p0 == 0, 0, n_rows, block);
-      // Token block outermost: its x (12 KB of bf16) stays in L1 while the decoded groups stream from L2.
+      // Token block outermost: its x (12-24 KB) stays in L1 while the decoded groups stream from L2.
       for (int64_t tb = p0; tb < p1; ++tb)
         for (int64_t g = 0; g < n_groups; ++g) run_group(p0, tb, kb, g, block + g * kTileGroupElems<S>);
     }
