@@ -154,8 +154,16 @@ TEST_P(LinearKernel, Fp4Experts) {
   run_case(GetParam(), {"e2m1 w1-like [256x4096] rows 3..253", DType::kI8, 0, 256, 4096, 3, 250}, 41);
   run_case(GetParam(), {"e2m1 w2-like [300x2048]", DType::kI8, 0, 300, 2048, 0, 300}, 42);
   run_case(GetParam(), {"e2m1 extreme scale bytes [40x256]", DType::kI8, 0, 40, 256, 0, 40, Epilogue::kF32, 1, 200}, 43);
-  // Seven 32-element chunks: an odd count, which every mode's chain order must end the same way.
-  run_case(GetParam(), {"e2m1 seven chunks [50x224]", DType::kI8, 0, 50, 224, 0, 50}, 44);
+  // Seven 32-element chunks: a count that leaves every mode's chains uneven (2 or 4 chains: 4 + 3, 2, 2, 2, 1),
+  // which all must end the same way. fp32 outputs, so that a one-bit change of order shows (bf16 rounding
+  // hides most).
+  run_case(GetParam(), {"e2m1 seven chunks [50x224] kF32", DType::kI8, 0, 50, 224, 0, 50, Epilogue::kF32}, 44);
+  // Several tile-mode K blocks (128 chunks each with four chains), the last of 39 chunks (chains of 10, 10, 10
+  // and 9) or of 2 (two chains without a chunk in it).
+  run_case(GetParam(), {"e2m1 three K blocks, the last uneven [24x9440] kF32", DType::kI8, 0, 24, 9440, 0, 24,
+                        Epilogue::kF32}, 45);
+  run_case(GetParam(), {"e2m1 three K blocks, the last of two chunks [24x8256] kF32", DType::kI8, 0, 24, 8256, 0, 24,
+                        Epilogue::kF32}, 46);
 }
 
 TEST_P(LinearKernel, NonBf16ActivationsFallBack) {

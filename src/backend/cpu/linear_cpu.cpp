@@ -46,7 +46,7 @@ bool pack(const LinearParams& p, const SimdKernels& ks, WorkerPool& pool, Linear
   if (parallel) pool.parallel_for(T, 16, body);
   else body(0, T);
   static std::atomic<uint64_t> n_calls{0};  // process-wide: keys per-thread caches across backends
-  *out = PackedX{ws.x_packed.data(), T, kp, stride, ++n_calls};
+  *out = PackedX{ws.x_packed.data(), T, kp, stride, ++n_calls, p.weight->dtype};
   if (ok && T > ks.direct_tokens && ks.tile_x) {
     const size_t tiled_bytes = size_t(T * kp) * ks.elem_bytes;
     if (ws.x_tiled.size() < tiled_bytes) ws.x_tiled.resize(tiled_bytes);

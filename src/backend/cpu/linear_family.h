@@ -15,15 +15,15 @@
 // decode_fp8(const uint8_t*, float multiplier) with decode_fp8_wide (without them the family takes no FP8
 // weights), decode_fp8_raw for the scaled-x direct mode (see scaled_x; with kFp8RawUnit, scale_x_chunk for bf16
 // x, and optionally decode_fp8_raw_pair for two chunks at once), decode_fp4(const uint8_t*, uint8_t e8m0
-// scale byte) (no FP4 without it), kChains (accumulator chains per row) and kFusedRows (fused tile mode for
-// calls of a few token blocks, see fused_panels).
+// scale byte) (no FP4 without it), chains_for(DType) (accumulator chains per row, see kChains) and kFusedRows
+// (fused tile mode for calls of a few token blocks, see fused_panels).
 //
 // fp8 chunks use the multiplier 2^(s - 7) on the raw code bits (e4m3 value * 2^-120), which is exact
 // whenever the scale byte s <= 134 (|w| < 2^15 per unit code); tiles with a larger scale byte take the
 // two-step decode (value first, then scale).
 
-// The including file includes <algorithm>, <cmath>, <cstring>, <limits>, <type_traits> and <vector> before its
-// namespace.
+// The including file includes <algorithm>, <cmath>, <cstring>, <limits>, <type_traits>, <utility> and <vector>
+// before its namespace.
 
 namespace family {
 
@@ -101,15 +101,34 @@ constexpr int64_t chunk_bytes(int64_t chunk) {
   return D == DType::kBF16 ? 2 * chunk : D == DType::kF8E4M3 ? chunk : chunk / 2;
 }
 
-// Accumulator chains per (row, token): chunk ch is added to chain ch % kChains, and the chains' vectors are
-// summed lane by lane (chain 0 + chain 1) before the horizontal sum. S::kChains = 2 gives a single row two
-// independent vdpbf16ps chains, so that one row at a time (one sequential stream, which Zen 4 reads far
-// faster than rows side by side) is not bound by the instruction's latency. Every mode follows it.
-template <class S>
+// Accumulator chains per (row, token) for weights of dtype D (S::chains_for(D), else 1): chunk ch is added to
+// chain ch % kChains, and the chains' vectors are summed lane by lane (((chain 0 + chain 1) + chain 2) + ...)
+// before the horizontal sum. Several chains give a single row independent vdpbf16ps chains, so that one row at
+// a time (one sequential stream, which Zen 4 reads far faster than rows side by side) is not bound by the
+// instruction's latency. Every mode follows the dtype's count, so a token's sums never depend on the mode.
+template <class S, DType D>
 constexpr int kChains = [] {
-  if constexpr (requires { S::kChains; }) return int(S::kChains);
+  if constexpr (requires { S::chains_for(D); }) return int(S::chains_for(D));
   else return 1;
 }();
+
+// Calls fn(std::integral_constant<int, k>) for the run-time chain k < kC: the accumulators stay indexed by
+// constants, so they stay in registers.
+template <int kC, class Fn>
+inline void with_chain(int k, Fn&& fn) {
+  [&]<int... kK>(std::integer_sequence<int, kK...>) {
+    ((k == kK ? fn(std::integral_constant<int, kK>{}) : void()), ...);
+  }(std::make_integer_sequence<int, kC>{});
+}
+
+// Of a K block of nch chunks, the chunks of chain k (chunks k, k + kC, ...), and how many chunks the chains
+// before k hold (where chain k starts when the block is stored chain by chain, see block_position).
+constexpr int64_t chain_chunks(int64_t nch, int k, int kC) { return (nch - k + kC - 1) / kC; }
+constexpr int64_t chain_first(int64_t nch, int k, int kC) {
+  int64_t n = 0;
+  for (int j = 0; j < k; ++j) n += chain_chunks(nch, j, kC);
+  return n;
+}
 
 // Families whose W is several accumulator-width parts (S::kParts, S::load_part) run the tile kernel one
 // part at a time.
@@ -144,8 +163,7 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
   using F = typename S::F;
   using W = typename S::W;
   constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
-  constexpr int kC = kChains<S>;
-  static_assert(kC == 1 || kC == 2, "the chains' sum order is defined for one or two chains");
+  constexpr int kC = kChains<S, D>;
   F acc[T][kC][R];
   for (int t = 0; t < T; ++t)
     for (int k = 0; k < kC; ++k)
@@ -158,7 +176,6 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
     }
   };
   constexpr std::integral_constant<int, 0> kChain0{};
-  constexpr std::integral_constant<int, kC - 1> kChainOfOdd{};  // chunk 2j + 1
   int64_t ch = 0;
   if constexpr (D == DType::kI8 && requires { S::kFp4Pairs; }) {
     // fp4: the two chunks of each 32-element scale block decode from one table (S::decode_fp4_pair), row by
@@ -179,6 +196,7 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
   }
   if constexpr (D == DType::kF8E4M3 && kScaledX && requires(const uint8_t* p, W* w) { S::decode_fp8_raw_pair(p, w, w); }) {
     // fp8 codes without their scale (x' carries it), two chunks at a time (S::decode_fp8_raw_pair).
+    static_assert(kC == 2, "raw fp8 pairs go to chains 0 and 1");
     for (; ch + 2 <= n_full; ch += 2) {
       W w0[R], w1[R];
       for (int r = 0; r < R; ++r) {
@@ -186,10 +204,10 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
         S::decode_fp8_raw_pair(rows[r].data + ch * kBytes, &w0[r], &w1[r]);
       }
       step(kChain0, ch, w0);
-      step(kChainOfOdd, ch + 1, w1);
+      step(std::integral_constant<int, 1>{}, ch + 1, w1);
     }
   }
-  // ch is even here: the loops above take chunks in pairs.
+  // ch is a multiple of kC here: the loops above take chunks in pairs, and only for kC <= 2.
   auto decode_step = [&]<int kChain>(std::integral_constant<int, kChain> chain, int64_t chunk) {
     W w[R];
     for (int r = 0; r < R; ++r) {
@@ -201,15 +219,15 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
     step(chain, chunk, w);
   };
   for (; ch + kC <= n_full; ch += kC) {
-    decode_step(kChain0, ch);
-    if constexpr (kC == 2) decode_step(kChainOfOdd, ch + 1);
+    [&]<int... kK>(std::integer_sequence<int, kK...>) {
+      (decode_step(std::integral_constant<int, kK>{}, ch + kK), ...);
+    }(std::make_integer_sequence<int, kC>{});
   }
-  if (ch < n_full) decode_step(kChain0, ch++);  // one chunk left over (kC = 2): ch is even
+  for (; ch < n_full; ++ch) with_chain<kC>(int(ch % kC), [&](auto chain) { decode_step(chain, ch); });
   if (has_tail) {
     W w[R];
     for (int r = 0; r < R; ++r) w[r] = decode_chunk<S, D, kWide, kScaledX>(rows[r], n_full, tail_bytes[r]);
-    if (n_full % kC == 0) step(kChain0, n_full, w);
-    else step(kChainOfOdd, n_full, w);
+    with_chain<kC>(int(n_full % kC), [&](auto chain) { step(chain, n_full, w); });
   }
   for (int t = 0; t < T; ++t) sum_chains<S, R>(acc[t], kC, sums[t]);
 }
@@ -250,7 +268,7 @@ inline void finish_accumulators(const typename S::F (&acc)[T][R], float* state, 
 template <class S, int R, int T>
 void tile_kernel(const typename S::Elem* w, int64_t ws, const typename S::Elem* x, int64_t xs, int64_t n_chunks,
                  float* c, int64_t cs) {
-  static_assert(kChains<S> == 1, "dot_tiles families sum in one chain");
+  static_assert(kChains<S, DType::kBF16> == 1, "dot_tiles families sum in one chain");
   using F = typename S::F;
   using W = typename S::W;
   F acc[T][R];
@@ -306,38 +324,48 @@ constexpr int64_t kStepsPerChunk = [] {
 template <class S>
 constexpr int64_t kStep = S::kChunk / kStepsPerChunk<S>;
 
-// Chunks per K block of tile mode: kTileBlockElems per chain, so that each chain's kernel call covers as many
-// steps as a single chain's.
-template <class S>
-constexpr int64_t kTileBlockChunks = std::max<int64_t>(1, kTileBlockElems * kChains<S> / S::kChunk);
+// Chunks per K block of tile mode for dtype D: kTileBlockElems per chain, so that each chain's kernel call
+// covers as many steps as a single chain's.
+template <class S, DType D>
+constexpr int64_t kTileBlockChunks = std::max<int64_t>(1, kTileBlockElems * kChains<S, D> / S::kChunk);
 
 // Where chunk l of a K block of nch chunks is stored, in steps, in the decoded tile and the tiled x: in order,
-// or with two chains chain by chain (chunks 0, 2, 4, ..., then 1, 3, ...), so that each chain's kernel call
-// walks contiguous steps (every other step of the block, in place, ran ~20% slower).
-template <class S>
+// or with several chains chain by chain (for two: chunks 0, 2, 4, ..., then 1, 3, ...), so that each chain's
+// kernel call walks contiguous steps (every other step of the block, in place, ran ~20% slower).
+template <class S, DType D>
 constexpr int64_t block_position(int64_t l, int64_t nch) {
-  if constexpr (kChains<S> == 1) return l;
-  else return l % 2 == 0 ? l / 2 : (nch + 1) / 2 + l / 2;
+  constexpr int kC = kChains<S, D>;
+  if constexpr (kC == 1) return l;
+  else return chain_first(nch, int(l % kC), kC) + l / kC;
 }
 
 // Tokens [b0 * kTileT, b1 * kTileT) of the plain packed x, interleaved by token blocks into out (laid out from
-// token 0 of x: block b starts at b * kTileT * k_padded elements).
-template <class S>
-void tile_x(const PackedX& x, int64_t b0, int64_t b1, void* out) {
+// token 0 of x: block b starts at b * kTileT * k_padded elements), in the K blocks and chain order of weights
+// of dtype D.
+template <class S, DType D>
+void tile_x_for(const PackedX& x, int64_t b0, int64_t b1, void* out) {
   using Elem = typename S::Elem;
   const Elem* src = static_cast<const Elem*>(x.data);
   const int64_t n_steps = x.k_padded / kStep<S>;
-  constexpr int64_t kBlockSteps = kTileBlockChunks<S> * kStepsPerChunk<S>;
-  static_assert(kChains<S> == 1 || kStepsPerChunk<S> == 1, "chains take whole-chunk steps");
+  constexpr int64_t kBlockSteps = kTileBlockChunks<S, D> * kStepsPerChunk<S>;
+  static_assert(kChains<S, D> == 1 || kStepsPerChunk<S> == 1, "chains take whole-chunk steps");
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t t0 = b * S::kTileT, nt = std::min<int64_t>(S::kTileT, x.n_tokens - t0);
     Elem* dst = static_cast<Elem*>(out) + t0 * x.k_padded;
     for (int64_t i = 0; i < n_steps; ++i) {
       const int64_t block0 = i / kBlockSteps * kBlockSteps, n_block = std::min(kBlockSteps, n_steps - block0);
-      const int64_t to = block0 + block_position<S>(i - block0, n_block);
+      const int64_t to = block0 + block_position<S, D>(i - block0, n_block);
       for (int64_t t = 0; t < nt; ++t)
         std::memcpy(dst + (to * nt + t) * kStep<S>, src + (t0 + t) * x.stride + i * kStep<S>, kStep<S> * sizeof(Elem));
     }
+  }
+}
+template <class S>
+void tile_x(const PackedX& x, int64_t b0, int64_t b1, void* out) {
+  switch (x.weight_dtype) {
+    case DType::kF8E4M3: return tile_x_for<S, DType::kF8E4M3>(x, b0, b1, out);
+    case DType::kI8: return tile_x_for<S, DType::kI8>(x, b0, b1, out);
+    default: return tile_x_for<S, DType::kBF16>(x, b0, b1, out);
   }
 }
 
@@ -507,16 +535,16 @@ void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, S
 // rows go by, and the unit's raw weights stay in L2 from one panel to the next, which decodes them again
 // (a few % of the FMAs). Without panels every K block of a unit read all of x, for a prefill megabytes
 // from L3, at 8 bytes per 16 FMAs with 16-row units: that stream, not the FMAs, set the pace.
-template <class S>
-constexpr int64_t kTileGroupElems = kTileBlockChunks<S> * S::kChunk * S::kTileR;  // one row group of a K block
+template <class S, DType D>
+constexpr int64_t kTileGroupElems = kTileBlockChunks<S, D> * S::kChunk * S::kTileR;  // one row group of a K block
 
 // Where tile row i's chunks go in the packed block (see kStepsPerChunk): chunk chl of the K block at
 // packed_row(block, i) + chl * kPackedChunkStride, its parts kTileR * kStep apart.
 template <class S>
 constexpr int64_t kPackedChunkStride = kStepsPerChunk<S> * S::kTileR * kStep<S>;
-template <class S>
+template <class S, DType D>
 inline typename S::Elem* packed_row(typename S::Elem* block, int64_t i) {
-  return block + (i / S::kTileR) * kTileGroupElems<S> + (i % S::kTileR) * kStep<S>;
+  return block + (i / S::kTileR) * kTileGroupElems<S, D> + (i % S::kTileR) * kStep<S>;
 }
 template <class S>
 inline void store_packed(typename S::Elem* dst, const typename S::W& w) {
@@ -549,13 +577,13 @@ void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
     const RowSrc r = rows[i];  // a local copy: the stores below must not make the compiler reload it
     const uint8_t* next = r.data + (ch0 + nch) * kBytes;
     for (int64_t b = 0; b < n_next * kBytes; b += 64) __builtin_prefetch(next + b);
-    typename S::Elem* dst = packed_row<S>(block, i);
+    typename S::Elem* dst = packed_row<S, D>(block, i);
     for (int64_t c = 0; c < n_stored; ++c) {
-      store_packed<S>(dst + block_position<S>(c, nch) * kPackedChunkStride<S>,
+      store_packed<S>(dst + block_position<S, D>(c, nch) * kPackedChunkStride<S>,
                       decode_chunk<S, D, kWide>(r, ch0 + c, r.data + (ch0 + c) * kBytes));
     }
     for (int64_t c = n_stored; c < nch; ++c) {
-      store_packed<S>(dst + block_position<S>(c, nch) * kPackedChunkStride<S>, decode_chunk<S, D, kWide>(r, ch0 + c, tails[i]));
+      store_packed<S>(dst + block_position<S, D>(c, nch) * kPackedChunkStride<S>, decode_chunk<S, D, kWide>(r, ch0 + c, tails[i]));
     }
   }
 }
@@ -569,25 +597,26 @@ void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
 // every token block of the panel, all of it in L1. Decoding the whole unit first wrote a 128 KB tile (more
 // than L1) per K block for two token blocks to read, and those stores, missing L1, stalled the decode: perf
 // put 25% of a 512-token prefill in decode_block, mostly waiting. Each (row, token) sum is the same either way.
-template <class S, class DecodeBlock>
+template <class S, DType D, class DecodeBlock>
 void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T, int64_t n_chunks, float* c,
                int64_t cs, Scratch<S>& s, DecodeBlock&& decode_block) {
   using Elem = typename S::Elem;
-  constexpr int64_t kBlockChunks = kTileBlockChunks<S>;
+  constexpr int64_t kBlockChunks = kTileBlockChunks<S, D>;
+  constexpr int64_t kGroupElems = kTileGroupElems<S, D>;
   constexpr int64_t kGroupFirstBlocks = 2;
   DI_CHECK_MSG(n_chunks > 0, "linear: tile mode needs at least one chunk of K");
   const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks;
   const int64_t n_groups = (n_rows + S::kTileR - 1) / S::kTileR, n_tblocks = (T + S::kTileT - 1) / S::kTileT;
   constexpr int64_t kStatePerBlock = S::kTileT * S::kTileR * S::kLanes;
-  // With two chains (kChains) each chain's accumulators live in state from block to block, the kernel runs once
-  // per chain over that chain's chunks of the block (stored together, block_position), and the chains are summed
-  // after the last block.
-  constexpr int kC = kChains<S>;
-  static_assert(kC == 1 || (kC == 2 && !kSplitChunks<S> && kTileBlockElems / S::kChunk % 2 == 0),
+  // With several chains (kChains) each chain's accumulators live in state from block to block, the kernel runs
+  // once per chain over that chain's chunks of the block (stored together, block_position), and the chains are
+  // summed after the last block.
+  constexpr int kC = kChains<S, D>;
+  static_assert(kC == 1 || (!kSplitChunks<S> && kBlockChunks % kC == 0),
                 "chains: whole-chunk steps, and every K block starts on chain 0");
   const bool keep_state = n_kb > 1 || kC > 1;
   if (keep_state) s.state.resize(size_t(std::min(n_tblocks, kPanelBlocks) * n_groups * kStatePerBlock * kC));
-  s.tile.resize(size_t(kTileModeRows / S::kTileR * kTileGroupElems<S>));
+  s.tile.resize(size_t(kTileModeRows / S::kTileR * kGroupElems));
   Elem* block = s.tile.data();
   float part[S::kTileT * S::kTileR];
   // Token block tb (of the panel starting at p0) times row group g of K block kb, decoded at group_block.
@@ -602,9 +631,9 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
       if (kb < n_kb - 1) return;
     } else {
       for (int k = 0; k < kC; ++k) {  // chain k: the block's chunks k, k + kC, ..., stored together
-        const int64_t first_step = k == 0 ? 0 : (nch + 1) / 2, n_k = k == 0 ? (nch + 1) / 2 : nch / 2;
+        const int64_t first_step = chain_first(nch, k, kC), n_k = chain_chunks(nch, k, kC);
         float* chain_state = state + k * kStatePerBlock;
-        if (n_k == 0) {  // only a last block of one chunk leaves a chain without steps
+        if (n_k == 0) {  // only a last block of fewer than kC chunks leaves a chain without steps
           if (kb == 0) std::fill(chain_state, chain_state + kStatePerBlock, 0.0f);
           continue;
         }
@@ -632,7 +661,7 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
     for (int64_t kb = 0; kb < n_kb; ++kb) {
       for (int64_t g = 0; g < n_groups; ++g) {
         const int64_t i0 = g * S::kTileR, i1 = std::min(n_rows, i0 + S::kTileR);
-        if (i1 - i0 < S::kTileR) std::fill(group_block, group_block + kTileGroupElems<S>, Elem(0));
+        if (i1 - i0 < S::kTileR) std::fill(group_block, group_block + kGroupElems, Elem(0));
         decode_block(kb, n_kb, true, i0, i1, group_block);
         for (int64_t tb = 0; tb < n_tblocks; ++tb) run_group(0, tb, kb, g, group_block);
       }
@@ -640,7 +669,7 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
     return;
   }
   if (n_rows % S::kTileR) {  // the pad rows of the last group: zero (decode_block never writes them)
-    std::fill(block + (n_groups - 1) * kTileGroupElems<S>, block + n_groups * kTileGroupElems<S>, Elem(0));
+    std::fill(block + (n_groups - 1) * kGroupElems, block + n_groups * kGroupElems, Elem(0));
   }
   for (int64_t p0 = 0; p0 < n_tblocks; p0 += kPanelBlocks) {
     const int64_t p1 = std::min(n_tblocks, p0 + kPanelBlocks);
@@ -648,7 +677,7 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
       decode_block(kb, n_kb, p0 == 0, 0, n_rows, block);
       // Token block outermost: its x (12-24 KB) stays in L1 while the decoded groups stream from L2.
       for (int64_t tb = p0; tb < p1; ++tb)
-        for (int64_t g = 0; g < n_groups; ++g) run_group(p0, tb, kb, g, block + g * kTileGroupElems<S>);
+        for (int64_t g = 0; g < n_groups; ++g) run_group(p0, tb, kb, g, block + g * kGroupElems);
     }
   }
 }
@@ -775,7 +804,7 @@ void fused_kernel(const RowSrc* rows, const uint8_t* const* tails, int64_t n_ful
   // all the accumulators through the stack between the two, as did a possibly empty loop and a run-time first).
   if (n_steps <= 0) __builtin_unreachable();
   for (int64_t j = 0; j < n_steps; ++j) {
-    const int64_t ch = chunk0 + j * kChains<S>;
+    const int64_t ch = chunk0 + j * kChains<S, D>;
     W w[R];
     for (int r = 0; r < R; ++r) {
       w[r] = decode_chunk<S, D, kWide>(rows[r], ch, ch < n_full ? rows[r].data + ch * kBytes : tails[r]);
@@ -806,11 +835,10 @@ void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
                   const typename S::Elem* xt, int64_t kp, int64_t T, const uint8_t* ahead, int64_t ahead_bytes,
                   float* c, int64_t cs, Scratch<S>& s) {
   using F = typename S::F;
-  constexpr int R = kFusedRows<S>, kC = kChains<S>;
-  constexpr int64_t kBlockChunks = kTileBlockChunks<S>, kBytes = chunk_bytes<D>(S::kChunk);
+  constexpr int R = kFusedRows<S>, kC = kChains<S, D>;
+  constexpr int64_t kBlockChunks = kTileBlockChunks<S, D>, kBytes = chunk_bytes<D>(S::kChunk);
   constexpr int64_t kPairTokens = 2 * S::kTileT;
   constexpr int64_t kStatePerChain = kPairTokens * R * S::kLanes;
-  static_assert(kC == 1 || kC == 2, "chains: see kChains");
   static_assert(!kSplitChunks<S>, "fused tile mode takes whole-chunk steps");
   const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks, n_groups = (n_rows + R - 1) / R;
   s.state.resize(size_t(n_groups * kC * kStatePerChain));
@@ -835,9 +863,9 @@ void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
         }
         float* state = &s.state[size_t(g * kC * kStatePerChain)];
         for (int k = 0; k < kC; ++k) {  // chain k: chunks ch0 + k, ch0 + k + kC, ... (block_position order in x)
-          const int64_t first_step = k == 0 ? 0 : (nch + 1) / 2, n_k = kC == 1 ? nch : k == 0 ? (nch + 1) / 2 : nch / 2;
+          const int64_t first_step = chain_first(nch, k, kC), n_k = chain_chunks(nch, k, kC);
           float* chain_state = state + k * kStatePerChain;
-          if (n_k == 0) {  // only a last block of one chunk leaves a chain without steps
+          if (n_k == 0) {  // only a last block of fewer than kC chunks leaves a chain without steps
             if (kb == 0) std::fill(chain_state, chain_state + kStatePerChain, 0.0f);
             continue;
           }
@@ -895,9 +923,9 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
                                        rows[0].data + unit_bytes, unit_bytes, c, cs, s);
     }
   }
-  tile_loop<S>(n_rows, static_cast<const Elem*>(x.tiled), kp, T, n_chunks, c, cs, s,
+  tile_loop<S, D>(n_rows, static_cast<const Elem*>(x.tiled), kp, T, n_chunks, c, cs, s,
                [&](int64_t kb, int64_t n_kb, bool first_panel, int64_t i0, int64_t i1, Elem* dst) {
-                 const int64_t ch0 = kb * kTileBlockChunks<S>, nch = std::min(kTileBlockChunks<S>, n_chunks - ch0);
+                 const int64_t ch0 = kb * kTileBlockChunks<S, D>, nch = std::min(kTileBlockChunks<S, D>, n_chunks - ch0);
                  // The next unit (the rows after this one), a 1 / n_kb share per K block, in the first panel;
                  // rows [i0, i1) prefetch their part of that share.
                  const int64_t unit_bytes = n_rows * w.row_bytes(), share = (unit_bytes + n_kb - 1) / n_kb;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/simd_kernels.h"
@@ -42,11 +43,14 @@ struct SQuant : S {
   // A single token's rows go one at a time, so that each thread reads one sequential stream: Zen 4 streams
   // that far faster than rows read chunk by chunk side by side (rows 1-8 KB apart). A 1 GB bf16 GEMV on 2
   // threads: 41-49 GB/s with 1 row, 28-35 with 4; kernel_bench, 2 threads: head slice 25-35 -> 28-46 GB/s, FP8
-  // wq_b 15-16 -> 21-23. Two accumulator chains per row (kChains) keep one row from waiting on the vdpbf16ps
+  // wq_b 15-16 -> 21-23. Two accumulator chains per row (chains_for) keep one row from waiting on the vdpbf16ps
   // latency (an FP4 chunk is only 16 bytes): kernel_bench FP4 expert on 2 threads, 4 rows with one chain ->
   // 1 row with two, 13-19 -> 27-29 GB/s. More tokens take 2 rows at a time (4 rows with two chains would need
-  // 32 accumulators for 4 tokens).
-  static constexpr int kChains = 2;
+  // 32 accumulators for 4 tokens). FP4 takes four chains: at two, its single-token GEMV still waited on the
+  // latency (16 bytes of codes per vdpbf16ps); kernel_bench, FP4 2048 x 4096 of one token, alternating builds,
+  // one core from L2 24-25 -> 31-33 GB/s, from DRAM 22-24 -> 28-31, two threads 38-43 -> 48-53 (eight chains:
+  // no faster).
+  static constexpr int chains_for(DType d) { return d == DType::kI8 ? 4 : 2; }
   static constexpr int direct_rows_for(DType, int t) { return t == 1 ? 1 : 2; }
   // Tile mode over a few token blocks (fused_max_blocks) decodes in registers, 2 rows x 12 tokens at a time
   // (linear_family.h, fused_panels): kernel_bench, FP4 expert with 12 tokens, alternating builds, one core

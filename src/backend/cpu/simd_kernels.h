@@ -31,6 +31,7 @@ struct PackedX {
   int64_t k_padded = 0;
   int64_t stride = 0;  // elements between token rows (row_stride(k_padded))
   uint64_t call_id = 0;  // distinct per linear call: keys per-call caches derived from x
+  DType weight_dtype = DType::kBF16;  // the call's weights: their chain count orders the tiled x (tile_x)
   // Tile mode (more than the family's direct_tokens): the same values interleaved by token blocks (tile_x);
   // nullptr otherwise.
   const void* tiled = nullptr;
