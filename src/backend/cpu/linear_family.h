@@ -827,71 +827,100 @@ void fused_tokens(int64_t nt, const RowSrc* rows, const uint8_t* const* tails, i
   }
 }
 
-// All n_rows rows times the T tokens of the tiled x (tile_x), two token blocks at a time. In the first block
-// pair, while a row group works on a K block, the next group's part of that K block streams into L1 and a
-// share of the bytes [ahead, ahead + ahead_bytes) (the next unit of the matrix) into L2.
+// All n_rows rows times tokens [t0, t0 + nt) of the tiled x (tile_x; t0 starts a token block, nt <= kBlocks *
+// kTileT), R rows at a time. In the call's first pass (prefetch), while a row group works on a K block, the next
+// group's part of that K block streams into L1 and a share of the bytes [ahead, ahead + ahead_bytes) (the next
+// unit of the matrix) into L2.
+template <class S, DType D, bool kWide, int R, int kBlocks>
+void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t n_full, int64_t n_chunks,
+                const typename S::Elem* xt, int64_t kp, int64_t t0, int64_t nt, bool prefetch, const uint8_t* ahead,
+                int64_t ahead_bytes, float* c, int64_t cs, Scratch<S>& s) {
+  using F = typename S::F;
+  constexpr int kC = kChains<S, D>;
+  constexpr int64_t kBlockChunks = kTileBlockChunks<S, D>, kBytes = chunk_bytes<D>(S::kChunk);
+  constexpr int64_t kPassTokens = kBlocks * S::kTileT;
+  constexpr int64_t kStatePerChain = kPassTokens * R * S::kLanes;
+  static_assert(!kSplitChunks<S>, "fused tile mode takes whole-chunk steps");
+  static_assert(kBlocks == 1 || kBlocks == 2, "fused_kernel takes one or two token blocks");
+  const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks, n_groups = (n_rows + R - 1) / R;
+  if (s.state.size() < size_t(n_groups * kC * kStatePerChain)) s.state.resize(size_t(n_groups * kC * kStatePerChain));
+  const int64_t nt0 = std::min<int64_t>(S::kTileT, nt), nt1 = nt - nt0;
+  const typename S::Elem* xb0 = xt + t0 * kp;
+  const typename S::Elem* xb1 = kBlocks == 2 ? xb0 + S::kTileT * kp : xb0;
+  for (int64_t kb = 0; kb < n_kb; ++kb) {
+    const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
+    const int64_t in_place = std::max<int64_t>(0, std::min(nch, n_full - ch0));
+    for (int64_t g = 0; g < n_groups; ++g) {
+      RowSrc grp[R];
+      const uint8_t* grp_tails[R];
+      row_group<R>(rows, tails, n_rows, g * R, grp, grp_tails);
+      if (prefetch) {
+        for (int64_t i = (g + 1) * R; i < std::min(n_rows, (g + 2) * R); ++i)
+          for (int64_t b = 0; b < in_place * kBytes; b += 64) __builtin_prefetch(rows[i].data + ch0 * kBytes + b);
+        const int64_t share = (ahead_bytes + n_kb * n_groups - 1) / (n_kb * n_groups);
+        const int64_t a0 = (kb * n_groups + g) * share, a1 = std::min(ahead_bytes, a0 + share);
+        for (int64_t b = a0; b < a1; b += 64) __builtin_prefetch(ahead + b, 0, 2);
+      }
+      float* state = &s.state[size_t(g * kC * kStatePerChain)];
+      for (int k = 0; k < kC; ++k) {  // chain k: chunks ch0 + k, ch0 + k + kC, ... (block_position order in x)
+        const int64_t first_step = chain_first(nch, k, kC), n_k = chain_chunks(nch, k, kC);
+        float* chain_state = state + k * kStatePerChain;
+        if (n_k == 0) {  // only a last block of fewer than kC chunks leaves a chain without steps
+          if (kb == 0) std::fill(chain_state, chain_state + kStatePerChain, 0.0f);
+          continue;
+        }
+        fused_tokens<S, D, kWide, R, kPassTokens>(nt, grp, grp_tails, n_full, ch0 + k, n_k,
+                                                   xb0 + (ch0 * nt0 + first_step * nt0) * S::kChunk,
+                                                   xb1 + (ch0 * nt1 + first_step * nt1) * S::kChunk, kb == 0,
+                                                   chain_state);
+      }
+    }
+  }
+  // The chains summed, then four rows' horizontal sums at a time (reduce<4> sums each row as reduce<1> would;
+  // two rows at a time, reduce<2> spent ~8% of the call on horizontal sums).
+  float part[4];
+  for (int64_t r0 = 0; r0 < n_rows; r0 += 4) {
+    const int64_t nr = std::min<int64_t>(4, n_rows - r0);
+    for (int64_t t = 0; t < nt; ++t) {
+      F sum[4];
+      for (int64_t j = 0; j < 4; ++j) {
+        const int64_t i = std::min(r0 + j, n_rows - 1);
+        const float* state = &s.state[size_t((i / R) * kC * kStatePerChain + (t * R + i % R) * S::kLanes)];
+        F acc[kC][1];
+        for (int k = 0; k < kC; ++k) acc[k][0] = S::fload(state + k * kStatePerChain);
+        sum_chains<S, 1>(acc, kC, &sum[j]);
+      }
+      S::template reduce<4>(sum, part);
+      for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[r];
+    }
+  }
+}
+
+// All n_rows rows times the T tokens of the tiled x, in passes over the weights that each hold 24 accumulators
+// per row group and chain: a full token block with 2 * kFusedRows rows at a time, or the last one or two
+// blocks (fewer than two full ones) with kFusedRows rows. Each decoded chunk then serves 6 to 12 tokens, and each
+// x vector loaded 2 or 4 rows. A pass of two blocks loads twice the x per product, from L2 (its x is 48-96 KB
+// per K block): on Zen 5 (kernel_bench, an FP4 expert of 12 tokens, alternating builds) two one-block passes of
+// 4 rows ran 11-22% faster than one two-block pass of 2 rows; a block of 6 and one of 2 tokens 30% slower
+// (the rows decoded again for 2 tokens). FP8 keeps two-block passes: its decode costs more (FP8 with 12 tokens
+// ran ~7% slower in one-block passes). The sums are the same whatever the pass: each (row, token) adds its
+// chains' chunks in order.
 template <class S, DType D, bool kWide>
 void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t n_full, int64_t n_chunks,
                   const typename S::Elem* xt, int64_t kp, int64_t T, const uint8_t* ahead, int64_t ahead_bytes,
                   float* c, int64_t cs, Scratch<S>& s) {
-  using F = typename S::F;
-  constexpr int R = kFusedRows<S>, kC = kChains<S, D>;
-  constexpr int64_t kBlockChunks = kTileBlockChunks<S, D>, kBytes = chunk_bytes<D>(S::kChunk);
-  constexpr int64_t kPairTokens = 2 * S::kTileT;
-  constexpr int64_t kStatePerChain = kPairTokens * R * S::kLanes;
-  static_assert(!kSplitChunks<S>, "fused tile mode takes whole-chunk steps");
-  const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks, n_groups = (n_rows + R - 1) / R;
-  s.state.resize(size_t(n_groups * kC * kStatePerChain));
-  float part[4];
-  for (int64_t t0 = 0; t0 < T; t0 += kPairTokens) {
-    const int64_t nt = std::min(kPairTokens, T - t0), nt0 = std::min<int64_t>(S::kTileT, nt), nt1 = nt - nt0;
-    const typename S::Elem* xb0 = xt + t0 * kp;
-    const typename S::Elem* xb1 = xb0 + S::kTileT * kp;
-    for (int64_t kb = 0; kb < n_kb; ++kb) {
-      const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
-      const int64_t in_place = std::max<int64_t>(0, std::min(nch, n_full - ch0));
-      for (int64_t g = 0; g < n_groups; ++g) {
-        RowSrc grp[R];
-        const uint8_t* grp_tails[R];
-        row_group<R>(rows, tails, n_rows, g * R, grp, grp_tails);
-        if (t0 == 0) {
-          for (int64_t i = (g + 1) * R; i < std::min(n_rows, (g + 2) * R); ++i)
-            for (int64_t b = 0; b < in_place * kBytes; b += 64) __builtin_prefetch(rows[i].data + ch0 * kBytes + b);
-          const int64_t share = (ahead_bytes + n_kb * n_groups - 1) / (n_kb * n_groups);
-          const int64_t a0 = (kb * n_groups + g) * share, a1 = std::min(ahead_bytes, a0 + share);
-          for (int64_t b = a0; b < a1; b += 64) __builtin_prefetch(ahead + b, 0, 2);
-        }
-        float* state = &s.state[size_t(g * kC * kStatePerChain)];
-        for (int k = 0; k < kC; ++k) {  // chain k: chunks ch0 + k, ch0 + k + kC, ... (block_position order in x)
-          const int64_t first_step = chain_first(nch, k, kC), n_k = chain_chunks(nch, k, kC);
-          float* chain_state = state + k * kStatePerChain;
-          if (n_k == 0) {  // only a last block of fewer than kC chunks leaves a chain without steps
-            if (kb == 0) std::fill(chain_state, chain_state + kStatePerChain, 0.0f);
-            continue;
-          }
-          fused_tokens<S, D, kWide, R, kPairTokens>(nt, grp, grp_tails, n_full, ch0 + k, n_k,
-                                                     xb0 + (ch0 * nt0 + first_step * nt0) * S::kChunk,
-                                                     xb1 + (ch0 * nt1 + first_step * nt1) * S::kChunk, kb == 0,
-                                                     chain_state);
-        }
-      }
-    }
-    // The chains summed, then four rows' horizontal sums at a time (reduce<4> sums each row as reduce<1> would;
-    // two rows at a time, reduce<2> spent ~8% of the call on horizontal sums).
-    for (int64_t r0 = 0; r0 < n_rows; r0 += 4) {
-      const int64_t nr = std::min<int64_t>(4, n_rows - r0);
-      for (int64_t t = 0; t < nt; ++t) {
-        F sum[4];
-        for (int64_t j = 0; j < 4; ++j) {
-          const int64_t i = std::min(r0 + j, n_rows - 1);
-          const float* state = &s.state[size_t((i / R) * kC * kStatePerChain + (t * R + i % R) * S::kLanes)];
-          F acc[kC][1];
-          for (int k = 0; k < kC; ++k) acc[k][0] = S::fload(state + k * kStatePerChain);
-          sum_chains<S, 1>(acc, kC, &sum[j]);
-        }
-        S::template reduce<4>(sum, part);
-        for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[r];
-      }
+  constexpr int R = kFusedRows<S>;
+  constexpr int64_t kB = S::kTileT;
+  for (int64_t t0 = 0; t0 < T;) {
+    const int64_t left = T - t0;
+    if (D != DType::kF8E4M3 && (left >= 2 * kB || left == kB)) {
+      fused_pass<S, D, kWide, 2 * R, 1>(rows, tails, n_rows, n_full, n_chunks, xt, kp, t0, kB, t0 == 0, ahead,
+                                        ahead_bytes, c, cs, s);
+      t0 += kB;
+    } else {
+      fused_pass<S, D, kWide, R, 2>(rows, tails, n_rows, n_full, n_chunks, xt, kp, t0, left, t0 == 0, ahead,
+                                    ahead_bytes, c, cs, s);
+      t0 = T;
     }
   }
 }
