@@ -47,14 +47,15 @@ struct SQuant : S {
   // latency (an FP4 chunk is only 16 bytes): kernel_bench FP4 expert on 2 threads, 4 rows with one chain ->
   // 1 row with two, 13-19 -> 27-29 GB/s. More tokens take 2 rows at a time (4 rows with two chains would need
   // 32 accumulators for 4 tokens). FP4 takes four chains: at two, its single-token GEMV still waited on the
-  // latency (16 bytes of codes per vdpbf16ps); kernel_bench, FP4 2048 x 4096 of one token, alternating builds,
-  // one core from L2 24-25 -> 31-33 GB/s, from DRAM 22-24 -> 28-31, two threads 38-43 -> 48-53 (eight chains:
-  // no faster).
+  // latency (16 bytes of codes per vdpbf16ps); kernel_bench on a Zen 5, FP4 2048 x 4096 of one token, medians of
+  // 4 alternating runs: one core 19.9 -> 24.4 GB/s (weights in L2: 20.2 -> 27.7), two threads 33.9 -> 42.8
+  // (eight chains: no faster).
   static constexpr int chains_for(DType d) { return d == DType::kI8 ? 4 : 2; }
   static constexpr int direct_rows_for(DType, int t) { return t == 1 ? 1 : 2; }
   // Tile mode over a few token blocks (fused_max_blocks) decodes in registers, 2 rows x 12 tokens at a time
   // (linear_family.h, fused_panels): kernel_bench, FP4 expert with 12 tokens, alternating builds, one core
-  // 116 / 116 / 110 -> 138 / 142 / 157 GFLOP/s, two 210 / 235 / 248 -> 248 / 291 / 259.
+  // 116 / 116 / 110 -> 138 / 142 / 157 GFLOP/s, two 210 / 235 / 248 -> 248 / 291 / 259 (Zen 4). A full FP4
+  // token block goes alone, 4 rows x 6 tokens at a time (fused_panels).
   static constexpr int kFusedRows = 2;
   // cvtne2ps_pbh(hi, lo): the second operand's 16 values become elements 0-15.
   static W decode_fp8(const uint8_t* p, float mult) {
