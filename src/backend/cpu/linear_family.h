@@ -896,15 +896,15 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
   }
 }
 
-// All n_rows rows times the T tokens of the tiled x, in passes over the weights that each hold 24 accumulators
-// per row group and chain: a full token block with 2 * kFusedRows rows at a time, or the last one or two
-// blocks (fewer than two full ones) with kFusedRows rows. Each decoded chunk then serves 6 to 12 tokens, and each
-// x vector loaded 2 or 4 rows. A pass of two blocks loads twice the x per product, from L2 (its x is 48-96 KB
-// per K block): on Zen 5 (kernel_bench, an FP4 expert of 12 tokens, alternating builds) two one-block passes of
-// 4 rows ran 11-22% faster than one two-block pass of 2 rows; a block of 6 and one of 2 tokens 30% slower
-// (the rows decoded again for 2 tokens). FP8 keeps two-block passes: its decode costs more (FP8 with 12 tokens
-// ran ~7% slower in one-block passes). The sums are the same whatever the pass: each (row, token) adds its
-// chains' chunks in order.
+// All n_rows rows times the T tokens of the tiled x, in passes over the weights that each hold up to 24
+// accumulators per row group and chain: every full token block with 2 * kFusedRows rows at a time, a partial
+// last block with kFusedRows rows. Each x vector loaded then serves 4 rows where a pass of two blocks with
+// kFusedRows rows loaded twice the x per product, from L2 (its x is 48-96 KB per K block). On Zen 5
+// (kernel_bench, an FP4 expert on 2 threads, alternating builds) 12 / 18 / 24 tokens ran 11 / 39 / 20% faster
+// than in two-block passes, and 8 tokens (6 + 2) 4-5% faster (with 4 rows for the 2 tokens too, 30% slower); bf16
+// 4096 x 4096 with 12 tokens 24% faster.
+// FP8 keeps two-block passes of kFusedRows rows: its decode costs more (12 tokens ran ~7% slower in one-block
+// passes). The sums are the same whatever the pass: each (row, token) adds its chains' chunks in order.
 template <class S, DType D, bool kWide>
 void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t n_full, int64_t n_chunks,
                   const typename S::Elem* xt, int64_t kp, int64_t T, const uint8_t* ahead, int64_t ahead_bytes,
@@ -913,7 +913,7 @@ void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
   constexpr int64_t kB = S::kTileT;
   for (int64_t t0 = 0; t0 < T;) {
     const int64_t left = T - t0;
-    if (D != DType::kF8E4M3 && (left >= 2 * kB || left == kB)) {
+    if (D != DType::kF8E4M3 && left >= kB) {
       fused_pass<S, D, kWide, 2 * R, 1>(rows, tails, n_rows, n_full, n_chunks, xt, kp, t0, kB, t0 == 0, ahead,
                                         ahead_bytes, c, cs, s);
       t0 += kB;
