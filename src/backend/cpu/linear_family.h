@@ -896,19 +896,21 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
   }
 }
 
-// All n_rows rows times the T tokens of the tiled x, in passes over the weights that each hold up to 24
-// accumulators per row group and chain: every full token block with 2 * kFusedRows rows at a time, a partial
-// last block with kFusedRows rows. Each x vector loaded then serves 4 rows where a pass of two blocks with
-// kFusedRows rows loaded twice the x per product, from L2 (its x is 48-96 KB per K block). On Zen 5
-// (kernel_bench, an FP4 expert on 2 threads, alternating builds) 12 / 18 / 24 tokens ran 11 / 39 / 20% faster
-// than in two-block passes, and 8 tokens (6 + 2) 4-5% faster (with 4 rows for the 2 tokens too, 30% slower); bf16
-// 4096 x 4096 with 12 tokens 24% faster.
-// FP8 keeps two-block passes of kFusedRows rows: its decode costs more (12 tokens ran ~7% slower in one-block
-// passes). The sums are the same whatever the pass: each (row, token) adds its chains' chunks in order.
+// All n_rows rows times the T tokens of the tiled x xt (x: the same tokens unpacked, rows xs apart), in passes
+// over the weights:
+// - every full token block alone, 2 * kFusedRows rows at a time (24 accumulators per chain). A pass of two blocks
+//   with kFusedRows rows loads twice the x per product, from L2 (48-96 KB of x per K block): on Zen 5
+//   (kernel_bench, 2 threads, alternating builds) an FP4 expert with 12 / 18 / 24 tokens ran 11 / 39 / 20%
+//   faster in one-block passes, bf16 4096 x 4096 with 12 tokens 24%;
+// - then a last partial block of at most kDirectT tokens in direct mode on x (all chains in one pass: a fused
+//   pass of 2 tokens holds 4 accumulators per chain; FP4 with 8 tokens +11%, with 10 the same), a larger one
+//   in a pass of kFusedRows rows.
+// FP8 keeps passes of two blocks with kFusedRows rows: its decode costs more (12 tokens ran ~7% slower in
+// one-block passes). The sums are the same whatever the pass: each (row, token) adds its chains' chunks in order.
 template <class S, DType D, bool kWide>
 void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t n_full, int64_t n_chunks,
-                  const typename S::Elem* xt, int64_t kp, int64_t T, const uint8_t* ahead, int64_t ahead_bytes,
-                  float* c, int64_t cs, Scratch<S>& s) {
+                  const typename S::Elem* xt, int64_t kp, const typename S::Elem* x, int64_t xs, int64_t T,
+                  const uint8_t* ahead, int64_t ahead_bytes, float* c, int64_t cs, Scratch<S>& s) {
   constexpr int R = kFusedRows<S>;
   constexpr int64_t kB = S::kTileT;
   for (int64_t t0 = 0; t0 < T;) {
@@ -917,6 +919,10 @@ void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
       fused_pass<S, D, kWide, 2 * R, 1>(rows, tails, n_rows, n_full, n_chunks, xt, kp, t0, kB, t0 == 0, ahead,
                                         ahead_bytes, c, cs, s);
       t0 += kB;
+    } else if (D != DType::kF8E4M3 && left <= S::kDirectT) {
+      direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, x + t0 * xs, xs, left, n_full,
+                                                     n_full < n_chunks, c + t0 * cs, cs);
+      t0 = T;
     } else {
       fused_pass<S, D, kWide, R, 2>(rows, tails, n_rows, n_full, n_chunks, xt, kp, t0, left, t0 == 0, ahead,
                                     ahead_bytes, c, cs, s);
@@ -948,8 +954,8 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   if constexpr (kFusedRows<S> > 0) {
     if ((T + S::kTileT - 1) / S::kTileT <= fused_max_blocks(D)) {
       const int64_t unit_bytes = n_rows * w.row_bytes();
-      return fused_panels<S, D, kWide>(rows, tails, n_rows, n_full, n_chunks, static_cast<const Elem*>(x.tiled), kp, T,
-                                       rows[0].data + unit_bytes, unit_bytes, c, cs, s);
+      return fused_panels<S, D, kWide>(rows, tails, n_rows, n_full, n_chunks, static_cast<const Elem*>(x.tiled), kp, xd,
+                                       xs, T, rows[0].data + unit_bytes, unit_bytes, c, cs, s);
     }
   }
   tile_loop<S, D>(n_rows, static_cast<const Elem*>(x.tiled), kp, T, n_chunks, c, cs, s,
