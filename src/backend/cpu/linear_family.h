@@ -121,14 +121,11 @@ inline void with_chain(int k, Fn&& fn) {
   }(std::make_integer_sequence<int, kC>{});
 }
 
-// Of a K block of nch chunks, the chunks of chain k (chunks k, k + kC, ...), and how many chunks the chains
-// before k hold (where chain k starts when the block is stored chain by chain, see block_position).
-constexpr int64_t chain_chunks(int64_t nch, int k, int kC) { return (nch - k + kC - 1) / kC; }
-constexpr int64_t chain_first(int64_t nch, int k, int kC) {
-  int64_t n = 0;
-  for (int j = 0; j < k; ++j) n += chain_chunks(nch, j, kC);
-  return n;
-}
+// Of a K block of nch chunks, the chunks of chain k (chunks k, k + kC, ...: the first nch % kC chains hold one
+// more), and how many chunks the chains before k hold (where chain k starts when the block is stored chain by
+// chain, see block_position).
+constexpr int64_t chain_chunks(int64_t nch, int k, int kC) { return nch / kC + (k < nch % kC ? 1 : 0); }
+constexpr int64_t chain_first(int64_t nch, int k, int kC) { return k * (nch / kC) + std::min<int64_t>(k, nch % kC); }
 
 // Families whose W is several accumulator-width parts (S::kParts, S::load_part) run the tile kernel one
 // part at a time.
@@ -913,13 +910,14 @@ void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
                   const uint8_t* ahead, int64_t ahead_bytes, float* c, int64_t cs, Scratch<S>& s) {
   constexpr int R = kFusedRows<S>;
   constexpr int64_t kB = S::kTileT;
+  constexpr bool kOneBlockPasses = D != DType::kF8E4M3;
   for (int64_t t0 = 0; t0 < T;) {
     const int64_t left = T - t0;
-    if (D != DType::kF8E4M3 && left >= kB) {
+    if (kOneBlockPasses && left >= kB) {
       fused_pass<S, D, kWide, 2 * R, 1>(rows, tails, n_rows, n_full, n_chunks, xt, kp, t0, kB, t0 == 0, ahead,
                                         ahead_bytes, c, cs, s);
       t0 += kB;
-    } else if (D != DType::kF8E4M3 && left <= S::kDirectT) {
+    } else if (kOneBlockPasses && left <= S::kDirectT) {
       direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, x + t0 * xs, xs, left, n_full,
                                                      n_full < n_chunks, c + t0 * cs, cs);
       t0 = T;
