@@ -21,6 +21,11 @@ const char* op_kind_name(OpKind kind);  // "linear", "hc_mix", "sparse_attention
 struct OpTime {
   int64_t calls = 0;  // ops: linears() / sparse_attentions() count each of their ops, for_rows() one per call
   double seconds = 0;
+  OpTime& operator-=(const OpTime& o) {
+    calls -= o.calls;
+    seconds -= o.seconds;
+    return *this;
+  }
 };
 using OpTimes = std::array<OpTime, kOpKinds>;  // indexed by OpKind
 
@@ -33,6 +38,12 @@ struct LinearTime {
   int64_t calls = 0;
   double seconds = 0;
   double weight_bytes = 0;  // the rows the calls read (codes and their scale bytes), once per call
+  LinearTime& operator-=(const LinearTime& o) {
+    calls -= o.calls;
+    seconds -= o.seconds;
+    weight_bytes -= o.weight_bytes;
+    return *this;
+  }
 };
 using LinearTimes = std::array<LinearTime, kWeightTypes>;  // indexed by WeightType
 

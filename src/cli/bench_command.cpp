@@ -170,19 +170,13 @@ Runner add_bench_command(CLI::App& app) {
       ops_before = op_times;
       linear_before = linear_times;
     };
+    auto since = [](auto after, const auto& before) {  // the totals' growth, entry by entry
+      for (size_t k = 0; k < after.size(); ++k) after[k] -= before[k];
+      return after;
+    };
     auto row = [&](const std::string& phase, double tokens, double steps, double seconds, double bytes, double flops) {
-      OpTimes ops = op_times;
-      for (int k = 0; k < kOpKinds; ++k) {
-        ops[size_t(k)].calls -= ops_before[size_t(k)].calls;
-        ops[size_t(k)].seconds -= ops_before[size_t(k)].seconds;
-      }
-      LinearTimes linear = linear_times;
-      for (int k = 0; k < kWeightTypes; ++k) {
-        linear[size_t(k)].calls -= linear_before[size_t(k)].calls;
-        linear[size_t(k)].seconds -= linear_before[size_t(k)].seconds;
-        linear[size_t(k)].weight_bytes -= linear_before[size_t(k)].weight_bytes;
-      }
-      rows.push_back({phase, tokens, steps, seconds, bytes, flops, ops, linear});
+      rows.push_back({phase, tokens, steps, seconds, bytes, flops, since(op_times, ops_before),
+                      since(linear_times, linear_before)});
       std::fprintf(stderr, "%s: %.2f tokens/s\n", phase.c_str(), tokens / seconds);
     };
     const int64_t layer_macs = traffic.decode_macs_per_token - traffic.head_macs;
