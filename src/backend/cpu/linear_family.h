@@ -777,9 +777,18 @@ constexpr int64_t fused_max_blocks(DType d) { return d == DType::kF8E4M3 ? 2 : 4
 // R rows times T0 tokens of x0 and T1 tokens of x1 (two token blocks of the tiled x, each [step][token][chunk]),
 // over n_steps (> 0) chunks of one chain: chunk chunk0 + j * kChains at step j. The accumulators start at zero
 // (kFirst) or from state and end in state ([token][row][lanes]).
+// Prefetches ride along with the steps (Prefetch): the pass issued them as one burst per row group, and the
+// bursts (128 lines per FP4 K block) stalled on the full miss queue (perf: most of the pass's own time).
+struct Prefetch {
+  int64_t next_group = 0;            // bytes from a row to the same row of the next group (0: none); each step
+                                     // fetches its chunks' lines there into L1, once per line
+  const uint8_t* ahead = nullptr;    // lines [ahead, ahead + 64 * ahead_lines) go to L2, a few per step
+  int64_t ahead_lines = 0;
+};
+
 template <class S, DType D, bool kWide, int R, int T0, int T1, bool kFirst>
 void fused_kernel(const RowSrc* rows, const uint8_t* const* tails, int64_t n_full, int64_t chunk0, int64_t n_steps,
-                  const typename S::Elem* x0, const typename S::Elem* x1, float* state) {
+                  const typename S::Elem* x0, const typename S::Elem* x1, const Prefetch& pf, float* state) {
   using F = typename S::F;
   using W = typename S::W;
   constexpr int T = T0 + T1;
@@ -800,10 +809,19 @@ void fused_kernel(const RowSrc* rows, const uint8_t* const* tails, int64_t n_ful
   // One loop for every step (a second loop for the partial last chunk, which comes from tails, made GCC move
   // all the accumulators through the stack between the two, as did a possibly empty loop and a run-time first).
   if (n_steps <= 0) __builtin_unreachable();
+  // This chain's chunks start a new line at every step (the chains before it read the others' lines): chunk0's
+  // bytes start a line, or a step spans less than one.
+  const int64_t next_group = pf.next_group;
+  const bool prefetch = next_group != 0 && ((chunk0 * kBytes) % 64 < kBytes || kChains<S, D> * kBytes < 64);
+  const int64_t ahead_per_step = (pf.ahead_lines + n_steps - 1) / n_steps;
+  const uint8_t* ahead = pf.ahead;
+  const uint8_t* const ahead_end = pf.ahead + 64 * pf.ahead_lines;
   for (int64_t j = 0; j < n_steps; ++j) {
     const int64_t ch = chunk0 + j * kChains<S, D>;
+    for (int64_t i = 0; i < ahead_per_step && ahead < ahead_end; ++i, ahead += 64) __builtin_prefetch(ahead, 0, 2);
     W w[R];
     for (int r = 0; r < R; ++r) {
+      if (prefetch) __builtin_prefetch(rows[r].data + ch * kBytes + next_group);
       w[r] = decode_chunk<S, D, kWide>(rows[r], ch, ch < n_full ? rows[r].data + ch * kBytes : tails[r]);
     }
     step(j, w);
@@ -815,23 +833,28 @@ void fused_kernel(const RowSrc* rows, const uint8_t* const* tails, int64_t n_ful
 // fused_kernel for nt tokens (1 to 2 * kTileT): the first kTileT in x0, the rest in x1. T is found by recursion.
 template <class S, DType D, bool kWide, int R, int T>
 void fused_tokens(int64_t nt, const RowSrc* rows, const uint8_t* const* tails, int64_t n_full, int64_t chunk0,
-                  int64_t n_steps, const typename S::Elem* x0, const typename S::Elem* x1, bool first, float* state) {
+                  int64_t n_steps, const typename S::Elem* x0, const typename S::Elem* x1, const Prefetch& pf, bool first,
+                  float* state) {
   if constexpr (T > 0) {
-    if (nt != T) return fused_tokens<S, D, kWide, R, T - 1>(nt, rows, tails, n_full, chunk0, n_steps, x0, x1, first, state);
+    if (nt != T) {
+      return fused_tokens<S, D, kWide, R, T - 1>(nt, rows, tails, n_full, chunk0, n_steps, x0, x1, pf, first, state);
+    }
     constexpr int T0 = std::min(T, S::kTileT);
-    if (first) return fused_kernel<S, D, kWide, R, T0, T - T0, true>(rows, tails, n_full, chunk0, n_steps, x0, x1, state);
-    fused_kernel<S, D, kWide, R, T0, T - T0, false>(rows, tails, n_full, chunk0, n_steps, x0, x1, state);
+    if (first) {
+      return fused_kernel<S, D, kWide, R, T0, T - T0, true>(rows, tails, n_full, chunk0, n_steps, x0, x1, pf, state);
+    }
+    fused_kernel<S, D, kWide, R, T0, T - T0, false>(rows, tails, n_full, chunk0, n_steps, x0, x1, pf, state);
   }
 }
 
 // All n_rows rows times tokens [t0, t0 + nt) of the tiled x (tile_x; t0 starts a token block, nt <= kBlocks *
-// kTileT), R rows at a time. In the call's first pass (prefetch), while a row group works on a K block, the next
-// group's part of that K block streams into L1 and a share of the bytes [ahead, ahead + ahead_bytes) (the next
-// unit of the matrix) into L2.
+// kTileT), R rows at a time (the rows are row_bytes apart). In the call's first pass (prefetch), while a row group
+// works on a K block, the next group's part of that K block streams into L1 (fused_kernel) and a share of the
+// bytes [ahead, ahead + ahead_bytes) (the next unit of the matrix) into L2.
 template <class S, DType D, bool kWide, int R, int kBlocks>
-void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t n_full, int64_t n_chunks,
-                const typename S::Elem* xt, int64_t kp, int64_t t0, int64_t nt, bool prefetch, const uint8_t* ahead,
-                int64_t ahead_bytes, float* c, int64_t cs, Scratch<S>& s) {
+void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t row_bytes, int64_t n_full,
+                int64_t n_chunks, const typename S::Elem* xt, int64_t kp, int64_t t0, int64_t nt, bool prefetch,
+                const uint8_t* ahead, int64_t ahead_bytes, float* c, int64_t cs, Scratch<S>& s) {
   using F = typename S::F;
   constexpr int kC = kChains<S, D>;
   constexpr int64_t kBlockChunks = kTileBlockChunks<S, D>, kBytes = chunk_bytes<D>(S::kChunk);
@@ -870,20 +893,18 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
       }
     }
   };
+  const int64_t next_group = prefetch ? R * row_bytes : 0;
   for (int64_t kb = 0; kb < n_kb; ++kb) {
     const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
-    const int64_t in_place = std::max<int64_t>(0, std::min(nch, n_full - ch0));
     for (int64_t g = 0; g < n_groups; ++g) {
       RowSrc grp[R];
       const uint8_t* grp_tails[R];
       row_group<R>(rows, tails, n_rows, g * R, grp, grp_tails);
-      if (prefetch) {
-        for (int64_t i = (g + 1) * R; i < std::min(n_rows, (g + 2) * R); ++i)
-          for (int64_t b = 0; b < in_place * kBytes; b += 64) __builtin_prefetch(rows[i].data + ch0 * kBytes + b);
-        const int64_t share = (ahead_bytes + n_kb * n_groups - 1) / (n_kb * n_groups);
-        const int64_t a0 = (kb * n_groups + g) * share, a1 = std::min(ahead_bytes, a0 + share);
-        for (int64_t b = a0; b < a1; b += 64) __builtin_prefetch(ahead + b, 0, 2);
-      }
+      // The group's share of the next unit's lines, split between its chains' calls.
+      const int64_t ahead_lines = prefetch ? (ahead_bytes + 63) / 64 : 0;
+      const int64_t group_lines = (ahead_lines + n_kb * n_groups - 1) / (n_kb * n_groups);
+      const int64_t g0 = std::min(ahead_lines, (kb * n_groups + g) * group_lines);
+      const int64_t g1 = std::min(ahead_lines, g0 + group_lines);
       // With one K block no group's sums outlive its pass: every group takes the first slot, which stays in L1.
       float* state = &s.state[size_t((n_kb == 1 ? 0 : g) * kC * kStatePerChain)];
       for (int k = 0; k < kC; ++k) {  // chain k: chunks ch0 + k, ch0 + k + kC, ... (block_position order in x)
@@ -893,9 +914,11 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
           if (kb == 0) std::fill(chain_state, chain_state + kStatePerChain, 0.0f);
           continue;
         }
+        const int64_t l0 = g0 + (g1 - g0) * k / kC, l1 = g0 + (g1 - g0) * (k + 1) / kC;
+        const Prefetch pf{next_group, ahead + 64 * l0, l1 - l0};
         fused_tokens<S, D, kWide, R, kPassTokens>(nt, grp, grp_tails, n_full, ch0 + k, n_k,
                                                    xb0 + (ch0 * nt0 + first_step * nt0) * S::kChunk,
-                                                   xb1 + (ch0 * nt1 + first_step * nt1) * S::kChunk, kb == 0,
+                                                   xb1 + (ch0 * nt1 + first_step * nt1) * S::kChunk, pf, kb == 0,
                                                    chain_state);
       }
       if (kb == n_kb - 1) finish_group(g, state);
@@ -915,25 +938,25 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
 // FP8 keeps passes of two blocks with kFusedRows rows: its decode costs more (12 tokens ran ~7% slower in
 // one-block passes). The sums are the same whatever the pass: each (row, token) adds its chains' chunks in order.
 template <class S, DType D, bool kWide>
-void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t n_full, int64_t n_chunks,
-                  const typename S::Elem* xt, int64_t kp, const typename S::Elem* x, int64_t xs, int64_t T,
-                  const uint8_t* ahead, int64_t ahead_bytes, float* c, int64_t cs, Scratch<S>& s) {
+void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t row_bytes, int64_t n_full,
+                  int64_t n_chunks, const typename S::Elem* xt, int64_t kp, const typename S::Elem* x, int64_t xs,
+                  int64_t T, const uint8_t* ahead, int64_t ahead_bytes, float* c, int64_t cs, Scratch<S>& s) {
   constexpr int R = kFusedRows<S>;
   constexpr int64_t kB = S::kTileT;
   constexpr bool kOneBlockPasses = D != DType::kF8E4M3;
   for (int64_t t0 = 0; t0 < T;) {
     const int64_t left = T - t0;
     if (kOneBlockPasses && left >= kB) {
-      fused_pass<S, D, kWide, 2 * R, 1>(rows, tails, n_rows, n_full, n_chunks, xt, kp, t0, kB, t0 == 0, ahead,
-                                        ahead_bytes, c, cs, s);
+      fused_pass<S, D, kWide, 2 * R, 1>(rows, tails, n_rows, row_bytes, n_full, n_chunks, xt, kp, t0, kB, t0 == 0,
+                                        ahead, ahead_bytes, c, cs, s);
       t0 += kB;
     } else if (kOneBlockPasses && left <= S::kDirectT) {
       direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, x + t0 * xs, xs, left, n_full,
                                                      n_full < n_chunks, c + t0 * cs, cs);
       t0 = T;
     } else {
-      fused_pass<S, D, kWide, R, 2>(rows, tails, n_rows, n_full, n_chunks, xt, kp, t0, left, t0 == 0, ahead,
-                                    ahead_bytes, c, cs, s);
+      fused_pass<S, D, kWide, R, 2>(rows, tails, n_rows, row_bytes, n_full, n_chunks, xt, kp, t0, left, t0 == 0,
+                                    ahead, ahead_bytes, c, cs, s);
       t0 = T;
     }
   }
@@ -962,8 +985,9 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   if constexpr (kFusedRows<S> > 0) {
     if ((T + S::kTileT - 1) / S::kTileT <= fused_max_blocks(D)) {
       const int64_t unit_bytes = n_rows * w.row_bytes();
-      return fused_panels<S, D, kWide>(rows, tails, n_rows, n_full, n_chunks, static_cast<const Elem*>(x.tiled), kp, xd,
-                                       xs, T, rows[0].data + unit_bytes, unit_bytes, c, cs, s);
+      return fused_panels<S, D, kWide>(rows, tails, n_rows, w.row_bytes(), n_full, n_chunks,
+                                       static_cast<const Elem*>(x.tiled), kp, xd, xs, T, rows[0].data + unit_bytes,
+                                       unit_bytes, c, cs, s);
     }
   }
   tile_loop<S, D>(n_rows, static_cast<const Elem*>(x.tiled), kp, T, n_chunks, c, cs, s,
