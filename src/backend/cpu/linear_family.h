@@ -564,24 +564,40 @@ void decode_block(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
   constexpr int64_t kBytes = chunk_bytes<D>(S::kChunk);
   const int64_t n_stored = std::max<int64_t>(0, std::min(nch, n_full - ch0));  // chunks read in place
   const int64_t n_next = std::max<int64_t>(0, std::min(nch, n_full - ch0 - nch));
-  // The L2 prefetches go out a row's share at a time, between the rows' decodes: issued in one burst they
-  // filled the line fill buffers, and the burst itself took ~17% of decode_block in a 512-token prefill.
-  const int64_t ahead_per_row = (ahead_bytes + 64 * n_rows - 1) / (64 * n_rows) * 64;
+  // The prefetches ride along with the rows' decodes, one line of each stream per line of codes decoded:
+  // - the next row's chunks of this block into L1 (a K block that is the whole row has no next block, and its
+  //   decode waited on L2 at every line: perf, 1/3 of decode_block's samples on the load after the code load,
+  //   FP4 expert with 30 tokens);
+  // - this row's next K block into L1, and the row's share of the next unit ([ahead, ahead + ahead_bytes)) into
+  //   L2. Issued in bursts per row they filled the miss queue: the L2 burst took ~17% of decode_block in a
+  //   512-token prefill, and still 14% with the next row's lines coming in.
+  constexpr int64_t kChunksPerLine = kBytes >= 64 ? 1 : 64 / kBytes;
+  const int64_t ahead_lines = (ahead_bytes + 63) / 64, next_lines = (n_next * kBytes + 63) / 64;
+  const int64_t ahead_per_row = (ahead_lines + n_rows - 1) / n_rows;
   for (int64_t i = 0; i < n_rows; ++i) {
-    for (int64_t b = i * ahead_per_row; b < std::min(ahead_bytes, (i + 1) * ahead_per_row); b += 64) {
-      __builtin_prefetch(ahead + b, 0, 2);
-    }
     const RowSrc r = rows[i];  // a local copy: the stores below must not make the compiler reload it
     const uint8_t* next = r.data + (ch0 + nch) * kBytes;
-    for (int64_t b = 0; b < n_next * kBytes; b += 64) __builtin_prefetch(next + b);
+    const uint8_t* next_row = i + 1 < n_rows ? rows[i + 1].data + ch0 * kBytes : nullptr;
+    const uint8_t* row_ahead = ahead + 64 * std::min(ahead_lines, i * ahead_per_row);
+    const int64_t n_ahead = std::clamp<int64_t>(ahead_lines - i * ahead_per_row, 0, ahead_per_row);
     typename S::Elem* dst = packed_row<S, D>(block, i);
     for (int64_t c = 0; c < n_stored; ++c) {
+      if (c % kChunksPerLine == 0) {
+        const int64_t line = c / kChunksPerLine;
+        if (next_row) __builtin_prefetch(next_row + 64 * line);
+        if (line < next_lines) __builtin_prefetch(next + 64 * line);
+        if (line < n_ahead) __builtin_prefetch(row_ahead + 64 * line, 0, 2);
+      }
       store_packed<S>(dst + block_position<S, D>(c, nch) * kPackedChunkStride<S>,
                       decode_chunk<S, D, kWide>(r, ch0 + c, r.data + (ch0 + c) * kBytes));
     }
     for (int64_t c = n_stored; c < nch; ++c) {
       store_packed<S>(dst + block_position<S, D>(c, nch) * kPackedChunkStride<S>, decode_chunk<S, D, kWide>(r, ch0 + c, tails[i]));
     }
+    // What this row's code lines did not cover: more lines ahead than codes, or a row without codes in place.
+    const int64_t covered = (n_stored + kChunksPerLine - 1) / kChunksPerLine;
+    for (int64_t line = covered; line < next_lines; ++line) __builtin_prefetch(next + 64 * line);
+    for (int64_t line = covered; line < n_ahead; ++line) __builtin_prefetch(row_ahead + 64 * line, 0, 2);
   }
 }
 
