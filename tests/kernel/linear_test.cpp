@@ -177,30 +177,39 @@ TEST_P(LinearKernel, NonBf16ActivationsFallBack) {
 }
 
 // Backend::linears (several ops as one parallel region, as the MoE runs its experts) gives every op exactly
-// what linear() gives it alone: FP4 and FP8 weights, register and tile modes, ops of different sizes.
+// what linear() gives it alone: FP4 and FP8 weights, register and tile modes, ops of different sizes, and ops
+// that take the previous op's x (an expert's w1 and w3), whose packed x the backend shares between them (the FP8
+// pair checks that per-call caches, like the scaled x of the register mode, stay per op: their scales differ).
 TEST_P(LinearKernel, LinearsEqualLinearOneByOne) {
   DI_SKIP_UNLESS_SUPPORTED(GetParam());
   std::mt19937 rng(61);
-  std::vector<OwnedWeight> weights;
-  weights.push_back(random_fp4_weight(rng, 300, 512));
-  weights.push_back(random_fp8_weight(rng, 200, 768, 128));
-  weights.push_back(random_fp4_weight(rng, 70, 256));
+  struct Op {
+    OwnedWeight weight;
+    bool x_of_previous;  // takes the previous op's x
+  };
+  std::vector<Op> ops;
+  ops.push_back({random_fp4_weight(rng, 300, 512), false});
+  ops.push_back({random_fp4_weight(rng, 130, 512), true});
+  ops.push_back({random_fp8_weight(rng, 128, 768, 128), false});  // one row block each: a stale cache would hit
+  ops.push_back({random_fp8_weight(rng, 96, 768, 128), true});
+  ops.push_back({random_fp4_weight(rng, 70, 256), false});
   auto fast = make_fast_backend_with_level(2, GetParam());
   for (int64_t T : {1, 3, 12, 100}) {
     std::vector<std::vector<float>> xs, alone, together;
     std::vector<LinearParams> ps;
-    for (const OwnedWeight& ow : weights) {
-      xs.push_back(random_bf16_values(rng, T * ow.w.n_in));
-      alone.emplace_back(size_t(T * ow.w.n_out), 0.0f);
-      together.emplace_back(size_t(T * ow.w.n_out), 1.0f);
+    for (const Op& op : ops) {
+      xs.push_back(op.x_of_previous ? xs.back() : random_bf16_values(rng, T * op.weight.w.n_in));
+      alone.emplace_back(size_t(T * op.weight.w.n_out), 0.0f);
+      together.emplace_back(size_t(T * op.weight.w.n_out), 1.0f);
     }
-    for (size_t j = 0; j < weights.size(); ++j) {
-      const LinearWeight& w = weights[j].w;
-      fast->linear({xs[j].data(), w.n_in, T, &w, 0, w.n_out, Epilogue::kBf16, nullptr, alone[j].data(), w.n_out});
-      ps.push_back({xs[j].data(), w.n_in, T, &w, 0, w.n_out, Epilogue::kBf16, nullptr, together[j].data(), w.n_out});
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const LinearWeight& w = ops[j].weight.w;
+      const float* x = ops[j].x_of_previous ? xs[j - 1].data() : xs[j].data();  // the same pointer
+      fast->linear({x, w.n_in, T, &w, 0, w.n_out, Epilogue::kBf16, nullptr, alone[j].data(), w.n_out});
+      ps.push_back({x, w.n_in, T, &w, 0, w.n_out, Epilogue::kBf16, nullptr, together[j].data(), w.n_out});
     }
     fast->linears(ps);
-    for (size_t j = 0; j < weights.size(); ++j) EXPECT_EQ(alone[j], together[j]) << "op " << j << ", T=" << T;
+    for (size_t j = 0; j < ops.size(); ++j) EXPECT_EQ(alone[j], together[j]) << "op " << j << ", T=" << T;
   }
 }
 

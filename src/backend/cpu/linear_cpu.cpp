@@ -31,6 +31,12 @@ void round_bf16_row(const float* in, float* out, int64_t n) {
   }
 }
 
+// Distinct per linear call (process-wide: it keys per-thread caches derived from x across backends).
+uint64_t next_call_id() {
+  static std::atomic<uint64_t> n_calls{0};
+  return ++n_calls;
+}
+
 // Packs x for a family; false when the family cannot take these values.
 bool pack(const LinearParams& p, const SimdKernels& ks, WorkerPool& pool, LinearWorkspace& ws, PackedX* out) {
   const int64_t K = p.weight->n_in, T = p.n_tokens;
@@ -45,8 +51,7 @@ bool pack(const LinearParams& p, const SimdKernels& ks, WorkerPool& pool, Linear
   const bool parallel = T * K >= (int64_t(1) << 16);
   if (parallel) pool.parallel_for(T, 16, body);
   else body(0, T);
-  static std::atomic<uint64_t> n_calls{0};  // process-wide: keys per-thread caches across backends
-  *out = PackedX{ws.x_packed.data(), T, kp, stride, ++n_calls, p.weight->dtype};
+  *out = PackedX{ws.x_packed.data(), T, kp, stride, next_call_id(), p.weight->dtype};
   if (ok && T > ks.direct_tokens && ks.tile_x) {
     const size_t tiled_bytes = size_t(T * kp) * ks.elem_bytes;
     if (ws.x_tiled.size() < tiled_bytes) ws.x_tiled.resize(tiled_bytes);
@@ -67,21 +72,38 @@ struct PreparedLinear {
   int64_t unit = 0, n_units = 0;
 };
 
-PreparedLinear prepare(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws) {
+// Whether two ops take the same activations into the same packed form (an expert's w1 and w3): same x, and
+// weights of one dtype, width and block, which pick the same family and the same x layout.
+bool same_packed_input(const LinearParams& a, const LinearParams& b) {
+  return a.x == b.x && a.x_stride == b.x_stride && a.n_tokens == b.n_tokens && a.weight->n_in == b.weight->n_in &&
+         a.weight->dtype == b.weight->dtype && a.weight->block == b.weight->block;
+}
+
+// shared: an op prepared before this one whose packed x this op can take (same_packed_input), or nullptr.
+PreparedLinear prepare(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws,
+                       const PreparedLinear* shared = nullptr) {
   const LinearWeight& w = *p.weight;
   DI_CHECK(p.row_begin >= 0 && p.row_begin + p.n_rows <= w.n_out);
   PreparedLinear pl;
   pl.p = &p;
   if (p.n_tokens <= 0 || p.n_rows <= 0) return pl;
-  // A weight the level's family does not take (kAvx512Bf16: FP8 and FP4) goes to the fp32 family of the same
-  // width for every token count, so a token's sums never depend on the batch; the scalar family takes the rest.
-  pl.ks = &simd_kernels(level);
-  if (!pl.ks->supports(w)) pl.ks = &fp32_simd_kernels(level);
-  if (!pl.ks->supports(w)) pl.ks = &kSimdKernelsScalar;
-  if (!pack(p, *pl.ks, pool, ws, &pl.x)) {
-    // Activations that are not bf16 values: the fp32 family of the same width.
-    pl.ks = &fp32_simd_kernels(level);
-    DI_CHECK(pack(p, *pl.ks, pool, ws, &pl.x));
+  if (shared && shared->ks && same_packed_input(p, *shared->p)) {
+    // Packing x again (serially, for an expert's ~12 tokens) cost as much as the copy it produced; a fresh
+    // call id keeps the per-call caches of the kernels (scaled_x: keyed by call and row block) apart.
+    pl.ks = shared->ks;
+    pl.x = shared->x;
+    pl.x.call_id = next_call_id();
+  } else {
+    // A weight the level's family does not take (kAvx512Bf16: FP8 and FP4) goes to the fp32 family of the same
+    // width for every token count, so a token's sums never depend on the batch; the scalar family takes the rest.
+    pl.ks = &simd_kernels(level);
+    if (!pl.ks->supports(w)) pl.ks = &fp32_simd_kernels(level);
+    if (!pl.ks->supports(w)) pl.ks = &kSimdKernelsScalar;
+    if (!pack(p, *pl.ks, pool, ws, &pl.x)) {
+      // Activations that are not bf16 values: the fp32 family of the same width.
+      pl.ks = &fp32_simd_kernels(level);
+      DI_CHECK(pack(p, *pl.ks, pool, ws, &pl.x));
+    }
   }
   pl.unit = p.n_tokens > pl.ks->direct_tokens ? kTileModeRows : kRowTile;
   pl.n_units = (p.n_rows + pl.unit - 1) / pl.unit;
@@ -132,8 +154,9 @@ void linears_fast(std::span<const LinearParams> ps, SimdLevel level, WorkerPool&
   if (wss.size() < ps.size()) wss.resize(ps.size());
   std::vector<PreparedLinear> pls;
   std::vector<int64_t> first{0};  // first[j]: the first unit of op j in the combined range
+  pls.reserve(ps.size());
   for (size_t j = 0; j < ps.size(); ++j) {
-    pls.push_back(prepare(ps[j], level, pool, wss[j]));
+    pls.push_back(prepare(ps[j], level, pool, wss[j], j > 0 ? &pls[j - 1] : nullptr));
     first.push_back(first.back() + pls.back().n_units);
   }
   pool.parallel_for(first.back(), 1, [&](int64_t i0, int64_t i1) {
