@@ -134,7 +134,7 @@ void prefill_args(benchmark::internal::Benchmark* b) {
   for (int64_t threads : {1, 0}) b->Args({4, kFp8, 4096, 4096, 512, 1, threads});  // level 4: FP8 / FP4 on vdpbf16ps
   for (int64_t threads : {1, 0}) b->Args({4, kFp4, 2048, 4096, 12, 32, threads});
   // Level 4 runs up to 4 token blocks (24 tokens; FP8 12) in the fused tile mode, more in the decoded-tile mode.
-  for (int64_t T : {8, 10, 18, 24, 30, 48}) b->Args({4, kFp4, 2048, 4096, T, 32, 0});
+  for (int64_t T : {5, 8, 10, 11, 18, 24, 30, 48}) b->Args({4, kFp4, 2048, 4096, T, 32, 0});
   b->Args({4, kFp4, 256, 4096, 12, 1, 1});  // one core, weights in L2: the compute side alone
   for (int64_t T : {12, 24}) b->Args({4, kFp8, 4096, 4096, T, 1, 0});
   b->Args({4, kBf16, 4096, 4096, 12, 1, 0});

@@ -944,13 +944,14 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
 
 // All n_rows rows times the T tokens of the tiled x xt (x: the same tokens unpacked, rows xs apart), in passes
 // over the weights:
-// - every full token block alone, 2 * kFusedRows rows at a time (24 accumulators per chain). A pass of two blocks
+// - every token block alone, 2 * kFusedRows rows at a time (24 accumulators per chain). A pass of two blocks
 //   with kFusedRows rows loads twice the x per product, from L2 (48-96 KB of x per K block): on Zen 5
 //   (kernel_bench, 2 threads, alternating builds) an FP4 expert with 12 / 18 / 24 tokens ran 11 / 39 / 20%
 //   faster in one-block passes, bf16 4096 x 4096 with 12 tokens 24%;
-// - then a last partial block of at most kDirectT tokens in direct mode on x (all chains in one pass: a fused
-//   pass of 2 tokens holds 4 accumulators per chain; FP4 with 8 tokens +11%, with 10 the same), a larger one
-//   in a pass of kFusedRows rows.
+// - except a last partial block of at most kDirectT tokens: direct mode on x (all chains in one pass: a fused
+//   pass of 2 tokens holds 4 accumulators per chain; FP4 with 8 tokens +11%, with 10 the same). A larger
+//   partial block went in a pass of kFusedRows rows before, each decoded chunk serving fewer products: in a
+//   pass of 2 * kFusedRows rows, FP4 with 5 / 11 tokens ran 39 / 10% faster (kernel_bench, 2 threads).
 // FP8 keeps passes of two blocks with kFusedRows rows: its decode costs more (12 tokens ran ~7% slower in
 // one-block passes). The sums are the same whatever the pass: each (row, token) adds its chains' chunks in order.
 template <class S, DType D, bool kWide>
@@ -962,11 +963,12 @@ void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
   constexpr bool kOneBlockPasses = D != DType::kF8E4M3;
   for (int64_t t0 = 0; t0 < T;) {
     const int64_t left = T - t0;
-    if (kOneBlockPasses && left >= kB) {
-      fused_pass<S, D, kWide, 2 * R, 1>(rows, tails, n_rows, row_bytes, n_full, n_chunks, xt, kp, t0, kB, t0 == 0,
+    if (kOneBlockPasses && left > S::kDirectT) {
+      const int64_t nt = std::min(left, kB);
+      fused_pass<S, D, kWide, 2 * R, 1>(rows, tails, n_rows, row_bytes, n_full, n_chunks, xt, kp, t0, nt, t0 == 0,
                                         ahead, ahead_bytes, c, cs, s);
-      t0 += kB;
-    } else if (kOneBlockPasses && left <= S::kDirectT) {
+      t0 += nt;
+    } else if (kOneBlockPasses) {
       direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, x + t0 * xs, xs, left, n_full,
                                                      n_full < n_chunks, c + t0 * cs, cs);
       t0 = T;
