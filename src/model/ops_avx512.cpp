@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "core/dtypes.h"
@@ -148,15 +149,36 @@ int64_t rmsnorm_scale_avx512(const float* x, const uint16_t* weight, int64_t n, 
 }
 
 void head_rms_normalize_avx512(float* q, int64_t n_heads, int64_t head_dim, double eps) {
+  // The squares are bf16 values (8 significant bits), so when their binary exponents span at most max_spread,
+  // every partial sum of them is a multiple of the smallest one's last bit and below 2^53 of those: exact in
+  // double, the same in any order. Then 8 lanes of partial sums give the scalar loop's in-order sum (whose
+  // chain of dependent adds took most of this function's time); otherwise (a wider span, inf, NaN) the squares
+  // are summed in order.
+  const int64_t max_spread = 45 - int64_t(std::bit_width(uint64_t(head_dim)));
+  const __m512i exp_mask = _mm512_set1_epi64(0x7ff);
   for (int64_t hd = 0; hd < n_heads; ++hd) {
     float* x = q + hd * head_dim;
-    double sum = 0;  // the squares are rounded 8 at a time and summed in order, as the scalar loop does
+    __m512d lanes = _mm512_setzero_pd();
+    __m512i e_hi = _mm512_setzero_si512(), e_lo = exp_mask;  // biased exponents of the nonzero squares
     for (int64_t i = 0; i < head_dim; i += 8) {
-      const __mmask8 m = tail_mask(head_dim - i);
-      const __m512d v = load_pd(x + i, m);
-      alignas(64) double sq[8];
-      _mm512_store_pd(sq, round_bf16_pd(_mm512_mul_pd(v, v)));
-      for (int64_t l = 0; l < std::min<int64_t>(8, head_dim - i); ++l) sum += sq[l];
+      const __m512d v = load_pd(x + i, tail_mask(head_dim - i));
+      const __m512d sq = round_bf16_pd(_mm512_mul_pd(v, v));
+      const __m512i e = _mm512_and_si512(_mm512_srli_epi64(_mm512_castpd_si512(sq), 52), exp_mask);
+      e_hi = _mm512_max_epu64(e_hi, e);
+      e_lo = _mm512_mask_min_epu64(e_lo, _mm512_cmp_pd_mask(sq, _mm512_setzero_pd(), _CMP_NEQ_UQ), e_lo, e);
+      lanes = _mm512_add_pd(lanes, sq);
+    }
+    const int64_t hi = int64_t(_mm512_reduce_max_epu64(e_hi)), lo = int64_t(_mm512_reduce_min_epu64(e_lo));
+    double sum = 0;
+    if (hi < 0x7ff && hi - lo <= max_spread) {
+      sum = _mm512_reduce_add_pd(lanes);
+    } else {  // rounded 8 at a time and summed in order, as the scalar loop does
+      for (int64_t i = 0; i < head_dim; i += 8) {
+        const __m512d v = load_pd(x + i, tail_mask(head_dim - i));
+        alignas(64) double sq[8];
+        _mm512_store_pd(sq, round_bf16_pd(_mm512_mul_pd(v, v)));
+        for (int64_t l = 0; l < std::min<int64_t>(8, head_dim - i); ++l) sum += sq[l];
+      }
     }
     const __m512d r = _mm512_set1_pd(head_rms_inverse(sum, head_dim, eps));
     for (int64_t i = 0; i < head_dim; i += 8) {

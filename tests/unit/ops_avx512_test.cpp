@@ -180,6 +180,25 @@ TEST_F(OpsAvx512, HeadRmsNormalizeMatchesTheScalarContract) {
   }
 }
 
+// The head norm sums its squares 8 lanes at a time only where that sum is exact. Here it is not: the squares
+// 2^20 and 2^12 make a mean of 2056, a tie between the bf16 values 2048 and 2064, and the 510 squares of 2^-36 are
+// each lost in the in-order sum (below half its last bit) but not in lanes of their own, whose total would tip
+// the mean up to 2064. The contract's in-order sum rounds the tie to 2048.
+TEST_F(OpsAvx512, HeadRmsNormalizeSumsInOrderWhereTheOrderMatters) {
+  const int64_t head_dim = 512;
+  std::vector<float> q(size_t(head_dim), 0x1p-18f);
+  q[0] = 1024.0f;  // square 2^20
+  q[1] = 64.0f;    // square 2^12
+  std::vector<float> want = q;
+  double sum = 0;
+  for (float v : want) sum += double(round_bf16(double(v) * v));
+  ASSERT_EQ(round_bf16(sum / double(head_dim)), 2048.0f);
+  const double r = round_bf16(1.0 / std::sqrt(double(round_bf16(2048.0 + 1e-6))));
+  for (float& v : want) v = round_bf16(double(v) * r);
+  head_rms_normalize_avx512(q.data(), 1, head_dim, 1e-6);
+  for (int64_t i = 0; i < head_dim; ++i) ASSERT_EQ(bits(q[size_t(i)]), bits(want[size_t(i)])) << "element " << i;
+}
+
 // A QDQ block op (x[i] = f32(round(x[i] / s) * s) in place) against that contract written with the scalar
 // rounding function, for the given block lengths and power-of-two scales 2^-20 .. 2^19.
 template <class Round, class BlockOp>
