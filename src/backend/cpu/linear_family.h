@@ -790,11 +790,9 @@ constexpr int kFusedRows = [] {
 // pair). FP8 only for one pair: its decode (to fp32, scaled, converted) costs more than storing it once.
 constexpr int64_t fused_max_blocks(DType d) { return d == DType::kF8E4M3 ? 2 : 4; }
 
-// R rows times T0 tokens of x0 and T1 tokens of x1 (two token blocks of the tiled x, each [step][token][chunk]),
-// over n_steps (> 0) chunks of one chain: chunk chunk0 + j * kChains at step j. The accumulators start at zero
-// (kFirst) or from state and end in state ([token][row][lanes]).
-// Prefetches ride along with the steps (Prefetch): the pass issued them as one burst per row group, and the
-// bursts (128 lines per FP4 K block) stalled on the full miss queue (perf: most of the pass's own time).
+// The fused kernel's prefetches, which ride along with its steps: the pass issued them as one burst per row
+// group, and the bursts (128 lines per FP4 K block) stalled on the full miss queue (perf: most of the pass's
+// own samples).
 struct Prefetch {
   int64_t next_group = 0;            // bytes from a row to the same row of the next group (0: none); each step
                                      // fetches its chunks' lines there into L1, once per line
@@ -802,6 +800,9 @@ struct Prefetch {
   int64_t ahead_lines = 0;
 };
 
+// R rows times T0 tokens of x0 and T1 tokens of x1 (two token blocks of the tiled x, each [step][token][chunk]),
+// over n_steps (> 0) chunks of one chain: chunk chunk0 + j * kChains at step j. The accumulators start at zero
+// (kFirst) or from state and end in state ([token][row][lanes]).
 template <class S, DType D, bool kWide, int R, int T0, int T1, bool kFirst>
 void fused_kernel(const RowSrc* rows, const uint8_t* const* tails, int64_t n_full, int64_t chunk0, int64_t n_steps,
                   const typename S::Elem* x0, const typename S::Elem* x1, const Prefetch& pf, float* state) {
@@ -884,9 +885,9 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
   const typename S::Elem* xb0 = xt + t0 * kp;
   const typename S::Elem* xb1 = kBlocks == 2 ? xb0 + S::kTileT * kp : xb0;
   // Row group g's sums once its last K block is done, while its state is still in L1 (one pass at the end over
-  // every group's state, 96 KB for a 64-row unit, read it back from L2: ~13% of an FP4 expert call with 12
-  // tokens): the chains summed lane by lane, then four (token, row) vectors' horizontal sums at a time
-  // (reduce<4> sums each vector as reduce<1> would).
+  // every group's state, 96 KB for a 64-row unit, read it back from L2; kernel_bench, FP4 expert with 12 tokens
+  // on two threads: +5%): the chains summed lane by lane, then four (token, row) vectors' horizontal sums at a
+  // time (reduce<4> sums each vector as reduce<1> would).
   auto finish_group = [&](int64_t g, const float* state) {
     const int64_t r0 = g * R, nr = std::min<int64_t>(R, n_rows - r0), n = nt * R;
     for (int64_t q0 = 0; q0 < n; q0 += 4) {  // q = t * R + r, the state's order
