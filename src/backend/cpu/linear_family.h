@@ -127,6 +127,19 @@ inline void with_chain(int k, Fn&& fn) {
 constexpr int64_t chain_chunks(int64_t nch, int k, int kC) { return nch / kC + (k < nch % kC ? 1 : 0); }
 constexpr int64_t chain_first(int64_t nch, int k, int kC) { return k * (nch / kC) + std::min<int64_t>(k, nch % kC); }
 
+// The tile kernels' chain loop over a K block of nch chunks stored chain by chain: fn(k, first_step, n_k,
+// chain_state) for each chain k with steps, its accumulators at state + k * state_per_chain. Only a last block
+// of fewer than kC chunks leaves a chain without steps: its state is zeroed if that block is also the first.
+template <int kC, class Fn>
+inline void for_each_chain(int64_t nch, bool first_block, float* state, int64_t state_per_chain, Fn&& fn) {
+  for (int k = 0; k < kC; ++k) {
+    const int64_t n_k = chain_chunks(nch, k, kC);
+    float* chain_state = state + k * state_per_chain;
+    if (n_k > 0) fn(k, chain_first(nch, k, kC), n_k, chain_state);
+    else if (first_block) std::fill(chain_state, chain_state + state_per_chain, 0.0f);
+  }
+}
+
 // Families whose W is several accumulator-width parts (S::kParts, S::load_part) run the tile kernel one
 // part at a time.
 template <class S>
@@ -643,17 +656,13 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
                                                   kb == n_kb - 1, part, S::kTileR);
       if (kb < n_kb - 1) return;
     } else {
-      for (int k = 0; k < kC; ++k) {  // chain k: the block's chunks k, k + kC, ..., stored together
-        const int64_t first_step = chain_first(nch, k, kC), n_k = chain_chunks(nch, k, kC);
-        float* chain_state = state + k * kStatePerBlock;
-        if (n_k == 0) {  // only a last block of fewer than kC chunks leaves a chain without steps
-          if (kb == 0) std::fill(chain_state, chain_state + kStatePerBlock, 0.0f);
-          continue;
-        }
+      // Chain k: the block's chunks k, k + kC, ..., stored together.
+      for_each_chain<kC>(nch, kb == 0, state, kStatePerBlock, [&](int, int64_t first_step, int64_t n_k,
+                                                                  float* chain_state) {
         packed_tile_tokens<S, S::kTileR, S::kTileT>(group_block + first_step * S::kTileR * kStep<S>,
                                                     xb + first_step * nt * kStep<S>, nt, n_k, chain_state, kb == 0,
                                                     false, part, S::kTileR);
-      }
+      });
       if (kb < n_kb - 1) return;
       for (int64_t t = 0; t < nt; ++t) {
         typename S::F acc[kC][S::kTileR];
@@ -874,13 +883,15 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
                 const uint8_t* ahead, int64_t ahead_bytes, float* c, int64_t cs, Scratch<S>& s) {
   using F = typename S::F;
   constexpr int kC = kChains<S, D>;
-  constexpr int64_t kBlockChunks = kTileBlockChunks<S, D>, kBytes = chunk_bytes<D>(S::kChunk);
+  constexpr int64_t kBlockChunks = kTileBlockChunks<S, D>;
   constexpr int64_t kPassTokens = kBlocks * S::kTileT;
   constexpr int64_t kStatePerChain = kPassTokens * R * S::kLanes;
   static_assert(!kSplitChunks<S>, "fused tile mode takes whole-chunk steps");
   static_assert(kBlocks == 1 || kBlocks == 2, "fused_kernel takes one or two token blocks");
   const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks, n_groups = (n_rows + R - 1) / R;
-  if (s.state.size() < size_t(n_groups * kC * kStatePerChain)) s.state.resize(size_t(n_groups * kC * kStatePerChain));
+  // With one K block no group's sums outlive its pass: every group takes the first slot, which stays in L1.
+  const int64_t state_slots = n_kb == 1 ? 1 : n_groups;
+  if (s.state.size() < size_t(state_slots * kC * kStatePerChain)) s.state.resize(size_t(state_slots * kC * kStatePerChain));
   const int64_t nt0 = std::min<int64_t>(S::kTileT, nt), nt1 = nt - nt0;
   const typename S::Elem* xb0 = xt + t0 * kp;
   const typename S::Elem* xb1 = kBlocks == 2 ? xb0 + S::kTileT * kp : xb0;
@@ -911,33 +922,28 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
     }
   };
   const int64_t next_group = prefetch ? R * row_bytes : 0;
+  // Each (K block, group)'s share of the next unit's lines, split between its chains' calls.
+  const int64_t ahead_lines = prefetch ? (ahead_bytes + 63) / 64 : 0;
+  const int64_t group_lines = (ahead_lines + n_kb * n_groups - 1) / (n_kb * n_groups);
   for (int64_t kb = 0; kb < n_kb; ++kb) {
     const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
     for (int64_t g = 0; g < n_groups; ++g) {
       RowSrc grp[R];
       const uint8_t* grp_tails[R];
       row_group<R>(rows, tails, n_rows, g * R, grp, grp_tails);
-      // The group's share of the next unit's lines, split between its chains' calls.
-      const int64_t ahead_lines = prefetch ? (ahead_bytes + 63) / 64 : 0;
-      const int64_t group_lines = (ahead_lines + n_kb * n_groups - 1) / (n_kb * n_groups);
       const int64_t g0 = std::min(ahead_lines, (kb * n_groups + g) * group_lines);
       const int64_t g1 = std::min(ahead_lines, g0 + group_lines);
-      // With one K block no group's sums outlive its pass: every group takes the first slot, which stays in L1.
-      float* state = &s.state[size_t((n_kb == 1 ? 0 : g) * kC * kStatePerChain)];
-      for (int k = 0; k < kC; ++k) {  // chain k: chunks ch0 + k, ch0 + k + kC, ... (block_position order in x)
-        const int64_t first_step = chain_first(nch, k, kC), n_k = chain_chunks(nch, k, kC);
-        float* chain_state = state + k * kStatePerChain;
-        if (n_k == 0) {  // only a last block of fewer than kC chunks leaves a chain without steps
-          if (kb == 0) std::fill(chain_state, chain_state + kStatePerChain, 0.0f);
-          continue;
-        }
+      float* state = &s.state[size_t((state_slots == 1 ? 0 : g) * kC * kStatePerChain)];
+      // Chain k: chunks ch0 + k, ch0 + k + kC, ... (block_position order in x).
+      for_each_chain<kC>(nch, kb == 0, state, kStatePerChain, [&](int k, int64_t first_step, int64_t n_k,
+                                                                  float* chain_state) {
         const int64_t l0 = g0 + (g1 - g0) * k / kC, l1 = g0 + (g1 - g0) * (k + 1) / kC;
         const Prefetch pf{next_group, ahead + 64 * l0, l1 - l0};
         fused_tokens<S, D, kWide, R, kPassTokens>(nt, grp, grp_tails, n_full, ch0 + k, n_k,
                                                    xb0 + (ch0 * nt0 + first_step * nt0) * S::kChunk,
                                                    xb1 + (ch0 * nt1 + first_step * nt1) * S::kChunk, pf, kb == 0,
                                                    chain_state);
-      }
+      });
       if (kb == n_kb - 1) finish_group(g, state);
     }
   }
