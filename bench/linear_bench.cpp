@@ -94,6 +94,11 @@ void decode_args(benchmark::internal::Benchmark* b) {
       b->Args({level, kBf16, 16384, 4096, 1, 2, threads});   // head slice: 128 MB per copy
     }
   }
+  // Level 3 (Intel AVX512-BF16 CPUs: FP8 on the fp32 family) over V4-Flash's other FP8 decode shapes: wo_a / wo_b
+  // (4 KB and 8 KB rows) and wq_a (4 MB per copy).
+  b->Args({3, kFp8, 8192, 4096, 1, 4, 0});
+  b->Args({3, kFp8, 4096, 8192, 1, 4, 0});
+  b->Args({3, kFp8, 1024, 4096, 1, 32, 0});
   for (int64_t level = 1; level < 4; ++level) {  // L2-resident (1 MB): one core's decode rate without DRAM
     b->Args({level, kFp8, 1024, 1024, 1, 1, 1});
     b->Args({level, kFp4, 512, 4096, 1, 1, 1});

@@ -168,6 +168,11 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
   // one core and 30-33 -> 41-42 on two, 4 KB rows 20 -> 25 and 39-43 -> 48; the FP4 GEMV, bound by its decode,
   // lost 5% without them. bf16 rows stream without them (tried again for two rows: within noise).
   constexpr bool kPrefetch = D == DType::kI8 || (D == DType::kF8E4M3 && R > 1);
+  // Into L1, or into L2 where the family says so (S::kDirectPrefetchToL2, see simd_avx512.cpp).
+  constexpr int kLocality = [] {
+    if constexpr (requires { S::kDirectPrefetchToL2; }) return S::kDirectPrefetchToL2 ? 2 : 3;
+    else return 3;
+  }();
   const int64_t prefetch_distance = kPrefetchGroups * R * n_full * chunk_bytes<D>(S::kChunk);
   constexpr int64_t kPrefetchEvery = chunk_bytes<D>(S::kChunk) >= 64 ? 1 : 64 / chunk_bytes<D>(S::kChunk);  // once per line
   using F = typename S::F;
@@ -222,7 +227,7 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
     W w[R];
     for (int r = 0; r < R; ++r) {
       if (kPrefetch && chunk % kPrefetchEvery == 0) {
-        __builtin_prefetch(rows[r].data + chunk * kBytes + prefetch_distance);
+        __builtin_prefetch(rows[r].data + chunk * kBytes + prefetch_distance, 0, kLocality);
       }
       w[r] = decode_chunk<S, D, kWide, kScaledX>(rows[r], chunk, rows[r].data + chunk * kBytes);
     }
