@@ -167,12 +167,14 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
   // alone: kernel_bench level 4 on a Zen 4, FP8 GEMV of one token without them, 1 KB rows 14-17 -> 22-23 GB/s on
   // one core and 30-33 -> 41-42 on two, 4 KB rows 20 -> 25 and 39-43 -> 48; the FP4 GEMV, bound by its decode,
   // lost 5% without them. bf16 rows stream without them (tried again for two rows: within noise).
-  constexpr bool kPrefetch = D == DType::kI8 || (D == DType::kF8E4M3 && R > 1);
-  // Into L1, or into L2 where the family says so (S::kDirectPrefetchToL2, see simd_avx512.cpp).
-  constexpr int kLocality = [] {
-    if constexpr (requires { S::kDirectPrefetchToL2; }) return S::kDirectPrefetchToL2 ? 2 : 3;
-    else return 3;
+  // Families with S::kDirectPrefetchToL2 (those that Intel's Xeons run) prefetch every row, bf16 too, into L2:
+  // see simd_avx512.cpp.
+  constexpr bool kToL2 = [] {
+    if constexpr (requires { S::kDirectPrefetchToL2; }) return S::kDirectPrefetchToL2;
+    else return false;
   }();
+  constexpr bool kPrefetch = kToL2 || D == DType::kI8 || (D == DType::kF8E4M3 && R > 1);
+  constexpr int kLocality = kToL2 ? 2 : 3;
   const int64_t prefetch_distance = kPrefetchGroups * R * n_full * chunk_bytes<D>(S::kChunk);
   constexpr int64_t kPrefetchEvery = chunk_bytes<D>(S::kChunk) >= 64 ? 1 : 64 / chunk_bytes<D>(S::kChunk);  // once per line
   using F = typename S::F;

@@ -53,11 +53,12 @@ struct S : Avx512Ops, Fp32PvRows {
   static constexpr int kParts = 2;
   static constexpr bool kPairedV = false;
   static constexpr int kPvHeads = 4, kPvVectors = 4;
-  // The register GEMVs' software prefetches (FP8 rows side by side, FP4) go to L2: this family runs FP8 and FP4
-  // on Intel's AVX-512 Xeons, where prefetches into L1 held its few fill buffers while the L2 streamer brings
-  // the lines to L2 anyway. 2-core Xeon (AVX512-BF16), alternating builds: kernel_bench FP8 32768 x 1024 GEMV on
-  // one core +8-28%, FP4 expert on two +6-15%; batch-1 decode of the V4-Flash benchmark model, three pairs,
-  // 11.96 / 12.06 / 11.81 -> 12.38 / 12.33 / 12.05 tokens/s (its FP8 GEMVs 21.3-21.8 -> 22.5-23.0 GB/s).
+  // The register GEMVs prefetch every row (bf16 too) into L2, not L1 (linear_family.h, direct_kernel): this
+  // family runs FP8 and FP4 on Intel's AVX-512 Xeons, where prefetches into L1 held its few fill buffers. 2-core
+  // Xeon (AVX512-BF16), alternating builds: kernel_bench FP8 32768 x 1024 GEMV on one core +8-28% (two: mixed),
+  // FP4 expert on two +6-15%; batch-1 decode of the V4-Flash benchmark model, three pairs, 11.96 / 12.06 / 11.81
+  // -> 12.38 / 12.33 / 12.05 tokens/s (its FP8 GEMVs 21.3-21.8 -> 22.5-23.0 GB/s). Prefetching them two row
+  // groups further ahead: within noise.
   static constexpr bool kDirectPrefetchToL2 = true;
 
   static F zero() { return _mm512_setzero_ps(); }

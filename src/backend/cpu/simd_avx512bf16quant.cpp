@@ -57,6 +57,8 @@ struct SQuant : S {
   // 116 / 116 / 110 -> 138 / 142 / 157 GFLOP/s, two 210 / 235 / 248 -> 248 / 291 / 259 (Zen 4). A full FP4
   // token block goes alone, 4 rows x 6 tokens at a time (fused_panels).
   static constexpr int kFusedRows = 2;
+  // The register GEMVs' prefetches stay in L1, as tuned on Zen 4 / 5 (S's L2 prefetches are for Intel's Xeons).
+  static constexpr bool kDirectPrefetchToL2 = false;
   // cvtne2ps_pbh(hi, lo): the second operand's 16 values become elements 0-15.
   static W decode_fp8(const uint8_t* p, float mult) {
     return _mm512_cvtne2ps_pbh(fp8_scaled(p + 16, mult), fp8_scaled(p, mult));
