@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,9 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <thread>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "core/dtypes.h"
 #include "format/safetensors.h"
@@ -518,6 +522,24 @@ std::string shard_file_name(int i, int n) {
   return buf;
 }
 
+// Writes the file's pages to disk and drops them from the page cache, so that the checkpoint is later read the way
+// a downloaded one is: through readahead, into large page-cache folios. Left cached as written, a shard written
+// late in a run (the head) sat in single 4 KB pages on a host whose memory the generation had fragmented, and a
+// read loop over the mapped head weights gave 18 GB/s where a fresh buffer gave 30 (2-core Xeon; after dropping
+// and reading it back, 24-30): `deepinfer bench` timed the page cache, not the kernels.
+Status drop_from_page_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return Status::error(path + ": cannot open: " + std::strerror(errno));
+  if (::fdatasync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::error(path + ": fdatasync failed: " + std::strerror(err));
+  }
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // advice only: pages still mapped elsewhere stay
+  ::close(fd);
+  return Status();
+}
+
 Status write_text_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -603,6 +625,7 @@ Status write_random_checkpoint(const std::string& config_json_text, uint64_t see
     DI_RETURN_IF_ERROR(write_safetensors(tmp, tensors, metadata));
     fs::rename(tmp, path, ec);
     if (ec) return Status::error(path.string() + ": cannot rename from " + tmp + ": " + ec.message());
+    DI_RETURN_IF_ERROR(drop_from_page_cache(path.string()));
   }
   DI_CHECK(next == order.size());
 
