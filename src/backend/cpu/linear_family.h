@@ -201,7 +201,7 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
     static_assert(kC == 1, "fp4 pairs add both chunks to one chain");
     for (; ch + 2 <= n_full; ch += 2) {
       for (int r = 0; r < R; ++r) {
-        if constexpr (kPrefetch) __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
+        if constexpr (kPrefetch) __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance, 0, kLocality);
         W w0, w1;
         S::decode_fp4_pair(rows[r].data + ch * kBytes, rows[r].scale[ch * S::kChunk / 32], &w0, &w1);
         for (int t = 0; t < T; ++t) {
@@ -217,7 +217,7 @@ void direct_kernel(const RowSrc* rows, const uint8_t* const* tail_bytes, const t
     for (; ch + 2 <= n_full; ch += 2) {
       W w0[R], w1[R];
       for (int r = 0; r < R; ++r) {
-        if constexpr (kPrefetch) __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance);
+        if constexpr (kPrefetch) __builtin_prefetch(rows[r].data + ch * kBytes + prefetch_distance, 0, kLocality);
         S::decode_fp8_raw_pair(rows[r].data + ch * kBytes, &w0[r], &w1[r]);
       }
       step(kChain0, ch, w0);
