@@ -131,6 +131,9 @@ void prefill_args(benchmark::internal::Benchmark* b) {
   // The expert case again over 1 GB of experts: 32 copies (134 MB) fit this VM's 260 MB L3, while a prefill
   // reads its experts from DRAM (the two ran at the same rate: the op is not memory-bound).
   b->Args({3, kFp4, 2048, 4096, 12, 256, 0});
+  // Random routing spreads a 512-token prefill's experts over ~4-24 tokens each, across the tile-mode paths
+  // (direct, group by group, panels).
+  for (int64_t tokens : {8, 18, 24, 36}) b->Args({3, kFp4, 2048, 4096, tokens, 32, 0});
   b->Args({3, kBf16, 4096, 4096, 512, 1, 0});
   b->Args({3, kFp8, 32768, 1024, 512, 1, 0});  // wq_b of a 512-token prefill (many outputs: epilogue cost)
   b->Args({3, kBf16, 1024, 4096, 256, 1, 1});  // single-thread kernel efficiency, K = 4096 vs 1024

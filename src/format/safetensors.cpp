@@ -163,6 +163,14 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
       return fail(path, std::string("mmap failed: ") + std::strerror(errno));
     }
     file->mapping_ = mapping;
+    // Huge pages where the kernel can give them (THP in "madvise" mode or "always", a filesystem with large
+    // folios such as ext4 on Linux 6.16+): faults then read 2 MB folios and map them with one PMD entry each.
+    // The weights are streamed, gigabytes per token; with 4 KB pages every 4 KB of them cost a TLB miss, and
+    // the page cache, left to itself, mapped ~40% of the 16 GB benchmark model in 4 KB pages (FilePmdMapped).
+    // 2-core Xeon, that model read back from disk: decode batch 1 10.56 -> 11.60 tokens/s (FP8 GEMVs 16.6 ->
+    // 20.1 GB/s), prefill 512 70.9 -> 73.4 tokens/s. Tables read a row at a time opt out (advise_row_lookups).
+    // Advice only: a kernel without THP refuses it, and the mapping works as before.
+    (void)madvise(mapping, file->size_, MADV_HUGEPAGE);
   }
   ::close(fd);
   DI_RETURN_IF_ERROR(parse_header(path, static_cast<const uint8_t*>(file->mapping_), file->size_,
@@ -172,6 +180,14 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
     file->by_name_[file->tensors_[i].name] = i;
   }
   return file;
+}
+
+void advise_row_lookups(const TensorView& t) {
+  if (t.n_bytes == 0) return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(t.data) + t.n_bytes + page - 1) / page * page;
+  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_NOHUGEPAGE);
 }
 
 SafetensorsFile::~SafetensorsFile() {

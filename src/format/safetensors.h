@@ -29,6 +29,11 @@ struct TensorView {
   template <typename T> const T* as() const { return reinterpret_cast<const T*>(data); }
 };
 
+// For a tensor read a few rows at a time (embedding and Engram tables): 4 KB pages over its bytes, so that a
+// lookup reads and keeps only the pages around its row, where the rest of the mapping asks for huge pages
+// (SafetensorsFile::open) and a 2 MB fault per lookup would read most of a vocabulary table for one prompt.
+void advise_row_lookups(const TensorView& t);
+
 // One mapped .safetensors file. Move-only; unmaps on destruction.
 class SafetensorsFile {
  public:

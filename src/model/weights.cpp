@@ -168,6 +168,11 @@ class Binder {
     }
     return t;
   }
+  // A table read a row at a time (advise_row_lookups).
+  template <typename T> const T* table(const std::string& name) {
+    if (const TensorView* t = get(name)) advise_row_lookups(*t);
+    return ptr<T>(name);
+  }
   template <typename T> const T* ptr(const std::string& name) {
     const TensorView* t = get(name);
     if (!t) return nullptr;
@@ -240,6 +245,8 @@ class Binder {
         b.has_engram = true;
         const TensorView* codes = get(e + ".embed.weight");
         const TensorView* scales = get(e + ".embed.scale");
+        if (codes) advise_row_lookups(*codes);
+        if (scales) advise_row_lookups(*scales);
         if (codes && scales) b.engram.table = {codes->data, scales->data, codes->shape[0], codes->shape[1]};
         b.engram.wkv = linear(e + ".wkv");
         b.engram.q_weight = ptr<uint16_t>(e + ".q_weight");
@@ -303,7 +310,7 @@ Result<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt) 
   Binder b(c, ckpt);
   DI_RETURN_IF_ERROR(b.check_no_extras());
   ModelWeights w;
-  w.embed = b.ptr<uint16_t>("embed.weight");
+  w.embed = b.table<uint16_t>("embed.weight");
   w.head_proj = b.linear("head");
   if (c.is_v41()) {
     w.head.norm = b.ptr<uint16_t>("norm.weight");
@@ -317,7 +324,7 @@ Result<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt) 
     w.dspark.main_proj = b.linear("mtp.0.main_proj");
     w.dspark.main_norm = b.ptr<uint16_t>("mtp.0.main_norm.weight");
     w.dspark.norm = b.ptr<uint16_t>(last + ".norm.weight");
-    w.dspark.markov_embed = b.ptr<uint16_t>(last + ".markov_head.embed.weight");
+    w.dspark.markov_embed = b.table<uint16_t>(last + ".markov_head.embed.weight");
     w.dspark.markov_head = b.linear(last + ".markov_head.head");
     w.dspark.confidence_proj = b.linear(last + ".confidence_head.proj");
     if (!b.error.empty()) return Status::error(b.error);
