@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -101,6 +102,45 @@ TEST(Safetensors, RoundTripsTensorsAndMetadata) {
   uint64_t header_len = 0;
   std::memcpy(&header_len, read_bytes(path).data(), 8);
   EXPECT_EQ((8 + header_len) % 8, 0u) << "data area should start 8-byte aligned";
+}
+
+// The VmFlags of the mapping that holds addr in this process (/proc/self/smaps), or "" if none does.
+std::string vm_flags_at(const void* addr) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find('-') < line.find(' ')) {
+      inside = begin <= a && a < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line + " ";
+    }
+  }
+  return "";
+}
+
+TEST(Safetensors, MappingAsksForHugePagesExceptRowLookupTables) {
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
+    GTEST_SKIP() << "this kernel has no transparent huge pages (no /sys/kernel/mm/transparent_hugepage)";
+  }
+  TempDir dir;
+  const std::string path = dir.file("x.safetensors");
+  const size_t mb = size_t(1) << 20;
+  ASSERT_TRUE(write_safetensors(path, {{"weight", DType::kU8, {int64_t(6 * mb)}, std::vector<uint8_t>(6 * mb, 1)},
+                                       {"table", DType::kU8, {int64_t(6 * mb)}, std::vector<uint8_t>(6 * mb, 2)}})
+                  .ok());
+  auto file = SafetensorsFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  const TensorView* weight = file.value()->find("weight");
+  const TensorView* table = file.value()->find("table");
+  EXPECT_NE(vm_flags_at(weight->data).find(" hg "), std::string::npos) << vm_flags_at(weight->data);
+  EXPECT_NE(vm_flags_at(table->data).find(" hg "), std::string::npos) << vm_flags_at(table->data);
+
+  advise_row_lookups(*table);
+  EXPECT_NE(vm_flags_at(table->data).find(" nh "), std::string::npos) << vm_flags_at(table->data);
+  EXPECT_NE(vm_flags_at(table->data + table->n_bytes - 1).find(" nh "), std::string::npos);
+  EXPECT_NE(vm_flags_at(weight->data).find(" hg "), std::string::npos) << "the weights keep their huge pages";
 }
 
 TEST(Safetensors, WriterRejectsByteCountMismatch) {
