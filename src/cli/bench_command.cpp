@@ -303,21 +303,31 @@ Runner add_bench_command(CLI::App& app) {
                   "%.1f / %.1f GFLOP/s, peak bf16 dot %.1f / %.1f GFLOP/s; percentages use the larger\n",
                   before.read_gb_per_s, after.read_gb_per_s, before.peak_gflops, after.peak_gflops,
                   before.peak_bf16_gflops, after.peak_bf16_gflops);
+      ceiling.peak_amx_bf16_gflops = std::max(before.peak_amx_bf16_gflops, after.peak_amx_bf16_gflops);
+      if (ceiling.peak_amx_bf16_gflops > 0) {
+        std::printf("this CPU's AMX bf16 tiles (TDPBF16PS) peak at %.1f / %.1f GFLOP/s, %.1fx its fp32 FMA peak; no "
+                    "deepinfer kernel uses AMX yet (%% amx: against that peak)\n",
+                    before.peak_amx_bf16_gflops, after.peak_amx_bf16_gflops,
+                    ceiling.peak_amx_bf16_gflops / std::max(1e-9, ceiling.peak_gflops));
+      }
       if (!read_log.empty()) {
         std::printf("read bandwidth around the decode phases (fresh buffer / mapped head weights, GB/s):");
         for (size_t i = 0; i < read_log.size(); ++i) std::printf("%s %s", i ? ";" : "", read_log[i].c_str());
         std::printf("; %% BW uses the largest read figure, %.1f GB/s\n", ceiling.read_gb_per_s);
       }
     }
-    std::printf("\n%-18s %10s %11s %13s %10s %8s %10s %9s %9s\n", "phase", "tokens/s", "ms/step", "MB read/tok",
-                "GB/s", "% BW", "GFLOP/s", "% fp32", "% bf16");
+    const bool amx = ceiling.peak_amx_bf16_gflops > 0;
+    std::printf("\n%-18s %10s %11s %13s %10s %8s %10s %9s %9s%s\n", "phase", "tokens/s", "ms/step", "MB read/tok",
+                "GB/s", "% BW", "GFLOP/s", "% fp32", "% bf16", amx ? "     % amx" : "");
     for (const Row& r : rows) {
       const double gbs = r.bytes / r.seconds / 1e9, gflops = r.flops / r.seconds / 1e9;
       auto pct = [](double x, double of) { return of > 0 ? 100.0 * x / of : 0.0; };
-      std::printf("%-18s %10.2f %11.2f %13.1f %10.2f %7.1f%% %10.1f %8.1f%% %8.1f%%\n", r.phase.c_str(),
+      std::printf("%-18s %10.2f %11.2f %13.1f %10.2f %7.1f%% %10.1f %8.1f%% %8.1f%%", r.phase.c_str(),
                   r.tokens / r.seconds, 1e3 * r.seconds / r.steps, r.bytes / r.tokens / 1e6, gbs,
                   pct(gbs, ceiling.read_gb_per_s), gflops, pct(gflops, ceiling.peak_gflops),
                   pct(gflops, ceiling.peak_bf16_gflops));
+      if (amx) std::printf(" %8.1f%%", pct(gflops, ceiling.peak_amx_bf16_gflops));
+      std::printf("\n");
     }
     if (args->op_times) {
       std::printf("\nms per step by backend op kind (calls per step); host = the model code around the ops\n%-18s", "phase");

@@ -1,6 +1,8 @@
 #include "core/machine_ceiling.h"
 
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -105,6 +107,49 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_loop_avx512(int64_t ite
   return _mm512_reduce_add_ps(s);
 }
 
+// AMX: one TDPBF16PS multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x 16 fp32 sums (16 * 16 * 32
+// multiply-adds). Four accumulator tiles, each instruction independent of the previous one's result.
+__attribute__((target("amx-tile,amx-bf16"))) float amx_bf16_loop(int64_t iters) {
+  struct alignas(64) TileConfig {
+    uint8_t palette = 1, start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t bytes_per_row[16] = {};
+    uint8_t rows[16] = {};
+  } config;
+  for (int i = 0; i < 8; ++i) {
+    config.bytes_per_row[i] = 64;
+    config.rows[i] = 16;
+  }
+  alignas(64) static const uint16_t kOperand[16 * 32] = {};  // zeros: the rate does not depend on the values
+  alignas(64) float out[16 * 16];
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, kOperand, 64);
+  _tile_loadd(5, kOperand, 64);
+  for (int64_t it = 0; it < iters; ++it) {
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 5);
+    _tile_dpbf16ps(2, 4, 5);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+
+// Whether this process may use AMX tiles: the CPU has AMX-BF16 and Linux grants the tile state
+// (arch_prctl ARCH_REQ_XCOMP_PERM, which a VM or an old kernel may refuse).
+bool amx_usable() {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return granted;
+}
+
 bool has_bf16() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
@@ -169,6 +214,12 @@ MachineCeiling measure_machine_ceiling(int n_threads, size_t buffer_bytes, bool 
   const MachineCeiling peak = measure_arithmetic_peak(n_threads);
   m.peak_gflops = peak.peak_gflops;
   m.peak_bf16_gflops = peak.peak_bf16_gflops;
+  if (amx_usable()) {
+    const int64_t iters = 2'000'000;
+    std::vector<float> fsink(static_cast<size_t>(n_threads));
+    const double s = best_seconds(n_threads, 2, [&](int t) { fsink[size_t(t)] = amx_bf16_loop(iters); });
+    m.peak_amx_bf16_gflops = double(iters) * 4 * 16 * 16 * 32 * 2 * n_threads / s / 1e9;
+  }
   return m;
 }
 
