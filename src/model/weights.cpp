@@ -168,13 +168,16 @@ class Binder {
     }
     return t;
   }
-  // A table read a row at a time (advise_row_lookups).
-  template <typename T> const T* table(const std::string& name) {
-    if (const TensorView* t = get(name)) advise_row_lookups(*t);
-    return ptr<T>(name);
-  }
-  template <typename T> const T* ptr(const std::string& name) {
+  // A table read a row at a time: get(), with its pages advised for row lookups (advise_row_lookups).
+  const TensorView* table_view(const std::string& name) {
     const TensorView* t = get(name);
+    if (t) advise_row_lookups(*t);
+    return t;
+  }
+  template <typename T> const T* table(const std::string& name) { return data_of<T>(table_view(name)); }
+  template <typename T> const T* ptr(const std::string& name) { return data_of<T>(get(name)); }
+  // t's data as T, copied to an aligned buffer if the file does not align it for T.
+  template <typename T> const T* data_of(const TensorView* t) {
     if (!t) return nullptr;
     if (reinterpret_cast<uintptr_t>(t->data) % alignof(T) == 0) return t->as<T>();
     auto copy = std::make_unique<uint64_t[]>((t->n_bytes + 7) / 8);
@@ -243,10 +246,8 @@ class Binder {
       if (!is_mtp && c_.is_engram_layer(layer_id)) {
         const std::string e = p + ".engram";
         b.has_engram = true;
-        const TensorView* codes = get(e + ".embed.weight");
-        const TensorView* scales = get(e + ".embed.scale");
-        if (codes) advise_row_lookups(*codes);
-        if (scales) advise_row_lookups(*scales);
+        const TensorView* codes = table_view(e + ".embed.weight");
+        const TensorView* scales = table_view(e + ".embed.scale");
         if (codes && scales) b.engram.table = {codes->data, scales->data, codes->shape[0], codes->shape[1]};
         b.engram.wkv = linear(e + ".wkv");
         b.engram.q_weight = ptr<uint16_t>(e + ".q_weight");
