@@ -119,6 +119,18 @@ void decode_args(benchmark::internal::Benchmark* b) {
   for (int64_t tokens : {2, 3, 4, 8, 16}) b->Args({4, kBf16, 16384, 4096, tokens, 2, 0});
   for (int64_t tokens : {2, 4}) b->Args({4, kFp8, 8192, 4096, tokens, 4, 0});
   for (int64_t tokens : {2, 4}) b->Args({4, kFp4, 2048, 4096, tokens, 32, 0});
+  // Level 5 (amxbf16): every token count on TDPBF16PS tiles, so a single token's GEMV runs there too.
+  for (int64_t threads : {1, 0}) {
+    b->Args({5, kFp8, 32768, 1024, 1, 4, threads});
+    b->Args({5, kFp8, 8192, 4096, 1, 4, threads});
+    b->Args({5, kFp4, 2048, 4096, 1, 32, threads});
+    b->Args({5, kBf16, 16384, 4096, 1, 2, threads});
+  }
+  b->Args({5, kFp8, 1024, 1024, 1, 1, 1});
+  b->Args({5, kFp4, 512, 4096, 1, 1, 1});
+  b->Args({5, kBf16, 128, 4096, 1, 1, 1});
+  for (int64_t tokens : {4, 16}) b->Args({5, kFp4, 2048, 4096, tokens, 32, 0});
+  b->Args({5, kFp8, 32768, 1024, 16, 4, 0});
 }
 
 void prefill_args(benchmark::internal::Benchmark* b) {
@@ -147,6 +159,15 @@ void prefill_args(benchmark::internal::Benchmark* b) {
   for (int64_t T : {12, 24}) b->Args({4, kFp8, 4096, 4096, T, 1, 0});
   b->Args({4, kBf16, 4096, 4096, 12, 1, 0});
   b->Args({4, kFp8, 32768, 1024, 512, 1, 0});
+  // Level 5 (amxbf16): the same shapes on TDPBF16PS tiles.
+  for (int64_t threads : {1, 0}) {
+    b->Args({5, kFp8, 4096, 4096, 512, 1, threads});
+    b->Args({5, kFp4, 2048, 4096, 12, 32, threads});
+  }
+  for (int64_t T : {5, 8, 18, 24, 36, 48}) b->Args({5, kFp4, 2048, 4096, T, 32, 0});
+  b->Args({5, kFp4, 256, 4096, 12, 1, 1});
+  b->Args({5, kBf16, 4096, 4096, 512, 1, 0});
+  b->Args({5, kFp8, 32768, 1024, 512, 1, 0});
 }
 
 BENCHMARK(BM_Linear)->Apply(decode_args)->ArgNames({"level", "dtype", "n", "k", "T", "copies", "threads"})->UseRealTime()->MinTime(0.3);

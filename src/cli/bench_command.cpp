@@ -305,8 +305,9 @@ Runner add_bench_command(CLI::App& app) {
                   before.peak_bf16_gflops, after.peak_bf16_gflops);
       ceiling.peak_amx_bf16_gflops = std::max(before.peak_amx_bf16_gflops, after.peak_amx_bf16_gflops);
       if (ceiling.peak_amx_bf16_gflops > 0) {
-        std::printf("this CPU's AMX bf16 tiles (TDPBF16PS) peak at %.1f / %.1f GFLOP/s, %.1fx its fp32 FMA peak; no "
-                    "deepinfer kernel uses AMX yet (%% amx: against that peak)\n",
+        std::printf("this CPU's AMX bf16 tiles (TDPBF16PS) peak at %.1f / %.1f GFLOP/s, %.1fx its fp32 FMA peak; the "
+                    "amxbf16 kernel family (DEEPINFER_SIMD=amxbf16) runs the linear ops on them (%% amx: against "
+                    "that peak)\n",
                     before.peak_amx_bf16_gflops, after.peak_amx_bf16_gflops,
                     ceiling.peak_amx_bf16_gflops / std::max(1e-9, ceiling.peak_gflops));
       }

@@ -1,14 +1,14 @@
 #include "core/machine_ceiling.h"
 
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <thread>
 #include <vector>
+
+#include "core/amx_permission.h"
 
 // GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_* temporaries.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -138,16 +138,6 @@ __attribute__((target("amx-tile,amx-bf16"))) float amx_bf16_loop(int64_t iters) 
   _tile_stored(0, out, 64);
   _tile_release();
   return out[0];
-}
-
-// Whether this process may use AMX tiles: the CPU has AMX-BF16 and Linux grants the tile state
-// (arch_prctl ARCH_REQ_XCOMP_PERM, which a VM or an old kernel may refuse).
-bool amx_usable() {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
-  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  return granted;
 }
 
 bool has_bf16() {

@@ -15,7 +15,7 @@ struct MachineCeiling {
   double peak_gflops = 0;       // fp32 FMA = 2 flops
   double peak_bf16_gflops = 0;  // vdpbf16ps = 4 flops per fp32 lane; 0 without AVX512-BF16
   // AMX-BF16 tiles (TDPBF16PS), 0 without them: measured by measure_machine_ceiling only, to show how much
-  // compute such a CPU has beyond its vector units (no deepinfer kernel uses AMX yet).
+  // compute such a CPU has beyond its vector units (the kAmxBf16 linear family uses it).
   double peak_amx_bf16_gflops = 0;
   int n_threads = 0;
   std::string simd;             // "avx512f", "avx2+fma" or "scalar"

@@ -23,7 +23,8 @@ namespace deepinfer::testing {
 
 inline const std::vector<SimdLevel>& all_simd_levels() {
   static const std::vector<SimdLevel> levels = {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512,
-                                                SimdLevel::kAvx512Bf16, SimdLevel::kAvx512Bf16Quant};
+                                                SimdLevel::kAvx512Bf16, SimdLevel::kAvx512Bf16Quant,
+                                                SimdLevel::kAmxBf16};
   return levels;
 }
 

@@ -2,6 +2,8 @@
 
 #include <initializer_list>
 
+#include "core/amx_permission.h"
+
 namespace deepinfer {
 
 const char* simd_level_name(SimdLevel level) {
@@ -11,6 +13,7 @@ const char* simd_level_name(SimdLevel level) {
     case SimdLevel::kAvx512: return "avx512";
     case SimdLevel::kAvx512Bf16: return "avx512bf16";
     case SimdLevel::kAvx512Bf16Quant: return "avx512bf16quant";
+    case SimdLevel::kAmxBf16: return "amxbf16";
   }
   return "?";
 }
@@ -28,6 +31,8 @@ bool simd_level_supported(SimdLevel level) {
     case SimdLevel::kAvx512Bf16: return avx512 && __builtin_cpu_supports("avx512bf16");
     case SimdLevel::kAvx512Bf16Quant:  // its FP8 decode looks codes up with vpermi2b
       return avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
+    case SimdLevel::kAmxBf16:
+      return avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi") && amx_usable();
   }
   return false;
 #else

@@ -14,13 +14,18 @@ enum class SimdLevel {
                 //   (FP8 / FP4 weights run on the kAvx512 family)
   kAvx512Bf16Quant,  // kAvx512Bf16 + avx512_vbmi, whose bf16 dot products also take FP8 and FP4 weights
                      //   (decoded exactly to bf16): the best level where vdpbf16ps is fast (AMD Zen 4 on)
+  kAmxBf16,  // kAvx512Bf16Quant + AMX-BF16 (Intel Sapphire Rapids on), where Linux grants the tile state: its linear
+             //   ops multiply the decoded bf16 weights with TDPBF16PS tiles for every token count; the other ops
+             //   are kAvx512Bf16's
 };
 
 const char* simd_level_name(SimdLevel level);
 bool simd_level_supported(SimdLevel level);
 // The best supported level: kAvx512Bf16Quant where vdpbf16ps runs at twice the fp32 FMA rate (AMD: Zen 4
 // measured 461 against 230 GFLOP/s on 2 cores), kAvx512Bf16 on other AVX512-BF16 CPUs (Intel: the
-// reverse, 160-204 against 330-442, so FP8 and FP4 weights are faster on fp32 FMA there).
+// reverse, 160-204 against 330-442, so FP8 and FP4 weights are faster on fp32 FMA there). Never kAmxBf16: its
+// prefill runs 2-2.5x faster, but its single-token decode of FP8 / FP4 weights at about half the rate (the
+// tiles need the decoded weights stored first), and decode is what a chat waits on; DEEPINFER_SIMD picks it.
 SimdLevel best_simd_level();
 
 }  // namespace deepinfer

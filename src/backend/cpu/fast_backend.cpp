@@ -82,13 +82,13 @@ std::unique_ptr<Backend> make_fast_backend(int n_threads, std::string* error) {
   const char* forced = std::getenv("DEEPINFER_SIMD");
   if (forced == nullptr || *forced == '\0') return make_fast_backend_with_level(n_threads, best_simd_level());
   for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAvx512Bf16,
-                          SimdLevel::kAvx512Bf16Quant}) {
+                          SimdLevel::kAvx512Bf16Quant, SimdLevel::kAmxBf16}) {
     if (std::string(forced) != simd_level_name(level)) continue;
     if (simd_level_supported(level)) return make_fast_backend_with_level(n_threads, level);
     *error = std::string("DEEPINFER_SIMD=") + forced + ": this CPU lacks the instructions of that kernel family";
     return nullptr;
   }
-  *error = std::string("DEEPINFER_SIMD=") + forced + ": unknown kernel family (scalar, avx2, avx512, avx512bf16, avx512bf16quant)";
+  *error = std::string("DEEPINFER_SIMD=") + forced + ": unknown kernel family (scalar, avx2, avx512, avx512bf16, avx512bf16quant, amxbf16)";
   return nullptr;
 }
 

@@ -116,6 +116,8 @@ extern const SimdKernels kSimdKernelsAvx2;
 extern const SimdKernels kSimdKernelsAvx512;
 extern const SimdKernels kSimdKernelsAvx512Bf16;
 extern const SimdKernels kSimdKernelsAvx512Bf16Quant;
+// The kAmxBf16 table (simd_amx.cpp): kSimdKernelsAvx512Bf16 with the AMX linear family.
+const SimdKernels& amx_simd_kernels();
 
 // e8m0 byte -> its float value (2^(byte-127); byte 0 = 2^-127, 255 = NaN).
 extern const std::array<float, 256> kE8m0Values;

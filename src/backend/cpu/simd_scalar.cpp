@@ -159,12 +159,14 @@ const SimdKernels& simd_kernels(SimdLevel level) {
     case SimdLevel::kAvx512: return kSimdKernelsAvx512;
     case SimdLevel::kAvx512Bf16: return kSimdKernelsAvx512Bf16;
     case SimdLevel::kAvx512Bf16Quant: return kSimdKernelsAvx512Bf16Quant;
+    case SimdLevel::kAmxBf16: return amx_simd_kernels();
   }
   return kSimdKernelsScalar;
 }
 
 const SimdKernels& fp32_simd_kernels(SimdLevel level) {
-  const bool bf16 = level == SimdLevel::kAvx512Bf16 || level == SimdLevel::kAvx512Bf16Quant;
+  const bool bf16 = level == SimdLevel::kAvx512Bf16 || level == SimdLevel::kAvx512Bf16Quant ||
+                    level == SimdLevel::kAmxBf16;
   return simd_kernels(bf16 ? SimdLevel::kAvx512 : level);
 }
 
