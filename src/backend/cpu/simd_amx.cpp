@@ -204,37 +204,40 @@ constexpr int64_t fp4_element(int64_t j) { return 4 * (j % 8) + j / 8; }
 // Decodes chunks [c0, c1) of one row into dst, chunk c at dst + (c - c0) * chunk_stride. The last chunk of a
 // bf16 row may be partial (K % 32): its missing columns are zeros, as are x's.
 template <DType D>
-inline void decode_row(const Row& row, int64_t K, int chunk_shift, int64_t c0, int64_t c1, uint16_t* dst,
-                       int64_t chunk_stride) {
+// The row's pointers come by value: read through the Row, they were reloaded after every store (dst might have
+// aliased them), a third of the FP4 loop's instructions.
+inline void decode_row(const uint8_t* data, const uint8_t* scale, int64_t K, int chunk_shift, int64_t c0, int64_t c1,
+                       uint16_t* dst, int64_t chunk_stride) {
   constexpr int64_t kBytes = D == DType::kBF16 ? 2 * kChunk : D == DType::kF8E4M3 ? kChunk : kChunk / 2;
   const int64_t row_end = D == DType::kBF16 ? 2 * K : D == DType::kF8E4M3 ? K : K / 2;
   const int64_t ahead = (c0 + kPrefetchSteps * kStepChunks) * kBytes;
   for (int64_t b = ahead, e = std::min(row_end, ahead + (c1 - c0) * kBytes); b < e; b += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(row.data + b), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(data + b), _MM_HINT_T0);
   }
   if constexpr (D == DType::kBF16) {
-    const auto* p = reinterpret_cast<const uint16_t*>(row.data);
+    const auto* p = reinterpret_cast<const uint16_t*>(data);
     for (int64_t c = c0; c < c1; ++c, dst += chunk_stride) {
       const int64_t k = c * kChunk;
       const __mmask32 m = k + kChunk <= K ? ~__mmask32(0) : __mmask32((uint64_t(1) << (K - k)) - 1);
       _mm512_storeu_si512(dst, _mm512_maskz_loadu_epi16(m, p + k));
     }
   } else if constexpr (D == DType::kI8) {
+#pragma GCC unroll 4
     for (int64_t c = c0; c < c1; ++c, dst += chunk_stride) {
-      S::store_w(dst, decode_fp4(row.data + c * kChunk / 2, row.scale[c]));
+      S::store_w(dst, decode_fp4(data + c * kChunk / 2, scale[c]));
     }
   } else {
     int64_t c = c0;
     for (; c + 2 <= c1; c += 2, dst += 2 * chunk_stride) {  // 64 codes per table lookup
-      const uint8_t* codes = row.data + c * kChunk;
+      const uint8_t* codes = data + c * kChunk;
       S::W w0, w1;
       SQuant::decode_fp8_raw_pair(codes, &w0, &w1);
-      S::store_w(dst, fp8_chunk(w0, codes, row.scale[c >> chunk_shift]));
-      S::store_w(dst + chunk_stride, fp8_chunk(w1, codes + kChunk, row.scale[(c + 1) >> chunk_shift]));
+      S::store_w(dst, fp8_chunk(w0, codes, scale[c >> chunk_shift]));
+      S::store_w(dst + chunk_stride, fp8_chunk(w1, codes + kChunk, scale[(c + 1) >> chunk_shift]));
     }
     if (c < c1) {
-      const uint8_t* codes = row.data + c * kChunk;
-      S::store_w(dst, fp8_chunk(SQuant::decode_fp8_raw(codes), codes, row.scale[c >> chunk_shift]));
+      const uint8_t* codes = data + c * kChunk;
+      S::store_w(dst, fp8_chunk(SQuant::decode_fp8_raw(codes), codes, scale[c >> chunk_shift]));
     }
   }
 }
@@ -247,7 +250,7 @@ void decode_unit(const Row* rows, int64_t n_rows, int G, int64_t K, int chunk_sh
   for (int64_t r = 0; r < 16 * G; ++r) {
     uint16_t* dst = a + (r / 16) * kChunkElems + (r % 16) * kChunk;
     if (r < n_rows) {
-      decode_row<D>(rows[r], K, chunk_shift, c0, c1, dst, chunk_stride);
+      decode_row<D>(rows[r].data, rows[r].scale, K, chunk_shift, c0, c1, dst, chunk_stride);
     } else {
       for (int64_t c = c0; c < c1; ++c) std::memset(dst + (c - c0) * chunk_stride, 0, kChunk * 2);
     }
@@ -305,15 +308,22 @@ void tile_rows(const Row* rows, int64_t n_rows, int64_t K, int chunk_shift, cons
   constexpr int64_t kStepElems = kStepChunks * G * kChunkElems;
   Scratch& s = scratch();
   if (T <= kBlockTokens) {
+    // Two step buffers: step i + 1 is decoded while step i is multiplied. The decode's stores then overlap the
+    // tile products instead of following them (a tile load waits for the older stores to drain).
     const uint16_t* xb = block_x(x, 0);
-    if (s.a.size() < size_t(kStepElems)) s.a.resize(size_t(kStepElems));
+    if (s.a.size() < size_t(2 * kStepElems)) s.a.resize(size_t(2 * kStepElems));
     configure_tiles(T);
     zero_accumulators<G>();
-    for (int64_t c0 = 0; c0 < n_chunks; c0 += kStepChunks) {
+    decode_unit<D>(rows, n_rows, G, K, chunk_shift, 0, std::min(n_chunks, kStepChunks), s.a.data());
+    for (int64_t c0 = 0, i = 0; c0 < n_chunks; c0 += kStepChunks, ++i) {
       const int64_t c1 = std::min(n_chunks, c0 + kStepChunks);
-      decode_unit<D>(rows, n_rows, G, K, chunk_shift, c0, c1, s.a.data());
+      const uint16_t* a = s.a.data() + (i % 2) * kStepElems;
+      if (c1 < n_chunks) {
+        decode_unit<D>(rows, n_rows, G, K, chunk_shift, c1, std::min(n_chunks, c1 + kStepChunks),
+                       s.a.data() + ((i + 1) % 2) * kStepElems);
+      }
       for (int64_t ch = c0; ch < c1; ++ch) {
-        multiply_chunk<G>(s.a.data() + (ch - c0) * G * kChunkElems, xb + ch * kChunk * T, 4 * T);
+        multiply_chunk<G>(a + (ch - c0) * G * kChunkElems, xb + ch * kChunk * T, 4 * T);
       }
     }
     store_accumulators<G>(T, n_rows, c, cs);
@@ -384,16 +394,20 @@ void tile(const LinearWeight& w, int64_t row0, int64_t n_rows, const PackedX& x,
 // the 16 x n transpose of its tokens' 16 bf16 pairs; for FP4 weights the chunk's elements are first put in the
 // order decode_fp4 gives (fp4_element).
 void tile_x(const PackedX& x, int64_t b0, int64_t b1, void* out) {
-  const bool fp4 = x.weight_dtype == DType::kI8;
+  alignas(64) uint16_t order[kChunk];  // position j of a chunk <- element order[j]
+  for (int64_t j = 0; j < kChunk; ++j) order[j] = uint16_t(x.weight_dtype == DType::kI8 ? fp4_element(j) : j);
+  const __m512i perm = _mm512_load_si512(order);
+  const __m512i pair = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const auto* src = static_cast<const uint16_t*>(x.data);
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t t0 = b * kBlockTokens, n = std::min(kBlockTokens, x.n_tokens - t0);
-    uint16_t* dst = static_cast<uint16_t*>(out) + t0 * x.k_padded;
+    const __m512i offsets = _mm512_mullo_epi32(pair, _mm512_set1_epi32(int(n)));  // pair p at p n
+    auto* dst = reinterpret_cast<int*>(static_cast<uint16_t*>(out) + t0 * x.k_padded);
     for (int64_t t = 0; t < n; ++t) {
       const uint16_t* row = src + (t0 + t) * x.stride;
       for (int64_t k = 0; k < x.k_padded; k += kChunk) {
-        uint16_t* chunk = dst + k * n + 2 * t;  // pair p at chunk + 2 p n
-        for (int64_t j = 0; j < kChunk; ++j) chunk[(j / 2) * 2 * n + j % 2] = row[k + (fp4 ? fp4_element(j) : j)];
+        const __m512i v = _mm512_permutexvar_epi16(perm, _mm512_loadu_si512(row + k));
+        _mm512_i32scatter_epi32(dst + k / 2 * n + t, offsets, v, 4);
       }
     }
   }
