@@ -99,6 +99,7 @@ void decode_args(benchmark::internal::Benchmark* b) {
   b->Args({3, kFp8, 8192, 4096, 1, 4, 0});
   b->Args({3, kFp8, 4096, 8192, 1, 4, 0});
   b->Args({3, kFp8, 1024, 4096, 1, 32, 0});
+  b->Args({3, kBf16, 129280, 4096, 1, 1, 0});  // the whole head (1 GB)
   for (int64_t level = 1; level < 4; ++level) {  // L2-resident (1 MB): one core's decode rate without DRAM
     b->Args({level, kFp8, 1024, 1024, 1, 1, 1});
     b->Args({level, kFp4, 512, 4096, 1, 1, 1});
@@ -125,6 +126,7 @@ void decode_args(benchmark::internal::Benchmark* b) {
     b->Args({5, kFp8, 8192, 4096, 1, 4, threads});
     b->Args({5, kFp4, 2048, 4096, 1, 32, threads});
     b->Args({5, kBf16, 16384, 4096, 1, 2, threads});
+    b->Args({5, kBf16, 129280, 4096, 1, 1, threads});  // the whole head (1 GB)
   }
   b->Args({5, kFp8, 1024, 1024, 1, 1, 1});
   b->Args({5, kFp4, 512, 4096, 1, 1, 1});

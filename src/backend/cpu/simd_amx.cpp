@@ -13,10 +13,11 @@
 // GEMMs stopped at ~45% of that peak for want of L1 bandwidth (README, stop 30).
 //
 // Loop orders (all take the same TDPBF16PS steps per output element):
-//   - bf16 weights, up to 16 tokens, whole row groups: the A tiles load straight from the weight rows;
-//   - up to 16 tokens (decode, most routed experts of a prefill): K goes by in steps of kStepChunks chunks; each
-//     step decodes the unit's rows into a small L1 buffer and multiplies it at once, the accumulators staying in
-//     tile registers for all of K;
+//   - bf16 weights, up to 16 tokens, whole row groups: the A tiles load straight from the weight rows, one
+//     16-row group after the other;
+//   - up to 16 tokens (decode, most routed experts of a prefill): one row group after the other, K in steps of
+//     kStepChunks chunks, each step decoded into a small L1 buffer while the previous one is multiplied; the
+//     group's accumulator stays in a tile register for all of K;
 //   - more tokens: K panels of kPanelChunks chunks, each decoded once into L1 and multiplied with every 16-token
 //     block, the blocks' accumulators saved between panels.
 //
@@ -67,10 +68,6 @@ static_assert(kMaxGroups == 4, "four accumulator tiles: the unit's row groups");
 constexpr int64_t kStepChunks = 4;
 // Chunks per K panel with more than 16 tokens: 8 x 4 KB of A tiles, reused by every token block from L1.
 constexpr int64_t kPanelChunks = 8;
-// Each row's decode prefetches its bytes kPrefetchSteps steps ahead: a unit's 64 rows are 64 streams, more than
-// the hardware prefetchers follow (kernel_bench, 2 threads, one token: FP8 GEMV 5.9 -> 9.3 GB/s, FP4 7.2 -> 13;
-// into L2 instead of L1, or 4 steps ahead: no better).
-constexpr int64_t kPrefetchSteps = 2;
 
 // Tile registers: accumulators 0-3 (one per row group), B in 5, A alternating over 4, 6 and 7 so that a load
 // need not wait for the previous product to have read its tile. (GCC's tile intrinsics paste the register
@@ -155,13 +152,6 @@ inline void scatter_sums(const float* sums, int /*G*/, int64_t n_tokens, int64_t
   }
 }
 
-template <int G>
-inline void store_accumulators(int64_t n_tokens, int64_t n_rows, float* c, int64_t cs) {
-  alignas(64) float sums[kMaxGroups * 256];
-  save_accumulators<G>(sums, 4 * n_tokens);
-  scatter_sums(sums, G, n_tokens, n_rows, c, cs);
-}
-
 // Where one weight row's codes and scales are.
 struct Row {
   const uint8_t* data = nullptr;
@@ -208,12 +198,6 @@ template <DType D>
 // aliased them), a third of the FP4 loop's instructions.
 inline void decode_row(const uint8_t* data, const uint8_t* scale, int64_t K, int chunk_shift, int64_t c0, int64_t c1,
                        uint16_t* dst, int64_t chunk_stride) {
-  constexpr int64_t kBytes = D == DType::kBF16 ? 2 * kChunk : D == DType::kF8E4M3 ? kChunk : kChunk / 2;
-  const int64_t row_end = D == DType::kBF16 ? 2 * K : D == DType::kF8E4M3 ? K : K / 2;
-  const int64_t ahead = (c0 + kPrefetchSteps * kStepChunks) * kBytes;
-  for (int64_t b = ahead, e = std::min(row_end, ahead + (c1 - c0) * kBytes); b < e; b += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(data + b), _MM_HINT_T0);
-  }
   if constexpr (D == DType::kBF16) {
     const auto* p = reinterpret_cast<const uint16_t*>(data);
     for (int64_t c = c0; c < c1; ++c, dst += chunk_stride) {
@@ -273,60 +257,77 @@ inline const uint16_t* block_x(const PackedX& x, int64_t b) {
 }
 
 // bf16 weights in whole row groups and chunks need no decode: the A tiles load straight from the rows (the first
-// of a unit's rows at w, row_bytes apart), prefetched kDirectPrefetchChunks ahead while the first token block
-// streams them in.
+// of a unit's rows at w, row_bytes apart), one row group at a time, prefetched kDirectPrefetchChunks ahead.
+// Sixteen row streams at a time, not the unit's 64: kernel_bench, the whole 1 GB head on two threads, 64 streams
+// 17.8-22 GB/s, 32 25.8, 16 28.5 (the avx512bf16 family: 28.6).
 constexpr int64_t kDirectPrefetchChunks = 8;
 template <int G>
 void tile_rows_bf16(const uint8_t* w, int64_t row_bytes, const PackedX& x, float* c, int64_t cs) {
   const int64_t n_chunks = x.k_padded / kChunk, T = x.n_tokens;
-  int64_t configured = 0;
-  for (int64_t b = 0; b * kBlockTokens < T; ++b) {
-    const int64_t nb = std::min(kBlockTokens, T - b * kBlockTokens);
-    if (nb != configured) configure_tiles(configured = nb);
-    const uint16_t* xb = block_x(x, b);
-    zero_accumulators<G>();
+  const uint16_t* xb = block_x(x, 0);
+  alignas(64) float sums[kMaxGroups * 256];
+  configure_tiles(T);
+  for (int g = 0; g < G; ++g) {
+    const uint8_t* wg = w + g * 16 * row_bytes;
+    zero_accumulators<1>();
     for (int64_t ch = 0; ch < n_chunks; ++ch) {
-      if (b == 0 && ch + kDirectPrefetchChunks < n_chunks) {
-        const uint8_t* ahead = w + (ch + kDirectPrefetchChunks) * 2 * kChunk;
-        for (int64_t r = 0; r < 16 * G; ++r) _mm_prefetch(reinterpret_cast<const char*>(ahead + r * row_bytes), _MM_HINT_T1);
+      if (ch + kDirectPrefetchChunks < n_chunks) {
+        const uint8_t* ahead = wg + (ch + kDirectPrefetchChunks) * 2 * kChunk;
+        for (int64_t r = 0; r < 16; ++r) _mm_prefetch(reinterpret_cast<const char*>(ahead + r * row_bytes), _MM_HINT_T0);
       }
-      multiply_chunk<G>(w + ch * 2 * kChunk, row_bytes, 16 * row_bytes, xb + ch * kChunk * nb, 4 * nb);
+      multiply_chunk<1>(wg + ch * 2 * kChunk, row_bytes, 0, xb + ch * kChunk * T, 4 * T);
     }
-    store_accumulators<G>(nb, 16 * G, c + b * kBlockTokens * cs, cs);
+    save_accumulators<1>(sums + g * 256, 4 * T);
   }
+  scatter_sums(sums, G, T, 16 * G, c, cs);
   _tile_release();
 }
 
+// weight_end: one past the matrix's last byte (the prefetches stop there); rows are row_bytes apart.
 template <DType D, int G>
-void tile_rows(const Row* rows, int64_t n_rows, int64_t K, int chunk_shift, const PackedX& x, float* c, int64_t cs) {
+void tile_rows(const Row* rows, int64_t n_rows, int64_t K, int chunk_shift, int64_t row_bytes,
+               const uint8_t* weight_end, const PackedX& x, float* c, int64_t cs) {
   if constexpr (D == DType::kBF16) {
     if (x.n_tokens <= kBlockTokens && n_rows == 16 * G && K % kChunk == 0) {
-      return tile_rows_bf16<G>(rows[0].data, 2 * K, x, c, cs);
+      return tile_rows_bf16<G>(rows[0].data, row_bytes, x, c, cs);
     }
   }
   const int64_t n_chunks = x.k_padded / kChunk, T = x.n_tokens;
-  constexpr int64_t kStepElems = kStepChunks * G * kChunkElems;
   Scratch& s = scratch();
   if (T <= kBlockTokens) {
-    // Two step buffers: step i + 1 is decoded while step i is multiplied. The decode's stores then overlap the
-    // tile products instead of following them (a tile load waits for the older stores to drain).
+    // One row group at a time (16 row streams, not 64), its steps double-buffered: step i + 1 is decoded
+    // before step i is multiplied.
     const uint16_t* xb = block_x(x, 0);
-    if (s.a.size() < size_t(2 * kStepElems)) s.a.resize(size_t(2 * kStepElems));
+    constexpr int64_t kGroupStepElems = kStepChunks * kChunkElems;
+    if (s.a.size() < size_t(2 * kGroupStepElems)) s.a.resize(size_t(2 * kGroupStepElems));
+    alignas(64) float sums[kMaxGroups * 256];
+    const int64_t n_steps = (n_chunks + kStepChunks - 1) / kStepChunks;
     configure_tiles(T);
-    zero_accumulators<G>();
-    decode_unit<D>(rows, n_rows, G, K, chunk_shift, 0, std::min(n_chunks, kStepChunks), s.a.data());
-    for (int64_t c0 = 0, i = 0; c0 < n_chunks; c0 += kStepChunks, ++i) {
-      const int64_t c1 = std::min(n_chunks, c0 + kStepChunks);
-      const uint16_t* a = s.a.data() + (i % 2) * kStepElems;
-      if (c1 < n_chunks) {
-        decode_unit<D>(rows, n_rows, G, K, chunk_shift, c1, std::min(n_chunks, c1 + kStepChunks),
-                       s.a.data() + ((i + 1) % 2) * kStepElems);
+    for (int g = 0; g < G; ++g) {
+      const Row* rg = rows + 16 * g;
+      const int64_t ng = std::min<int64_t>(16, n_rows - 16 * g);
+      // The next 16 rows (contiguous bytes; past the unit's last group, the next unit's first rows, which the
+      // same thread usually takes next) go to L2 a slice per step, one sequential stream.
+      const uint8_t* next = rows[0].data + (16 * g + 16) * row_bytes;
+      const int64_t next_bytes = std::max<int64_t>(0, std::min<int64_t>(16 * row_bytes, weight_end - next));
+      const int64_t slice = (next_bytes / n_steps + 63) / 64 * 64;
+      zero_accumulators<1>();
+      decode_unit<D>(rg, ng, 1, K, chunk_shift, 0, std::min(n_chunks, kStepChunks), s.a.data());
+      for (int64_t c0 = 0, i = 0; c0 < n_chunks; c0 += kStepChunks, ++i) {
+        const int64_t c1 = std::min(n_chunks, c0 + kStepChunks);
+        const uint16_t* a = s.a.data() + (i % 2) * kGroupStepElems;
+        for (int64_t b = i * slice, e = std::min(next_bytes, b + slice); b < e; b += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T1);
+        }
+        if (c1 < n_chunks) {
+          decode_unit<D>(rg, ng, 1, K, chunk_shift, c1, std::min(n_chunks, c1 + kStepChunks),
+                         s.a.data() + ((i + 1) % 2) * kGroupStepElems);
+        }
+        for (int64_t ch = c0; ch < c1; ++ch) multiply_chunk<1>(a + (ch - c0) * kChunkElems, xb + ch * kChunk * T, 4 * T);
       }
-      for (int64_t ch = c0; ch < c1; ++ch) {
-        multiply_chunk<G>(a + (ch - c0) * G * kChunkElems, xb + ch * kChunk * T, 4 * T);
-      }
+      save_accumulators<1>(sums + g * 256, 4 * T);
     }
-    store_accumulators<G>(T, n_rows, c, cs);
+    scatter_sums(sums, G, T, n_rows, c, cs);
   } else {
     // K panels of kPanelChunks chunks: each is decoded once into L1 and multiplied with every token block, whose
     // accumulators go to s.c between panels (tile stores and loads copy the fp32 bits: the same sums as tiles
@@ -366,16 +367,17 @@ void tile_dtype(const LinearWeight& w, int64_t row0, int64_t n_rows, const Packe
   Row rows[kTileModeRows];
   const int64_t K = w.n_in, n_kb = w.block > 0 ? (K + w.block - 1) / w.block : 0;
   const int chunk_shift = w.block >= kChunk ? std::countr_zero(uint64_t(w.block / kChunk)) : 0;
+  const uint8_t* end = w.data + w.n_out * w.row_bytes();
   for (int64_t i = 0; i < n_rows; ++i) {
     rows[i].data = w.data + (row0 + i) * w.row_bytes();
     if constexpr (D == DType::kF8E4M3) rows[i].scale = w.scale + (row0 + i) / w.block * n_kb;
     if constexpr (D == DType::kI8) rows[i].scale = w.scale + (row0 + i) * (K / 32);
   }
   switch ((n_rows + 15) / 16) {
-    case 1: return tile_rows<D, 1>(rows, n_rows, K, chunk_shift, x, c, cs);
-    case 2: return tile_rows<D, 2>(rows, n_rows, K, chunk_shift, x, c, cs);
-    case 3: return tile_rows<D, 3>(rows, n_rows, K, chunk_shift, x, c, cs);
-    default: return tile_rows<D, 4>(rows, n_rows, K, chunk_shift, x, c, cs);
+    case 1: return tile_rows<D, 1>(rows, n_rows, K, chunk_shift, w.row_bytes(), end, x, c, cs);
+    case 2: return tile_rows<D, 2>(rows, n_rows, K, chunk_shift, w.row_bytes(), end, x, c, cs);
+    case 3: return tile_rows<D, 3>(rows, n_rows, K, chunk_shift, w.row_bytes(), end, x, c, cs);
+    default: return tile_rows<D, 4>(rows, n_rows, K, chunk_shift, w.row_bytes(), end, x, c, cs);
   }
 }
 
