@@ -63,9 +63,11 @@ constexpr int64_t kChunkElems = 16 * kChunk;  // one decoded 16-row A tile (1 KB
 constexpr int64_t kBlockTokens = 16;  // tokens per B tile (a 64-byte row holds 16 bf16 pairs)
 constexpr int kMaxGroups = int(kTileModeRows / 16);
 static_assert(kMaxGroups == 4, "four accumulator tiles: the unit's row groups");
-// Chunks decoded per step of the streaming order: 4 x 4 KB of A tiles (L1). A row's step is 64 bytes of FP4
-// codes, 128 of FP8, 256 of bf16: whole cache lines.
-constexpr int64_t kStepChunks = 4;
+// Chunks per decode step with up to 16 tokens: a row group's step is 4 or 8 tiles of 1 KB (L1), a row's 128
+// bytes of FP8 or FP4 codes. kernel_bench, two threads, one token, FP8 / FP4 GB/s: steps of 1-2 chunks 11-16,
+// 4 16-21, 8 13-18 / 18-19 (the decode's stores and the tile products overlap better in mid-sized batches).
+template <DType D>
+constexpr int64_t kStepChunks = D == DType::kF8E4M3 ? 4 : 8;
 // Chunks per K panel with more than 16 tokens: 8 x 4 KB of A tiles, reused by every token block from L1.
 constexpr int64_t kPanelChunks = 8;
 
@@ -298,10 +300,10 @@ void tile_rows(const Row* rows, int64_t n_rows, int64_t K, int chunk_shift, int6
     // One row group at a time (16 row streams, not 64), its steps double-buffered: step i + 1 is decoded
     // before step i is multiplied.
     const uint16_t* xb = block_x(x, 0);
-    constexpr int64_t kGroupStepElems = kStepChunks * kChunkElems;
+    constexpr int64_t kGroupStepElems = kStepChunks<D> * kChunkElems;
     if (s.a.size() < size_t(2 * kGroupStepElems)) s.a.resize(size_t(2 * kGroupStepElems));
     alignas(64) float sums[kMaxGroups * 256];
-    const int64_t n_steps = (n_chunks + kStepChunks - 1) / kStepChunks;
+    const int64_t n_steps = (n_chunks + kStepChunks<D> - 1) / kStepChunks<D>;
     configure_tiles(T);
     for (int g = 0; g < G; ++g) {
       const Row* rg = rows + 16 * g;
@@ -312,15 +314,15 @@ void tile_rows(const Row* rows, int64_t n_rows, int64_t K, int chunk_shift, int6
       const int64_t next_bytes = std::max<int64_t>(0, std::min<int64_t>(16 * row_bytes, weight_end - next));
       const int64_t slice = (next_bytes / n_steps + 63) / 64 * 64;
       zero_accumulators<1>();
-      decode_unit<D>(rg, ng, 1, K, chunk_shift, 0, std::min(n_chunks, kStepChunks), s.a.data());
-      for (int64_t c0 = 0, i = 0; c0 < n_chunks; c0 += kStepChunks, ++i) {
-        const int64_t c1 = std::min(n_chunks, c0 + kStepChunks);
+      decode_unit<D>(rg, ng, 1, K, chunk_shift, 0, std::min(n_chunks, kStepChunks<D>), s.a.data());
+      for (int64_t c0 = 0, i = 0; c0 < n_chunks; c0 += kStepChunks<D>, ++i) {
+        const int64_t c1 = std::min(n_chunks, c0 + kStepChunks<D>);
         const uint16_t* a = s.a.data() + (i % 2) * kGroupStepElems;
         for (int64_t b = i * slice, e = std::min(next_bytes, b + slice); b < e; b += 64) {
           _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T1);
         }
         if (c1 < n_chunks) {
-          decode_unit<D>(rg, ng, 1, K, chunk_shift, c1, std::min(n_chunks, c1 + kStepChunks),
+          decode_unit<D>(rg, ng, 1, K, chunk_shift, c1, std::min(n_chunks, c1 + kStepChunks<D>),
                          s.a.data() + ((i + 1) % 2) * kGroupStepElems);
         }
         for (int64_t ch = c0; ch < c1; ++ch) multiply_chunk<1>(a + (ch - c0) * kChunkElems, xb + ch * kChunk * T, 4 * T);
