@@ -194,10 +194,10 @@ inline S::W decode_fp4(const uint8_t* p, uint8_t scale) {
 constexpr int64_t fp4_element(int64_t j) { return 4 * (j % 8) + j / 8; }
 
 // Decodes chunks [c0, c1) of one row into dst, chunk c at dst + (c - c0) * chunk_stride. The last chunk of a
-// bf16 row may be partial (K % 32): its missing columns are zeros, as are x's.
-template <DType D>
-// The row's pointers come by value: read through the Row, they were reloaded after every store (dst might have
-// aliased them), a third of the FP4 loop's instructions.
+// bf16 row may be partial (K % 32): its missing columns are zeros, as are x's. The row's pointers come by value:
+// read through the Row, they were reloaded after every store (dst might have aliased them), a third of the FP4
+// loop's instructions. kRawFp8: FP8 codes as their values alone (the scales ride on x, see scale_x_tiles).
+template <DType D, bool kRawFp8 = false>
 inline void decode_row(const uint8_t* data, const uint8_t* scale, int64_t K, int chunk_shift, int64_t c0, int64_t c1,
                        uint16_t* dst, int64_t chunk_stride) {
   if constexpr (D == DType::kBF16) {
@@ -218,25 +218,31 @@ inline void decode_row(const uint8_t* data, const uint8_t* scale, int64_t K, int
       const uint8_t* codes = data + c * kChunk;
       S::W w0, w1;
       SQuant::decode_fp8_raw_pair(codes, &w0, &w1);
-      S::store_w(dst, fp8_chunk(w0, codes, scale[c >> chunk_shift]));
-      S::store_w(dst + chunk_stride, fp8_chunk(w1, codes + kChunk, scale[(c + 1) >> chunk_shift]));
+      if constexpr (kRawFp8) {
+        S::store_w(dst, w0);
+        S::store_w(dst + chunk_stride, w1);
+      } else {
+        S::store_w(dst, fp8_chunk(w0, codes, scale[c >> chunk_shift]));
+        S::store_w(dst + chunk_stride, fp8_chunk(w1, codes + kChunk, scale[(c + 1) >> chunk_shift]));
+      }
     }
     if (c < c1) {
       const uint8_t* codes = data + c * kChunk;
-      S::store_w(dst, fp8_chunk(SQuant::decode_fp8_raw(codes), codes, scale[c >> chunk_shift]));
+      const S::W raw = SQuant::decode_fp8_raw(codes);
+      S::store_w(dst, kRawFp8 ? raw : fp8_chunk(raw, codes, scale[c >> chunk_shift]));
     }
   }
 }
 
 // Chunks [c0, c1) of the unit's rows into a: [chunk - c0][group][16 rows][32]; rows past n_rows are zeros.
-template <DType D>
+template <DType D, bool kRawFp8 = false>
 void decode_unit(const Row* rows, int64_t n_rows, int G, int64_t K, int chunk_shift, int64_t c0, int64_t c1,
                  uint16_t* a) {
   const int64_t chunk_stride = G * kChunkElems;
   for (int64_t r = 0; r < 16 * G; ++r) {
     uint16_t* dst = a + (r / 16) * kChunkElems + (r % 16) * kChunk;
     if (r < n_rows) {
-      decode_row<D>(rows[r].data, rows[r].scale, K, chunk_shift, c0, c1, dst, chunk_stride);
+      decode_row<D, kRawFp8>(rows[r].data, rows[r].scale, K, chunk_shift, c0, c1, dst, chunk_stride);
     } else {
       for (int64_t c = c0; c < c1; ++c) std::memset(dst + (c - c0) * chunk_stride, 0, kChunk * 2);
     }
@@ -246,6 +252,10 @@ void decode_unit(const Row* rows, int64_t n_rows, int G, int64_t K, int chunk_sh
 struct Scratch {
   AlignedVector<uint16_t> a;  // decoded A tiles
   AlignedVector<float> c;     // accumulators between K panels: [token block][group][16 x 16]
+  AlignedVector<uint16_t> xs;  // FP8: x's B tiles times a scale block's scales (scale_x_tiles)
+  const uint8_t* xs_scale = nullptr;  // the scale row and call they were made for, and whether they are exact
+  uint64_t xs_call = ~uint64_t(0);
+  bool xs_ok = false;
 };
 
 Scratch& scratch() {
@@ -256,6 +266,32 @@ Scratch& scratch() {
 // The B tiles of token block b: x.tiled from token 16 b on, [chunk][16 pairs][n tokens][2] (see tile_x).
 inline const uint16_t* block_x(const PackedX& x, int64_t b) {
   return static_cast<const uint16_t*>(x.tiled) + b * kBlockTokens * x.k_padded;
+}
+
+// FP8 weights with up to 16 tokens: a row group inside one scale block (128 rows) has one scale per chunk, the
+// same for all its rows, so it can multiply x instead: x' = x * 2^(s - 127) per chunk of the B tiles (xb, n_chunks
+// chunks of 32 x T values), and the weights decode to their code values alone, two vector operations fewer per
+// 32 weights. Every product w * x' is the same exact fp32 value as (w * 2^(s - 127)) * x, so the sums are the
+// same bits as the other paths'. False (out is then not to be used) unless every x' is zero or a normal bf16 and
+// every scale byte lies where the weights' own decode is exact (fp8_chunk).
+bool scale_x_tiles(const uint16_t* xb, int64_t T, int64_t n_chunks, const uint8_t* scale, int chunk_shift,
+                   uint16_t* out) {
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    const uint8_t sb = scale[ch >> chunk_shift];
+    if (sb < kMinExpScale || sb > kMaxExpScale) return false;
+    const __m512 m = _mm512_set1_ps(kE8m0Values[sb]);
+    const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
+    __mmask16 bad = 0;
+    for (int64_t i = ch * kChunk * T, e = i + kChunk * T; i < e; i += 16) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + i));
+      const __m512 f = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)), m);
+      const __m512i bits = _mm512_castps_si512(f);
+      bad = __mmask16(bad | _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exp_mask), exp_mask));  // overflow
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), to_bf16_bits(f, &bad));
+    }
+    if (bad) return false;
+  }
+  return true;
 }
 
 // bf16 weights in whole row groups and chunks need no decode: the A tiles load straight from the rows (the first
@@ -313,19 +349,36 @@ void tile_rows(const Row* rows, int64_t n_rows, int64_t K, int chunk_shift, int6
       const uint8_t* next = rows[0].data + (16 * g + 16) * row_bytes;
       const int64_t next_bytes = std::max<int64_t>(0, std::min<int64_t>(16 * row_bytes, weight_end - next));
       const int64_t slice = (next_bytes / n_steps + 63) / 64 * 64;
+      // FP8: the scales onto x when the group lies in one scale block (rows of a block share the scale row);
+      // x' is kept for the next groups of the same block.
+      const uint16_t* bx = xb;
+      bool raw = false;
+      if constexpr (D == DType::kF8E4M3) {
+        if (rg[0].scale == rg[ng - 1].scale) {
+          if (s.xs_scale != rg[0].scale || s.xs_call != x.call_id) {
+            if (s.xs.size() < size_t(T * x.k_padded)) s.xs.resize(size_t(T * x.k_padded));
+            s.xs_ok = scale_x_tiles(xb, T, n_chunks, rg[0].scale, chunk_shift, s.xs.data());
+            s.xs_scale = rg[0].scale;
+            s.xs_call = x.call_id;
+          }
+          raw = s.xs_ok;
+          if (raw) bx = s.xs.data();
+        }
+      }
+      auto decode = [&](int64_t d0, int64_t d1, uint16_t* dst) {
+        if (raw) decode_unit<D, true>(rg, ng, 1, K, chunk_shift, d0, d1, dst);
+        else decode_unit<D>(rg, ng, 1, K, chunk_shift, d0, d1, dst);
+      };
       zero_accumulators<1>();
-      decode_unit<D>(rg, ng, 1, K, chunk_shift, 0, std::min(n_chunks, kStepChunks<D>), s.a.data());
+      decode(0, std::min(n_chunks, kStepChunks<D>), s.a.data());
       for (int64_t c0 = 0, i = 0; c0 < n_chunks; c0 += kStepChunks<D>, ++i) {
         const int64_t c1 = std::min(n_chunks, c0 + kStepChunks<D>);
         const uint16_t* a = s.a.data() + (i % 2) * kGroupStepElems;
         for (int64_t b = i * slice, e = std::min(next_bytes, b + slice); b < e; b += 64) {
           _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T1);
         }
-        if (c1 < n_chunks) {
-          decode_unit<D>(rg, ng, 1, K, chunk_shift, c1, std::min(n_chunks, c1 + kStepChunks<D>),
-                         s.a.data() + ((i + 1) % 2) * kGroupStepElems);
-        }
-        for (int64_t ch = c0; ch < c1; ++ch) multiply_chunk<1>(a + (ch - c0) * kChunkElems, xb + ch * kChunk * T, 4 * T);
+        if (c1 < n_chunks) decode(c1, std::min(n_chunks, c1 + kStepChunks<D>), s.a.data() + ((i + 1) % 2) * kGroupStepElems);
+        for (int64_t ch = c0; ch < c1; ++ch) multiply_chunk<1>(a + (ch - c0) * kChunkElems, bx + ch * kChunk * T, 4 * T);
       }
       save_accumulators<1>(sums + g * 256, 4 * T);
     }
