@@ -24,8 +24,8 @@ bool simd_level_supported(SimdLevel level);
 // The best supported level: kAvx512Bf16Quant where vdpbf16ps runs at twice the fp32 FMA rate (AMD: Zen 4
 // measured 461 against 230 GFLOP/s on 2 cores), kAvx512Bf16 on other AVX512-BF16 CPUs (Intel: the
 // reverse, 160-204 against 330-442, so FP8 and FP4 weights are faster on fp32 FMA there). Never kAmxBf16: its
-// prefill runs 2-2.5x faster, but its single-token decode of FP8 / FP4 weights at about half the rate (the
-// tiles need the decoded weights stored first), and decode is what a chat waits on; DEEPINFER_SIMD picks it.
+// prefill runs 2.2-2.9x faster, but its single-token decode at ~0.8x (the tiles need the decoded FP8 / FP4
+// weights stored first), and decode is what a long answer waits on; DEEPINFER_SIMD picks it.
 SimdLevel best_simd_level();
 
 }  // namespace deepinfer

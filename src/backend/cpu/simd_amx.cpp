@@ -17,13 +17,15 @@
 //     16-row group after the other;
 //   - up to 16 tokens (decode, most routed experts of a prefill): one row group after the other, K in steps of
 //     kStepChunks chunks, each step decoded into a small L1 buffer while the previous one is multiplied; the
-//     group's accumulator stays in a tile register for all of K;
+//     group's accumulator stays in a tile register for all of K (FP8 groups inside one scale block carry their
+//     scales on x instead, scale_x_tiles);
 //   - more tokens: K panels of kPanelChunks chunks, each decoded once into L1 and multiplied with every 16-token
 //     block, the blocks' accumulators saved between panels.
 //
-// Cost (measured, README): the decode's stores and the tile loads do not overlap (a tile load waits for the store
-// buffer to drain), so one token's GEMV of FP8 / FP4 weights runs at about half the fp32 family's rate; a
-// 512-token prefill runs 2-2.5x faster. Hence best_simd_level does not pick this level; DEEPINFER_SIMD=amxbf16 does.
+// Cost (measured, README stop 31): the decode's stores and the tile loads overlap only partly (a tile load waits
+// for the store buffer to drain), so one token's GEMV of FP8 / FP4 weights runs at 0.7-0.9x the fp32 family's
+// rate and a batch-1 decode step at ~0.8x; a 512-token prefill runs 2.2-2.4x faster. Hence best_simd_level does
+// not pick this level; DEEPINFER_SIMD=amxbf16 does.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -334,7 +336,8 @@ void tile_rows(const Row* rows, int64_t n_rows, int64_t K, int chunk_shift, int6
   Scratch& s = scratch();
   if (T <= kBlockTokens) {
     // One row group at a time (16 row streams, not 64), its steps double-buffered: step i + 1 is decoded
-    // before step i is multiplied.
+    // before step i is multiplied. Two groups at a time (two independent accumulator chains) measured slower:
+    // kernel_bench, one token, two threads, FP8 19-21 -> 17-18 GB/s, FP4 17.5 -> 13.1.
     const uint16_t* xb = block_x(x, 0);
     constexpr int64_t kGroupStepElems = kStepChunks<D> * kChunkElems;
     if (s.a.size() < size_t(2 * kGroupStepElems)) s.a.resize(size_t(2 * kGroupStepElems));
