@@ -148,9 +148,9 @@ inline void load_accumulators(const float* sums, int64_t stride) {
   if constexpr (G > 3) _tile_loadd(3, sums + 768, stride);
 }
 
-// Saved accumulators of G row groups and n tokens (row r's sums at sums + (r / 16) * 256 + (r % 16) * n) into
-// c[t * cs + r] for the unit's n_rows rows.
-inline void scatter_sums(const float* sums, int /*G*/, int64_t n_tokens, int64_t n_rows, float* c, int64_t cs) {
+// Saved accumulators of n tokens (row r's sums at sums + (r / 16) * 256 + (r % 16) * n) into c[t * cs + r] for
+// the unit's n_rows rows.
+inline void scatter_sums(const float* sums, int64_t n_tokens, int64_t n_rows, float* c, int64_t cs) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t r = 0; r < n_rows; ++r) c[t * cs + r] = sums[(r / 16) * 256 + (r % 16) * n_tokens + t];
   }
@@ -180,7 +180,7 @@ inline S::W fp8_chunk(S::W raw, const uint8_t* codes, uint8_t s) {
   return SQuant::decode_fp8_wide(codes, kE8m0Values[s]);
 }
 
-// 16 bytes = 32 e2m1 codes times the chunk's scale, as bf16, in kFp4Order: the bytes broadcast to the four
+// 16 bytes = 32 e2m1 codes times the chunk's scale, as bf16, in the order fp4_element gives: the bytes broadcast to the four
 // 128-bit lanes (a load, no shuffle), lane l shifted right by 4 l bits per word, and one vpermw looks the low five
 // bits of every word up in the scale's row of kE2m1Bf16 (which repeats its 16 values, so the fifth bit does not
 // matter). One shuffle per chunk where SQuant::decode_fp4 takes three: on Intel's cores every 512-bit shuffle
@@ -191,8 +191,8 @@ inline S::W decode_fp4(const uint8_t* p, uint8_t scale) {
                                           0x0008000800080008ll, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0);
   return (S::W)_mm512_permutexvar_epi16(_mm512_srlv_epi16(bytes, shifts), _mm512_load_si512(kE2m1Bf16[scale].data()));
 }
-// The element of a chunk that decode_fp4 puts at position j: word i of lane l holds nibble l of the word i of the
-// 16 bytes, i.e. element 4 i + l. tile_x lays x out in the same order for FP4 weights.
+// The element of a chunk that decode_fp4 puts at position j: word i of lane l (j = 8 l + i) holds nibble l of the
+// 16 bytes' word i, i.e. element 4 i + l (byte b holds elements 2 b and 2 b + 1 in its low and high nibble). tile_x lays x out in the same order for FP4 weights.
 constexpr int64_t fp4_element(int64_t j) { return 4 * (j % 8) + j / 8; }
 
 // Decodes chunks [c0, c1) of one row into dst, chunk c at dst + (c - c0) * chunk_stride. The last chunk of a
@@ -319,7 +319,7 @@ void tile_rows_bf16(const uint8_t* w, int64_t row_bytes, const PackedX& x, float
     }
     save_accumulators<1>(sums + g * 256, 4 * T);
   }
-  scatter_sums(sums, G, T, 16 * G, c, cs);
+  scatter_sums(sums, T, 16 * G, c, cs);
   _tile_release();
 }
 
@@ -385,7 +385,7 @@ void tile_rows(const Row* rows, int64_t n_rows, int64_t K, int chunk_shift, int6
       }
       save_accumulators<1>(sums + g * 256, 4 * T);
     }
-    scatter_sums(sums, G, T, n_rows, c, cs);
+    scatter_sums(sums, T, n_rows, c, cs);
   } else {
     // K panels of kPanelChunks chunks: each is decoded once into L1 and multiplied with every token block, whose
     // accumulators go to s.c between panels (tile stores and loads copy the fp32 bits: the same sums as tiles
@@ -414,7 +414,7 @@ void tile_rows(const Row* rows, int64_t n_rows, int64_t K, int chunk_shift, int6
     }
     for (int64_t b = 0; b < n_blocks; ++b) {
       const int64_t nb = std::min(kBlockTokens, T - b * kBlockTokens);
-      scatter_sums(s.c.data() + b * G * 256, G, nb, n_rows, c + b * kBlockTokens * cs, cs);
+      scatter_sums(s.c.data() + b * G * 256, nb, n_rows, c + b * kBlockTokens * cs, cs);
     }
   }
   _tile_release();
