@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/amx_permission.h"
+#include "core/amx.h"
 
 // GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_* temporaries.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -110,19 +110,14 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_loop_avx512(int64_t ite
 // AMX: one TDPBF16PS multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x 16 fp32 sums (16 * 16 * 32
 // multiply-adds). Four accumulator tiles, each instruction independent of the previous one's result.
 __attribute__((target("amx-tile,amx-bf16"))) float amx_bf16_loop(int64_t iters) {
-  struct alignas(64) TileConfig {
-    uint8_t palette = 1, start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t bytes_per_row[16] = {};
-    uint8_t rows[16] = {};
-  } config;
+  AmxTileConfig config;
   for (int i = 0; i < 8; ++i) {
-    config.bytes_per_row[i] = 64;
+    config.colsb[i] = 64;
     config.rows[i] = 16;
   }
   alignas(64) static const uint16_t kOperand[16 * 32] = {};  // zeros: the rate does not depend on the values
   alignas(64) float out[16 * 16];
-  _tile_loadconfig(&config);
+  load_amx_tile_config(config);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);

@@ -2,7 +2,7 @@
 
 #include <initializer_list>
 
-#include "core/amx_permission.h"
+#include "core/amx.h"
 
 namespace deepinfer {
 

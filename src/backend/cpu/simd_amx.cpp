@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "backend/cpu/simd_kernels.h"
+#include "core/amx.h"
 #include "core/dtypes.h"
 #include "core/status.h"
 
@@ -77,24 +78,14 @@ constexpr int64_t kPanelChunks = 8;
 // need not wait for the previous product to have read its tile. (GCC's tile intrinsics paste the register
 // number into their assembly text, so it is spelled out as a literal at each use.)
 
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Tiles for a block of n tokens: C and B have n columns of 4 bytes (fp32 sums; bf16 pairs).
 void configure_tiles(int64_t n_tokens) {
-  TileConfig cfg;
+  AmxTileConfig cfg;
   for (int t : {0, 1, 2, 3}) cfg.rows[t] = 16, cfg.colsb[t] = uint16_t(4 * n_tokens);
   for (int t : {4, 6, 7}) cfg.rows[t] = 16, cfg.colsb[t] = 64;
   cfg.rows[5] = 16;
   cfg.colsb[5] = uint16_t(4 * n_tokens);
-  // GCC 12 does not see ldtilecfg's builtin read the struct and dropped the stores above (the tiles stayed
-  // unconfigured: SIGILL on the first tilezero); the asm operand makes the read explicit.
-  asm volatile("ldtilecfg %0" : : "m"(cfg));
+  load_amx_tile_config(cfg);
 }
 
 // One chunk of every row group: group g's A tile at a + g * group_bytes (rows a_stride bytes apart), the B tile
@@ -180,19 +171,21 @@ inline S::W fp8_chunk(S::W raw, const uint8_t* codes, uint8_t s) {
   return SQuant::decode_fp8_wide(codes, kE8m0Values[s]);
 }
 
-// 16 bytes = 32 e2m1 codes times the chunk's scale, as bf16, in the order fp4_element gives: the bytes broadcast to the four
-// 128-bit lanes (a load, no shuffle), lane l shifted right by 4 l bits per word, and one vpermw looks the low five
-// bits of every word up in the scale's row of kE2m1Bf16 (which repeats its 16 values, so the fifth bit does not
-// matter). One shuffle per chunk where SQuant::decode_fp4 takes three: on Intel's cores every 512-bit shuffle
-// queues on port 5, which bounded the FP4 decode.
+// 16 bytes = 32 e2m1 codes times the chunk's scale, as bf16, in the order fp4_element gives: the bytes broadcast
+// to the four 128-bit lanes (a load, no shuffle), lane l shifted right by 4 l bits per word, and one vpermw looks
+// the low five bits of every word up in the scale's row of kE2m1Bf16 (which repeats its 16 values, so the fifth
+// bit does not matter). One shuffle per chunk where SQuant::decode_fp4 takes three: on Intel's cores every
+// 512-bit shuffle queues on port 5, which bounded the FP4 decode.
 inline S::W decode_fp4(const uint8_t* p, uint8_t scale) {
   const __m512i bytes = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m512i shifts = _mm512_set_epi64(0x000C000C000C000Cll, 0x000C000C000C000Cll, 0x0008000800080008ll,
                                           0x0008000800080008ll, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0);
-  return (S::W)_mm512_permutexvar_epi16(_mm512_srlv_epi16(bytes, shifts), _mm512_load_si512(kE2m1Bf16[scale].data()));
+  const __m512i table = _mm512_load_si512(kE2m1Bf16[scale].data());
+  return (S::W)_mm512_permutexvar_epi16(_mm512_srlv_epi16(bytes, shifts), table);
 }
 // The element of a chunk that decode_fp4 puts at position j: word i of lane l (j = 8 l + i) holds nibble l of the
-// 16 bytes' word i, i.e. element 4 i + l (byte b holds elements 2 b and 2 b + 1 in its low and high nibble). tile_x lays x out in the same order for FP4 weights.
+// 16 bytes' word i, i.e. element 4 i + l (byte b holds elements 2 b and 2 b + 1 in its low and high nibble).
+// tile_x lays x out in the same order for FP4 weights.
 constexpr int64_t fp4_element(int64_t j) { return 4 * (j % 8) + j / 8; }
 
 // Decodes chunks [c0, c1) of one row into dst, chunk c at dst + (c - c0) * chunk_stride. The last chunk of a
@@ -313,7 +306,9 @@ void tile_rows_bf16(const uint8_t* w, int64_t row_bytes, const PackedX& x, float
     for (int64_t ch = 0; ch < n_chunks; ++ch) {
       if (ch + kDirectPrefetchChunks < n_chunks) {
         const uint8_t* ahead = wg + (ch + kDirectPrefetchChunks) * 2 * kChunk;
-        for (int64_t r = 0; r < 16; ++r) _mm_prefetch(reinterpret_cast<const char*>(ahead + r * row_bytes), _MM_HINT_T0);
+        for (int64_t r = 0; r < 16; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + r * row_bytes), _MM_HINT_T0);
+        }
       }
       multiply_chunk<1>(wg + ch * 2 * kChunk, row_bytes, 0, xb + ch * kChunk * T, 4 * T);
     }
@@ -380,8 +375,12 @@ void tile_rows(const Row* rows, int64_t n_rows, int64_t K, int chunk_shift, int6
         for (int64_t b = i * slice, e = std::min(next_bytes, b + slice); b < e; b += 64) {
           _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T1);
         }
-        if (c1 < n_chunks) decode(c1, std::min(n_chunks, c1 + kStepChunks<D>), s.a.data() + ((i + 1) % 2) * kGroupStepElems);
-        for (int64_t ch = c0; ch < c1; ++ch) multiply_chunk<1>(a + (ch - c0) * kChunkElems, bx + ch * kChunk * T, 4 * T);
+        if (c1 < n_chunks) {
+          decode(c1, std::min(n_chunks, c1 + kStepChunks<D>), s.a.data() + ((i + 1) % 2) * kGroupStepElems);
+        }
+        for (int64_t ch = c0; ch < c1; ++ch) {
+          multiply_chunk<1>(a + (ch - c0) * kChunkElems, bx + ch * kChunk * T, 4 * T);
+        }
       }
       save_accumulators<1>(sums + g * 256, 4 * T);
     }

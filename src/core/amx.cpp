@@ -1,4 +1,4 @@
-#include "core/amx_permission.h"
+#include "core/amx.h"
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <sys/syscall.h>
