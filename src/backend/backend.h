@@ -76,6 +76,11 @@ struct IndexScoreParams {
   float* scores = nullptr;         // [n_keys]
 };
 
+// Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
+// chunk uses the one-shot prefill layout); a backend may also pick its kernels by it, never by how many tokens
+// an op has, so a token's result depends on its kind but never on what else is in its batch.
+enum class TokenKind { kPrompt, kGenerated };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -99,12 +104,17 @@ class Backend {
   // per-token norms, rotations, quantisation), on the backend's CPU threads where it has them. The body
   // must not call the backend, and what it computes for a row must not depend on the range it is in.
   virtual void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) { body(0, n); }
+  // True when prompt and generated tokens run on different kernels (their sums may differ in the last bits):
+  // the model then runs a forward pass that holds both kinds as two passes, one per kind.
+  virtual bool kernels_differ_by_token_kind() const { return false; }
+  virtual void set_token_kind(TokenKind /*kind*/) {}
 };
 
 std::unique_ptr<Backend> make_reference_backend();
-// n_threads <= 0: one per hardware thread. The kernel family is the CPU's best (best_simd_level) unless
-// the environment variable DEEPINFER_SIMD names one (scalar, avx2, avx512, avx512bf16); nullptr with *error
-// set when it names an unknown family or one this CPU lacks.
+// n_threads <= 0: one per hardware thread. The kernel families are the CPU's best (best_simd_level for
+// generated tokens, best_prompt_simd_level for a prompt's linear ops) unless the environment variable
+// DEEPINFER_SIMD names one for all tokens (scalar, avx2, avx512, avx512bf16, avx512bf16quant, amxbf16); nullptr
+// with *error set when it names an unknown family or one this CPU lacks.
 std::unique_ptr<Backend> make_fast_backend(int n_threads, std::string* error);
 // The CUDA backend (src/backend/cuda, built with -DDEEPINFER_CUDA=ON) on the given device. nullptr with
 // *error set when the build has no CUDA backend or the device is not usable. Weights are uploaded on first

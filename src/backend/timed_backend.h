@@ -64,6 +64,8 @@ class TimedBackend final : public Backend {
   void linears(std::span<const LinearParams> ps) override;
   void sparse_attentions(std::span<const SparseAttentionParams> ps) override;
   void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override;
+  bool kernels_differ_by_token_kind() const override { return inner_->kernels_differ_by_token_kind(); }
+  void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }
 
  private:
   template <typename Call>

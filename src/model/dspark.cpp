@@ -13,6 +13,8 @@ namespace deepinfer {
 void Model::dspark_seed(SequenceState& seq, int64_t first_pos, std::span<const float> taps) {
   const ModelConfig& c = config_;
   DI_CHECK_MSG(c.is_v41(), "DSpark is a V4.1 feature");
+  // Drafting runs on the generated tokens' kernels, whatever the seeded positions are (a drafter only proposes).
+  backend_->set_token_kind(TokenKind::kGenerated);
   const int64_t D = c.dim, HD = c.head_dim, RD = c.rope_head_dim;
   const int64_t width = int64_t(c.dspark_target_layers.size()) * D, n = int64_t(taps.size()) / width;
   const double eps = c.norm_eps_value();
@@ -42,6 +44,7 @@ DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor,
   const ModelConfig& c = config_;
   DI_CHECK_MSG(c.is_v41(), "DSpark is a V4.1 feature");
   DI_CHECK_MSG(seq.n_mtp_tokens == pos + 1, "dspark_draft needs the stage rings seeded up to pos");
+  backend_->set_token_kind(TokenKind::kGenerated);
   const int64_t B = c.dspark_block_size, D = c.dim, V = c.vocab_size, HD = c.head_dim, H = c.n_heads, W = c.window_size;
   const int64_t R = c.dspark_markov_rank;
   const double eps = c.norm_eps_value();

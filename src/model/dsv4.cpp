@@ -251,8 +251,41 @@ void Model::act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) c
   });
 }
 
+// Runs `pass` over all chunks at once, or, where the backend's kernels differ by token kind, over the prompt
+// chunks and then over the generated ones (each chunk's result never depends on the others in its pass); the
+// outputs keep the chunks' order.
+template <typename Chunk, typename Pass>
+std::vector<ChunkOutput> forward_by_token_kind(Backend& backend, std::span<const Chunk> chunks, Pass&& pass) {
+  if (!backend.kernels_differ_by_token_kind()) return pass(chunks);
+  std::vector<ChunkOutput> outputs(chunks.size());
+  for (const bool prompt : {true, false}) {
+    std::vector<Chunk> group;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if ((chunks[i].prompt_len > 0) != prompt) continue;
+      group.push_back(chunks[i]);
+      index.push_back(i);
+    }
+    if (group.empty()) continue;
+    backend.set_token_kind(prompt ? TokenKind::kPrompt : TokenKind::kGenerated);
+    std::vector<ChunkOutput> out = pass(std::span<const Chunk>(group));
+    for (size_t j = 0; j < group.size(); ++j) outputs[index[j]] = std::move(out[j]);
+  }
+  return outputs;
+}
+
 std::vector<ChunkOutput> Model::forward(std::span<const ForwardChunk> chunks) {
-  if (config_.is_v41()) return forward_v41(chunks);
+  return forward_by_token_kind(*backend_, chunks, [this](std::span<const ForwardChunk> group) {
+    return config_.is_v41() ? forward_v41(group) : forward_v4(group);
+  });
+}
+
+std::vector<ChunkOutput> Model::forward_mtp(std::span<const MtpChunk> chunks) {
+  return forward_by_token_kind(*backend_, chunks,
+                               [this](std::span<const MtpChunk> group) { return forward_mtp_pass(group); });
+}
+
+std::vector<ChunkOutput> Model::forward_v4(std::span<const ForwardChunk> chunks) {
   const ModelConfig& c = config_;
   const int64_t D = c.dim;
   Batch batch = make_forward_batch(chunks, c.window_size);
@@ -287,7 +320,7 @@ std::vector<ChunkOutput> Model::forward(std::span<const ForwardChunk> chunks) {
   return outputs;
 }
 
-std::vector<ChunkOutput> Model::forward_mtp(std::span<const MtpChunk> chunks) {
+std::vector<ChunkOutput> Model::forward_mtp_pass(std::span<const MtpChunk> chunks) {
   const ModelConfig& c = config_;
   DI_CHECK_MSG(c.n_mtp_layers > 0, "this checkpoint has no MTP layer");
   const MtpWeights& mw = weights_.mtp[0];

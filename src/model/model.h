@@ -99,7 +99,8 @@ class Model {
   // reference; image input itself is refused where requests are parsed.)
   Status validate_tokens(std::span<const int32_t> ids) const;
 
-  // Runs every chunk through the main model. Chunks must belong to distinct sequences.
+  // Runs every chunk through the main model. Chunks must belong to distinct sequences. A chunk's result
+  // never depends on the other chunks (prompt and generated chunks may run as two passes: Backend::set_token_kind).
   std::vector<ChunkOutput> forward(std::span<const ForwardChunk> chunks);
   // Runs the MTP layer (mtp.0) on its own window state of each sequence.
   std::vector<ChunkOutput> forward_mtp(std::span<const MtpChunk> chunks);
@@ -123,6 +124,9 @@ class Model {
   Model() = default;
   // The activation fake-quant in front of every fp8/fp4 GEMM, per row: V4 QDQ8 (block 128) or V4.1's.
   void act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) const;
+  // One pass over chunks of one token kind (forward() splits the kinds where the backend's kernels differ).
+  std::vector<ChunkOutput> forward_v4(std::span<const ForwardChunk> chunks);
+  std::vector<ChunkOutput> forward_mtp_pass(std::span<const MtpChunk> chunks);
   // V4.1 (dsv41.cpp, dsv41_attention.cpp): single-pass mHC, Engram, CSA2 attention.
   std::vector<ChunkOutput> forward_v41(std::span<const ForwardChunk> chunks);
   void run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in);

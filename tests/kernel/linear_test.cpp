@@ -215,5 +215,35 @@ TEST_P(LinearKernel, LinearsEqualLinearOneByOne) {
 
 INSTANTIATE_TEST_SUITE_P(Levels, LinearKernel, ::testing::ValuesIn(all_simd_levels()), level_test_name);
 
+// A backend with a family for prompt tokens and another for generated ones (the default on AMX CPUs) runs
+// linear() and linears() on the family of the token kind last set, bit for bit that family's own backend.
+TEST(LinearByTokenKind, LinearOpsRunOnTheKindsFamily) {
+  const SimdLevel generated = best_simd_level(), prompt = SimdLevel::kScalar;  // two families on any CPU
+  if (generated == prompt) GTEST_SKIP() << "this CPU has only the scalar family";
+  auto by_kind = make_fast_backend_with_levels(2, generated, prompt);
+  EXPECT_TRUE(by_kind->kernels_differ_by_token_kind());
+  EXPECT_FALSE(make_fast_backend_with_level(2, generated)->kernels_differ_by_token_kind());
+  std::mt19937 rng(67);
+  const OwnedWeight fp8 = random_fp8_weight(rng, 256, 1024, 128), fp4 = random_fp4_weight(rng, 192, 512);
+  const int64_t T = 20;
+  const std::vector<float> x8 = random_bf16_values(rng, T * 1024), x4 = random_bf16_values(rng, T * 512);
+  const auto run = [&](Backend& backend) {
+    std::vector<float> a(size_t(T * 256)), b(size_t(T * 192));
+    backend.linear({x8.data(), 1024, T, &fp8.w, 0, 256, Epilogue::kBf16, nullptr, a.data(), 256});
+    const LinearParams ps[] = {{x4.data(), 512, T, &fp4.w, 0, 192, Epilogue::kF32, nullptr, b.data(), 192}};
+    backend.linears(ps);
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const auto prompt_alone = run(*make_fast_backend_with_level(2, prompt));
+  const auto generated_alone = run(*make_fast_backend_with_level(2, generated));
+  by_kind->set_token_kind(TokenKind::kPrompt);
+  EXPECT_EQ(run(*by_kind), prompt_alone);
+  by_kind->set_token_kind(TokenKind::kGenerated);
+  EXPECT_EQ(run(*by_kind), generated_alone);
+  by_kind->set_token_kind(TokenKind::kPrompt);
+  EXPECT_EQ(run(*by_kind), prompt_alone);
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

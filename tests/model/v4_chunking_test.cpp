@@ -1,27 +1,42 @@
 // Sequence-state equivalences of the V4 model: a prompt prefilled in chunks of any size, and several
 // sequences of different lengths batched into one forward, give bit-identical logits to one-shot runs
-// of each sequence alone (both kernel paths: neither mixes tokens inside an accumulation).
+// of each sequence alone (every kernel path: none mixes tokens inside an accumulation). The by-kind path runs
+// prompt tokens and generated tokens on different kernel families, as the default fast backend does on AMX
+// CPUs: a forward holding both kinds runs as two passes, and each chunk's result stays what it is alone.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
+#include "backend/cpu/fast_backend.h"
 #include "golden_util.h"
 #include "model/teacher_forcing.h"
 
 namespace deepinfer {
 namespace {
 
+enum class Path { kExact, kFast, kFastByKind };
+
+// Prompt tokens on the scalar family, generated ones on the CPU's best: any two families exercise the split,
+// and the scalar one exists on every CPU.
+ModelOptions path_options(Path path) {
+  ModelOptions options{.exact = path == Path::kExact, .n_threads = 2};
+  if (path == Path::kFastByKind) {
+    options.make_backend = [] { return make_fast_backend_with_levels(2, best_simd_level(), SimdLevel::kScalar); };
+  }
+  return options;
+}
+
 std::string case_path(const std::string& model, int i) {
   return testing::golden_dir() + "/v4-flash/" + model + "/case-" + std::to_string(i) + ".safetensors";
 }
 
-class V4Chunking : public ::testing::TestWithParam<bool> {
+class V4Chunking : public ::testing::TestWithParam<Path> {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(case_path("flash-tiny", 3))) GTEST_SKIP() << "golden data not found";
   }
   std::unique_ptr<Model> open(const std::string& model) {
-    auto m = Model::open(testing::golden_dir() + "/v4-flash/" + model, ModelOptions{.exact = GetParam(), .n_threads = 2});
+    auto m = Model::open(testing::golden_dir() + "/v4-flash/" + model, path_options(GetParam()));
     EXPECT_TRUE(m.ok()) << m.status().message();
     return std::move(m.value());
   }
@@ -33,7 +48,7 @@ TEST_P(V4Chunking, ChunkedPrefillMatchesOneShot) {
   ASSERT_TRUE(gc.ok());
   std::vector<int32_t> continuation(gc->continuation.begin(), gc->continuation.begin() + 20);
   auto one_shot = run_teacher_forced(*model, gc->prompt, continuation, {.prefill_chunk = 0, .mtp = true});
-  const std::vector<int64_t> chunks = GetParam() ? std::vector<int64_t>{37} : std::vector<int64_t>{1, 3, 64, 128, 200};
+  const std::vector<int64_t> chunks = GetParam() == Path::kExact ? std::vector<int64_t>{37} : std::vector<int64_t>{1, 3, 64, 128, 200};
   for (int64_t chunk : chunks) {
     auto chunked = run_teacher_forced(*model, gc->prompt, continuation, {.prefill_chunk = chunk, .mtp = true});
     EXPECT_EQ(one_shot.logits, chunked.logits) << "chunk " << chunk;
@@ -95,8 +110,9 @@ TEST_P(V4Chunking, BatchedSequencesMatchEachAlone) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, V4Chunking, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? std::string("Exact") : std::string("Fast"); });
+INSTANTIATE_TEST_SUITE_P(Paths, V4Chunking, ::testing::Values(Path::kExact, Path::kFast, Path::kFastByKind), [](const auto& info) {
+  return std::string(info.param == Path::kExact ? "Exact" : info.param == Path::kFast ? "Fast" : "FastByKind");
+});
 
 }  // namespace
 }  // namespace deepinfer
@@ -105,11 +121,13 @@ namespace deepinfer {
 namespace {
 
 // The same equivalences on V4.1 (Engram n-grams across chunk boundaries, ratio-2 / ratio-1 KV sources,
-// candidate blocks, reuse layers), fast path.
-TEST(V41Chunking, ChunkedPrefillAndBatchingMatchOneShot) {
+// candidate blocks, reuse layers), fast paths.
+class V41Chunking : public ::testing::TestWithParam<Path> {};
+
+TEST_P(V41Chunking, ChunkedPrefillAndBatchingMatchOneShot) {
   const std::string dir = testing::golden_dir() + "/v41-flash/tiny-a";
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << "golden data not found: " << dir;
-  auto model = Model::open(dir, ModelOptions{.exact = false, .n_threads = 2});
+  auto model = Model::open(dir, path_options(GetParam()));
   ASSERT_TRUE(model.ok()) << model.status().message();
   auto gc = load_golden_case(dir + "/case-1.safetensors");  // 300-token prompt
   ASSERT_TRUE(gc.ok());
@@ -129,7 +147,21 @@ TEST(V41Chunking, ChunkedPrefillAndBatchingMatchOneShot) {
   auto out = model.value()->forward(chunks);
   EXPECT_EQ(std::vector<float>(one_shot.logits.begin(), one_shot.logits.begin() + int64_t(out[0].logits.size())), out[0].logits);
   EXPECT_EQ(alone.logits, out[1].logits);
+  // A decode step of the first sequence beside a prompt chunk of a third: two passes when the kinds' kernels
+  // differ, each result what it is alone.
+  SequenceState c = model.value()->new_sequence();
+  std::vector<ForwardChunk> mixed = {ForwardChunk{&a, std::span<const int32_t>(&continuation[0], 1), 0},
+                                     ForwardChunk{&c, other->prompt, int64_t(other->prompt.size())}};
+  auto mixed_out = model.value()->forward(mixed);
+  const int64_t V = model.value()->config().vocab_size;
+  EXPECT_EQ(std::vector<float>(one_shot.logits.begin() + int64_t(out[0].logits.size()),
+                               one_shot.logits.begin() + int64_t(out[0].logits.size()) + V),
+            mixed_out[0].logits);
+  EXPECT_EQ(alone.logits, mixed_out[1].logits);
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, V41Chunking, ::testing::Values(Path::kFast, Path::kFastByKind),
+                         [](const auto& info) { return std::string(info.param == Path::kFast ? "Fast" : "FastByKind"); });
 
 }  // namespace
 }  // namespace deepinfer

@@ -51,4 +51,8 @@ SimdLevel best_simd_level() {
   return SimdLevel::kScalar;
 }
 
+SimdLevel best_prompt_simd_level() {
+  return simd_level_supported(SimdLevel::kAmxBf16) ? SimdLevel::kAmxBf16 : best_simd_level();
+}
+
 }  // namespace deepinfer

@@ -21,11 +21,13 @@ enum class SimdLevel {
 
 const char* simd_level_name(SimdLevel level);
 bool simd_level_supported(SimdLevel level);
-// The best supported level: kAvx512Bf16Quant where vdpbf16ps runs at twice the fp32 FMA rate (AMD: Zen 4
-// measured 461 against 230 GFLOP/s on 2 cores), kAvx512Bf16 on other AVX512-BF16 CPUs (Intel: the
-// reverse, 160-204 against 330-442, so FP8 and FP4 weights are faster on fp32 FMA there). Never kAmxBf16: its
-// prefill runs 2.2-2.9x faster, but its single-token decode at ~0.8x (the tiles need the decoded FP8 / FP4
-// weights stored first), and decode is what a long answer waits on; DEEPINFER_SIMD picks it.
+// The best supported level for generated tokens: kAvx512Bf16Quant where vdpbf16ps runs at twice the fp32
+// FMA rate (AMD: Zen 4 measured 461 against 230 GFLOP/s on 2 cores), kAvx512Bf16 on other AVX512-BF16 CPUs
+// (Intel: the reverse, 160-204 against 330-442, so FP8 and FP4 weights are faster on fp32 FMA there). Never
+// kAmxBf16: its single-token decode runs at ~0.8x (the tiles need the decoded FP8 / FP4 weights stored first).
 SimdLevel best_simd_level();
+// The best supported level for a prompt's linear ops: kAmxBf16 where the CPU has it (a 512-token prefill 2.2-2.9x
+// faster on the Xeons measured), else best_simd_level().
+SimdLevel best_prompt_simd_level();
 
 }  // namespace deepinfer

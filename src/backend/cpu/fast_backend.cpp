@@ -38,14 +38,17 @@ void keep_freed_memory_mapped() {
 
 class FastBackend final : public Backend {
  public:
-  FastBackend(int n_threads, SimdLevel level)
-      : pool_(n_threads), level_(level), name_(std::string("fast-") + simd_level_name(level)) {
+  // Generated tokens run every op on `level`; a prompt's linear ops run on `prompt_level` (its other ops on
+  // `level` too).
+  FastBackend(int n_threads, SimdLevel level, SimdLevel prompt_level)
+      : pool_(n_threads), level_(level), prompt_level_(prompt_level), name_(std::string("fast-") + simd_level_name(level)) {
+    if (prompt_level != level) name_ += std::string("+") + simd_level_name(prompt_level) + "-prompts";
     keep_freed_memory_mapped();
   }
   const char* name() const override { return name_.c_str(); }
 
-  void linear(const LinearParams& p) override { cpu::linear_fast(p, level_, pool_, linear_ws_); }
-  void linears(std::span<const LinearParams> ps) override { cpu::linears_fast(ps, level_, pool_, batch_ws_); }
+  void linear(const LinearParams& p) override { cpu::linear_fast(p, linear_level(), pool_, linear_ws_); }
+  void linears(std::span<const LinearParams> ps) override { cpu::linears_fast(ps, linear_level(), pool_, batch_ws_); }
   void hc_mix(const HcMixParams& p) override { cpu::hc_mix_fast(p, level_, pool_); }
   void sparse_attention(const SparseAttentionParams& p) override {
     cpu::sparse_attention_fast(p, level_, &pool_, attention_ws_);
@@ -58,10 +61,16 @@ class FastBackend final : public Backend {
     if (n > 1) pool_.parallel_for(n, 1, body);
     else body(0, n);
   }
+  bool kernels_differ_by_token_kind() const override { return prompt_level_ != level_; }
+  void set_token_kind(TokenKind kind) override { kind_ = kind; }
 
  private:
+  SimdLevel linear_level() const { return kind_ == TokenKind::kPrompt ? prompt_level_ : level_; }
+
   cpu::WorkerPool pool_;
   SimdLevel level_;
+  SimdLevel prompt_level_;
+  TokenKind kind_ = TokenKind::kGenerated;
   std::string name_;
   cpu::LinearWorkspace linear_ws_;
   std::vector<cpu::LinearWorkspace> batch_ws_;  // linears(): one per op
@@ -72,15 +81,23 @@ class FastBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_fast_backend_with_level(int n_threads, SimdLevel level) {
-  DI_CHECK_MSG(simd_level_supported(level), std::string("SIMD level not supported: ") + simd_level_name(level));
-  return std::make_unique<FastBackend>(n_threads, level);
+  return make_fast_backend_with_levels(n_threads, level, level);
 }
 
-// DEEPINFER_SIMD forces a kernel family (benchmarks compare them; outputs differ between families in the
-// last bits, since their sums run in different orders).
+std::unique_ptr<Backend> make_fast_backend_with_levels(int n_threads, SimdLevel level, SimdLevel prompt_level) {
+  for (SimdLevel l : {level, prompt_level}) {
+    DI_CHECK_MSG(simd_level_supported(l), std::string("SIMD level not supported: ") + simd_level_name(l));
+  }
+  return std::make_unique<FastBackend>(n_threads, level, prompt_level);
+}
+
+// DEEPINFER_SIMD forces one kernel family for every token (benchmarks compare them; outputs differ between
+// families in the last bits, since their sums run in different orders).
 std::unique_ptr<Backend> make_fast_backend(int n_threads, std::string* error) {
   const char* forced = std::getenv("DEEPINFER_SIMD");
-  if (forced == nullptr || *forced == '\0') return make_fast_backend_with_level(n_threads, best_simd_level());
+  if (forced == nullptr || *forced == '\0') {
+    return make_fast_backend_with_levels(n_threads, best_simd_level(), best_prompt_simd_level());
+  }
   for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAvx512Bf16,
                           SimdLevel::kAvx512Bf16Quant, SimdLevel::kAmxBf16}) {
     if (std::string(forced) != simd_level_name(level)) continue;

@@ -24,8 +24,9 @@
 //
 // Cost (measured, README stop 31): the decode's stores and the tile loads overlap only partly (a tile load waits
 // for the store buffer to drain), so one token's GEMV of FP8 / FP4 weights runs at 0.7-0.9x the fp32 family's
-// rate and a batch-1 decode step at ~0.8x; a 512-token prefill runs 2.2-2.4x faster. Hence best_simd_level does
-// not pick this level; DEEPINFER_SIMD=amxbf16 does.
+// rate and a batch-1 decode step at ~0.8x; a 512-token prefill runs 2.2-2.4x faster. Hence the default fast
+// backend runs prompt tokens' linear ops on this level and generated tokens on avx512bf16
+// (best_prompt_simd_level); DEEPINFER_SIMD=amxbf16 runs every token here.
 #include <immintrin.h>
 
 #include <algorithm>
