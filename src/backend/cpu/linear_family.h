@@ -40,7 +40,10 @@ constexpr int kMaxFp8Scale = 134;  // largest scale byte for the one-multiply fp
 // kernel's samples in a V4.1 prefill; 1024 ran a 512-token FP8 GEMM 12-20% faster on one Zen 4 core (2048 was
 // no faster).
 constexpr int64_t kTileBlockElems = 1024;
-constexpr int64_t kPanelBlocks = 16;      // token blocks per panel (96 tokens for kTileT = 6)
+// Tile mode's token panels: at most kMaxPanelBlocks token blocks, and at most kPanelXBytes of packed x (see
+// panel_blocks).
+constexpr int64_t kMaxPanelBlocks = 16;  // 96 tokens for kTileT = 6
+constexpr int64_t kPanelXBytes = 768 * 1024;
 constexpr int64_t kPrefetchGroups = 2;       // direct mode: prefetch distance in row groups
 
 // Where one weight row's chunks come from.
@@ -545,13 +548,23 @@ void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, S
   }
 }
 
-// Tile mode works on a unit of up to kTileModeRows rows, one panel of kPanelBlocks token blocks at a time:
+// Tile mode works on a unit of up to kTileModeRows rows, one panel of panel_blocks token blocks at a time:
 // for each K block (kTileBlockElems columns per chain) it decodes the unit's rows into a per-thread buffer
 // (128-256 KB, L2), and every (token block, row group) of the panel then runs over it, the accumulators persisting
-// in state from one K block to the next. The panel's x (1.5 MB for K = 4096) stays in L2 while the unit's
+// in state from one K block to the next. The panel's x (768 KB for fp32 x and K = 4096) stays in L2 while the unit's
 // rows go by, and the unit's raw weights stay in L2 from one panel to the next, which decodes them again
 // (a few % of the FMAs). Without panels every K block of a unit read all of x, for a prefill megabytes
 // from L3, at 8 bytes per 16 FMAs with 16-row units: that stream, not the FMAs, set the pace.
+// Token blocks per panel for kp packed columns: the panel's x at most kPanelXBytes. With 16 blocks of fp32 x at
+// K = 4096 (1.5 MB) the panel outgrew the 1.25 MB L2 of an Ice Lake Xeon and every unit read it from L3 again:
+// kernel_bench FP8 4096 x 4096 with 512 tokens, one core, 77-89 GFLOP/s at 16 blocks, 103-106 at 8, 88-90 at 4
+// (smaller panels decode the weights more often). Zen 4's bf16 x at K = 4096 keeps its 16.
+template <class S>
+int64_t panel_blocks(int64_t kp) {
+  const int64_t block_bytes = S::kTileT * kp * int64_t(sizeof(typename S::Elem));
+  return std::clamp<int64_t>(kPanelXBytes / block_bytes, 2, kMaxPanelBlocks);
+}
+
 template <class S, DType D>
 constexpr int64_t kTileGroupElems = kTileBlockChunks<S, D> * S::kChunk * S::kTileR;  // one row group of a K block
 
@@ -648,7 +661,8 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
   static_assert(kC == 1 || (!kSplitChunks<S> && kBlockChunks % kC == 0),
                 "chains: whole-chunk steps, and every K block starts on chain 0");
   const bool keep_state = n_kb > 1 || kC > 1;
-  if (keep_state) s.state.resize(size_t(std::min(n_tblocks, kPanelBlocks) * n_groups * kStatePerBlock * kC));
+  const int64_t n_panel_blocks = panel_blocks<S>(kp);
+  if (keep_state) s.state.resize(size_t(std::min(n_tblocks, n_panel_blocks) * n_groups * kStatePerBlock * kC));
   s.tile.resize(size_t(kTileModeRows / S::kTileR * kGroupElems));
   Elem* block = s.tile.data();
   float part[S::kTileT * S::kTileR];
@@ -700,8 +714,8 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
   if (n_rows % S::kTileR) {  // the pad rows of the last group: zero (decode_block never writes them)
     std::fill(block + (n_groups - 1) * kGroupElems, block + n_groups * kGroupElems, Elem(0));
   }
-  for (int64_t p0 = 0; p0 < n_tblocks; p0 += kPanelBlocks) {
-    const int64_t p1 = std::min(n_tblocks, p0 + kPanelBlocks);
+  for (int64_t p0 = 0; p0 < n_tblocks; p0 += n_panel_blocks) {
+    const int64_t p1 = std::min(n_tblocks, p0 + n_panel_blocks);
     for (int64_t kb = 0; kb < n_kb; ++kb) {
       decode_block(kb, n_kb, p0 == 0, 0, n_rows, block);
       // Token block outermost: its x (12-24 KB) stays in L1 while the decoded groups stream from L2.
