@@ -30,8 +30,9 @@ struct LinearCase {
   bool fp32_x = false;             // activations that are not bf16 values
 };
 
-// Up to 130: tile mode's token panels (up to 96 tokens for 6-token blocks, panel_blocks) with a partial second panel; 5 to 24: the
-// fused tile mode's one or two pairs of 6-token blocks (linear_family.h, fused_panels), full and partial.
+// Up to 130: tile mode's token panels (up to 96 tokens for 6-token blocks, panel_blocks) with a partial second
+// panel; 5 to 24: the fused tile mode's one or two pairs of 6-token blocks (linear_family.h, fused_panels), full
+// and partial.
 const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 12, 16, 24, 33, 64, 70, 130};
 
 // sum_k |x_k| |w_k| per output, in double: the scale of an fp32 accumulation error.
@@ -237,6 +238,7 @@ TEST(LinearByTokenKind, LinearOpsRunOnTheKindsFamily) {
   };
   const auto prompt_alone = run(*make_fast_backend_with_level(2, prompt));
   const auto generated_alone = run(*make_fast_backend_with_level(2, generated));
+  ASSERT_NE(prompt_alone, generated_alone) << "the two families' sums must differ somewhere for this test to tell them apart";
   by_kind->set_token_kind(TokenKind::kPrompt);
   EXPECT_EQ(run(*by_kind), prompt_alone);
   by_kind->set_token_kind(TokenKind::kGenerated);

@@ -555,9 +555,10 @@ void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, S
 // rows go by, and the unit's raw weights stay in L2 from one panel to the next, which decodes them again
 // (a few % of the FMAs). Without panels every K block of a unit read all of x, for a prefill megabytes
 // from L3, at 8 bytes per 16 FMAs with 16-row units: that stream, not the FMAs, set the pace.
+
 // Token blocks per panel for kp packed columns: the panel's x at most kPanelXBytes. With 16 blocks of fp32 x at
 // K = 4096 (1.5 MB) the panel outgrew the 1.25 MB L2 of an Ice Lake Xeon and every unit read it from L3 again:
-// kernel_bench FP8 4096 x 4096 with 512 tokens, one core, 77-89 GFLOP/s at 16 blocks, 103-106 at 8, 88-90 at 4
+// kernel_bench FP8 4096 x 4096 with 512 tokens, one core, 77-89 GFLOP/s at 16 blocks, 101-106 at 8, 88-90 at 4
 // (smaller panels decode the weights more often). Zen 4's bf16 x at K = 4096 keeps its 16.
 template <class S>
 int64_t panel_blocks(int64_t kp) {
