@@ -306,8 +306,8 @@ Runner add_bench_command(CLI::App& app) {
       ceiling.peak_amx_bf16_gflops = std::max(before.peak_amx_bf16_gflops, after.peak_amx_bf16_gflops);
       if (ceiling.peak_amx_bf16_gflops > 0) {
         std::printf("this CPU's AMX bf16 tiles (TDPBF16PS) peak at %.1f / %.1f GFLOP/s, %.1fx its fp32 FMA peak; the "
-                    "amxbf16 kernel family (DEEPINFER_SIMD=amxbf16) runs the linear ops on them (%% amx: against "
-                    "that peak)\n",
+                    "amxbf16 kernel family runs the linear ops on them (by default a prompt's; DEEPINFER_SIMD=amxbf16: every "
+                    "token's; %% amx: against that peak)\n",
                     before.peak_amx_bf16_gflops, after.peak_amx_bf16_gflops,
                     ceiling.peak_amx_bf16_gflops / std::max(1e-9, ceiling.peak_gflops));
       }
