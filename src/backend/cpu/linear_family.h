@@ -16,7 +16,8 @@
 // weights), decode_fp8_raw for the scaled-x direct mode (see scaled_x; with kFp8RawUnit, scale_x_chunk for bf16
 // x, and optionally decode_fp8_raw_pair for two chunks at once), decode_fp4(const uint8_t*, uint8_t e8m0
 // scale byte) (no FP4 without it), chains_for(DType) (accumulator chains per row, see kChains) and kFusedRows
-// (fused tile mode for calls of a few token blocks, see fused_panels).
+// (fused tile mode for calls of a few token blocks, see fused_panels; with fused_for(DType), kFusedPairPasses,
+// and for split families load_parts(const Elem*, part stride)); optionally pin_w(W&) (see pin_w).
 //
 // fp8 chunks use the multiplier 2^(s - 7) on the raw code bits (e4m3 value * 2^-120), which is exact
 // whenever the scale byte s <= 134 (|w| < 2^15 per unit code); tiles with a larger scale byte take the
@@ -389,6 +390,14 @@ void tile_x(const PackedX& x, int64_t b0, int64_t b1, void* out) {
   }
 }
 
+// Keeps v in a register (an empty asm that takes and gives it there): for fewer than kTileT tokens GCC 12 folded
+// the weight loads into the FMAs, one load per FMA (R * T + T loads per step where R + T suffice); a 4 x 3
+// tile then took as long as a 4 x 6 one.
+template <class V>
+inline void pin_register(V& v) {
+  __asm__("" : "+v"(v));
+}
+
 // R packed tile rows times T packed tokens over n_steps steps; accumulators as in tile_kernel (same products in
 // the same order: chunk by chunk, part 0 first), continued from / saved to state unless kFirst / kLast.
 template <class S, int R, int T, bool kFirst, bool kLast>
@@ -405,7 +414,10 @@ void packed_tile_kernel(const typename S::Elem* w, const typename S::Elem* x, in
   for (int64_t i = 0; i < n_steps; ++i, w += R * kS, x += T * kS) {
     if constexpr (kSplitChunks<S>) {
       F wv[R];
-      for (int r = 0; r < R; ++r) wv[r] = S::fload(w + r * kS);
+      for (int r = 0; r < R; ++r) {
+        wv[r] = S::fload(w + r * kS);
+        pin_register(wv[r]);
+      }
       for (int t = 0; t < T; ++t) {
         const F xv = S::fload(x + t * kS);
         for (int r = 0; r < R; ++r) acc[t][r] = S::ffma(wv[r], xv, acc[t][r]);
@@ -811,15 +823,48 @@ const typename S::Elem* scaled_x(const LinearWeight& w, const RowSrc* rows, int6
 // tokens/s (mean). Sums as in tile_loop: K blocks of kTileBlockChunks chunks, one call per chain over that
 // chain's chunks, the accumulators kept in state from one K block to the next and the chains summed at the end.
 // The prefetches (the next group's rows into L1, the next unit into L2) matter: without them 12 tokens on one
-// core ran 98-102 GFLOP/s instead of 129-156.
+// core ran 98-102 GFLOP/s instead of 129-156. The fp32 AVX-512 family runs FP4 this way too (simd_avx512.cpp),
+// its x chunks in two parts (load_x_chunk).
 template <class S>
 constexpr int kFusedRows = [] {
   if constexpr (requires { S::kFusedRows; }) return int(S::kFusedRows);
   else return 0;
 }();
+// Which weight dtypes a family runs fused (S::fused_for(DType); all when absent).
+template <class S>
+constexpr bool fused_for(DType d) {
+  if constexpr (requires { S::fused_for(d); }) return S::fused_for(d);
+  else return true;
+}
+// Whether FP4 takes passes of two token blocks with kFusedRows rows (S::kFusedPairPasses), as FP8 does, rather
+// than one block with 2 * kFusedRows rows (see fused_panels).
+template <class S>
+constexpr bool kFusedPairPasses = [] {
+  if constexpr (requires { S::kFusedPairPasses; }) return bool(S::kFusedPairPasses);
+  else return false;
+}();
 // Calls of at most this many token blocks run fused, two blocks at a time (decoding the weights again for each
 // pair). FP8 only for one pair: its decode (to fp32, scaled, converted) costs more than storing it once.
 constexpr int64_t fused_max_blocks(DType d) { return d == DType::kF8E4M3 ? 2 : 4; }
+
+// Keeps a loaded chunk in registers (S::pin_w, where a family has it): GCC 12 otherwise folded the x loads
+// of the fp32 family's fused kernel into its FMAs, loading each x vector once per row (48 loads per 48 FMAs).
+template <class S>
+inline void pin_w(typename S::W& w) {
+  if constexpr (requires { S::pin_w(w); }) S::pin_w(w);
+}
+
+// Chunk j (of a chain's steps) of token t in a token block of Tn tokens of the tiled x (tile_x): whole-chunk
+// steps hold a token's chunk in one place, split families (kSplitChunks) its parts Tn * kStep apart.
+template <class S, int Tn>
+inline typename S::W load_x_chunk(const typename S::Elem* xb, int64_t j, int t) {
+  if constexpr (kSplitChunks<S>) {
+    const typename S::Elem* p = xb + j * Tn * S::kChunk + t * kStep<S>;
+    return S::load_parts(p, Tn * kStep<S>);
+  } else {
+    return S::load_w(xb + (j * Tn + t) * S::kChunk);
+  }
+}
 
 // The fused kernel's prefetches, which ride along with its steps: the pass issued them as one burst per row
 // group, and the bursts (128 lines per FP4 K block) stalled on the full miss queue (perf: most of the pass's
@@ -846,11 +891,13 @@ void fused_kernel(const RowSrc* rows, const uint8_t* const* tails, int64_t n_ful
     for (int r = 0; r < R; ++r) acc[t][r] = kFirst ? S::zero() : S::fload(state + (t * R + r) * S::kLanes);
   auto step = [&](int64_t j, const W* w) {
     for (int t = 0; t < T0; ++t) {
-      const W xv = S::load_w(x0 + (j * T0 + t) * S::kChunk);
+      W xv = load_x_chunk<S, T0>(x0, j, t);
+      pin_w<S>(xv);
       for (int r = 0; r < R; ++r) acc[t][r] = S::dot(acc[t][r], w[r], xv);
     }
     for (int t = 0; t < T1; ++t) {
-      const W xv = S::load_w(x1 + (j * T1 + t) * S::kChunk);
+      W xv = load_x_chunk<S, T1>(x1, j, t);
+      pin_w<S>(xv);
       for (int r = 0; r < R; ++r) acc[T0 + t][r] = S::dot(acc[T0 + t][r], w[r], xv);
     }
   };
@@ -908,7 +955,6 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
   constexpr int64_t kBlockChunks = kTileBlockChunks<S, D>;
   constexpr int64_t kPassTokens = kBlocks * S::kTileT;
   constexpr int64_t kStatePerChain = kPassTokens * R * S::kLanes;
-  static_assert(!kSplitChunks<S>, "fused tile mode takes whole-chunk steps");
   static_assert(kBlocks == 1 || kBlocks == 2, "fused_kernel takes one or two token blocks");
   const int64_t n_kb = (n_chunks + kBlockChunks - 1) / kBlockChunks, n_groups = (n_rows + R - 1) / R;
   // With one K block no group's sums outlive its pass: every group takes the first slot, which stays in L1.
@@ -982,14 +1028,16 @@ void fused_pass(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows,
 //   partial block went in a pass of kFusedRows rows before, each decoded chunk serving fewer products: in a
 //   pass of 2 * kFusedRows rows, FP4 with 5 / 11 tokens ran 39 / 10% faster (kernel_bench, 2 threads).
 // FP8 keeps passes of two blocks with kFusedRows rows: its decode costs more (12 tokens ran ~7% slower in
-// one-block passes). The sums are the same whatever the pass: each (row, token) adds its chains' chunks in order.
+// one-block passes). So does every dtype of a family with kFusedPairPasses, a pair at a time, and again a last
+// partial block of at most kDirectT tokens in direct mode. The sums are the same whatever the pass: each
+// (row, token) adds its chains' chunks in order.
 template <class S, DType D, bool kWide>
 void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_rows, int64_t row_bytes, int64_t n_full,
                   int64_t n_chunks, const typename S::Elem* xt, int64_t kp, const typename S::Elem* x, int64_t xs,
                   int64_t T, const uint8_t* ahead, int64_t ahead_bytes, float* c, int64_t cs, Scratch<S>& s) {
   constexpr int R = kFusedRows<S>;
   constexpr int64_t kB = S::kTileT;
-  constexpr bool kOneBlockPasses = D != DType::kF8E4M3;
+  constexpr bool kOneBlockPasses = D != DType::kF8E4M3 && !kFusedPairPasses<S>;
   for (int64_t t0 = 0; t0 < T;) {
     const int64_t left = T - t0;
     if (kOneBlockPasses && left > S::kDirectT) {
@@ -1001,9 +1049,14 @@ void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
       direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, x + t0 * xs, xs, left, n_full,
                                                      n_full < n_chunks, c + t0 * cs, cs);
       t0 = T;
-    } else {
-      fused_pass<S, D, kWide, R, 2>(rows, tails, n_rows, row_bytes, n_full, n_chunks, xt, kp, t0, left, t0 == 0,
+    } else if (t0 == 0 || left > S::kDirectT) {
+      const int64_t nt = std::min(left, 2 * kB);
+      fused_pass<S, D, kWide, R, 2>(rows, tails, n_rows, row_bytes, n_full, n_chunks, xt, kp, t0, nt, t0 == 0,
                                     ahead, ahead_bytes, c, cs, s);
+      t0 += nt;
+    } else {
+      direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, x + t0 * xs, xs, left, n_full,
+                                                     n_full < n_chunks, c + t0 * cs, cs);
       t0 = T;
     }
   }
@@ -1030,7 +1083,7 @@ void run_tile(const LinearWeight& w, const RowSrc* rows, int64_t n_rows, const P
   }
   DI_CHECK_MSG(x.tiled, "linear: tile mode needs the tiled x (tile_x)");
   if constexpr (kFusedRows<S> > 0) {
-    if ((T + S::kTileT - 1) / S::kTileT <= fused_max_blocks(D)) {
+    if (fused_for<S>(D) && (T + S::kTileT - 1) / S::kTileT <= fused_max_blocks(D)) {
       const int64_t unit_bytes = n_rows * w.row_bytes();
       return fused_panels<S, D, kWide>(rows, tails, n_rows, w.row_bytes(), n_full, n_chunks,
                                        static_cast<const Elem*>(x.tiled), kp, xd, xs, T, rows[0].data + unit_bytes,
