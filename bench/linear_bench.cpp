@@ -152,6 +152,9 @@ void prefill_args(benchmark::internal::Benchmark* b) {
   b->Args({3, kFp8, 32768, 1024, 512, 1, 0});  // wq_b of a 512-token prefill (many outputs: epilogue cost)
   b->Args({3, kBf16, 1024, 4096, 256, 1, 1});  // single-thread kernel efficiency, K = 4096 vs 1024
   b->Args({3, kBf16, 4096, 1024, 256, 1, 1});
+  // Single-thread, level 2: V4-Flash's wo_b and a wo_a group in a prefill's 256-token attention chunks.
+  b->Args({2, kFp8, 4096, 8192, 256, 1, 1});
+  b->Args({2, kFp8, 1024, 4096, 256, 1, 1});
   b->Args({2, kFp8, 4096, 4096, 48, 1, 1});  // single-thread, x (768 KB) L2-resident: the kernel without the x stream
   // Level 2 (AVX-512 without BF16, e.g. Ice Lake Xeons) over an expert's token counts in a 512-token prefill,
   // one core: the fused mode's passes of 12 tokens and their partial blocks, up to 24 tokens.

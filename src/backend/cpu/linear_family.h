@@ -41,10 +41,8 @@ constexpr int kMaxFp8Scale = 134;  // largest scale byte for the one-multiply fp
 // kernel's samples in a V4.1 prefill; 1024 ran a 512-token FP8 GEMM 12-20% faster on one Zen 4 core (2048 was
 // no faster).
 constexpr int64_t kTileBlockElems = 1024;
-// Tile mode's token panels: at most kMaxPanelBlocks token blocks, and at most kPanelXBytes of packed x (see
-// panel_blocks).
-constexpr int64_t kMaxPanelBlocks = 16;  // 96 tokens for kTileT = 6
-constexpr int64_t kPanelXBytes = 768 * 1024;
+// Token blocks per tile-mode panel (see tile_loop).
+constexpr int64_t kPanelBlocks = 16;  // 96 tokens for kTileT = 6
 constexpr int64_t kPrefetchGroups = 2;       // direct mode: prefetch distance in row groups
 
 // Where one weight row's chunks come from.
@@ -560,24 +558,19 @@ void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, S
   }
 }
 
-// Tile mode works on a unit of up to kTileModeRows rows, one panel of panel_blocks token blocks at a time:
+// Tile mode works on a unit of up to kTileModeRows rows, one panel of kPanelBlocks token blocks at a time:
 // for each K block (kTileBlockElems columns per chain) it decodes the unit's rows into a per-thread buffer
 // (128-256 KB, L2), and every (token block, row group) of the panel then runs over it, the accumulators persisting
-// in state from one K block to the next. The panel's x (768 KB for fp32 x and K = 4096) stays in L2 while the unit's
-// rows go by, and the unit's raw weights stay in L2 from one panel to the next, which decodes them again
-// (a few % of the FMAs). Without panels every K block of a unit read all of x, for a prefill megabytes
+// in state from one K block to the next. The unit's raw weights stay in L2 from one panel to the next, which
+// decodes them again (a few % of the FMAs). Without panels every K block of a unit read all of x, for a prefill megabytes
 // from L3, at 8 bytes per 16 FMAs with 16-row units: that stream, not the FMAs, set the pace.
 
-// Token blocks per panel for kp packed columns: the panel's x at most kPanelXBytes. With 16 blocks of fp32 x at
-// K = 4096 (1.5 MB) the panel outgrew the 1.25 MB L2 of an Ice Lake Xeon and every unit read it from L3 again:
-// kernel_bench FP8 4096 x 4096 with 512 tokens, one core, 77-89 GFLOP/s at 16 blocks, 101-106 at 8, 88-90 at 4
-// (smaller panels decode the weights more often). Zen 4's bf16 x at K = 4096 keeps its 16.
-template <class S>
-int64_t panel_blocks(int64_t kp) {
-  const int64_t block_bytes = S::kTileT * kp * int64_t(sizeof(typename S::Elem));
-  return std::clamp<int64_t>(kPanelXBytes / block_bytes, 2, kMaxPanelBlocks);
-}
-
+// Token blocks per panel: kPanelBlocks. Each K block of a panel works on the unit's decoded rows (256 KB of fp32
+// for 64 rows), and per token block on its x (24 KB of fp32) and the state of its row groups (24 KB), all in L2:
+// 1 MB for the fp32 families at 16 blocks, whatever K is. Sizing the panel by its whole x instead (at most 768 KB:
+// 8 blocks at K = 4096, 3 at K = 8192) decoded the weights two to five times as often: one core of the 2-core
+// Ice Lake Xeon, kernel_bench FP8 4096 x 8192 with 256 tokens (V4-Flash's wo_b in a prefill), alternating,
+// 92 GFLOP/s at 4 blocks, 111 at 16; 4096 x 4096 with 512 tokens the same at 8 and 16.
 template <class S, DType D>
 constexpr int64_t kTileGroupElems = kTileBlockChunks<S, D> * S::kChunk * S::kTileR;  // one row group of a K block
 
@@ -674,7 +667,7 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
   static_assert(kC == 1 || (!kSplitChunks<S> && kBlockChunks % kC == 0),
                 "chains: whole-chunk steps, and every K block starts on chain 0");
   const bool keep_state = n_kb > 1 || kC > 1;
-  const int64_t n_panel_blocks = panel_blocks<S>(kp);
+  const int64_t n_panel_blocks = kPanelBlocks;
   if (keep_state) s.state.resize(size_t(std::min(n_tblocks, n_panel_blocks) * n_groups * kStatePerBlock * kC));
   s.tile.resize(size_t(kTileModeRows / S::kTileR * kGroupElems));
   Elem* block = s.tile.data();
