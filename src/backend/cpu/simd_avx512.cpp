@@ -97,10 +97,6 @@ struct S : Avx512Ops, Fp32PvRows {
     fp4_values(p, scale, &w.a, &w.b);
     return w;
   }
-  template <int R>
-  static void reduce(const F* acc, float* out) {
-    for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
-  }
   static bool pack_x(const float* x, int64_t xs, int64_t t0, int64_t t1, int64_t k, int64_t kp, bool fp4, void* out) {
     return pack_x_fp32<16>(x, xs, t0, t1, k, kp, fp4, out);
   }

@@ -1,10 +1,20 @@
 // fp32 vector operations on 16 lanes (AVX-512F), the part of an ISA traits struct that the AVX-512 and
-// AVX512-BF16 families share: arithmetic, bf16 rounding, fp32 exp, exact e4m3 / e2m1 decoding (the bf16
+// AVX512-BF16 families share: arithmetic, horizontal sums (reduce4, reduce), bf16 rounding, fp32 exp, exact e4m3 / e2m1 decoding (the bf16
 // family converts the decoded e4m3 values to bf16; its e2m1 codes use a bf16 table). Included by simd_avx512.cpp and
 // simd_avx512bf16.cpp INSIDE their target region and namespace; nowhere else (no include guard on purpose).
 //
 // exp: Cody-Waite reduction by ln 2 and the Cephes expf polynomial (about 1 ulp on the arguments used
 // here, x <= 0); arguments below -87.3 return 0 (the exact results there are below 2^-126).
+
+// Sums of 4 vectors -> 4 floats.
+inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 t2 = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 t3 = _mm256_add_ps(_mm512_castps512_ps256(t2), _mm512_extractf32x8_ps(t2, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps(t3, 1));
+}
 
 struct Avx512Ops {
   using F = __m512;
@@ -20,6 +30,18 @@ struct Avx512Ops {
   static F fmax(F a, F b) { return _mm512_max_ps(a, b); }
   static F ffma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static float fhsum(F v) { return _mm512_reduce_add_ps(v); }
+  // Horizontal sums of R vectors into out[0, R). Every R sums a vector's lanes in reduce4's order (the tile
+  // kernels' R is 4), so that a row's result does not depend on how many rows its kernel's group has; four at
+  // a time share reduce4's shuffles (one _mm512_reduce_add_ps per vector took ~3% of a 512-token prefill of
+  // the V4-Flash benchmark model in the fused FP4 mode's sums).
+  template <int R>
+  static void reduce(const F* acc, float* out) {
+    if constexpr (R % 4 == 0) {
+      for (int r = 0; r < R; r += 4) _mm_storeu_ps(out + r, reduce4(acc[r], acc[r + 1], acc[r + 2], acc[r + 3]));
+    } else {
+      for (int r = 0; r < R; ++r) out[r] = _mm_cvtss_f32(reduce4(acc[r], acc[r], acc[r], acc[r]));
+    }
+  }
   static float fhmax(F v) { return _mm512_reduce_max_ps(v); }
   // Round to bf16, nearest even (finite inputs).
   static F fbf16(F v) {

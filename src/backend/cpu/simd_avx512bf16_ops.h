@@ -5,16 +5,6 @@
 
 #include "backend/cpu/simd_avx512_ops.h"
 
-// Sums of 4 vectors -> 4 floats.
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-  const __m512 t2 = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m256 t3 = _mm256_add_ps(_mm512_castps512_ps256(t2), _mm512_extractf32x8_ps(t2, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps(t3, 1));
-}
-
 // 16 floats -> bf16 bits; sets bits of *bad where a value is not a bf16 value or is a nonzero below 2^-126.
 inline __m256i to_bf16_bits(__m512 v, __mmask16* bad) {
   const __m512i bits = _mm512_castps_si512(v);
@@ -95,16 +85,6 @@ struct S : Avx512Ops {
   // No decode_fp8 / decode_fp4 (see simd_avx512bf16.cpp): FP8 and FP4 weights go to the fp32 AVX-512 family
   // for every token count, so a token's sums never depend on the batch (SQuant, simd_avx512bf16quant.cpp, adds
   // them).
-  // Every R sums a vector's lanes in reduce4's order (the tile kernels' R is 4), so that a row's result does
-  // not depend on how many rows its direct-kernel group has.
-  template <int R>
-  static void reduce(const F* acc, float* out) {
-    if constexpr (R % 4 == 0) {
-      for (int r = 0; r < R; r += 4) _mm_storeu_ps(out + r, reduce4(acc[r], acc[r + 1], acc[r + 2], acc[r + 3]));
-    } else {
-      for (int r = 0; r < R; ++r) out[r] = _mm_cvtss_f32(reduce4(acc[r], acc[r], acc[r], acc[r]));
-    }
-  }
   static bool pack_x(const float* x, int64_t xs, int64_t t0, int64_t t1, int64_t k, int64_t kp, bool fp4, void* out) {
     return pack_x_bf16(x, xs, t0, t1, k, kp, fp4, out);
   }
