@@ -26,19 +26,28 @@ bool pack_rows(const float* const* rows, int64_t r0, int64_t r1, int64_t k, int6
 }
 
 // c[t * cs + r] = sum_k x[t, k] * w[r, k] for r < n_rows (w padded to a multiple of kTileR rows), t < n_tokens.
+// Rows in panels of at most kDotPanelBytes, every token block over a panel before the next: with every token block
+// over all rows, a token's attention (64 heads over 640 K rows of 2 KB, 1.3 MB) read K from L3 once per 6 heads.
+// Each (row, token) sum is one tile_tokens call over all of k whatever the order.
+constexpr int64_t kDotPanelBytes = 256 * 1024;
 template <class S>
 void dot_tiles(const typename S::Elem* w, int64_t ws, int64_t n_rows, const typename S::Elem* x, int64_t xs,
                int64_t n_tokens, int64_t k_padded, float* c, int64_t cs) {
   const int64_t n_chunks = k_padded / S::kChunk;
   DI_CHECK_MSG(n_chunks > 0, "dot_tiles: empty rows");
+  const int64_t row_bytes = ws * int64_t(sizeof(typename S::Elem));
+  const int64_t panel_rows = std::max<int64_t>(1, kDotPanelBytes / row_bytes / S::kTileR) * S::kTileR;
   float part[S::kTileT * S::kTileR];
-  for (int64_t t0 = 0; t0 < n_tokens; t0 += S::kTileT) {
-    const int64_t nt = std::min<int64_t>(S::kTileT, n_tokens - t0);
-    for (int64_t r0 = 0; r0 < n_rows; r0 += S::kTileR) {
-      tile_tokens<S, S::kTileR, S::kTileT>(w + r0 * ws, ws, x + t0 * xs, xs, nt, n_chunks, part, S::kTileR);
-      const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
-      for (int64_t t = 0; t < nt; ++t)
-        for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
+  for (int64_t p0 = 0; p0 < n_rows; p0 += panel_rows) {
+    const int64_t p1 = std::min(n_rows, p0 + panel_rows);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += S::kTileT) {
+      const int64_t nt = std::min<int64_t>(S::kTileT, n_tokens - t0);
+      for (int64_t r0 = p0; r0 < p1; r0 += S::kTileR) {
+        tile_tokens<S, S::kTileR, S::kTileT>(w + r0 * ws, ws, x + t0 * xs, xs, nt, n_chunks, part, S::kTileR);
+        const int64_t nr = std::min<int64_t>(S::kTileR, n_rows - r0);
+        for (int64_t t = 0; t < nt; ++t)
+          for (int64_t r = 0; r < nr; ++r) c[(t0 + t) * cs + r0 + r] = part[t * S::kTileR + r];
+      }
     }
   }
 }
