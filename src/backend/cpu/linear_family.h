@@ -562,8 +562,8 @@ void fill_tails(const RowSrc* rows, int64_t n_rows, int64_t K, int64_t n_full, S
 // for each K block (kTileBlockElems columns per chain) it decodes the unit's rows into a per-thread buffer
 // (128-256 KB, L2), and every (token block, row group) of the panel then runs over it, the accumulators persisting
 // in state from one K block to the next. The unit's raw weights stay in L2 from one panel to the next, which
-// decodes them again (a few % of the FMAs). Without panels every K block of a unit read all of x, for a prefill megabytes
-// from L3, at 8 bytes per 16 FMAs with 16-row units: that stream, not the FMAs, set the pace.
+// decodes them again (a few % of the FMAs). Without panels every K block of a unit read all of x, for a prefill
+// megabytes from L3, at 8 bytes per 16 FMAs with 16-row units: that stream, not the FMAs, set the pace.
 
 // Token blocks per panel: kPanelBlocks. Each K block of a panel works on the unit's decoded rows (256 KB of fp32
 // for 64 rows), and per token block on its x (24 KB of fp32) and the state of its row groups (24 KB), all in L2:

@@ -1,7 +1,8 @@
 // fp32 vector operations on 16 lanes (AVX-512F), the part of an ISA traits struct that the AVX-512 and
-// AVX512-BF16 families share: arithmetic, horizontal sums (reduce4, reduce), bf16 rounding, fp32 exp, exact e4m3 / e2m1 decoding (the bf16
-// family converts the decoded e4m3 values to bf16; its e2m1 codes use a bf16 table). Included by simd_avx512.cpp and
-// simd_avx512bf16.cpp INSIDE their target region and namespace; nowhere else (no include guard on purpose).
+// AVX512-BF16 families share: arithmetic, horizontal sums (reduce4, reduce), bf16 rounding, fp32 exp, exact
+// e4m3 / e2m1 decoding (the bf16 family converts the decoded e4m3 values to bf16; its e2m1 codes use a bf16
+// table). Included by simd_avx512.cpp and simd_avx512bf16.cpp INSIDE their target region and namespace; nowhere
+// else (no include guard on purpose).
 //
 // exp: Cody-Waite reduction by ln 2 and the Cephes expf polynomial (about 1 ulp on the arguments used
 // here, x <= 0); arguments below -87.3 return 0 (the exact results there are below 2^-126).
