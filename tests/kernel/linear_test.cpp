@@ -30,7 +30,7 @@ struct LinearCase {
   bool fp32_x = false;             // activations that are not bf16 values
 };
 
-// Up to 130: tile mode's token panels (up to 96 tokens for 6-token blocks, panel_blocks) with a partial second
+// Up to 130: tile mode's token panels (96 tokens for 6-token blocks, kPanelBlocks) with a partial second
 // panel; 5 to 24: the fused tile mode's one or two pairs of 6-token blocks (linear_family.h, fused_panels), full
 // and partial.
 const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 12, 16, 24, 33, 64, 70, 130};

@@ -32,16 +32,13 @@ bool pack_x_fp32(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64
 // of an Ice Lake Xeon); the packed rows are one contiguous stream.
 struct Fp32PvRows {
   struct PvSource {
-    const float* const* rows = nullptr;
+    const float* v = nullptr;  // the packed K rows: V row j at v + j * stride
+    int64_t stride = 0;
   };
   using PvRow = float;
   static void pv_prepare(const AttentionLayout& a, const float* p, int64_t /*n_heads*/, PvSource* src,
                          std::vector<uint32_t>*, const PvRow** rows, int64_t* stride) {
-    thread_local std::vector<const float*> row_ptrs;
-    row_ptrs.resize(size_t(a.n_rows));
-    const auto* k = static_cast<const float*>(a.k_packed);
-    for (int64_t j = 0; j < a.n_rows; ++j) row_ptrs[size_t(j)] = k + j * a.stride;
-    *src = PvSource{row_ptrs.data()};
+    *src = PvSource{static_cast<const float*>(a.k_packed), a.stride};
     *rows = p;
     *stride = a.n_rows;
   }

@@ -1033,25 +1033,20 @@ void fused_panels(const RowSrc* rows, const uint8_t* const* tails, int64_t n_row
   constexpr bool kOneBlockPasses = D != DType::kF8E4M3 && !kFusedPairPasses<S>;
   for (int64_t t0 = 0; t0 < T;) {
     const int64_t left = T - t0;
-    if (kOneBlockPasses && left > S::kDirectT) {
-      const int64_t nt = std::min(left, kB);
+    if (left <= S::kDirectT) {
+      direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, x + t0 * xs, xs, left, n_full,
+                                                     n_full < n_chunks, c + t0 * cs, cs);
+      return;
+    }
+    const int64_t nt = std::min(left, kOneBlockPasses ? kB : 2 * kB);
+    if constexpr (kOneBlockPasses) {
       fused_pass<S, D, kWide, 2 * R, 1>(rows, tails, n_rows, row_bytes, n_full, n_chunks, xt, kp, t0, nt, t0 == 0,
                                         ahead, ahead_bytes, c, cs, s);
-      t0 += nt;
-    } else if (kOneBlockPasses) {
-      direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, x + t0 * xs, xs, left, n_full,
-                                                     n_full < n_chunks, c + t0 * cs, cs);
-      t0 = T;
-    } else if (t0 == 0 || left > S::kDirectT) {
-      const int64_t nt = std::min(left, 2 * kB);
+    } else {
       fused_pass<S, D, kWide, R, 2>(rows, tails, n_rows, row_bytes, n_full, n_chunks, xt, kp, t0, nt, t0 == 0,
                                     ahead, ahead_bytes, c, cs, s);
-      t0 += nt;
-    } else {
-      direct_tokens<S, D, kWide, false, S::kDirectT>(rows, tails, n_rows, x + t0 * xs, xs, left, n_full,
-                                                     n_full < n_chunks, c + t0 * cs, cs);
-      t0 = T;
     }
+    t0 += nt;
   }
 }
 

@@ -170,7 +170,8 @@ struct S : Avx2Ops, Fp32PvRows {
 
   // PV (Fp32PvRows): the V rows and P values of pair jp.
   static W pv_v(const PvSource& s, int64_t jp, int64_t d) {
-    return {_mm256_loadu_ps(s.rows[2 * jp] + d), _mm256_loadu_ps(s.rows[2 * jp + 1] + d)};
+    const float* row = s.v + 2 * jp * s.stride + d;
+    return {_mm256_loadu_ps(row), _mm256_loadu_ps(row + s.stride)};
   }
   static W pv_p(const PvRow* row, int64_t jp) { return {_mm256_set1_ps(row[2 * jp]), _mm256_set1_ps(row[2 * jp + 1])}; }
 };
