@@ -160,9 +160,8 @@ void prefill_args(benchmark::internal::Benchmark* b) {
   // one core: the fused mode's passes of 12 tokens and their partial blocks, up to 24 tokens.
   for (int64_t T : {5, 7, 9, 10, 12, 13, 16, 20}) b->Args({2, kFp4, 2048, 4096, T, 32, 1});
   for (int64_t T : {9, 12}) b->Args({2, kFp4, 256, 4096, T, 1, 1});  // weights in L2: the compute side alone
-  for (int64_t T : {9, 12}) b->Args({2, kFp4, 4096, 2048, T, 32, 1});  // an expert's w2 (K = 2048)
-  for (int64_t T : {9, 12}) b->Args({2, kFp4, 4096, 2048, T, 32, 0});
-  b->Args({2, kFp4, 2048, 4096, 12, 32, 0});
+  for (int64_t threads : {1, 0})  // an expert's w2 (K = 2048)
+    for (int64_t T : {9, 12}) b->Args({2, kFp4, 4096, 2048, T, 32, threads});
   for (int64_t threads : {1, 0}) b->Args({4, kFp8, 4096, 4096, 512, 1, threads});  // level 4: FP8 / FP4 on vdpbf16ps
   for (int64_t threads : {1, 0}) b->Args({4, kFp4, 2048, 4096, 12, 32, threads});
   // Level 4 runs up to 4 token blocks (24 tokens; FP8 12) in the fused tile mode, more in the decoded-tile mode.

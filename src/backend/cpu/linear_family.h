@@ -79,7 +79,8 @@ Scratch<S>& scratch() {
   return s;
 }
 
-// r's scales from chunk ch on (its fp8 multipliers or fp4 scale bytes; the data pointer is left as is).
+// r's scales from chunk ch on (its fp8 multipliers or fp4 scale bytes; the data pointer is left as is): chunk
+// ch's own scale is the first.
 template <class S, DType D>
 inline RowSrc advanced(RowSrc r, int64_t ch) {
   if constexpr (D == DType::kF8E4M3) r.mult += ch;
@@ -95,10 +96,10 @@ inline typename S::W decode_chunk(const RowSrc& r, int64_t ch, const uint8_t* by
     return S::decode_bf16(reinterpret_cast<const uint16_t*>(bytes));
   } else if constexpr (D == DType::kF8E4M3) {
     if constexpr (kScaledX) return S::decode_fp8_raw(bytes);
-    else if constexpr (kWide) return S::decode_fp8_wide(bytes, r.mult[ch]);
-    else return S::decode_fp8(bytes, r.mult[ch]);
+    else if constexpr (kWide) return S::decode_fp8_wide(bytes, *advanced<S, D>(r, ch).mult);
+    else return S::decode_fp8(bytes, *advanced<S, D>(r, ch).mult);
   } else {
-    return S::decode_fp4(bytes, r.scale[ch * S::kChunk / 32]);
+    return S::decode_fp4(bytes, *advanced<S, D>(r, ch).scale);
   }
 }
 
@@ -678,16 +679,21 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
   static_assert(kC == 1 || (!kSplitChunks<S> && kBlockChunks % kC == 0),
                 "chains: whole-chunk steps, and every K block starts on chain 0");
   const bool keep_state = n_kb > 1 || kC > 1;
-  const int64_t n_panel_blocks = kPanelBlocks;
-  if (keep_state) s.state.resize(size_t(std::min(n_tblocks, n_panel_blocks) * n_groups * kStatePerBlock * kC));
+  if (keep_state) s.state.resize(size_t(std::min(n_tblocks, kPanelBlocks) * n_groups * kStatePerBlock * kC));
   s.tile.resize(size_t(kTileModeRows / S::kTileR * kGroupElems));
   Elem* block = s.tile.data();
   float part[S::kTileT * S::kTileR];
+  // Token block tb's x for K block kb in the tiled x: where it starts and its elements.
+  auto x_block = [&](int64_t tb, int64_t kb) {
+    const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
+    const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
+    return std::pair{xt + t0 * kp + ch0 * S::kChunk * nt, nch * S::kChunk * nt};
+  };
   // Token block tb (of the panel starting at p0) times row group g of K block kb, decoded at group_block.
   auto run_group = [&](int64_t p0, int64_t tb, int64_t kb, int64_t g, const Elem* group_block) {
     const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0), r0 = g * S::kTileR;
     const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
-    const Elem* xb = xt + t0 * kp + ch0 * S::kChunk * nt;
+    const Elem* xb = x_block(tb, kb).first;
     float* state = keep_state ? &s.state[size_t(((tb - p0) * n_groups + g) * kStatePerBlock * kC)] : nullptr;
     if constexpr (kC == 1) {
       packed_tile_tokens<S, S::kTileR, S::kTileT>(group_block, xb, nt, nch * kStepsPerChunk<S>, state, kb == 0,
@@ -731,15 +737,8 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
   if (n_rows % S::kTileR) {  // the pad rows of the last group: zero (decode_block never writes them)
     std::fill(block + (n_groups - 1) * kGroupElems, block + n_groups * kGroupElems, Elem(0));
   }
-  // Token block tb's x for K block kb: where it starts and its bytes.
-  auto x_block = [&](int64_t tb, int64_t kb) {
-    const int64_t t0 = tb * S::kTileT, nt = std::min<int64_t>(S::kTileT, T - t0);
-    const int64_t ch0 = kb * kBlockChunks, nch = std::min(kBlockChunks, n_chunks - ch0);
-    return std::pair{reinterpret_cast<const char*>(xt + t0 * kp + ch0 * S::kChunk * nt),
-                     int64_t(nch * S::kChunk * nt * sizeof(Elem))};
-  };
-  for (int64_t p0 = 0; p0 < n_tblocks; p0 += n_panel_blocks) {
-    const int64_t p1 = std::min(n_tblocks, p0 + n_panel_blocks);
+  for (int64_t p0 = 0; p0 < n_tblocks; p0 += kPanelBlocks) {
+    const int64_t p1 = std::min(n_tblocks, p0 + kPanelBlocks);
     for (int64_t kb = 0; kb < n_kb; ++kb) {
       decode_block(kb, n_kb, p0 == 0, 0, n_rows, block);
       // Token block outermost: its x (12-24 KB) stays in L1 while the decoded groups stream from L2.
@@ -748,11 +747,12 @@ void tile_loop(int64_t n_rows, const typename S::Elem* xt, int64_t kp, int64_t T
         // row group meanwhile, else the first group of every token block waited on it. One core of the 2-core
         // Ice Lake Xeon, kernel_bench FP8 4096 x 4096 with 512 tokens, alternating builds: 104.6-108.7 ->
         // 110.8-111.9 GFLOP/s.
-        std::pair<const char*, int64_t> next_x{nullptr, 0};  // after the panel's last: the next K block's first
+        std::pair<const Elem*, int64_t> next_x{nullptr, 0};  // after the panel's last: the next K block's first
         if (tb + 1 < p1) next_x = x_block(tb + 1, kb);
         else if (kb + 1 < n_kb) next_x = x_block(p0, kb + 1);
-        const auto [next, next_bytes] = next_x;
-        const int64_t lines = (next_bytes + 63) / 64, per_group = (lines + n_groups - 1) / n_groups;
+        const char* next = reinterpret_cast<const char*>(next_x.first);
+        const int64_t lines = (next_x.second * int64_t(sizeof(Elem)) + 63) / 64;
+        const int64_t per_group = (lines + n_groups - 1) / n_groups;
         for (int64_t g = 0; g < n_groups; ++g) {
           for (int64_t l = g * per_group; l < std::min(lines, (g + 1) * per_group); ++l)
             __builtin_prefetch(next + 64 * l, 0, 2);
