@@ -188,6 +188,32 @@ void head_rms_normalize_avx512(float* q, int64_t n_heads, int64_t head_dim, doub
   }
 }
 
+int64_t rope_rotate_avx512(float* x, int64_t n_heads, int64_t stride, const float* cos_sin, int64_t n_pairs,
+                           bool inverse) {
+  // Four pairs per vector, lanes (x0, x1): the even lane x0 c - x1 s, the odd lane x1 c + x0 s. Each product of
+  // two floats is exact in double, so both sums round once, as the scalar loop's x0 c - x1 s and x0 s + x1 c.
+  const int64_t n4 = n_pairs / 4 * 4;
+  __m512d c[8], sn[8];  // the cosines (c, c) and the sines (-s, s) of pairs 4k .. 4k + 3, for up to 32 pairs
+  const int64_t n_vectors = n4 / 4;
+  if (n_vectors > 8) return 0;  // rope dims above 64: the caller's scalar loop
+  const __m512d sign = inverse ? _mm512_set_pd(-1, 1, -1, 1, -1, 1, -1, 1) : _mm512_set_pd(1, -1, 1, -1, 1, -1, 1, -1);
+  for (int64_t k = 0; k < n_vectors; ++k) {
+    const __m512d cs = load_pd(cos_sin + 8 * k, 0xFF);  // c0 s0 c1 s1 ...
+    c[k] = _mm512_movedup_pd(cs);                                        // c0 c0 c1 c1 ...
+    sn[k] = _mm512_mul_pd(_mm512_permute_pd(cs, 0xFF), sign);           // -s0 s0 -s1 s1 ... (exact)
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* xh = x + h * stride;
+    for (int64_t k = 0; k < n_vectors; ++k) {
+      const __m512d v = load_pd(xh + 8 * k, 0xFF);
+      const __m512d swapped = _mm512_permute_pd(v, 0x55);  // x1 x0 ...
+      const __m512d r = _mm512_add_pd(_mm512_mul_pd(v, c[k]), _mm512_mul_pd(swapped, sn[k]));
+      store_ps(xh + 8 * k, 0xFF, round_bf16_pd(r));
+    }
+  }
+  return n4;
+}
+
 int64_t swiglu_avx512(const float* a, const float* b, int64_t n, double limit, double weight, float* out) {
   const __m512d lim = _mm512_set1_pd(limit), neg_lim = _mm512_set1_pd(-limit), w = _mm512_set1_pd(weight);
   const __m512d one = _mm512_set1_pd(1.0), max_arg = _mm512_set1_pd(kExpFixedMaxArg);
@@ -227,19 +253,34 @@ float abs_max_avx512(const float* x, int64_t n) {
   return _mm512_reduce_max_ps(m);
 }
 
+namespace {
+// x / s for the QDQ blocks: times 1 / s when s is a power of two (V4's scales, and V4.1's FP4 ones), which is
+// the same exact scaling (a float over such an s stays far inside double's normal range), at a fraction of
+// the cost: the divisions had set the pace of every activation QDQ.
+struct DivideBy {
+  __m512d s, inverse;
+  bool power_of_two;
+  explicit DivideBy(double scale) : s(_mm512_set1_pd(scale)), inverse(_mm512_set1_pd(1.0 / scale)) {
+    int e = 0;
+    power_of_two = std::frexp(scale, &e) == 0.5 && std::isfinite(1.0 / scale) && 1.0 / scale != 0.0;
+  }
+  __m512d operator()(__m512d v) const { return power_of_two ? _mm512_mul_pd(v, inverse) : _mm512_div_pd(v, s); }
+};
+}  // namespace
+
 void qdq_fp8_block_avx512(float* x, int64_t n, double s) {
-  const __m512d sv = _mm512_set1_pd(s);
+  const DivideBy divide(s);
   for (int64_t i = 0; i < n; i += 8) {
     const __mmask8 m = tail_mask(n - i);
-    store_ps(x + i, m, _mm512_mul_pd(e4m3_round_pd(_mm512_div_pd(load_pd(x + i, m), sv)), sv));
+    store_ps(x + i, m, _mm512_mul_pd(e4m3_round_pd(divide(load_pd(x + i, m))), divide.s));
   }
 }
 
 void qdq_fp4_block_avx512(float* x, int64_t n, double s) {
-  const __m512d sv = _mm512_set1_pd(s);
+  const DivideBy divide(s);
   for (int64_t i = 0; i < n; i += 8) {
     const __mmask8 m = tail_mask(n - i);
-    store_ps(x + i, m, _mm512_mul_pd(e2m1_round_pd(_mm512_div_pd(load_pd(x + i, m), sv)), sv));
+    store_ps(x + i, m, _mm512_mul_pd(e2m1_round_pd(divide(load_pd(x + i, m))), divide.s));
   }
 }
 

@@ -34,6 +34,10 @@ void hc_collapse_avx512(const float* h, const float* pre, int64_t n, float* u);
 int64_t rmsnorm_scale_avx512(const float* x, const uint16_t* weight, int64_t n, double r, float* out);
 // head_rms_normalize (ops.h).
 void head_rms_normalize_avx512(float* q, int64_t n_heads, int64_t head_dim, double eps);
+// RopeTable::apply_heads's rotation (ops.h) with the angles' f32 cosines and sines given (cos_sin[2 i], cos_sin[2 i + 1]
+// for pair i; inverse: by the negated sines), on the first n_pairs / 4 * 4 pairs of each head; returns how many.
+int64_t rope_rotate_avx512(float* x, int64_t n_heads, int64_t stride, const float* cos_sin, int64_t n_pairs,
+                           bool inverse);
 // swiglu's (ops.h) outputs for the first n / 8 * 8 elements; returns how many.
 int64_t swiglu_avx512(const float* a, const float* b, int64_t n, double limit, double weight, float* out);
 // The elementwise part of qdq_fp4 for one block with scale s: x[i] = f32(e2m1_round(x[i] / s) * s).

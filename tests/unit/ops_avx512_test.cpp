@@ -200,7 +200,8 @@ TEST_F(OpsAvx512, HeadRmsNormalizeSumsInOrderWhereTheOrderMatters) {
 }
 
 // A QDQ block op (x[i] = f32(round(x[i] / s) * s) in place) against that contract written with the scalar
-// rounding function, for the given block lengths and power-of-two scales 2^-20 .. 2^19.
+// rounding function, for the given block lengths and power-of-two scales 2^-120 .. 2^119 (V4's; the ops multiply
+// by 1 / s for them), and every third block an fp32 scale that is not a power of two (V4.1's FP8 rule).
 template <class Round, class BlockOp>
 void expect_qdq_block_matches(uint32_t seed, std::initializer_list<int64_t> lengths, int reps, Round round, BlockOp op) {
   std::mt19937 rng(seed);
@@ -208,7 +209,8 @@ void expect_qdq_block_matches(uint32_t seed, std::initializer_list<int64_t> leng
     for (int64_t n : lengths) {
       for (int rep = 0; rep < reps; ++rep) {
         std::vector<float> x = draw(rng, n, wild);
-        const double s = std::ldexp(1.0, rep % 40 - 20);
+        const double s = rep % 3 == 2 ? double(float(std::ldexp(1.0 + 0.137 * (rep % 7 + 1), rep % 40 - 20)))
+                                      : std::ldexp(1.0, rep % 240 - 120);
         std::vector<float> want = x;
         for (float& v : want) v = float(round(double(v) / s) * s);
         op(x.data(), n, s);
@@ -299,6 +301,49 @@ float swiglu_contract(float a, float b, double limit, double weight) {
   const double av = std::min(double(a), limit);
   const double bv = std::clamp(double(b), -limit, limit);
   return round_bf16(av / (1.0 + exp_fixed(-av)) * bv * weight);
+}
+
+// The rotation of RopeTable::apply_heads, given the f32 cosines and sines: pairs rotated in double, one bf16
+// rounding each (the contract of tests/unit/rope_test.cpp), on wild values; rope dims up to 64 (four pairs per
+// vector; the caller rotates the rest).
+TEST_F(OpsAvx512, RopeRotateMatchesTheContract) {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<double> angle(-1000.0, 1000.0);
+  for (double wild : {0.0, 0.3}) {
+    for (int64_t n_pairs : {32, 11, 3}) {
+      for (bool inverse : {false, true}) {
+        for (int rep = 0; rep < 40; ++rep) {
+          constexpr int64_t kHeads = 3, kStride = 80;
+          std::vector<float> cos_sin(size_t(2 * n_pairs));
+          for (int64_t i = 0; i < n_pairs; ++i) {
+            const double a = angle(rng);
+            cos_sin[size_t(2 * i)] = float(std::cos(a));
+            cos_sin[size_t(2 * i + 1)] = float(std::sin(a));
+          }
+          std::vector<float> x = draw(rng, kHeads * kStride, wild), want = x;
+          const int64_t done = rope_rotate_avx512(x.data(), kHeads, kStride, cos_sin.data(), n_pairs, inverse);
+          ASSERT_EQ(done, n_pairs / 4 * 4);
+          for (int64_t h = 0; h < kHeads; ++h) {
+            float* w = want.data() + h * kStride;
+            for (int64_t i = 0; i < done; ++i) {
+              const double c = cos_sin[size_t(2 * i)];
+              const double s = inverse ? -double(cos_sin[size_t(2 * i + 1)]) : double(cos_sin[size_t(2 * i + 1)]);
+              const double x0 = w[2 * i], x1 = w[2 * i + 1];
+              w[2 * i] = round_bf16(x0 * c - x1 * s);
+              w[2 * i + 1] = round_bf16(x0 * s + x1 * c);
+            }
+          }
+          for (size_t i = 0; i < x.size(); ++i) {
+            if (std::isnan(want[i])) {
+              ASSERT_TRUE(std::isnan(x[i])) << i;
+            } else {
+              ASSERT_EQ(bits(x[i]), bits(want[i])) << "pairs " << n_pairs << " element " << i << (inverse ? " inverse" : "");
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_F(OpsAvx512, SwigluMatchesTheContract) {

@@ -54,5 +54,24 @@ TEST(Rope, ApplyHeadsEqualsApplyPerHead) {
   EXPECT_GT(n_compared, 1000000);
 }
 
+// apply_heads keeps the last position's cosines and sines per thread: a call for the same position with another
+// table (V4's compressed layers use a YaRN table, the others a plain one) must not reuse them.
+TEST(Rope, KeptAnglesFollowTheTable) {
+  const RopeTable plain = make_rope_table(64, 10000.0);
+  const RopeTable yarn = make_yarn_rope_table(64, 10000.0, 16.0, 65536, 32.0, 1.0);
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal;
+  for (int64_t pos : {1, 777, 4095}) {
+    for (const RopeTable* order : {&plain, &yarn, &plain}) {
+      std::vector<float> x(64), reference;
+      for (auto& v : x) v = normal(rng);
+      reference = x;
+      order->apply(x.data(), pos, false);
+      rotate_reference(*order, reference.data(), pos, false);
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(reference[i], x[i]) << "pos " << pos << " element " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer
