@@ -254,9 +254,9 @@ float abs_max_avx512(const float* x, int64_t n) {
 }
 
 namespace {
-// x / s for the QDQ blocks: times 1 / s when s is a power of two (V4's scales, and V4.1's FP4 ones), which is
-// the same exact scaling (a float over such an s stays far inside double's normal range), at a fraction of
-// the cost: the divisions had set the pace of every activation QDQ.
+// x / s for the QDQ blocks: times 1 / s when s is a power of two (V4's scales, and V4.1's FP4 ones). 1 / s is
+// then exact, so both give the same real number rounded once, at a fraction of the cost (the divisions had set
+// the pace of every activation QDQ).
 struct DivideBy {
   __m512d s, inverse;
   bool power_of_two;
