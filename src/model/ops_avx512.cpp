@@ -262,7 +262,7 @@ struct DivideBy {
   bool power_of_two;
   explicit DivideBy(double scale) : s(_mm512_set1_pd(scale)), inverse(_mm512_set1_pd(1.0 / scale)) {
     int e = 0;
-    power_of_two = std::frexp(scale, &e) == 0.5 && std::isfinite(1.0 / scale) && 1.0 / scale != 0.0;
+    power_of_two = std::frexp(scale, &e) == 0.5 && std::isfinite(1.0 / scale);  // not for subnormal scales
   }
   __m512d operator()(__m512d v) const { return power_of_two ? _mm512_mul_pd(v, inverse) : _mm512_div_pd(v, s); }
 };
