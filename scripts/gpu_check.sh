@@ -5,11 +5,12 @@
 # back between a failed run and its rerun: a fresh machine may not be lent again in the same session.
 #   1. configure and build the CUDA backend for sm_90a only: cuda_tests and cuda_kernel_timing;
 #   2. cuda_tests: every kernel against the CPU reference backend, the golden models end to end and op by
-#      op, each on both linear paths (mma, the tensor-core default, and the portable fma);
+#      op, each on both linear paths (mma, the tensor-core default, and the portable fma) with the fused
+#      attention, and on mma with the split attention (DEEPINFER_CUDA_ATTENTION=split, not yet run on a GPU);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
-#   4. compute-sanitizer memcheck over the tensor-core linear tests (SANITIZE=0 skips it);
-#   5. deepinfer bench --backend cuda --op-times on the 4-layer benchmark model, on both linear paths
-#      (E2E=0 skips it). The second run (2026-12-04, all five stages) took 196 s.
+#   4. compute-sanitizer memcheck over the tensor-core linear and the attention tests (SANITIZE=0 skips it);
+#   5. deepinfer bench --backend cuda --op-times on the 4-layer benchmark model: the defaults, the split
+#      attention, the FMA linear (E2E=0 skips it). The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -79,14 +80,14 @@ step "kernel timing"
 timeout 180 ./$BUILD/cuda_kernel_timing >"$OUT_DIR/timing.txt" 2>&1
 timing_rc=$?
 
-# The tensor-core linear under compute-sanitizer's memcheck (its kernels were written without a GPU at hand):
+# The tensor-core linear and both attention paths under compute-sanitizer's memcheck (written without a GPU at hand):
 # out-of-bounds or misaligned accesses show here even where the results happen to come out right.
 sanitizer_rc=skipped
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ]; then
-  step "compute-sanitizer memcheck: the mma linear tests"
-  timeout 120 "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
-    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma:Paths/LinearCuda.Fp4Experts/mma:Paths/LinearCuda.NonBf16Activations/mma' \
+  step "compute-sanitizer memcheck: the mma linear and the attention tests"
+  timeout 150 "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
+    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma:Paths/LinearCuda.Fp4Experts/mma:Paths/LinearCuda.NonBf16Activations/mma:Paths/SparseAttentionCuda.*' \
     >"$OUT_DIR/sanitizer.log" 2>&1
   sanitizer_rc=$?
   grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8
@@ -106,6 +107,9 @@ if [ "${E2E:-1}" = 1 ]; then
     timeout 200 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 128,512 --batch 1,8,64 \
       --decode-steps 8 --op-times >"$OUT_DIR/e2e.txt" 2>&1
     e2e_rc=$?
+    echo "== DEEPINFER_CUDA_ATTENTION=split" >>"$OUT_DIR/e2e.txt"
+    DEEPINFER_CUDA_ATTENTION=split timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling \
+      --prefill 128,512 --batch 1,8 --decode-steps 8 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, split $?"
     echo "== DEEPINFER_CUDA_LINEAR=fma" >>"$OUT_DIR/e2e.txt"
     DEEPINFER_CUDA_LINEAR=fma timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling \
       --prefill 128 --batch 1,8 --decode-steps 8 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, fma $?"

@@ -222,7 +222,7 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, lt};
 }
 
-Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running) {
+Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running, bool split = false) {
   std::mt19937 rng(2);
   DeviceBuffer q = upload_random_floats(size_t(H * D), rng, 1.0f);
   DeviceBuffer rows = upload_random_floats(size_t(n_slots * D), rng, 1.0f);
@@ -234,12 +234,16 @@ Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running) {
   DeviceBuffer out(size_t(H * D) * 4);
   AttentionLaunch a{q.get<float>(), H, D, rows.get<float>(), slot_row.get<int32_t>(), n_slots, sink.get<float>(),
                     1.0 / 22.627416997969522, running, out.get<float>()};
-  const double ms = median_ms([&](int, cudaStream_t st) { launch_sparse_attention(a, st); });
+  DeviceBuffer scores(size_t(H * n_slots) * 4);
+  const double ms = median_ms([&](int, cudaStream_t st) {
+    if (split) launch_sparse_attention_split(a, scores.get<float>(), st);
+    else launch_sparse_attention(a, st);
+  });
   const double bytes = double(n_slots * D) * 4 + double(2 * H * D) * 4;  // rows read once, q and out
   const double flops = 4.0 * double(H) * double(n_slots) * double(D);
   char name[160];
-  std::snprintf(name, sizeof(name), "sparse attention %lldh x %lld, %lld slots%s", (long long)H, (long long)D,
-                (long long)n_slots, running ? "" : " (global max)");
+  std::snprintf(name, sizeof(name), "%ssparse attention %lldh x %lld, %lld slots%s", split ? "split " : "", (long long)H,
+                (long long)D, (long long)n_slots, running ? "" : " (global max)");
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
 }
 
@@ -294,6 +298,11 @@ int run() {
   rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1, true));
   rows.push_back(time_attention(64, 512, 640, true));
   rows.push_back(time_attention(64, 512, 640, false));
+  // The split pair (DEEPINFER_CUDA_ATTENTION=split), then the V4.1 decode shape (128 window + 1024 top-k).
+  rows.push_back(time_attention(64, 512, 640, true, true));
+  rows.push_back(time_attention(64, 512, 640, false, true));
+  rows.push_back(time_attention(64, 512, 1152, false));
+  rows.push_back(time_attention(64, 512, 1152, false, true));
   rows.push_back(time_index(64, 128, 4096));
   rows.push_back(time_hc_mix(1, 4 * 4096, 24));
   rows.push_back(time_hc_mix(64, 4 * 4096, 24));

@@ -183,10 +183,12 @@ void Model::output_projection_v41(const BlockWeights& w, const std::vector<float
   const int64_t T = n_tokens, D = c.dim, H = c.n_heads, HD = c.head_dim, G = c.o_groups, OL = c.o_lora_rank;
   const int64_t group_width = H * HD / G;
   std::vector<float> z(static_cast<size_t>(T * G * OL));
-  for (int64_t g = 0; g < G; ++g) {  // step 30: grouped wo_a on bf16 values
-    backend_->linear({.x = o.data() + g * group_width, .x_stride = H * HD, .n_tokens = T, .weight = &w.wo_a, .row_begin = g * OL,
-                      .n_rows = OL, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = z.data() + g * OL, .out_stride = G * OL});
+  std::vector<LinearParams> wo_a(static_cast<size_t>(G));
+  for (int64_t g = 0; g < G; ++g) {  // step 30: grouped wo_a on bf16 values, the groups as one batch
+    wo_a[size_t(g)] = {.x = o.data() + g * group_width, .x_stride = H * HD, .n_tokens = T, .weight = &w.wo_a, .row_begin = g * OL,
+                       .n_rows = OL, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = z.data() + g * OL, .out_stride = G * OL};
   }
+  backend_->linears(wo_a);
   act_qdq_rows(z, T, G * OL);  // step 31
   backend_->linear({.x = z.data(), .x_stride = G * OL, .n_tokens = T, .weight = &w.wo_b, .row_begin = 0, .n_rows = D,
                     .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.data(), .out_stride = D});

@@ -246,11 +246,14 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       }
     });
 
-    // AT5: grouped wo_a (no activation QDQ), AT6: wo_b, for the block's tokens.
+    // AT5: grouped wo_a (no activation QDQ), the groups as one batch of independent ops; AT6: wo_b, for the
+    // block's tokens.
+    std::vector<LinearParams> wo_a(static_cast<size_t>(G));
     for (int64_t g = 0; g < G; ++g) {
-      backend_->linear({buf.o.data() + g * group_width, H * HD, nb, &w.wo_a, g * OL, OL, Epilogue::kBf16, nullptr,
-                        buf.z.data() + g * OL, G * OL});
+      wo_a[size_t(g)] = {buf.o.data() + g * group_width, H * HD, nb, &w.wo_a, g * OL, OL, Epilogue::kBf16, nullptr,
+                         buf.z.data() + g * OL, G * OL};
     }
+    backend_->linears(wo_a);
     act_qdq_rows(buf.z, nb, G * OL);
     backend_->linear({buf.z.data(), G * OL, nb, &w.wo_b, 0, D, Epilogue::kBf16, nullptr, &out[size_t(b0 * D)], D});
   }

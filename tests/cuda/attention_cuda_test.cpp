@@ -2,6 +2,7 @@
 // CPU kernel tests (tests/kernel/attention_test.cpp, index_scores_test.cpp).
 // Attention, per output: 2 bf16 ulps of ref + 2^-10 of the head's largest |output|; both max variants
 // (V4 64-block running max, V4.1 global max), empty slots, whole empty blocks, fp32 rows.
+// Attention runs on both paths (DEEPINFER_CUDA_ATTENTION: the fused kernel and the split pair).
 // Index scores, per score: 2 bf16 ulps of ref + 2^-7 * sum_h |p_h|.
 #include <gtest/gtest.h>
 
@@ -77,8 +78,11 @@ void run_attention(const AttentionCase& c, uint32_t seed) {
   }
 }
 
-TEST(SparseAttentionCuda, DecodeWindowPlusTopK) {
+class SparseAttentionCuda : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SparseAttentionCuda, DecodeWindowPlusTopK) {
   DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma", GetParam());
   run_attention({"decode ratio-4: 128 window + 512 top-k"}, 1);
   AttentionCase v41{"V4.1 real softmax scale, 1024 top-k"};
   v41.n_compressed = 1024;
@@ -87,8 +91,9 @@ TEST(SparseAttentionCuda, DecodeWindowPlusTopK) {
   run_attention(v41, 7);
 }
 
-TEST(SparseAttentionCuda, ShortContextAndEmptySlots) {
+TEST_P(SparseAttentionCuda, ShortContextAndEmptySlots) {
   DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma", GetParam());
   AttentionCase c{"short context: 37 window rows, 9 compressed rows"};
   c.n_window_filled = 37;
   c.n_compressed = 64;
@@ -106,8 +111,9 @@ TEST(SparseAttentionCuda, ShortContextAndEmptySlots) {
   run_attention(w, 4);
 }
 
-TEST(SparseAttentionCuda, SharpSoftmaxSmallHeads) {
+TEST_P(SparseAttentionCuda, SharpSoftmaxSmallHeads) {
   DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma", GetParam());
   AttentionCase c{"sharp scores, 8 heads x 128"};
   c.n_heads = 8;
   c.head_dim = 128;
@@ -116,14 +122,99 @@ TEST(SparseAttentionCuda, SharpSoftmaxSmallHeads) {
   run_attention(c, 5);
 }
 
-TEST(SparseAttentionCuda, NonBf16Rows) {
+TEST_P(SparseAttentionCuda, NonBf16Rows) {
   DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma", GetParam());
   AttentionCase c{"fp32 kv rows"};
   c.n_heads = 16;
   c.n_compressed_filled = 200;
   c.fp32_rows = true;
   run_attention(c, 6);
 }
+
+// Shapes off every tile edge of the split kernels (8 heads, 32 / 128 columns, 128-slot steps): 12 heads,
+// head_dim 100, 192 slots; and 3 heads x 40 with the window alone.
+TEST_P(SparseAttentionCuda, OddHeadsAndWidths) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma", GetParam());
+  AttentionCase c{"12 heads x 100, 128 window + 64 compressed"};
+  c.n_heads = 12;
+  c.head_dim = 100;
+  c.n_compressed = 64;
+  c.n_compressed_filled = 50;
+  run_attention(c, 8);
+  AttentionCase w{"3 heads x 40, window only"};
+  w.n_heads = 3;
+  w.head_dim = 40;
+  w.n_window_filled = 70;
+  w.n_compressed = 0;
+  w.n_compressed_filled = 0;
+  run_attention(w, 9);
+}
+
+// A prefill block's tokens in one sparse_attentions call: they share most rows (the backend gathers each
+// once) and have slot lists of different lengths (padded to the longest). Each token's outputs must be
+// within the bound of the reference and equal to those of the same token run alone: a token's result never
+// depends on its batch.
+TEST_P(SparseAttentionCuda, BatchedTokensShareRowsAndMatchSingleRuns) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma", GetParam());
+  DI_MAKE_CUDA_BACKEND(gpu);
+  auto reference = make_reference_backend();
+  std::mt19937 rng(11);
+  const int64_t H = 16, D = 512, n_pool = 400, T = 9;
+  std::vector<float> pool = random_bf16_values(rng, n_pool * D, 1.0f);
+  std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
+  std::vector<float> sink(static_cast<size_t>(H));
+  for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+  std::vector<std::vector<const float*>> slots(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    auto& sl = slots[size_t(t)];
+    for (int64_t j = 0; j < 128; ++j) {  // a window that slides by one row per token; later slots still empty
+      sl.push_back(j <= 100 + t ? &pool[size_t((t + j) * D)] : nullptr);
+    }
+    const int64_t n_compressed = t % 3 == 0 ? 0 : 64 * (t % 3);  // 0, 64 or 128 compressed slots
+    for (int64_t j = 0; j < n_compressed; ++j) sl.push_back(j % 5 ? &pool[size_t((n_pool - 1 - (j * 7 + t) % 150) * D)] : nullptr);
+  }
+  for (bool running : {true, false}) {
+    std::vector<SparseAttentionParams> ps;
+    std::vector<float> ref(size_t(T * H * D)), batched(size_t(T * H * D), -7.0f), alone(size_t(T * H * D), -7.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      SparseAttentionParams p{&q[size_t(t * H * D)], H, D, slots[size_t(t)].data(), int64_t(slots[size_t(t)].size()),
+                              sink.data(), double(float(1.0 / std::sqrt(double(D)))), running, &ref[size_t(t * H * D)]};
+      reference->sparse_attention(p);
+      p.out = &alone[size_t(t * H * D)];
+      gpu->sparse_attention(p);
+      p.out = &batched[size_t(t * H * D)];
+      ps.push_back(p);
+    }
+    gpu->sparse_attentions(ps);
+    int64_t n_bad = 0, n_unequal = 0;
+    for (int64_t th = 0; th < T * H; ++th) {  // (token, head): run_attention's bound
+      float head_max = 0;
+      for (int64_t d = 0; d < D; ++d) head_max = std::max(head_max, std::fabs(ref[size_t(th * D + d)]));
+      for (int64_t i = th * D; i < (th + 1) * D; ++i) {
+        if (!(batched[size_t(i)] == alone[size_t(i)]) && ++n_unequal <= 3) {
+          ADD_FAILURE() << "running=" << running << " element " << i << ": batched " << batched[size_t(i)] << ", alone "
+                        << alone[size_t(i)];
+        }
+        const float r = ref[size_t(i)], g = batched[size_t(i)];
+        const double bound = 2 * std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7) + std::ldexp(double(head_max), -10);
+        if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
+          ADD_FAILURE() << "running=" << running << " element " << i << ": ref " << r << ", cuda " << g;
+        }
+      }
+    }
+    const Diff d = compare(ref, batched, true);
+    EXPECT_LT(d.calc_diff, 1e-5);
+    print_diff(std::string(gpu->name()) + " batched attention, " + std::to_string(T) + " tokens" +
+                   (running ? " [block max]" : " [global max]"),
+               d);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, SparseAttentionCuda, ::testing::ValuesIn(attention_paths()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 std::vector<float> fp4_grid_values(std::mt19937& rng, int64_t n) {
   std::uniform_int_distribution<int> code(0, 15), scale(-6, 2);

@@ -20,13 +20,20 @@ namespace deepinfer::testing {
 
 inline std::unique_ptr<Backend> cuda_backend_or_null(std::string* error) { return make_cuda_backend(0, error); }
 
-// The CUDA linear path (DEEPINFER_CUDA_LINEAR: fma or mma) of the backends made while it lives.
-class ScopedLinearPath {
+// The CUDA backend's kernel choices for the backends made while it lives: the linear path
+// (DEEPINFER_CUDA_LINEAR: fma or mma) and the attention path (DEEPINFER_CUDA_ATTENTION: fused or split).
+class ScopedCudaPaths {
  public:
-  explicit ScopedLinearPath(const std::string& path) { setenv("DEEPINFER_CUDA_LINEAR", path.c_str(), 1); }
-  ~ScopedLinearPath() { unsetenv("DEEPINFER_CUDA_LINEAR"); }
-  ScopedLinearPath(const ScopedLinearPath&) = delete;
-  ScopedLinearPath& operator=(const ScopedLinearPath&) = delete;
+  explicit ScopedCudaPaths(const std::string& linear, const std::string& attention = "fused") {
+    setenv("DEEPINFER_CUDA_LINEAR", linear.c_str(), 1);
+    setenv("DEEPINFER_CUDA_ATTENTION", attention.c_str(), 1);
+  }
+  ~ScopedCudaPaths() {
+    unsetenv("DEEPINFER_CUDA_LINEAR");
+    unsetenv("DEEPINFER_CUDA_ATTENTION");
+  }
+  ScopedCudaPaths(const ScopedCudaPaths&) = delete;
+  ScopedCudaPaths& operator=(const ScopedCudaPaths&) = delete;
 };
 
 // Both linear paths, as test parameters.
@@ -34,35 +41,47 @@ inline const std::vector<std::string>& linear_paths() {
   static const std::vector<std::string> paths = {"fma", "mma"};
   return paths;
 }
+// Both attention paths, as test parameters.
+inline const std::vector<std::string>& attention_paths() {
+  static const std::vector<std::string> paths = {"fused", "split"};
+  return paths;
+}
 
 // A golden case (../shared/golden/<family>/<model>/case-<i>.safetensors) run on one linear path.
 struct GoldenCaseParam {
   std::string family, model;
   int case_index = 0;
-  std::string linear_path = "fma";  // or mma (DEEPINFER_CUDA_LINEAR)
+  std::string linear_path = "fma";        // or mma (DEEPINFER_CUDA_LINEAR)
+  std::string attention_path = "fused";   // or split (DEEPINFER_CUDA_ATTENTION)
   std::string model_dir() const { return golden_dir() + "/" + family + "/" + model; }
   std::string case_path() const { return model_dir() + "/case-" + std::to_string(case_index) + ".safetensors"; }
 };
 
 inline void PrintTo(const GoldenCaseParam& p, std::ostream* os) {
-  *os << p.family << "/" << p.model << " case " << p.case_index << " (" << p.linear_path << ")";
+  *os << p.family << "/" << p.model << " case " << p.case_index << " (" << p.linear_path << ", " << p.attention_path << ")";
 }
 
 inline std::string golden_case_name(const ::testing::TestParamInfo<GoldenCaseParam>& info) {
   std::string name = info.param.family + "_" + info.param.model + "_case" + std::to_string(info.param.case_index) + "_" +
-                     info.param.linear_path;
+                     info.param.linear_path +
+                     (info.param.attention_path == "fused" ? "" : "_" + info.param.attention_path);
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
 
-// Every case on every linear path.
-inline std::vector<GoldenCaseParam> on_every_linear_path(const std::vector<GoldenCaseParam>& cases) {
+// Every case on every linear path with the fused attention, and on the tensor-core linear with the split one.
+inline std::vector<GoldenCaseParam> on_every_path(const std::vector<GoldenCaseParam>& cases) {
   std::vector<GoldenCaseParam> params;
   for (const std::string& path : linear_paths()) {
     for (GoldenCaseParam p : cases) {
       p.linear_path = path;
       params.push_back(p);
     }
+  }
+  for (GoldenCaseParam p : cases) {
+    p.linear_path = "mma";
+    p.attention_path = "split";
+    params.push_back(p);
   }
   return params;
 }

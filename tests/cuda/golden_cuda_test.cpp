@@ -26,7 +26,7 @@ class GoldenCuda : public ::testing::TestWithParam<testing::GoldenCaseParam> {
 TEST_P(GoldenCuda, WithinFastPathBounds) {
   // V4.1 README: case 4 is the owner-keys behaviour.
   const bool owner_keys = v41() && GetParam().case_index == 4;
-  const testing::ScopedLinearPath path(GetParam().linear_path);
+  const testing::ScopedCudaPaths paths(GetParam().linear_path, GetParam().attention_path);
   auto model = Model::open(model_dir(), ModelOptions{.exact = false, .index_owner_keys = owner_keys, .cuda = true});
   ASSERT_TRUE(model.ok()) << model.status().message();
   std::printf("  backend: %s\n", model.value()->backend().name());
@@ -65,9 +65,9 @@ TEST_P(GoldenCuda, WithinFastPathBounds) {
               s.median_cos, s.min_cos, s.row0_cos);
 }
 
-// Every case on both linear paths.
+// Every case on both linear paths, and with the split attention (cuda_util.h).
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenCuda,
-                         ::testing::ValuesIn(testing::on_every_linear_path(
+                         ::testing::ValuesIn(testing::on_every_path(
                              {{"v4-flash", "flash-tiny", 1}, {"v4-flash", "flash-tiny", 2}, {"v4-flash", "flash-tiny", 3},
                               {"v4-flash", "pro-tiny", 1}, {"v4-flash", "pro-tiny", 2}, {"v4-flash", "pro-tiny", 3},
                               {"v41-flash", "tiny-a", 1}, {"v41-flash", "tiny-a", 2}, {"v41-flash", "tiny-a", 3},

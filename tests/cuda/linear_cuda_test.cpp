@@ -118,7 +118,7 @@ class LinearCuda : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LinearCuda, Bf16WeightsAllEpilogues) {
   DI_SKIP_WITHOUT_CUDA();
-  const ScopedLinearPath path(GetParam());
+  const ScopedCudaPaths paths(GetParam());
   run_case({"bf16 head-like [300x4096] kBf16", DType::kBF16, 0, 300, 4096, 0, 300}, 11);
   run_case({"bf16 compressor [200x4096] kF32", DType::kBF16, 0, 200, 4096, 0, 200, Epilogue::kF32}, 12);
   run_case({"bf16 wgate [96x1000]+7 kF32AddBias", DType::kBF16, 0, 120, 1000, 7, 96, Epilogue::kF32AddBias}, 13);
@@ -128,7 +128,7 @@ TEST_P(LinearCuda, Bf16WeightsAllEpilogues) {
 
 TEST_P(LinearCuda, Fp8Block128) {
   DI_SKIP_WITHOUT_CUDA();
-  const ScopedLinearPath path(GetParam());
+  const ScopedCudaPaths paths(GetParam());
   run_case({"e4m3/128 wq_a-like [1024x4096] rows 37..337", DType::kF8E4M3, 128, 1024, 4096, 37, 300}, 21);
   run_case({"e4m3/128 wo_a-like [2048x1024] rows 1024..1280", DType::kF8E4M3, 128, 2048, 1024, 1024, 256}, 22);
   run_case({"e4m3/128 odd K [200x1000]", DType::kF8E4M3, 128, 200, 1000, 0, 200}, 23);
@@ -137,14 +137,14 @@ TEST_P(LinearCuda, Fp8Block128) {
 
 TEST_P(LinearCuda, Fp8Block32) {
   DI_SKIP_WITHOUT_CUDA();
-  const ScopedLinearPath path(GetParam());
+  const ScopedCudaPaths paths(GetParam());
   run_case({"e4m3/32 V4.1-like [320x5120] rows 5..293", DType::kF8E4M3, 32, 320, 5120, 5, 288}, 31);
   run_case({"e4m3/32 odd K [100x1000]", DType::kF8E4M3, 32, 100, 1000, 0, 100}, 32);
 }
 
 TEST_P(LinearCuda, Fp4Experts) {
   DI_SKIP_WITHOUT_CUDA();
-  const ScopedLinearPath path(GetParam());
+  const ScopedCudaPaths paths(GetParam());
   run_case({"e2m1 w1-like [256x4096] rows 3..253", DType::kI8, 0, 256, 4096, 3, 250}, 41);
   run_case({"e2m1 w2-like [300x2048]", DType::kI8, 0, 300, 2048, 0, 300}, 42);
   run_case({"e2m1 extreme scale bytes [40x256]", DType::kI8, 0, 40, 256, 0, 40, Epilogue::kF32, 1, 200}, 43);
@@ -152,10 +152,73 @@ TEST_P(LinearCuda, Fp4Experts) {
 
 TEST_P(LinearCuda, NonBf16Activations) {
   DI_SKIP_WITHOUT_CUDA();
-  const ScopedLinearPath path(GetParam());
+  const ScopedCudaPaths paths(GetParam());
   LinearCase c{"fp32 x, e4m3/128 [130x768] kF32", DType::kF8E4M3, 128, 130, 768, 0, 130, Epilogue::kF32};
   c.fp32_x = true;
   run_case(c, 51);
+}
+
+// One linears() batch as the MoE and the grouped launch see it: 5 FP4 experts' w1 / w3 pairs (each pair
+// reads one x, the experts 1, 2, 3, 9 and 1 tokens), two FP8 ops of another K with row offsets (one with the
+// bias epilogue), a bf16 op, and an FP4 expert whose extreme scale bytes keep it off the tensor cores. Every
+// output must be bit for bit what the same op gives alone through linear(), and within the reference bound.
+TEST_P(LinearCuda, BatchedOpsMatchSingleOps) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths(GetParam());
+  DI_MAKE_CUDA_BACKEND(gpu);
+  auto reference = make_reference_backend();
+  std::mt19937 rng(61);
+  std::vector<OwnedWeight> weights;
+  std::vector<int64_t> op_tokens;
+  for (int64_t tokens : {1, 2, 3, 9, 1}) {
+    weights.push_back(random_fp4_weight(rng, 256, 1024));  // w1
+    weights.push_back(random_fp4_weight(rng, 256, 1024));  // w3
+    op_tokens.push_back(tokens);
+    op_tokens.push_back(tokens);
+  }
+  weights.push_back(random_fp8_weight(rng, 512, 768, 128));
+  op_tokens.push_back(4);
+  weights.push_back(random_fp8_weight(rng, 512, 768, 128));
+  op_tokens.push_back(7);
+  weights.push_back(random_bf16_weight(rng, 96, 1024));
+  op_tokens.push_back(2);
+  weights.push_back(random_fp4_weight(rng, 64, 1024, 1, 200));
+  op_tokens.push_back(3);
+  const size_t n_ops = weights.size();
+  const int64_t K = 1024, x_stride = K + 3;
+  std::vector<std::vector<float>> xs, biases, ref(n_ops), alone(n_ops), batched(n_ops);
+  std::vector<LinearParams> ps;
+  for (size_t i = 0; i < n_ops; ++i) {
+    const LinearWeight& w = weights[i].w;
+    const int64_t T = op_tokens[i], row_begin = i == 10 ? 100 : 0, n_rows = w.n_out - row_begin - (i == 11 ? 33 : 0);
+    if (i % 2 == 0 || i >= 10) xs.push_back(random_bf16_values(rng, T * x_stride, 1.0f));  // w3 reads w1's x
+    biases.push_back(std::vector<float>(size_t(T * n_rows)));
+    for (auto& b : biases.back()) b = std::normal_distribution<float>(0.0f, 0.5f)(rng);
+    const Epilogue e = i == 11 ? Epilogue::kF32AddBias : Epilogue::kBf16;
+    LinearParams p{xs.back().data(), x_stride, T, &w, row_begin, n_rows, e, biases.back().data(), nullptr, n_rows};
+    ref[i].assign(size_t(T * n_rows), -7.0f);
+    alone[i].assign(size_t(T * n_rows), -7.0f);
+    batched[i].assign(size_t(T * n_rows), -7.0f);
+    p.out = ref[i].data();
+    reference->linear(p);
+    p.out = alone[i].data();
+    gpu->linear(p);
+    p.out = batched[i].data();
+    ps.push_back(p);
+  }
+  gpu->linears(ps);
+  for (size_t i = 0; i < n_ops; ++i) {
+    const std::vector<double> mass = l1_mass(ps[i]);
+    int64_t n_bad = 0;
+    for (size_t j = 0; j < ref[i].size(); ++j) {
+      EXPECT_EQ(batched[i][j], alone[i][j]) << "op " << i << " output " << j << ": batched differs from alone";
+      const double ulp = ps[i].epilogue == Epilogue::kBf16 ? std::ldexp(1.0, std::ilogb(std::max(std::fabs(ref[i][j]), 1e-30f)) - 7) : 0.0;
+      const double bound = 2 * ulp + std::ldexp(mass[j], -16) + 1e-30;
+      if (!(std::fabs(double(batched[i][j]) - double(ref[i][j])) <= bound) && ++n_bad <= 3) {
+        ADD_FAILURE() << "op " << i << " output " << j << ": ref " << ref[i][j] << ", cuda " << batched[i][j];
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, LinearCuda, ::testing::ValuesIn(linear_paths()),

@@ -126,7 +126,7 @@ TEST_P(OpByOpCuda, EveryOpCloseToTheReference) {
   DI_SKIP_WITHOUT_CUDA();
   const bool v41 = param.family == "v41-flash";
   std::map<std::string, OpRecord> records;
-  const ScopedLinearPath path(param.linear_path);
+  const ScopedCudaPaths paths(param.linear_path, param.attention_path);
   ModelOptions options;
   options.make_backend = [&records]() -> std::unique_ptr<Backend> {
     std::string error;
@@ -156,7 +156,7 @@ TEST_P(OpByOpCuda, EveryOpCloseToTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, OpByOpCuda,
-                         ::testing::ValuesIn(on_every_linear_path({{"v4-flash", "flash-tiny", 1},
+                         ::testing::ValuesIn(on_every_path({{"v4-flash", "flash-tiny", 1},
                                                                    {"v4-flash", "flash-tiny", 2},
                                                                    {"v4-flash", "pro-tiny", 2},
                                                                    {"v41-flash", "tiny-a", 2}})),

@@ -1,5 +1,5 @@
-// Sparse attention with sink on the GPU, portable path: one block per (head, 256 columns of head_dim).
-// Each block of a head computes the same scores and denominator in the same order: the dot products cost
+// Sparse attention with sink on the GPU, portable path. The fused kernel (the default): one block per (head,
+// 256 columns of head_dim, query token); the split pair below (DEEPINFER_CUDA_ATTENTION=split). Each block of a head computes the same scores and denominator in the same order: the dot products cost
 // less than a grid of one block per head left idle (64 heads: 64 blocks on 132 SMs). Scores (fp32 dots,
 // one warp per slot) and the 64-block maxima live in shared memory; P_j = bf16(exp(s_j - m_b)) against the running
 // max of the slot's 64-block (V4) or the global max (V4.1), weighted by exp(m_b - M), divided by the
@@ -19,18 +19,19 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void __launch_bounds__(kThreads) sparse_attention_kernel(const AttentionLaunch p) {
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const AttentionLaunch p) {
   extern __shared__ float smem[];
   const int64_t n_slots = p.n_slots, n_blocks = n_slots / 64, D = p.head_dim;
   float* s = smem;                   // [n_slots] scores, then the weights exp(m_b - M) * P_j
   float* block_max = s + n_slots;    // [n_blocks] running (prefix) maxima
   float* scratch = block_max + n_blocks;  // [33]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = kThreads / 32;
-  const int64_t h = blockIdx.x;
-  const float* q = p.q + h * D;
+  const int64_t h = blockIdx.x, t = blockIdx.z;
+  const float* q = p.q + (t * p.n_heads + h) * D;
+  const int32_t* slot_row = p.slot_row + t * n_slots;
 
   for (int64_t j = warp; j < n_slots; j += n_warps) {  // AT1: scores
-    const int32_t row = p.slot_row[j];
+    const int32_t row = slot_row[j];
     if (row < 0) {
       if (lane == 0) s[j] = -INFINITY;
       continue;
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(const Attent
   const float m_all = n_blocks ? block_max[n_blocks - 1] : -INFINITY;
   float denom_part = 0.0f;
   for (int64_t j = threadIdx.x; j < n_slots; j += kThreads) {
-    if (p.slot_row[j] < 0) continue;
+    if (slot_row[j] < 0) continue;
     const float sj = s[j];
     const float mb = p.block_running_max ? block_max[j / 64] : m_all;
     const float prob = round_bf16(expf(sj - mb));  // the bf16 P of the tilelang kernel
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(const Attent
       float v[8];
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
-        row[u] = p.slot_row[j + u];
+        row[u] = slot_row[j + u];
         v[u] = row[u] >= 0 ? p.rows[int64_t(row[u]) * D + d] : 0.0f;
       }
 #pragma unroll
@@ -83,11 +84,154 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(const Attent
       }
     }
     for (; j < n_slots; ++j) {
-      const int32_t row = p.slot_row[j];
+      const int32_t row = slot_row[j];
       if (row >= 0) acc = __fmaf_rn(s[j], p.rows[int64_t(row) * D + d], acc);
     }
-    p.out[h * D + d] = round_bf16(acc / denom);
+    p.out[(t * p.n_heads + h) * D + d] = round_bf16(acc / denom);
   }
+}
+
+// The split path (DEEPINFER_CUDA_ATTENTION=split): the fused kernel's arithmetic in two kernels that read each
+// K = V row once per group of 8 heads instead of once per (head, column block). The fused kernel's 64 heads
+// x 2 column blocks each read all 640 rows (167 MB from L2 for 1.3 MB of rows), one dependent load at a time
+// in its score loop: 183 us on an H200 where the rows take under a microsecond to read.
+//
+// Scores: one block per (32 slots, 8 heads); lane = slot, warp = head. The block stages 128 columns of its
+// rows and heads in shared memory per step, the next step's loads in flight (registers) while the FMAs of
+// this one run. Each score is one fp32 FMA chain over the head dimension in ascending order, so a score
+// never depends on the grid.
+constexpr int kScoreSlots = 32, kScoreHeads = 8, kScoreCols = 128;
+constexpr int kScoreRowLoads = kScoreSlots * kScoreCols / kThreads;   // 16 per thread and step
+constexpr int kScoreQLoads = kScoreHeads * kScoreCols / kThreads;     // 4
+
+__global__ void __launch_bounds__(kThreads) attention_scores_kernel(const AttentionLaunch p, float* scores) {
+  __shared__ float rows_s[kScoreSlots][kScoreCols + 1];  // +1: lane j reads row j, in 32 different banks
+  __shared__ float q_s[kScoreHeads][kScoreCols];         // a warp reads one head: a broadcast
+  __shared__ int32_t row_of[kScoreSlots];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t j0 = int64_t(blockIdx.x) * kScoreSlots, h0 = int64_t(blockIdx.y) * kScoreHeads, D = p.head_dim;
+  const int64_t t = blockIdx.z;
+  const float* q = p.q + t * p.n_heads * D;
+  if (threadIdx.x < kScoreSlots) row_of[threadIdx.x] = p.slot_row[t * p.n_slots + j0 + threadIdx.x];  // n_slots % 64 == 0
+  __syncthreads();
+  // Element i of a step: rows i / kScoreCols, column i % kScoreCols; a warp reads 32 consecutive columns.
+  float row_v[kScoreRowLoads], q_v[kScoreQLoads];
+  auto load_step = [&](int64_t d0) {
+#pragma unroll
+    for (int u = 0; u < kScoreRowLoads; ++u) {
+      const int i = threadIdx.x + u * kThreads, r = i / kScoreCols, c = i % kScoreCols;
+      const int32_t row = row_of[r];
+      row_v[u] = row >= 0 && d0 + c < D ? p.rows[int64_t(row) * D + d0 + c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kScoreQLoads; ++u) {
+      const int i = threadIdx.x + u * kThreads, hh = i / kScoreCols, c = i % kScoreCols;
+      q_v[u] = h0 + hh < p.n_heads && d0 + c < D ? q[(h0 + hh) * D + d0 + c] : 0.0f;
+    }
+  };
+  load_step(0);
+  float dot = 0.0f;
+  for (int64_t d0 = 0; d0 < D; d0 += kScoreCols) {
+    __syncthreads();  // the previous step's FMAs are done with the staged values
+#pragma unroll
+    for (int u = 0; u < kScoreRowLoads; ++u) {
+      const int i = threadIdx.x + u * kThreads;
+      rows_s[i / kScoreCols][i % kScoreCols] = row_v[u];
+    }
+#pragma unroll
+    for (int u = 0; u < kScoreQLoads; ++u) {
+      const int i = threadIdx.x + u * kThreads;
+      q_s[i / kScoreCols][i % kScoreCols] = q_v[u];
+    }
+    __syncthreads();
+    if (d0 + kScoreCols < D) load_step(d0 + kScoreCols);
+    const int n = D - d0 < kScoreCols ? int(D - d0) : kScoreCols;
+#pragma unroll 16
+    for (int c = 0; c < n; ++c) dot = __fmaf_rn(q_s[warp][c], rows_s[lane][c], dot);
+  }
+  const int64_t h = h0 + warp;
+  if (h < p.n_heads) scores[(t * p.n_heads + h) * p.n_slots + j0 + lane] = row_of[lane] < 0 ? -INFINITY : float(double(dot) * p.softmax_scale);
+}
+
+// Softmax and P.V: one block per (8 heads, 32 columns of head_dim); warp = head, lane = column. Each warp
+// first turns its head's scores into the weights exp(m_b - M) * P_j (0 for an empty slot) and the
+// denominator, by the fused kernel's formulas; then the block streams the rows' 32 columns through shared
+// memory, 128 slots a step with the next step's loads in flight, and every thread adds its slots in
+// ascending order.
+constexpr int kPvHeads = 8, kPvCols = 32, kPvSlots = 128;
+constexpr int kPvLoads = kPvSlots * kPvCols / kThreads;  // 16 per thread and step
+
+size_t pv_shared_bytes(int64_t n_slots) {
+  return (size_t(kPvHeads) * size_t(n_slots) + size_t(kPvHeads) * size_t(n_slots / 64) + size_t(kPvSlots) * kPvCols) *
+             sizeof(float) + size_t(n_slots) * sizeof(int32_t);
+}
+
+__global__ void __launch_bounds__(kThreads) attention_pv_kernel(const AttentionLaunch p, const float* scores) {
+  extern __shared__ float smem[];
+  const int64_t n_slots = p.n_slots, n_blocks = n_slots / 64, D = p.head_dim;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* weight = smem + warp * n_slots;                          // [kPvHeads][n_slots]
+  float* block_max = smem + kPvHeads * n_slots + warp * n_blocks;  // [kPvHeads][n_blocks] running maxima
+  float* v_s = smem + kPvHeads * (n_slots + n_blocks);            // [kPvSlots][kPvCols]
+  int32_t* row_of = reinterpret_cast<int32_t*>(v_s + kPvSlots * kPvCols);  // [n_slots]
+  const int64_t t = blockIdx.z;
+  for (int64_t j = threadIdx.x; j < n_slots; j += kThreads) row_of[j] = p.slot_row[t * n_slots + j];
+  const int64_t h = int64_t(blockIdx.x) * kPvHeads + warp;
+  float denom = 1.0f;
+  if (h < p.n_heads) {  // AT2 for head h, in this warp alone
+    const float* s = scores + (t * p.n_heads + h) * n_slots;
+    float running = -INFINITY;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const float s0 = s[b * 64 + lane], s1 = s[b * 64 + 32 + lane];
+      weight[b * 64 + lane] = s0;
+      weight[b * 64 + 32 + lane] = s1;
+      running = fmaxf(running, warp_max(fmaxf(s0, s1)));
+      if (lane == 0) block_max[b] = running;
+    }
+    __syncwarp();
+    const float m_all = running;
+    float denom_part = 0.0f;
+    for (int64_t j = lane; j < n_slots; j += 32) {
+      const float sj = weight[j];
+      if (sj == -INFINITY) {  // an empty slot (a filled one has a finite score)
+        weight[j] = 0.0f;
+        continue;
+      }
+      const float mb = p.block_running_max ? block_max[j / 64] : m_all;
+      const float prob = round_bf16(expf(sj - mb));  // the bf16 P of the tilelang kernel
+      weight[j] = expf(mb - m_all) * prob;
+      denom_part += expf(sj - m_all);
+    }
+    denom = warp_sum(denom_part) + expf(p.sink[h] - m_all);
+  } else {
+    for (int64_t j = lane; j < n_slots; j += 32) weight[j] = 0.0f;  // a head past the last: computed, not stored
+  }
+  const int64_t d = int64_t(blockIdx.y) * kPvCols + lane;
+  float v_next[kPvLoads];
+  auto load_step = [&](int64_t j0) {  // element i: slot j0 + i / kPvCols, column i % kPvCols
+#pragma unroll
+    for (int u = 0; u < kPvLoads; ++u) {
+      const int i = threadIdx.x + u * kThreads;
+      const int64_t j = j0 + i / kPvCols, col = int64_t(blockIdx.y) * kPvCols + i % kPvCols;
+      const int32_t row = j < n_slots ? row_of[j] : -1;
+      v_next[u] = row >= 0 && col < D ? p.rows[int64_t(row) * D + col] : 0.0f;
+    }
+  };
+  __syncthreads();  // row_of and every warp's weights are written
+  load_step(0);
+  float acc = 0.0f;
+  for (int64_t j0 = 0; j0 < n_slots; j0 += kPvSlots) {
+    __syncthreads();  // the previous step's FMAs are done with v_s
+#pragma unroll
+    for (int u = 0; u < kPvLoads; ++u) v_s[threadIdx.x + u * kThreads] = v_next[u];
+    __syncthreads();
+    if (j0 + kPvSlots < n_slots) load_step(j0 + kPvSlots);
+    const int n = n_slots - j0 < kPvSlots ? int(n_slots - j0) : kPvSlots;
+    const float* w = weight + j0;
+#pragma unroll 16
+    for (int jj = 0; jj < n; ++jj) acc = __fmaf_rn(w[jj], v_s[jj * kPvCols + lane], acc);
+  }
+  if (h < p.n_heads && d < D) p.out[(t * p.n_heads + h) * D + d] = round_bf16(acc / denom);
 }
 
 // One warp per key; lane l takes heads l, l + 32, ...; q sits in shared memory with a padded pitch
@@ -116,13 +260,35 @@ __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScore
 }  // namespace
 
 void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
-  DI_CHECK(p.n_slots % 64 == 0 && p.n_heads > 0 && p.head_dim > 0);
+  DI_CHECK(p.n_slots % 64 == 0 && p.n_heads > 0 && p.head_dim > 0 && p.n_tokens > 0 && p.n_tokens <= 65535);
   const size_t smem = size_t(p.n_slots + p.n_slots / 64 + 33) * sizeof(float);
   if (smem > 48 * 1024) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
   const unsigned d_blocks = unsigned((p.head_dim + kThreads - 1) / kThreads);
-  sparse_attention_kernel<<<dim3(unsigned(p.n_heads), d_blocks), kThreads, smem, stream>>>(p);
+  sparse_attention_kernel<<<dim3(unsigned(p.n_heads), d_blocks, unsigned(p.n_tokens)), kThreads, smem, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+size_t sparse_attention_split_shared_bytes(int64_t n_slots) { return pv_shared_bytes(n_slots); }
+
+void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cudaStream_t stream) {
+  DI_CHECK(p.n_slots % 64 == 0 && p.n_heads > 0 && p.head_dim > 0 && p.n_tokens > 0 && p.n_tokens <= 65535);
+  if (p.n_slots == 0) {  // no slot: every output is 0 / (0 + exp(sink - -inf)) = 0, as the fused kernel gives
+    DI_CUDA_CHECK(cudaMemsetAsync(p.out, 0, size_t(p.n_tokens * p.n_heads * p.head_dim) * sizeof(float), stream));
+    return;
+  }
+  const unsigned head_groups = unsigned((p.n_heads + kScoreHeads - 1) / kScoreHeads);
+  attention_scores_kernel<<<dim3(unsigned(p.n_slots / kScoreSlots), head_groups, unsigned(p.n_tokens)), kThreads, 0, stream>>>(
+      p, scores);
+  DI_CUDA_CHECK_LAUNCH();
+  const size_t smem = pv_shared_bytes(p.n_slots);
+  if (smem > 48 * 1024) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(attention_pv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  const unsigned pv_head_groups = unsigned((p.n_heads + kPvHeads - 1) / kPvHeads);
+  const unsigned col_blocks = unsigned((p.head_dim + kPvCols - 1) / kPvCols);
+  attention_pv_kernel<<<dim3(pv_head_groups, col_blocks, unsigned(p.n_tokens)), kThreads, smem, stream>>>(p, scores);
   DI_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,14 +1,19 @@
 // The CUDA backend: the Backend ops on the GPU. Weights (and the mHC fn arrays) are uploaded once and stay
 // on the device (WeightCache); activations still live on the host, because the model code does, so each
-// op copies its inputs in, runs its kernel and copies its outputs back before returning. That is the first,
-// correct and slow step: device-resident activations and CUDA graphs need the model code to hold its
-// activations behind the backend (see README, GPU section).
+// call copies its inputs in, runs its kernels and copies its outputs back before returning. A linears()
+// batch (an MoE group's experts) and a sparse_attentions() batch (a prefill block's query tokens) each wait
+// for the device once, the attention batch in one launch over rows gathered once. Device-resident
+// activations and CUDA graphs need the model code to hold its activations behind the backend (see README,
+// GPU section).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -35,52 +40,104 @@ cuda::LinearEpilogue to_launch(Epilogue e) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool tensor_core_linear) : tensor_core_linear_(tensor_core_linear) {
+  CudaBackend(int device, bool tensor_core_linear, bool split_attention)
+      : tensor_core_linear_(tensor_core_linear), split_attention_(split_attention) {
     DI_CUDA_CHECK(cudaSetDevice(device));
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = std::string("cuda-") + prop.name;
+    max_shared_bytes_ = prop.sharedMemPerBlockOptin;
     DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~CudaBackend() override { cudaStreamDestroy(stream_); }
 
   const char* name() const override { return name_.c_str(); }
 
-  void linear(const LinearParams& p) override {
-    if (p.n_tokens == 0 || p.n_rows == 0) return;
-    const cuda::DeviceWeight& w = weights_.get(*p.weight, stream_);
-    DI_CHECK(p.row_begin >= 0 && p.row_begin + p.n_rows <= w.n_out);
-    const int64_t T = p.n_tokens, K = w.n_in;
-    x_.reserve(size_t(T * w.k_pad) * sizeof(float));
-    out_.reserve(size_t(T * p.n_rows) * sizeof(float));
-    if (K != w.k_pad) {  // the padding columns must be finite: they meet zero weights
-      DI_CUDA_CHECK(cudaMemset2DAsync(x_.get<float>() + K, size_t(w.k_pad) * 4, 0, size_t(w.k_pad - K) * 4, size_t(T), stream_));
+  void linear(const LinearParams& p) override { linears({&p, 1}); }
+
+  // The ops go to the stream together, each with its own device x, bias and output: an x that several ops
+  // read (an expert's w1 and w3) is uploaded once, tensor-core ops of one weight kind and K run as one grouped
+  // launch (launch_mma_groups), the outputs are copied back after the last launch, and the stream is
+  // synchronised once. A decode step's MoE group (w1 and w3 of every routed expert) is then one launch and
+  // one wait instead of one of each per op.
+  void linears(std::span<const LinearParams> ps) override {
+    auto align = [](size_t b) { return (b + 255) / 256 * 256; };
+    placed_.assign(ps.size(), Placed{});
+    size_t bytes = 0;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const LinearParams& p = ps[i];
+      if (p.n_tokens == 0 || p.n_rows == 0) continue;
+      const cuda::DeviceWeight& w = weights_.get(*p.weight, stream_);
+      DI_CHECK(p.row_begin >= 0 && p.row_begin + p.n_rows <= w.n_out);
+      Placed& at = placed_[i];
+      at.w = &w;
+      at.x = SIZE_MAX;
+      for (size_t j = 0; j < i; ++j) {  // the same x, read the same way, by an earlier op of the batch
+        const LinearParams& q = ps[j];
+        if (placed_[j].w && q.x == p.x && q.x_stride == p.x_stride && q.n_tokens == p.n_tokens && placed_[j].w->n_in == w.n_in &&
+            placed_[j].w->k_pad == w.k_pad) {
+          at.x = placed_[j].x;
+          break;
+        }
+      }
+      if (at.x == SIZE_MAX) {
+        at.upload_x = true;
+        at.x = bytes;
+        bytes += align(size_t(p.n_tokens * w.k_pad) * 4);
+      }
+      if (p.epilogue == Epilogue::kF32AddBias) {
+        at.bias = bytes;
+        bytes += align(size_t(p.n_tokens * p.n_rows) * 4);
+      }
+      at.out = bytes;
+      bytes += align(size_t(p.n_tokens * p.n_rows) * 4);
     }
-    DI_CUDA_CHECK(cudaMemcpy2DAsync(x_.get(), size_t(w.k_pad) * 4, p.x, size_t(p.x_stride) * 4, size_t(K) * 4, size_t(T),
-                                    cudaMemcpyHostToDevice, stream_));
-    cuda::LinearLaunch l;
-    if (p.epilogue == Epilogue::kF32AddBias) {
-      bias_.reserve(size_t(T * p.n_rows) * sizeof(float));
-      DI_CUDA_CHECK(cudaMemcpyAsync(bias_.get(), p.bias, size_t(T * p.n_rows) * 4, cudaMemcpyHostToDevice, stream_));
-      l.bias = bias_.get<float>();
+    if (bytes == 0) return;
+    batch_.reserve(bytes);
+    uint8_t* base = batch_.get<uint8_t>();
+    launches_.clear();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const Placed& at = placed_[i];
+      if (!at.w) continue;
+      const LinearParams& p = ps[i];
+      const cuda::DeviceWeight& w = *at.w;
+      const int64_t T = p.n_tokens, K = w.n_in;
+      float* x = reinterpret_cast<float*>(base + at.x);
+      if (at.upload_x) {
+        if (K != w.k_pad) {  // the padding columns must be finite: they meet zero weights
+          DI_CUDA_CHECK(cudaMemset2DAsync(x + K, size_t(w.k_pad) * 4, 0, size_t(w.k_pad - K) * 4, size_t(T), stream_));
+        }
+        DI_CUDA_CHECK(cudaMemcpy2DAsync(x, size_t(w.k_pad) * 4, p.x, size_t(p.x_stride) * 4, size_t(K) * 4, size_t(T),
+                                        cudaMemcpyHostToDevice, stream_));
+      }
+      cuda::LinearLaunch l;
+      if (p.epilogue == Epilogue::kF32AddBias) {
+        l.bias = reinterpret_cast<float*>(base + at.bias);
+        DI_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(l.bias), p.bias, size_t(T * p.n_rows) * 4, cudaMemcpyHostToDevice, stream_));
+      }
+      l.kind = w.kind;
+      l.w = w.data.get<uint8_t>();
+      l.row_pitch = w.row_pitch;
+      l.scale = w.scale.get<uint8_t>();
+      l.scale_pitch = w.scale_pitch;
+      l.block = w.block;
+      l.k_pad = w.k_pad;
+      l.x = x;
+      l.n_tokens = T;
+      l.row_begin = p.row_begin;
+      l.n_rows = p.n_rows;
+      l.epilogue = to_launch(p.epilogue);
+      l.out = reinterpret_cast<float*>(base + at.out);
+      if (tensor_core_linear_ && w.mma_exact) launches_.push_back(l);
+      else cuda::launch_linear(l, stream_);
     }
-    l.kind = w.kind;
-    l.w = w.data.get<uint8_t>();
-    l.row_pitch = w.row_pitch;
-    l.scale = w.scale.get<uint8_t>();
-    l.scale_pitch = w.scale_pitch;
-    l.block = w.block;
-    l.k_pad = w.k_pad;
-    l.x = x_.get<float>();
-    l.n_tokens = T;
-    l.row_begin = p.row_begin;
-    l.n_rows = p.n_rows;
-    l.epilogue = to_launch(p.epilogue);
-    l.out = out_.get<float>();
-    if (tensor_core_linear_ && w.mma_exact) cuda::launch_linear_mma(l, stream_);
-    else cuda::launch_linear(l, stream_);
-    DI_CUDA_CHECK(cudaMemcpy2DAsync(p.out, size_t(p.out_stride) * 4, out_.get(), size_t(p.n_rows) * 4, size_t(p.n_rows) * 4,
-                                    size_t(T), cudaMemcpyDeviceToHost, stream_));
+    launch_mma_groups();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (!placed_[i].w) continue;
+      const LinearParams& p = ps[i];
+      DI_CUDA_CHECK(cudaMemcpy2DAsync(p.out, size_t(p.out_stride) * 4, base + placed_[i].out, size_t(p.n_rows) * 4,
+                                      size_t(p.n_rows) * 4, size_t(p.n_tokens), cudaMemcpyDeviceToHost, stream_));
+    }
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
@@ -95,36 +152,21 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  void sparse_attention(const SparseAttentionParams& p) override {
-    const int64_t H = p.n_heads, D = p.head_dim;
-    // Gather the filled slots' rows into one array (the KV cache is host memory for now).
-    slot_row_.assign(size_t(p.n_slots), -1);
-    staging_.clear();
-    int32_t n_filled = 0;
-    for (int64_t j = 0; j < p.n_slots; ++j) {
-      if (!p.slots[j]) continue;
-      slot_row_[size_t(j)] = n_filled++;
-      staging_.insert(staging_.end(), p.slots[j], p.slots[j] + D);
+  void sparse_attention(const SparseAttentionParams& p) override { sparse_attentions({&p, 1}); }
+
+  // The query tokens of a prefill block in one launch per run of tokens that share the layer's shapes, sink
+  // and softmax (all of them, in the model's calls), at most kMaxAttentionTokens at a time.
+  void sparse_attentions(std::span<const SparseAttentionParams> ps) override {
+    auto same_launch = [](const SparseAttentionParams& a, const SparseAttentionParams& b) {
+      return a.n_heads == b.n_heads && a.head_dim == b.head_dim && a.sink == b.sink && a.softmax_scale == b.softmax_scale &&
+             a.block_running_max == b.block_running_max;
+    };
+    for (size_t i = 0; i < ps.size();) {
+      size_t n = 1;
+      while (i + n < ps.size() && n < kMaxAttentionTokens && same_launch(ps[i], ps[i + n])) ++n;
+      attend(ps.subspan(i, n));
+      i += n;
     }
-    x_.reserve(size_t(H * D + H) * 4);
-    rows_.reserve(std::max<size_t>(staging_.size(), 1) * 4);
-    index_.reserve(size_t(std::max<int64_t>(p.n_slots, 1)) * 4);
-    out_.reserve(size_t(H * D) * 4);
-    float* q = x_.get<float>();
-    float* sink = q + H * D;
-    DI_CUDA_CHECK(cudaMemcpyAsync(q, p.q, size_t(H * D) * 4, cudaMemcpyHostToDevice, stream_));
-    DI_CUDA_CHECK(cudaMemcpyAsync(sink, p.sink, size_t(H) * 4, cudaMemcpyHostToDevice, stream_));
-    if (!staging_.empty()) {
-      DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), staging_.data(), staging_.size() * 4, cudaMemcpyHostToDevice, stream_));
-    }
-    if (p.n_slots) {
-      DI_CUDA_CHECK(cudaMemcpyAsync(index_.get(), slot_row_.data(), size_t(p.n_slots) * 4, cudaMemcpyHostToDevice, stream_));
-    }
-    cuda::launch_sparse_attention({q, H, D, rows_.get<float>(), index_.get<int32_t>(), p.n_slots, sink, p.softmax_scale,
-                                   p.block_running_max, out_.get<float>()},
-                                  stream_);
-    DI_CUDA_CHECK(cudaMemcpyAsync(p.out, out_.get(), size_t(H * D) * 4, cudaMemcpyDeviceToHost, stream_));
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   void index_scores(const IndexScoreParams& p) override {
@@ -144,13 +186,121 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The tensor-core launches of a linears() batch: those that share a weight kind and k_pad go as one grouped
+  // launch over an uploaded array of their descriptors, a lone one as a plain launch.
+  void launch_mma_groups() {
+    if (launches_.empty()) return;
+    std::stable_sort(launches_.begin(), launches_.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
+      return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;
+    });
+    const size_t n = launches_.size();
+    descriptors_host_.reserve(n * sizeof(cuda::LinearLaunch));
+    descriptors_.reserve(n * sizeof(cuda::LinearLaunch));
+    std::memcpy(descriptors_host_.get(), launches_.data(), n * sizeof(cuda::LinearLaunch));
+    DI_CUDA_CHECK(cudaMemcpyAsync(descriptors_.get(), descriptors_host_.get(), n * sizeof(cuda::LinearLaunch),
+                                  cudaMemcpyHostToDevice, stream_));
+    for (size_t i = 0; i < n;) {
+      size_t j = i + 1;
+      int64_t max_rows = launches_[i].n_rows, max_tokens = launches_[i].n_tokens;
+      while (j < n && j - i < 65535 && launches_[j].kind == launches_[i].kind && launches_[j].k_pad == launches_[i].k_pad) {
+        max_rows = std::max(max_rows, launches_[j].n_rows);
+        max_tokens = std::max(max_tokens, launches_[j].n_tokens);
+        ++j;
+      }
+      if (j - i == 1) {
+        cuda::launch_linear_mma(launches_[i], stream_);
+      } else {
+        cuda::launch_linear_mma_grouped(descriptors_.get<cuda::LinearLaunch>() + i, int(j - i), launches_[i].kind,
+                                        launches_[i].k_pad, max_rows, max_tokens, stream_);
+      }
+      i = j;
+    }
+  }
+
+  static constexpr size_t kMaxAttentionTokens = 64;  // scores scratch: 64 x 64 heads x 1152 slots x 4 B = 19 MB
+
+  // Tokens that share n_heads, head_dim, sink and softmax. The rows they read (KV cache rows in host memory)
+  // are gathered once into pinned staging: consecutive prompt tokens share most of their window and
+  // compressed rows. Each token's slots become indices into them, padded with empty slots to the longest
+  // list: an empty slot changes no output (its weight is 0 and its 64-block's maximum is -inf).
+  void attend(std::span<const SparseAttentionParams> batch) {
+    const SparseAttentionParams& p0 = batch[0];
+    const int64_t T = int64_t(batch.size()), H = p0.n_heads, D = p0.head_dim;
+    int64_t n_slots = 0;
+    for (const SparseAttentionParams& p : batch) n_slots = std::max(n_slots, p.n_slots);
+    slot_host_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
+    int32_t* slot_row = slot_host_.get<int32_t>();
+    row_index_.clear();
+    row_order_.clear();
+    for (int64_t t = 0; t < T; ++t) {
+      const SparseAttentionParams& p = batch[size_t(t)];
+      for (int64_t j = 0; j < n_slots; ++j) {
+        const float* row = j < p.n_slots ? p.slots[j] : nullptr;
+        int32_t index = -1;
+        if (row) {
+          const auto [it, inserted] = row_index_.try_emplace(row, int32_t(row_order_.size()));
+          if (inserted) row_order_.push_back(row);
+          index = it->second;
+        }
+        slot_row[t * n_slots + j] = index;
+      }
+    }
+    const int64_t n_filled = int64_t(row_order_.size());
+    rows_host_.reserve(size_t(std::max<int64_t>(n_filled * D + T * H * D, 1)) * 4);
+    float* rows = rows_host_.get<float>();
+    for (int64_t r = 0; r < n_filled; ++r) std::memcpy(rows + r * D, row_order_[size_t(r)], size_t(D) * 4);
+    float* q_host = rows + n_filled * D;  // [T, H, D] after the rows
+    for (int64_t t = 0; t < T; ++t) std::memcpy(q_host + t * H * D, batch[size_t(t)].q, size_t(H * D) * 4);
+
+    // Device: rows, then q, then sink; slot indices; outputs.
+    rows_.reserve(size_t(n_filled * D + T * H * D + H) * 4);
+    index_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
+    out_.reserve(size_t(T * H * D) * 4);
+    float* rows_dev = rows_.get<float>();
+    float* q_dev = rows_dev + n_filled * D;
+    float* sink_dev = q_dev + T * H * D;
+    DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_filled * D + T * H * D) * 4, cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(sink_dev, p0.sink, size_t(H) * 4, cudaMemcpyHostToDevice, stream_));
+    if (n_slots) {
+      DI_CUDA_CHECK(cudaMemcpyAsync(index_.get(), slot_row, size_t(T * n_slots) * 4, cudaMemcpyHostToDevice, stream_));
+    }
+    cuda::AttentionLaunch a{q_dev, H, D, rows_dev, index_.get<int32_t>(), n_slots, sink_dev, p0.softmax_scale,
+                            p0.block_running_max, out_.get<float>()};
+    a.n_tokens = T;
+    if (split_attention_ && cuda::sparse_attention_split_shared_bytes(n_slots) <= max_shared_bytes_) {
+      scores_.reserve(size_t(std::max<int64_t>(T * H * n_slots, 1)) * 4);
+      cuda::launch_sparse_attention_split(a, scores_.get<float>(), stream_);
+    } else {
+      cuda::launch_sparse_attention(a, stream_);
+    }
+    out_host_.reserve(size_t(T * H * D) * 4);
+    DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_.get(), size_t(T * H * D) * 4, cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int64_t t = 0; t < T; ++t) std::memcpy(batch[size_t(t)].out, out_host_.get<float>() + t * H * D, size_t(H * D) * 4);
+  }
+
   std::string name_;
   bool tensor_core_linear_ = true;  // DEEPINFER_CUDA_LINEAR=mma (the default) or fma
+  bool split_attention_ = false;    // DEEPINFER_CUDA_ATTENTION=split or fused (the default)
+  size_t max_shared_bytes_ = 0;     // per block, opted in
   cudaStream_t stream_ = nullptr;
   cuda::WeightCache weights_;
-  DeviceBuffer x_, out_, bias_, rows_, index_;  // per-op scratch, grown on demand
-  std::vector<int32_t> slot_row_;
-  std::vector<float> staging_;
+  DeviceBuffer x_, out_, rows_, index_, scores_;  // per-op scratch, grown on demand
+  // A linears() batch: where each op's x, bias and output sit in batch_.
+  struct Placed {
+    const cuda::DeviceWeight* w = nullptr;  // nullptr: an empty op
+    bool upload_x = false;                  // false: an earlier op of the batch uploaded the same x
+    size_t x = 0, bias = 0, out = 0;        // byte offsets into batch_
+  };
+  DeviceBuffer batch_;
+  std::vector<Placed> placed_;
+  std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches
+  DeviceBuffer descriptors_;                  // and their descriptors, on the device
+  cuda::PinnedBuffer descriptors_host_;
+  // attend(): the batch's rows in first-use order and their indices; pinned staging for the copies.
+  std::unordered_map<const float*, int32_t> row_index_;
+  std::vector<const float*> row_order_;
+  cuda::PinnedBuffer rows_host_, slot_host_, out_host_;
 };
 
 }  // namespace
@@ -172,7 +322,15 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error) {
     *error = "DEEPINFER_CUDA_LINEAR must be fma or mma, not '" + path + "'";
     return nullptr;
   }
-  return std::make_unique<CudaBackend>(device, path == "mma");
+  // DEEPINFER_CUDA_ATTENTION: fused (default: one kernel, verified on an H200) or split (two kernels that read
+  // each row once per 8 heads; written without a GPU at hand, see bench/cuda/NOTES.md).
+  const char* attention_path = std::getenv("DEEPINFER_CUDA_ATTENTION");
+  const std::string attention = attention_path ? attention_path : "fused";
+  if (attention != "fused" && attention != "split") {
+    *error = "DEEPINFER_CUDA_ATTENTION must be fused or split, not '" + attention + "'";
+    return nullptr;
+  }
+  return std::make_unique<CudaBackend>(device, path == "mma", attention == "split");
 }
 
 }  // namespace deepinfer

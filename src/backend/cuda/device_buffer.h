@@ -1,5 +1,7 @@
-// Owning device allocations: DeviceBuffer (one cudaMalloc, freed on destruction) and a grow-only scratch
-// buffer for the per-op activations that cross from and to the host.
+// Owning allocations: DeviceBuffer (one cudaMalloc, freed on destruction; reserve() makes it a grow-only
+// scratch buffer for the per-op activations that cross from and to the host) and PinnedBuffer (page-locked
+// host memory, the staging side of those copies: the DMA reads and writes it directly, so an async copy
+// from it is truly asynchronous and the driver's own staging copy is skipped).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,6 +36,32 @@ class DeviceBuffer {
   // Grows to at least `bytes` (contents are not kept).
   void reserve(size_t bytes) {
     if (bytes > bytes_) *this = DeviceBuffer(bytes + bytes / 4);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  template <typename T = void> T* get() const { return static_cast<T*>(ptr_); }
+  // Grows to at least `bytes` (contents are not kept).
+  void reserve(size_t bytes) {
+    if (bytes <= bytes_) return;
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    const size_t grown = bytes + bytes / 4;
+    DI_CUDA_CHECK(cudaMallocHost(&ptr_, grown));
+    bytes_ = grown;
   }
 
  private:

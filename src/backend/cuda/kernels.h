@@ -36,6 +36,12 @@ void launch_linear(const LinearLaunch& p, cudaStream_t stream);
 // The same op on the tensor cores (linear_mma_kernel.cu; the backend's default). Only for weights whose
 // scaled values are exact bf16s (DeviceWeight::mma_exact).
 void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream);
+// Several such ops in one launch (an MoE group's experts, which one at a time leave most multiprocessors
+// idle at decode's few tokens): `ops` is a device array of n_ops launches that share the weight kind and
+// k_pad, max_rows / max_tokens the largest n_rows / n_tokens among them. Each op's outputs are those of
+// launch_linear_mma.
+void launch_linear_mma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows,
+                               int64_t max_tokens, cudaStream_t stream);
 
 // mHC mixes: out[t, m] = f32((x_t . fn[m]) / sqrt(mean(x_t^2) + eps)).
 struct HcMixLaunch {
@@ -48,19 +54,27 @@ struct HcMixLaunch {
 };
 void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream);
 
-// Sparse attention with sink for one query token; slot j holds row slot_row[j] of rows, or is empty (-1).
+// Sparse attention with sink for n_tokens query tokens that share the rows array; slot j of token t holds
+// row slot_row[t, j] of rows, or is empty (-1).
 struct AttentionLaunch {
-  const float* q = nullptr;        // [n_heads, head_dim]
+  const float* q = nullptr;        // [n_tokens, n_heads, head_dim]
   int64_t n_heads = 0, head_dim = 0;
   const float* rows = nullptr;     // [n_filled, head_dim] (K = V)
-  const int32_t* slot_row = nullptr;  // [n_slots]
+  const int32_t* slot_row = nullptr;  // [n_tokens, n_slots]
   int64_t n_slots = 0;             // a multiple of 64
   const float* sink = nullptr;     // [n_heads]
   double softmax_scale = 0;
   bool block_running_max = true;
-  float* out = nullptr;            // [n_heads, head_dim] bf16 values
+  float* out = nullptr;            // [n_tokens, n_heads, head_dim] bf16 values
+  int64_t n_tokens = 1;            // at most 65535
 };
 void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream);
+// The same op as two kernels (scores, then softmax and P.V; attention_kernels.cu says why). `scores` is
+// device scratch of [n_tokens, n_heads, n_slots] floats. The second kernel keeps 8 heads' weights in shared memory:
+// sparse_attention_split_shared_bytes(n_slots) must fit the device's opt-in limit (n_slots up to ~6000 on an
+// H200, ~2500 on sm_89 / sm_120).
+size_t sparse_attention_split_shared_bytes(int64_t n_slots);
+void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cudaStream_t stream);
 
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
 struct IndexScoreLaunch {

@@ -101,11 +101,10 @@ __device__ __forceinline__ void decode8(const Raw8& r, float w[8]) {
   }
 }
 
-// Block: S warps (one per K slice) x 32 lanes; grid: (row tiles of 16, token tiles of 8 * NT).
-// Shared memory: S * 32 lanes * 4 * NT partial sums.
+// One block's tile: S warps (one per K slice) x 32 lanes; the grid's x and y are (row tiles of 16, token tiles
+// of 8 * NT). `partial`: S * 32 lanes * 4 * NT floats of shared memory.
 template <WeightKind K, int NT>
-__global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const LinearLaunch p, int slice_chunks) {
-  extern __shared__ float partial[];
+__device__ __forceinline__ void linear_mma_tile(const LinearLaunch& p, int slice_chunks, float* partial) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   const int g = lane >> 2, tig = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
@@ -215,12 +214,55 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const Li
   }
 }
 
+template <WeightKind K, int NT>
+__global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const LinearLaunch p, int slice_chunks) {
+  extern __shared__ float partial[];
+  linear_mma_tile<K, NT>(p, slice_chunks, partial);
+}
+
+// Grouped: blockIdx.z picks the op; the grid covers the largest op, and a block past its own op's rows or
+// tokens returns at once (the whole block: no barrier is left waiting).
+template <WeightKind K, int NT>
+__global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_grouped_kernel(const LinearLaunch* ops, int slice_chunks) {
+  extern __shared__ float partial[];
+  const LinearLaunch& p = ops[blockIdx.z];
+  if (int64_t(blockIdx.x) * 16 >= p.n_rows || int64_t(blockIdx.y) * 8 * NT >= p.n_tokens) return;
+  linear_mma_tile<K, NT>(p, slice_chunks, partial);
+}
+
+// K slices of at least 1024 values (32 chunks), at most kMaxSlices: set by K alone.
+struct SliceSplit {
+  int slices = 1, slice_chunks = 1;
+};
+SliceSplit slice_split(int64_t k_pad) {
+  const int n_chunks = int(k_pad / 32);
+  SliceSplit s;
+  s.slices = std::min(kMaxSlices, std::max(1, (n_chunks + 31) / 32));
+  s.slice_chunks = (n_chunks + s.slices - 1) / s.slices;
+  return s;
+}
+
+template <WeightKind K>
+void launch_kind_mma_grouped(const LinearLaunch* ops, int n_ops, int64_t k_pad, int64_t max_rows, int64_t max_tokens,
+                             cudaStream_t stream) {
+  const SliceSplit split = slice_split(k_pad);
+  const unsigned row_tiles = unsigned((max_rows + 15) / 16);
+  if (max_tokens <= 8) {  // the tile shape does not change any sum (file comment): chosen by the largest op
+    const size_t smem = size_t(split.slices) * 32 * 4 * 1 * sizeof(float);
+    linear_mma_grouped_kernel<K, 1><<<dim3(row_tiles, unsigned((max_tokens + 7) / 8), unsigned(n_ops)), split.slices * 32, smem,
+                                      stream>>>(ops, split.slice_chunks);
+  } else {
+    const size_t smem = size_t(split.slices) * 32 * 4 * 4 * sizeof(float);
+    linear_mma_grouped_kernel<K, 4><<<dim3(row_tiles, unsigned((max_tokens + 31) / 32), unsigned(n_ops)), split.slices * 32,
+                                      smem, stream>>>(ops, split.slice_chunks);
+  }
+  DI_CUDA_CHECK_LAUNCH();
+}
+
 template <WeightKind K>
 void launch_kind_mma(const LinearLaunch& p, cudaStream_t stream) {
-  // K slices of at least 1024 values (32 chunks), at most kMaxSlices: set by K alone.
-  const int n_chunks = int(p.k_pad / 32);
-  const int slices = std::min(kMaxSlices, std::max(1, (n_chunks + 31) / 32));
-  const int slice_chunks = (n_chunks + slices - 1) / slices;
+  const SliceSplit split = slice_split(p.k_pad);
+  const int slices = split.slices, slice_chunks = split.slice_chunks;
   const unsigned row_tiles = unsigned((p.n_rows + 15) / 16);
   if (p.n_tokens <= 8) {
     const size_t smem = size_t(slices) * 32 * 4 * 1 * sizeof(float);
@@ -241,6 +283,18 @@ void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream) {
     case WeightKind::kBf16: launch_kind_mma<WeightKind::kBf16>(p, stream); break;
     case WeightKind::kFp8: launch_kind_mma<WeightKind::kFp8>(p, stream); break;
     case WeightKind::kFp4: launch_kind_mma<WeightKind::kFp4>(p, stream); break;
+  }
+}
+
+void launch_linear_mma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows,
+                               int64_t max_tokens, cudaStream_t stream) {
+  if (n_ops == 0) return;
+  DI_CHECK(k_pad % 32 == 0 && max_rows > 0 && max_tokens > 0 && n_ops <= 65535);
+  DI_CHECK_MSG((max_tokens + 7) / 8 <= 65535, "too many tokens for one linear launch");
+  switch (kind) {
+    case WeightKind::kBf16: launch_kind_mma_grouped<WeightKind::kBf16>(ops, n_ops, k_pad, max_rows, max_tokens, stream); break;
+    case WeightKind::kFp8: launch_kind_mma_grouped<WeightKind::kFp8>(ops, n_ops, k_pad, max_rows, max_tokens, stream); break;
+    case WeightKind::kFp4: launch_kind_mma_grouped<WeightKind::kFp4>(ops, n_ops, k_pad, max_rows, max_tokens, stream); break;
   }
 }
 
