@@ -222,6 +222,55 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, lt};
 }
 
+// An MoE group at decode: n_ops FP4 experts [2048 x 4096] (w1 / w3 shapes) with T tokens each, on the tensor
+// cores, as n_ops launches or as one grouped launch (launch_linear_mma_grouped). Weight sets rotate over
+// >= 128 MiB as in time_linear.
+Row time_expert_group(int n_ops, int64_t T, bool grouped) {
+  std::mt19937 rng(5);
+  const int64_t n_out = 2048, K = 4096, pitch = K / 2, scale_pitch = K / 32;
+  const size_t w_bytes = size_t(n_out * pitch), s_bytes = size_t(n_out * scale_pitch);
+  const int n_sets = int(std::clamp<size_t>((size_t(128) << 20) / (size_t(n_ops) * (w_bytes + s_bytes)) + 1, 1, 8));
+  DeviceBuffer x = upload_random_floats(size_t(T * K), rng, 1.0f);
+  DeviceBuffer out(size_t(n_ops) * size_t(T * n_out) * 4);
+  std::vector<DeviceBuffer> w, s, descriptors;
+  std::vector<std::vector<LinearLaunch>> sets(static_cast<size_t>(n_sets));
+  for (int set = 0; set < n_sets; ++set) {
+    for (int i = 0; i < n_ops; ++i) {
+      w.push_back(upload_random_bytes(w_bytes, rng, 0, 253));
+      s.push_back(upload_random_bytes(s_bytes, rng, 115, 121));
+      LinearLaunch l;
+      l.kind = WeightKind::kFp4;
+      l.w = w.back().get<uint8_t>();
+      l.row_pitch = pitch;
+      l.scale = s.back().get<uint8_t>();
+      l.scale_pitch = scale_pitch;
+      l.k_pad = K;
+      l.x = x.get<float>();
+      l.n_tokens = T;
+      l.n_rows = n_out;
+      l.out = out.get<float>() + size_t(i) * size_t(T * n_out);
+      sets[size_t(set)].push_back(l);
+    }
+    descriptors.emplace_back(size_t(n_ops) * sizeof(LinearLaunch));
+    DI_CUDA_CHECK(cudaMemcpy(descriptors.back().get(), sets[size_t(set)].data(), size_t(n_ops) * sizeof(LinearLaunch),
+                             cudaMemcpyHostToDevice));
+  }
+  const double ms = median_ms([&](int r, cudaStream_t st) {
+    const int set = r % n_sets;
+    if (grouped) {
+      launch_linear_mma_grouped(descriptors[size_t(set)].get<LinearLaunch>(), n_ops, WeightKind::kFp4, K, n_out, T, st);
+    } else {
+      for (const LinearLaunch& l : sets[size_t(set)]) launch_linear_mma(l, st);
+    }
+  });
+  const double bytes = double(n_ops) * (double(w_bytes + s_bytes) + double(T * K) * 4 + double(T * n_out) * 4);
+  const double flops = 2.0 * double(n_ops) * double(n_out) * double(T) * double(K);
+  char name[160];
+  std::snprintf(name, sizeof(name), "mma %d e2m1 experts [2048x4096] T=%lld, %s", n_ops, (long long)T,
+                grouped ? "grouped" : "one launch each");
+  return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
+}
+
 Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running, bool split = false) {
   std::mt19937 rng(2);
   DeviceBuffer q = upload_random_floats(size_t(H * D), rng, 1.0f);
@@ -293,6 +342,11 @@ int run() {
   rows.push_back(time_linear("e4m3/32", WeightKind::kFp8, 32, 4096, 4096, 64, true));
   for (int64_t T : {1, 8, 64, 256}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T, true));
   rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 1, true));
+  // A decode step's routed-expert group (6 experts' w1 and w3), one launch per op and grouped.
+  rows.push_back(time_expert_group(12, 1, false));
+  rows.push_back(time_expert_group(12, 1, true));
+  rows.push_back(time_expert_group(12, 4, false));
+  rows.push_back(time_expert_group(12, 4, true));
   // The V4-Flash output head (bf16, 129280 x 4096: 1.06 GB, the largest single read of a decode step).
   rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1));
   rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1, true));
@@ -303,6 +357,7 @@ int run() {
   rows.push_back(time_attention(64, 512, 640, false, true));
   rows.push_back(time_attention(64, 512, 1152, false));
   rows.push_back(time_attention(64, 512, 1152, false, true));
+  rows.push_back(time_index(64, 128, 1024));
   rows.push_back(time_index(64, 128, 4096));
   rows.push_back(time_hc_mix(1, 4 * 4096, 24));
   rows.push_back(time_hc_mix(64, 4 * 4096, 24));

@@ -348,8 +348,11 @@ std::vector<ChunkOutput> Model::forward_mtp_pass(std::span<const MtpChunk> chunk
   }
   act_qdq_rows(e, T, D);  // T3
   act_qdq_rows(hh, T * 4, D);
-  backend_->linear({e.data(), D, T, &mw.e_proj, 0, D, Epilogue::kBf16, nullptr, ep.data(), D});
-  backend_->linear({hh.data(), D, T * 4, &mw.h_proj, 0, D, Epilogue::kBf16, nullptr, hp.data(), D});
+  const LinearParams projections[] = {
+      {e.data(), D, T, &mw.e_proj, 0, D, Epilogue::kBf16, nullptr, ep.data(), D},
+      {hh.data(), D, T * 4, &mw.h_proj, 0, D, Epilogue::kBf16, nullptr, hp.data(), D},
+  };
+  backend_->linears(projections);  // independent: one batch (one wait on a GPU)
   for (int64_t i = 0; i < T; ++i) {  // T4
     for (int k = 0; k < 4; ++k) {
       for (int64_t j = 0; j < D; ++j) {

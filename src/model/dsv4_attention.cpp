@@ -73,8 +73,11 @@ void Model::compressor_update(const CompressorWeights& w, const RopeTable& rope,
   for (int64_t t = 0; t < T; ++t) {
     std::copy_n(w.ape + (batch.pos[size_t(t)] % ratio) * width, width, &ape[size_t(t * width)]);
   }
-  backend_->linear({u.data(), D, T, &w.wkv, 0, width, Epilogue::kF32, nullptr, ckv.data(), width});            // C1
-  backend_->linear({u.data(), D, T, &w.wgate, 0, width, Epilogue::kF32AddBias, ape.data(), csc.data(), width});  // C2
+  const LinearParams c12[] = {
+      {u.data(), D, T, &w.wkv, 0, width, Epilogue::kF32, nullptr, ckv.data(), width},            // C1
+      {u.data(), D, T, &w.wgate, 0, width, Epilogue::kF32AddBias, ape.data(), csc.data(), width},  // C2
+  };
+  backend_->linears(c12);  // independent: one batch (one wait on a GPU)
   for (int64_t t = 0; t < T; ++t) {
     LayerState& ls = layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index);
     CompressorState& cs = is_index ? ls.index_compressor : ls.compressor;
@@ -111,13 +114,16 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   std::vector<float> uq(u);
   act_qdq_rows(uq, T, D);  // V4: blocks of 128
   std::vector<float> qr(static_cast<size_t>(T * QL)), kv(size_t(T * HD));
-  backend_->linear({uq.data(), D, T, &w.wq_a, 0, QL, Epilogue::kBf16, nullptr, qr.data(), QL});  // A1
+  const LinearParams a1_a10[] = {
+      {uq.data(), D, T, &w.wq_a, 0, QL, Epilogue::kBf16, nullptr, qr.data(), QL},  // A1
+      {uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD},   // A10
+  };
+  backend_->linears(a1_a10);  // independent: one batch
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);  // A2
   });
   std::vector<float> qrq(qr);
   act_qdq_rows(qrq, T, QL);
-  backend_->linear({uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD});  // A10
   // Every kv row of the call first: a token attends to the fresh rows of all earlier tokens of its chunk.
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -151,18 +157,25 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     buf.o.resize(size_t(nb * H * HD));
     buf.z.resize(size_t(nb * G * OL));
     float* q = buf.q.data();  // [nb, H, HD]
-    backend_->linear({&qrq[size_t(b0 * QL)], QL, nb, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q, H * HD});  // A3
+    // A3, with the indexer's I1 in the same batch where the layer has it (both read qrq; I5's bf16 weight
+    // stays apart so that a batch holds one weight type, as `bench --op-times` splits the time by type).
+    std::vector<LinearParams> q_ops = {{&qrq[size_t(b0 * QL)], QL, nb, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q, H * HD}};
+    if (ratio == 4) {
+      buf.iq.resize(size_t(nb * IH * ID));
+      buf.index_w.resize(size_t(nb * IH));
+      q_ops.push_back({&qrq[size_t(b0 * QL)], QL, nb, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, buf.iq.data(), IH * ID});  // I1
+    }
+    backend_->linears(q_ops);
+    if (ratio == 4) {
+      backend_->linear({&u[size_t(b0 * D)], D, nb, &w.index_weights_proj, 0, IH, Epilogue::kBf16, nullptr, buf.index_w.data(), IH});  // I5
+    }
     for_token_ranges(*backend_, nb, H, kHeadRange, [&](int64_t i, int64_t h0, int64_t h1) {
       float* qt = &q[size_t((i * H + h0) * HD)];
       head_rms_normalize(qt, h1 - h0, HD, eps);                                    // A4-A8
       rope.apply_heads(qt + NOPE, h1 - h0, HD, batch.pos[size_t(b0 + i)], false);  // A9
     });
     if (ratio == 4) {
-      buf.iq.resize(size_t(nb * IH * ID));
-      buf.index_w.resize(size_t(nb * IH));
       float *iq = buf.iq.data(), *index_w = buf.index_w.data();  // [nb, IH, ID], [nb, IH]
-      backend_->linear({&qrq[size_t(b0 * QL)], QL, nb, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, iq, IH * ID});  // I1
-      backend_->linear({&u[size_t(b0 * D)], D, nb, &w.index_weights_proj, 0, IH, Epilogue::kBf16, nullptr, index_w, IH});  // I5
       backend_->for_rows(nb, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
           rope.apply_heads(&iq[size_t(i * IH * ID)] + ID - RD, IH, ID, batch.pos[size_t(b0 + i)], false);  // I2

@@ -145,8 +145,11 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   a.resize(size_t(T * IS));
   b.resize(size_t(T * IS));
   y.resize(size_t(T * D));
-  backend_->linear({uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, a.data(), IS});
-  backend_->linear({uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, b.data(), IS});
+  const LinearParams shared_w1_w3[] = {
+      {uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, a.data(), IS},
+      {uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, b.data(), IS},
+  };
+  backend_->linears(shared_w1_w3);  // independent: one batch (one wait on a GPU)
   const double shared_limit = v41 ? limit : INFINITY;  // V4.1 clamps the shared expert too
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     swiglu(&a[size_t(t0 * IS)], &b[size_t(t0 * IS)], (t1 - t0) * IS, shared_limit, 1.0, &a[size_t(t0 * IS)]);

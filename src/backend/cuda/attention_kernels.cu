@@ -234,27 +234,54 @@ __global__ void __launch_bounds__(kThreads) attention_pv_kernel(const AttentionL
   if (h < p.n_heads && d < D) p.out[(t * p.n_heads + h) * D + d] = round_bf16(acc / denom);
 }
 
-// One warp per key; lane l takes heads l, l + 32, ...; q sits in shared memory with a padded pitch
-// (dim + 1) so the lanes' different heads fall in different banks.
+// One warp per kIndexKeysPerWarp keys, their dot products interleaved (independent FMA chains); lane l
+// takes heads l, l + 32, .... q sits in shared memory with a padded pitch (dim + 1) so the lanes' different
+// heads fall in different banks; it is staged with 8 loads in flight per thread, once per 32 keys. Each
+// key's sum is the same whatever keys share its warp.
+constexpr int kIndexKeysPerWarp = 4;
+constexpr int kIndexKeysPerBlock = kIndexKeysPerWarp * kThreads / 32;
+
 __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScoreLaunch p) {
   extern __shared__ float q_s[];
-  const int64_t pitch = p.dim + 1;
-  for (int64_t i = threadIdx.x; i < p.n_heads * p.dim; i += kThreads) q_s[(i / p.dim) * pitch + i % p.dim] = p.q[i];
+  const int dim = int(p.dim), pitch = dim + 1, n_q = int(p.n_heads) * dim;
+  for (int i0 = threadIdx.x; i0 < n_q; i0 += 8 * kThreads) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int i = i0 + u * kThreads;
+      v[u] = i < n_q ? p.q[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i < n_q) q_s[(i / dim) * pitch + i % dim] = v[u];
+    }
+  }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t j = int64_t(blockIdx.x) * (kThreads / 32) + warp;
-  if (j >= p.n_keys) return;
-  const float* key = p.keys + j * p.dim;
-  float total = 0.0f;
-  for (int64_t h = lane; h < p.n_heads; h += 32) {
+  const int64_t j0 = int64_t(blockIdx.x) * kIndexKeysPerBlock + int64_t(warp) * kIndexKeysPerWarp;
+  if (j0 >= p.n_keys) return;
+  const float* key[kIndexKeysPerWarp];
+#pragma unroll
+  for (int u = 0; u < kIndexKeysPerWarp; ++u) key[u] = p.keys + (j0 + u < p.n_keys ? j0 + u : j0) * p.dim;  // past the end: a repeat, not stored
+  float total[kIndexKeysPerWarp] = {};
+  for (int h = lane; h < p.n_heads; h += 32) {
     const float* qh = q_s + h * pitch;
-    float dot = 0.0f;
-    for (int64_t d = 0; d < p.dim; ++d) dot = __fmaf_rn(qh[d], __ldg(key + d), dot);
-    const float sv = round_bf16(dot);
-    total += round_bf16(fmaxf(sv, 0.0f) * p.weights[h]);
+    float dot[kIndexKeysPerWarp] = {};
+    for (int d = 0; d < dim; ++d) {
+      const float qd = qh[d];
+#pragma unroll
+      for (int u = 0; u < kIndexKeysPerWarp; ++u) dot[u] = __fmaf_rn(qd, __ldg(key[u] + d), dot[u]);
+    }
+    const float w = p.weights[h];
+#pragma unroll
+    for (int u = 0; u < kIndexKeysPerWarp; ++u) total[u] += round_bf16(fmaxf(round_bf16(dot[u]), 0.0f) * w);
   }
-  total = warp_sum(total);
-  if (lane == 0) p.scores[j] = round_bf16(total);
+#pragma unroll
+  for (int u = 0; u < kIndexKeysPerWarp; ++u) {
+    const float sum = warp_sum(total[u]);
+    if (lane == 0 && j0 + u < p.n_keys) p.scores[j0 + u] = round_bf16(sum);
+  }
 }
 
 }  // namespace
@@ -298,7 +325,8 @@ void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream) {
   if (smem > 48 * 1024) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(index_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
-  const unsigned grid = unsigned((p.n_keys + kThreads / 32 - 1) / (kThreads / 32));
+  DI_CHECK_MSG(p.n_heads * p.dim < (int64_t(1) << 31), "index scores: q too large");
+  const unsigned grid = unsigned((p.n_keys + kIndexKeysPerBlock - 1) / kIndexKeysPerBlock);
   index_scores_kernel<<<grid, kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
