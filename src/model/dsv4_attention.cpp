@@ -157,15 +157,17 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     buf.o.resize(size_t(nb * H * HD));
     buf.z.resize(size_t(nb * G * OL));
     float* q = buf.q.data();  // [nb, H, HD]
-    // A3, with the indexer's I1 in the same batch where the layer has it (both read qrq; I5's bf16 weight
-    // stays apart so that a batch holds one weight type, as `bench --op-times` splits the time by type).
-    std::vector<LinearParams> q_ops = {{&qrq[size_t(b0 * QL)], QL, nb, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q, H * HD}};
     if (ratio == 4) {
       buf.iq.resize(size_t(nb * IH * ID));
       buf.index_w.resize(size_t(nb * IH));
-      q_ops.push_back({&qrq[size_t(b0 * QL)], QL, nb, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, buf.iq.data(), IH * ID});  // I1
     }
-    backend_->linears(q_ops);
+    // A3, with the indexer's I1 in the same batch where the layer has an indexer (both read qrq; I5's bf16
+    // weight stays apart so that a batch holds one weight type, as `bench --op-times` splits time by type).
+    const LinearParams q_ops[] = {
+        {&qrq[size_t(b0 * QL)], QL, nb, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q, H * HD},                         // A3
+        {&qrq[size_t(b0 * QL)], QL, nb, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, buf.iq.data(), IH * ID},  // I1
+    };
+    backend_->linears(std::span(q_ops, ratio == 4 ? 2 : 1));
     if (ratio == 4) {
       backend_->linear({&u[size_t(b0 * D)], D, nb, &w.index_weights_proj, 0, IH, Epilogue::kBf16, nullptr, buf.index_w.data(), IH});  // I5
     }
