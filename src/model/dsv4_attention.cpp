@@ -96,6 +96,9 @@ void Model::compressor_update(const CompressorWeights& w, const RopeTable& rope,
 // without. Every op below is per token (the linear kernels' sums never depend on the token count), so the
 // blocks change no result.
 constexpr int64_t kAttentionBlock = 256;
+// Decoded KV rows the pending attention tokens may hold before they run: 32 MB of 512-value rows, about
+// what one chunk of a long prompt decodes anyway, and 25 sequences of a batched decode step.
+constexpr int64_t kPendingDecodedRows = 16384;
 
 // Per-block buffers, reused from call to call (thread_local as block_buffers: one model call per thread).
 struct AttentionBuffers {
@@ -192,7 +195,9 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     }
 
     // Sparse attention (AT0-AT3) of the block's tokens, run together (Backend::sparse_attentions: a token per
-    // thread) once their slot lists are built, and earlier when a rebind is about to reuse the decoded rows.
+    // thread) once their slot lists are built, the tokens of every chunk in the block in one call (a batched
+    // decode step's sequences: one wait on a GPU instead of one per sequence); earlier when the rows decoded
+    // for the pending tokens pass kPendingDecodedRows, after which the decode caches start over.
     auto run_pending = [&] {
       for (size_t k = 0; k < pending.size(); ++k) pending[k].slots = slots.data() + slot_begin[k];
       backend_->sparse_attentions(pending);
@@ -204,8 +209,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       const int64_t t = b0 + i;
       const int ci = batch.chunk[size_t(t)];
       const LayerState& ls = layer_state(batch.states[size_t(ci)], is_mtp, layer_index);
-      if (ci != bound_chunk) {
-        if (!pending.empty()) run_pending();
+      if (ci != bound_chunk) {  // the rows decoded for earlier chunks stay valid (RowDecodeCache::bind)
         bound_chunk = ci;
         window_rows.bind(ls.window_format, ls.window.data(), ls.ring_slots);
         if (ratio != 0) compressed_rows.bind(ls.compressor.row_format, ls.compressor.rows);
@@ -252,6 +256,11 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       pending.push_back({.q = &q[size_t(i * H * HD)], .n_heads = H, .head_dim = HD, .slots = nullptr,
                          .n_slots = int64_t(slots.size()) - first_slot, .sink = w.attn_sink,
                          .softmax_scale = softmax_scale, .block_running_max = true, .out = &buf.o[size_t(i * H * HD)]});
+      if (window_rows.n_decoded() + compressed_rows.n_decoded() > kPendingDecodedRows) {
+        run_pending();
+        window_rows.clear();
+        compressed_rows.clear();
+      }
     }
     run_pending();
     float* o = buf.o.data();  // (buf is thread_local: the lambda below runs on other threads too)

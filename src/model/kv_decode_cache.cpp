@@ -8,11 +8,18 @@
 namespace deepinfer {
 
 void RowDecodeCache::bind(const KvRowFormat& format, const uint8_t* rows, int64_t n_rows) {
-  if (format.n_values != format_.n_values) blocks_.clear();
+  if (format.n_values != format_.n_values) {
+    DI_CHECK_MSG(n_decoded_ == 0, "RowDecodeCache: a new row width while rows of the old one are in use (clear first)");
+    blocks_.clear();
+  }
   format_ = format;
   rows_ = rows;
   paged_ = nullptr;
   slot_of_row_.assign(size_t(n_rows), -1);
+}
+
+void RowDecodeCache::clear() {
+  std::fill(slot_of_row_.begin(), slot_of_row_.end(), -1);
   n_decoded_ = 0;
 }
 

@@ -1,7 +1,8 @@
 // Per-call float copies of packed cache rows (sequence_state.h), for the backend ops that take floats.
 // RowDecodeCache decodes a row the first time a token asks for it and keeps it at the same address until
-// the next bind(), so the slot pointer lists handed to sparse_attention stay valid and a row several tokens
-// select is decoded once. KeyDecodeCache decodes index keys contiguously ([n_keys, dim], what index_scores
+// clear(), so the slot pointer lists handed to sparse_attention stay valid and a row several tokens select
+// is decoded once; binding another chunk's rows keeps the rows decoded so far, so the tokens of several
+// chunks can go to the backend in one call. KeyDecodeCache decodes index keys contiguously ([n_keys, dim], what index_scores
 // reads), growing as later tokens of a chunk see more keys: once per chunk, not once per query token.
 // Neither owns or changes the packed rows; bind after the call has appended its rows. Rows come either from a
 // contiguous array (window rings) or from PagedRows (compressed rows, index keys).
@@ -18,11 +19,15 @@ namespace deepinfer {
 
 class RowDecodeCache {
  public:
-  // rows: [n_rows, format.row_bytes].
+  // rows: [n_rows, format.row_bytes]. Rows decoded under an earlier binding stay valid; a binding of another
+  // row width needs an empty cache.
   void bind(const KvRowFormat& format, const uint8_t* rows, int64_t n_rows);
   // rows.row_bytes() == format.row_bytes; the rows are read in place, page by page.
   void bind(const KvRowFormat& format, const PagedRows& rows);
   const float* row(int64_t j);  // [format.n_values]
+  // Drops every decoded row (their storage is reused); the binding stays.
+  void clear();
+  int64_t n_decoded() const { return n_decoded_; }
 
  private:
   static constexpr int64_t kRowsPerBlock = 32;
