@@ -137,19 +137,12 @@ TEST_P(SparseAttentionCuda, NonBf16Rows) {
 TEST_P(SparseAttentionCuda, OddHeadsAndWidths) {
   DI_SKIP_WITHOUT_CUDA();
   const ScopedCudaPaths paths("mma", GetParam());
-  AttentionCase c{"12 heads x 100, 128 window + 64 compressed"};
-  c.n_heads = 12;
-  c.head_dim = 100;
-  c.n_compressed = 64;
-  c.n_compressed_filled = 50;
-  run_attention(c, 8);
-  AttentionCase w{"3 heads x 40, window only"};
-  w.n_heads = 3;
-  w.head_dim = 40;
-  w.n_window_filled = 70;
-  w.n_compressed = 0;
-  w.n_compressed_filled = 0;
-  run_attention(w, 9);
+  run_attention({.name = "12 heads x 100, 128 window + 64 compressed", .n_heads = 12, .head_dim = 100, .n_compressed = 64,
+                 .n_compressed_filled = 50},
+                8);
+  run_attention({.name = "3 heads x 40, window only", .n_heads = 3, .head_dim = 40, .n_window_filled = 70, .n_compressed = 0,
+                 .n_compressed_filled = 0},
+                9);
 }
 
 // A prefill block's tokens in one sparse_attentions call: they share most rows (the backend gathers each
