@@ -296,18 +296,21 @@ Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running, bool spl
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
 }
 
-Row time_index(int64_t H, int64_t dim, int64_t n_keys) {
+// n_tokens query tokens against the same keys in one launch (a prefill block's tokens of one chunk).
+Row time_index(int64_t H, int64_t dim, int64_t n_keys, int64_t n_tokens = 1) {
   std::mt19937 rng(3);
-  DeviceBuffer q = upload_random_floats(size_t(H * dim), rng, 1.0f);
-  DeviceBuffer w = upload_random_floats(size_t(H), rng, 0.1f);
+  DeviceBuffer q = upload_random_floats(size_t(n_tokens * H * dim), rng, 1.0f);
+  DeviceBuffer w = upload_random_floats(size_t(n_tokens * H), rng, 0.1f);
   DeviceBuffer keys = upload_random_floats(size_t(n_keys * dim), rng, 1.0f);
-  DeviceBuffer out(size_t(n_keys) * 4);
+  DeviceBuffer out(size_t(n_tokens * n_keys) * 4);
   IndexScoreLaunch l{q.get<float>(), w.get<float>(), H, dim, keys.get<float>(), n_keys, out.get<float>()};
+  l.n_tokens = n_tokens;
   const double ms = median_ms([&](int, cudaStream_t st) { launch_index_scores(l, st); });
-  const double bytes = double(n_keys * dim) * 4 + double(n_keys) * 4;
-  const double flops = 2.0 * double(H) * double(n_keys) * double(dim);
+  const double bytes = double(n_keys * dim) * 4 + double(n_tokens * n_keys) * 4;
+  const double flops = 2.0 * double(n_tokens) * double(H) * double(n_keys) * double(dim);
   char name[160];
-  std::snprintf(name, sizeof(name), "index scores %lldh x %lld, %lld keys", (long long)H, (long long)dim, (long long)n_keys);
+  std::snprintf(name, sizeof(name), "index scores %lldh x %lld, %lld keys%s", (long long)H, (long long)dim, (long long)n_keys,
+                n_tokens > 1 ? (", " + std::to_string(n_tokens) + " tokens").c_str() : "");
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
 }
 
@@ -359,6 +362,7 @@ int run() {
   rows.push_back(time_attention(64, 512, 1152, false, true));
   rows.push_back(time_index(64, 128, 1024));
   rows.push_back(time_index(64, 128, 4096));
+  rows.push_back(time_index(64, 128, 1024, 64));  // a prefill block's 64 tokens in one launch
   rows.push_back(time_hc_mix(1, 4 * 4096, 24));
   rows.push_back(time_hc_mix(64, 4 * 4096, 24));
 

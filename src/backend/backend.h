@@ -100,6 +100,12 @@ class Backend {
   virtual void sparse_attentions(std::span<const SparseAttentionParams> ps) {
     for (const SparseAttentionParams& p : ps) sparse_attention(p);
   }
+  // Several independent index-score ops (the query tokens of a prefill block, none writing what another
+  // reads), each as index_scores() would compute it; tokens that score against the same keys array (their
+  // n_keys may differ) may share one pass over it. Every input stays unchanged until the call returns.
+  virtual void index_scores_batch(std::span<const IndexScoreParams> ps) {
+    for (const IndexScoreParams& p : ps) index_scores(p);
+  }
   // Runs body(begin, end) over ranges that cover [0, n) rows of independent per-row work (a prefill's
   // per-token norms, rotations, quantisation), on the backend's CPU threads where it has them. The body
   // must not call the backend, and what it computes for a row must not depend on the range it is in.

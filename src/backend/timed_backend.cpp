@@ -95,6 +95,9 @@ void TimedBackend::index_scores(const IndexScoreParams& p) {
 void TimedBackend::linears(std::span<const LinearParams> ps) {
   add_linear(ps, timed(OpKind::kLinear, int64_t(ps.size()), [&] { inner_->linears(ps); }));
 }
+void TimedBackend::index_scores_batch(std::span<const IndexScoreParams> ps) {
+  timed(OpKind::kIndexScores, int64_t(ps.size()), [&] { inner_->index_scores_batch(ps); });
+}
 void TimedBackend::sparse_attentions(std::span<const SparseAttentionParams> ps) {
   timed(OpKind::kSparseAttention, int64_t(ps.size()), [&] { inner_->sparse_attentions(ps); });
 }

@@ -19,7 +19,7 @@ inline constexpr int kOpKinds = 5;
 const char* op_kind_name(OpKind kind);  // "linear", "hc_mix", "sparse_attention", "index_scores", "row_work"
 
 struct OpTime {
-  int64_t calls = 0;  // ops: linears() / sparse_attentions() count each of their ops, for_rows() one per call
+  int64_t calls = 0;  // ops: linears() / sparse_attentions() / index_scores_batch() count each of their ops, for_rows() one per call
   double seconds = 0;
   OpTime& operator-=(const OpTime& o) {
     calls -= o.calls;
@@ -63,6 +63,7 @@ class TimedBackend final : public Backend {
   void index_scores(const IndexScoreParams& p) override;
   void linears(std::span<const LinearParams> ps) override;
   void sparse_attentions(std::span<const SparseAttentionParams> ps) override;
+  void index_scores_batch(std::span<const IndexScoreParams> ps) override;
   void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override;
   bool kernels_differ_by_token_kind() const override { return inner_->kernels_differ_by_token_kind(); }
   void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }

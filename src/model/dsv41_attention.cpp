@@ -250,24 +250,41 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     // Index keys decoded once per chunk and key cache (the cache a token scores against can vary by token).
     std::vector<KeyDecodeCache> key_caches(size_t(c.n_layers));
     std::vector<int64_t> score_begin;  // a block's token b0 + i has its scores at [score_begin[i], score_begin[i + 1])
+    std::vector<IndexScoreParams> score_ops;
     for (int64_t b0 = 0; b0 < T; b0 += kSelectionBlock) {  // blocks bound the scores' memory (T^2 / 2 at ratio 1)
       const int64_t b1 = std::min(T, b0 + kSelectionBlock);
       score_begin.assign(1, 0);
       for (int64_t t = b0; t < b1; ++t) score_begin.push_back(score_begin.back() + (batch.pos[size_t(t)] + 1) / ratio);
       scores.resize(size_t(score_begin.back()));
-      for (int64_t t = b0; t < b1; ++t) {
-        const int64_t pos = batch.pos[size_t(t)], n_visible = (pos + 1) / ratio;
-        if (n_visible == 0) continue;
-        // Which key cache this indexer scores against (spec §7.5): its KV owner's, or the one the reference
-        // last published (see published_keys_layer).
-        const int keys_layer = options_.index_owner_keys ? owner : published_keys_layer(layer, pos, batch.is_prompt[size_t(t)] != 0,
-                                                                                        batch.layout_tokens[size_t(t)]);
-        const CompressorState& keys = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(keys_layer)].index_compressor;
-        DI_CHECK(keys.n_rows() >= n_visible);
-        KeyDecodeCache& key_cache = key_caches[size_t(keys_layer)];
-        key_cache.bind(keys.row_format, keys.rows, &keys);
-        backend_->index_scores({&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, key_cache.keys(n_visible), n_visible,
-                                &scores[size_t(score_begin[size_t(t - b0)])]});
+      // Which key cache each token scores against (spec §7.5): its KV owner's, or the one the reference last
+      // published (see published_keys_layer). Runs of tokens with the same cache go to the backend as one
+      // index_scores_batch, against the keys decoded once up to the run's largest count.
+      auto keys_layer_of = [&](int64_t t) {
+        return options_.index_owner_keys ? owner : published_keys_layer(layer, batch.pos[size_t(t)], batch.is_prompt[size_t(t)] != 0,
+                                                                       batch.layout_tokens[size_t(t)]);
+      };
+      for (int64_t t0 = b0; t0 < b1;) {
+        const int ci = batch.chunk[size_t(t0)], keys_layer = keys_layer_of(t0);
+        int64_t t1 = t0, max_visible = 0;
+        for (; t1 < b1 && batch.chunk[size_t(t1)] == ci && keys_layer_of(t1) == keys_layer; ++t1) {
+          max_visible = std::max(max_visible, (batch.pos[size_t(t1)] + 1) / ratio);
+        }
+        if (max_visible > 0) {
+          const CompressorState& keys = batch.states[size_t(ci)]->layers[size_t(keys_layer)].index_compressor;
+          DI_CHECK(keys.n_rows() >= max_visible);
+          KeyDecodeCache& key_cache = key_caches[size_t(keys_layer)];
+          key_cache.bind(keys.row_format, keys.rows, &keys);
+          const float* decoded = key_cache.keys(max_visible);
+          score_ops.clear();
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t n_visible = (batch.pos[size_t(t)] + 1) / ratio;
+            if (n_visible == 0) continue;
+            score_ops.push_back({&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, decoded, n_visible,
+                                 &scores[size_t(score_begin[size_t(t - b0)])]});
+          }
+          backend_->index_scores_batch(score_ops);
+        }
+        t0 = t1;
       }
       backend_->for_rows(b1 - b0, [&](int64_t i0, int64_t i1) {
         std::vector<int64_t> order, block_order;

@@ -148,7 +148,9 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   std::vector<const float*> slots;           // the pending tokens' slot lists, one after another
   std::vector<int64_t> slot_begin;           // where each pending token's list starts
   std::vector<SparseAttentionParams> pending;
-  std::vector<float> scores;
+  std::vector<float> scores;                 // a block's index scores, token i's at score_at[i]
+  std::vector<int64_t> score_at;
+  std::vector<IndexScoreParams> score_ops;
   std::vector<int64_t> order;
   // Packed rows decoded for this call: per chunk, only the slots its tokens read, each once.
   RowDecodeCache window_rows, compressed_rows;
@@ -192,6 +194,31 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
           for (int64_t hh = 0; hh < IH; ++hh) index_w[size_t(i * IH + hh)] = round_bf16(double(index_w[size_t(i * IH + hh)]) * index_scale);  // I6
         }
       });
+      // I7-I9 for the block's tokens ahead of their selections, token i's scores at score_at[i]: one
+      // index_scores_batch per run of tokens of one chunk, against that chunk's keys decoded once up to the
+      // run's largest count (each token reads its own prefix of them).
+      score_at.assign(1, 0);
+      for (int64_t i = 0; i < nb; ++i) score_at.push_back(score_at.back() + (batch.pos[size_t(b0 + i)] + 1) / 4);
+      scores.resize(size_t(score_at.back()));
+      for (int64_t i0 = 0; i0 < nb;) {
+        const int ci = batch.chunk[size_t(b0 + i0)];
+        int64_t i1 = i0, max_visible = 0;
+        for (; i1 < nb && batch.chunk[size_t(b0 + i1)] == ci; ++i1) max_visible = std::max(max_visible, (batch.pos[size_t(b0 + i1)] + 1) / 4);
+        if (max_visible > 0) {
+          const LayerState& ls = layer_state(batch.states[size_t(ci)], is_mtp, layer_index);
+          index_keys.bind(ls.index_compressor.row_format, ls.index_compressor.rows, &ls.index_compressor);
+          const float* keys = index_keys.keys(max_visible);
+          score_ops.clear();
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t n_visible = (batch.pos[size_t(b0 + i)] + 1) / 4;
+            if (n_visible == 0) continue;
+            score_ops.push_back({&iq[size_t(i * IH * ID)], &index_w[size_t(i * IH)], IH, ID, keys, n_visible,
+                                 &scores[size_t(score_at[size_t(i)])]});
+          }
+          backend_->index_scores_batch(score_ops);
+        }
+        i0 = i1;
+      }
     }
 
     // Sparse attention (AT0-AT3) of the block's tokens, run together (Backend::sparse_attentions: a token per
@@ -213,7 +240,6 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
         bound_chunk = ci;
         window_rows.bind(ls.window_format, ls.window.data(), ls.ring_slots);
         if (ratio != 0) compressed_rows.bind(ls.compressor.row_format, ls.compressor.rows);
-        if (ratio == 4) index_keys.bind(ls.index_compressor.row_format, ls.index_compressor.rows, &ls.index_compressor);
       }
       const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
       const int64_t chunk_first_token = batch.first_token[size_t(ci)];
@@ -237,15 +263,11 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       } else if (ratio == 4) {
         const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_visible = (pos + 1) / 4;
         const int64_t n_fill = std::min(n_slots, n_visible);
-        scores.resize(size_t(n_visible));
-        if (n_visible > 0) {
-          backend_->index_scores({&buf.iq[size_t(i * IH * ID)], &buf.index_w[size_t(i * IH)], IH, ID,
-                                  index_keys.keys(n_visible), n_visible, scores.data()});  // I7-I9
-        }
+        const float* token_scores = scores.data() + score_at[size_t(i)];  // I7-I9, above
         order.resize(size_t(n_visible));
         std::iota(order.begin(), order.end(), 0);
         std::partial_sort(order.begin(), order.begin() + n_fill, order.end(), [&](int64_t a, int64_t b) {
-          return scores[size_t(a)] != scores[size_t(b)] ? scores[size_t(a)] > scores[size_t(b)] : a < b;
+          return token_scores[a] != token_scores[b] ? token_scores[a] > token_scores[b] : a < b;
         });  // I10: larger score first, ties lower index first
         for (int64_t j = 0; j < n_slots; ++j) {
           slots.push_back(j < n_fill ? compressed_rows.row(order[size_t(j)]) : nullptr);

@@ -268,5 +268,52 @@ TEST(IndexScoresCuda, OddDimFewHeadsFp32Keys) {
   run_index(64, 128, 200, true, 31);
 }
 
+// A prefill block's tokens against one keys array in one index_scores_batch call, each reading its own
+// prefix (1 .. 1000 keys, one token with none): every score equal to the same token scored alone, and the
+// reference's within the bound of run_index.
+TEST(IndexScoresCuda, BatchedTokensMatchSingleCalls) {
+  DI_SKIP_WITHOUT_CUDA();
+  DI_MAKE_CUDA_BACKEND(gpu);
+  auto reference = make_reference_backend();
+  std::mt19937 rng(41);
+  const int64_t H = 64, dim = 128, max_keys = 1000;
+  const std::vector<int64_t> n_keys = {1, 7, 33, 0, 500, 999, 1000, 64};
+  const int64_t T = int64_t(n_keys.size());
+  std::vector<float> keys = fp4_grid_values(rng, max_keys * dim), q = fp4_grid_values(rng, T * H * dim);
+  std::vector<float> w = random_bf16_values(rng, T * H, 0.125f);
+  std::vector<std::vector<float>> ref(static_cast<size_t>(T)), alone(static_cast<size_t>(T)), batched(static_cast<size_t>(T));
+  std::vector<IndexScoreParams> ps;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t n = n_keys[size_t(t)];
+    ref[size_t(t)].assign(size_t(n), -7.0f);
+    alone[size_t(t)].assign(size_t(n), -7.0f);
+    batched[size_t(t)].assign(size_t(n), -7.0f);
+    IndexScoreParams p{&q[size_t(t * H * dim)], &w[size_t(t * H)], H, dim, keys.data(), n, ref[size_t(t)].data()};
+    reference->index_scores(p);
+    p.scores = alone[size_t(t)].data();
+    gpu->index_scores(p);
+    p.scores = batched[size_t(t)].data();
+    ps.push_back(p);
+  }
+  gpu->index_scores_batch(ps);
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t n_bad = 0;
+    for (int64_t j = 0; j < n_keys[size_t(t)]; ++j) {
+      const float r = ref[size_t(t)][size_t(j)], a = alone[size_t(t)][size_t(j)], g = batched[size_t(t)][size_t(j)];
+      EXPECT_EQ(g, a) << "token " << t << " key " << j << ": batched differs from alone";
+      double mass = 0;
+      for (int64_t h = 0; h < H; ++h) {
+        double s = 0;
+        for (int64_t d = 0; d < dim; ++d) s += double(q[size_t((t * H + h) * dim + d)]) * keys[size_t(j * dim + d)];
+        mass += std::fabs(std::max(s, 0.0) * w[size_t(t * H + h)]);
+      }
+      const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7);
+      if (!(std::fabs(double(g) - double(r)) <= 2 * ulp + std::ldexp(mass, -7)) && ++n_bad <= 3) {
+        ADD_FAILURE() << "token " << t << " key " << j << " ref=" << r << " cuda=" << g;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

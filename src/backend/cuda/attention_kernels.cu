@@ -234,8 +234,8 @@ __global__ void __launch_bounds__(kThreads) attention_pv_kernel(const AttentionL
   if (h < p.n_heads && d < D) p.out[(t * p.n_heads + h) * D + d] = round_bf16(acc / denom);
 }
 
-// One warp per kIndexKeysPerWarp keys, their dot products interleaved (independent FMA chains); lane l
-// takes heads l, l + 32, .... q sits in shared memory with a padded pitch (dim + 1) so the lanes' different
+// Grid: (blocks of 32 keys, query tokens). One warp per kIndexKeysPerWarp keys, their dot products
+// interleaved (independent FMA chains); lane l takes heads l, l + 32, .... q sits in shared memory with a padded pitch (dim + 1) so the lanes' different
 // heads fall in different banks; it is staged with 8 loads in flight per thread, once per 32 keys. Each
 // key's sum is the same whatever keys share its warp.
 constexpr int kIndexKeysPerWarp = 4;
@@ -243,13 +243,19 @@ constexpr int kIndexKeysPerBlock = kIndexKeysPerWarp * kThreads / 32;
 
 __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScoreLaunch p) {
   extern __shared__ float q_s[];
+  const int64_t t = blockIdx.y;
+  const int64_t n_keys = p.token_keys ? p.token_keys[t] : p.n_keys;  // this token's keys
+  if (int64_t(blockIdx.x) * kIndexKeysPerBlock >= n_keys) return;    // the whole block: no barrier waits
+  const float* q = p.q + t * p.n_heads * p.dim;
+  const float* weights = p.weights + t * p.n_heads;
+  float* scores = p.scores + (p.token_scores_at ? p.token_scores_at[t] : t * p.n_keys);
   const int dim = int(p.dim), pitch = dim + 1, n_q = int(p.n_heads) * dim;
   for (int i0 = threadIdx.x; i0 < n_q; i0 += 8 * kThreads) {
     float v[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       const int i = i0 + u * kThreads;
-      v[u] = i < n_q ? p.q[i] : 0.0f;
+      v[u] = i < n_q ? q[i] : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
@@ -260,10 +266,10 @@ __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScore
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t j0 = int64_t(blockIdx.x) * kIndexKeysPerBlock + int64_t(warp) * kIndexKeysPerWarp;
-  if (j0 >= p.n_keys) return;
+  if (j0 >= n_keys) return;
   const float* key[kIndexKeysPerWarp];
 #pragma unroll
-  for (int u = 0; u < kIndexKeysPerWarp; ++u) key[u] = p.keys + (j0 + u < p.n_keys ? j0 + u : j0) * p.dim;  // past the end: a repeat, not stored
+  for (int u = 0; u < kIndexKeysPerWarp; ++u) key[u] = p.keys + (j0 + u < n_keys ? j0 + u : j0) * p.dim;  // past the end: a repeat, not stored
   float total[kIndexKeysPerWarp] = {};
   for (int h = lane; h < p.n_heads; h += 32) {
     const float* qh = q_s + h * pitch;
@@ -273,14 +279,14 @@ __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScore
 #pragma unroll
       for (int u = 0; u < kIndexKeysPerWarp; ++u) dot[u] = __fmaf_rn(qd, __ldg(key[u] + d), dot[u]);
     }
-    const float w = p.weights[h];
+    const float w = weights[h];
 #pragma unroll
     for (int u = 0; u < kIndexKeysPerWarp; ++u) total[u] += round_bf16(fmaxf(round_bf16(dot[u]), 0.0f) * w);
   }
 #pragma unroll
   for (int u = 0; u < kIndexKeysPerWarp; ++u) {
     const float sum = warp_sum(total[u]);
-    if (lane == 0 && j0 + u < p.n_keys) p.scores[j0 + u] = round_bf16(sum);
+    if (lane == 0 && j0 + u < n_keys) scores[j0 + u] = round_bf16(sum);
   }
 }
 
@@ -326,8 +332,9 @@ void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(index_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
   DI_CHECK_MSG(p.n_heads * p.dim < (int64_t(1) << 31), "index scores: q too large");
-  const unsigned grid = unsigned((p.n_keys + kIndexKeysPerBlock - 1) / kIndexKeysPerBlock);
-  index_scores_kernel<<<grid, kThreads, smem, stream>>>(p);
+  DI_CHECK(p.n_tokens > 0 && p.n_tokens <= 65535);
+  const unsigned key_blocks = unsigned((p.n_keys + kIndexKeysPerBlock - 1) / kIndexKeysPerBlock);
+  index_scores_kernel<<<dim3(key_blocks, unsigned(p.n_tokens)), kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 

@@ -169,20 +169,20 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void index_scores(const IndexScoreParams& p) override {
-    if (p.n_keys == 0) return;
-    const int64_t qn = p.n_heads * p.dim;
-    x_.reserve(size_t(qn + p.n_heads) * 4);
-    rows_.reserve(size_t(p.n_keys * p.dim) * 4);
-    out_.reserve(size_t(p.n_keys) * 4);
-    float* q = x_.get<float>();
-    float* weights = q + qn;
-    DI_CUDA_CHECK(cudaMemcpyAsync(q, p.q, size_t(qn) * 4, cudaMemcpyHostToDevice, stream_));
-    DI_CUDA_CHECK(cudaMemcpyAsync(weights, p.weights, size_t(p.n_heads) * 4, cudaMemcpyHostToDevice, stream_));
-    DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), p.keys, size_t(p.n_keys * p.dim) * 4, cudaMemcpyHostToDevice, stream_));
-    cuda::launch_index_scores({q, weights, p.n_heads, p.dim, rows_.get<float>(), p.n_keys, out_.get<float>()}, stream_);
-    DI_CUDA_CHECK(cudaMemcpyAsync(p.scores, out_.get(), size_t(p.n_keys) * 4, cudaMemcpyDeviceToHost, stream_));
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  void index_scores(const IndexScoreParams& p) override { index_scores_batch({&p, 1}); }
+
+  // Runs of ops that score against the same keys array (a prefill block's tokens of one chunk) in one
+  // launch: the keys are uploaded once, up to the run's largest count.
+  void index_scores_batch(std::span<const IndexScoreParams> ps) override {
+    auto same_keys = [](const IndexScoreParams& a, const IndexScoreParams& b) {
+      return a.keys == b.keys && a.n_heads == b.n_heads && a.dim == b.dim;
+    };
+    for (size_t i = 0; i < ps.size();) {
+      size_t n = 1;
+      while (i + n < ps.size() && n < 65535 && same_keys(ps[i], ps[i + n])) ++n;
+      score(ps.subspan(i, n));
+      i += n;
+    }
   }
 
  private:
@@ -214,6 +214,51 @@ class CudaBackend final : public Backend {
                                         launches_[i].k_pad, max_rows, max_tokens, stream_);
       }
       i = j;
+    }
+  }
+
+  // Query tokens that share keys, n_heads and dim: q and weights gathered into pinned staging, each token's
+  // key count and output offset beside them, one launch, the scores back in one copy.
+  void score(std::span<const IndexScoreParams> batch) {
+    const IndexScoreParams& p0 = batch[0];
+    const int64_t T = int64_t(batch.size()), H = p0.n_heads, dim = p0.dim;
+    int64_t max_keys = 0, total = 0;
+    for (const IndexScoreParams& p : batch) {
+      max_keys = std::max(max_keys, p.n_keys);
+      total += p.n_keys;
+    }
+    if (max_keys == 0) return;
+    const int64_t qw = T * H * dim + T * H;  // q, then weights
+    index_host_.reserve(size_t(qw + 1) * 4 + size_t(2 * T) * 8);
+    float* q_host = index_host_.get<float>();
+    auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw + (qw & 1));  // [T] key counts, [T] output offsets
+    index_meta_.reserve(size_t(2 * T) * 8);
+    int64_t at = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const IndexScoreParams& p = batch[size_t(t)];
+      std::memcpy(q_host + t * H * dim, p.q, size_t(H * dim) * 4);
+      std::memcpy(q_host + T * H * dim + t * H, p.weights, size_t(H) * 4);
+      meta_host[t] = p.n_keys;
+      meta_host[T + t] = at;
+      at += p.n_keys;
+    }
+    x_.reserve(size_t(qw) * 4);
+    rows_.reserve(size_t(max_keys * dim) * 4);
+    out_.reserve(size_t(total) * 4);
+    DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), q_host, size_t(qw) * 4, cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(index_meta_.get(), meta_host, size_t(2 * T) * 8, cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), p0.keys, size_t(max_keys * dim) * 4, cudaMemcpyHostToDevice, stream_));
+    cuda::IndexScoreLaunch l{x_.get<float>(), x_.get<float>() + T * H * dim, H, dim, rows_.get<float>(), max_keys, out_.get<float>()};
+    l.n_tokens = T;
+    l.token_keys = index_meta_.get<int64_t>();
+    l.token_scores_at = index_meta_.get<int64_t>() + T;
+    cuda::launch_index_scores(l, stream_);
+    out_host_.reserve(size_t(total) * 4);
+    DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_.get(), size_t(total) * 4, cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int64_t t = 0; t < T; ++t) {
+      const IndexScoreParams& p = batch[size_t(t)];
+      std::memcpy(p.scores, out_host_.get<float>() + meta_host[T + t], size_t(p.n_keys) * 4);
     }
   }
 
@@ -301,6 +346,9 @@ class CudaBackend final : public Backend {
   std::unordered_map<const float*, int32_t> row_index_;
   std::vector<const float*> row_order_;
   cuda::PinnedBuffer rows_host_, slot_host_, out_host_;
+  // score(): q and weights, then the key counts and output offsets (pinned), and those two on the device.
+  cuda::PinnedBuffer index_host_;
+  DeviceBuffer index_meta_;
 };
 
 }  // namespace

@@ -77,13 +77,17 @@ size_t sparse_attention_split_shared_bytes(int64_t n_slots);
 void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cudaStream_t stream);
 
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
+// n_tokens query tokens score against one keys array, token t against its first token_keys[t] keys.
 struct IndexScoreLaunch {
-  const float* q = nullptr;        // [n_heads, dim]
-  const float* weights = nullptr;  // [n_heads]
+  const float* q = nullptr;        // [n_tokens, n_heads, dim]
+  const float* weights = nullptr;  // [n_tokens, n_heads]
   int64_t n_heads = 0, dim = 0;
   const float* keys = nullptr;     // [n_keys, dim]
-  int64_t n_keys = 0;
-  float* scores = nullptr;         // [n_keys]
+  int64_t n_keys = 0;              // the most any token reads
+  float* scores = nullptr;         // token t's at scores + token_scores_at[t] ([n_keys] at t * n_keys without it)
+  int64_t n_tokens = 1;            // at most 65535
+  const int64_t* token_keys = nullptr;       // [n_tokens] (nullptr: n_keys each)
+  const int64_t* token_scores_at = nullptr;  // [n_tokens] (nullptr: t * n_keys)
 };
 void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream);
 
