@@ -8,7 +8,7 @@
 #      op, each on both linear paths (mma, the tensor-core default, and the portable fma) with the fused
 #      attention, and on mma with the split attention (DEEPINFER_CUDA_ATTENTION=split, not yet run on a GPU);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
-#   4. compute-sanitizer memcheck over the tensor-core linear and the attention tests (SANITIZE=0 skips it);
+#   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
 #   5. deepinfer bench --backend cuda --op-times on the 4-layer benchmark model: the defaults, the split
 #      attention, the FMA linear (E2E=0 skips it). The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
@@ -87,7 +87,7 @@ SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ]; then
   step "compute-sanitizer memcheck: the mma linear and the attention tests"
   timeout 150 "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
-    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma:Paths/LinearCuda.Fp4Experts/mma:Paths/LinearCuda.NonBf16Activations/mma:Paths/SparseAttentionCuda.*' \
+    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma:Paths/LinearCuda.Fp4Experts/mma:Paths/LinearCuda.NonBf16Activations/mma:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma:Paths/SparseAttentionCuda.*:IndexScoresCuda.*' \
     >"$OUT_DIR/sanitizer.log" 2>&1
   sanitizer_rc=$?
   grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8
