@@ -156,9 +156,6 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
   });
 }
 
-// Decoded KV rows the pending attention tokens may hold before they run (step 28): 32 MB of 512-value rows.
-constexpr int64_t kPendingDecodedRowsV41 = 16384;
-
 void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
                        std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o) {
   const ModelConfig& c = config_;
@@ -339,7 +336,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   o.resize(size_t(T * H * HD));  // every token's row is written below
   // The tokens' row lists go to attend_v41 together, those of every chunk in one call (a batched decode step's
   // sequences: one wait on a GPU instead of one per sequence); earlier when the rows decoded for the pending
-  // tokens pass kPendingDecodedRowsV41, after which the decode caches start over.
+  // tokens pass kPendingDecodedRows, after which the decode caches start over.
   std::vector<const float*> rows;
   std::vector<int64_t> row_begin{0};
   int64_t first_pending = 0;
@@ -381,7 +378,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
       }
     }
     row_begin.push_back(int64_t(rows.size()));
-    if (window_rows.n_decoded() + compressed_rows.n_decoded() > kPendingDecodedRowsV41) {
+    if (window_rows.n_decoded() + compressed_rows.n_decoded() > kPendingDecodedRows) {
       attend_pending(t + 1);
       window_rows.clear();
       compressed_rows.clear();

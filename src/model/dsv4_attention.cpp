@@ -96,9 +96,6 @@ void Model::compressor_update(const CompressorWeights& w, const RopeTable& rope,
 // without. Every op below is per token (the linear kernels' sums never depend on the token count), so the
 // blocks change no result.
 constexpr int64_t kAttentionBlock = 256;
-// Decoded KV rows the pending attention tokens may hold before they run: 32 MB of 512-value rows, about
-// what one chunk of a long prompt decodes anyway, and 25 sequences of a batched decode step.
-constexpr int64_t kPendingDecodedRows = 16384;
 
 // Per-block buffers, reused from call to call (thread_local as block_buffers: one model call per thread).
 struct AttentionBuffers {

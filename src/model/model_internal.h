@@ -54,6 +54,10 @@ inline void for_token_ranges(Backend& backend, int64_t n_tokens, int64_t n, int6
 }
 constexpr int64_t kColumnRange = 512;  // for_token_ranges over a row's columns
 constexpr int64_t kHeadRange = 8;      // for_token_ranges over attention heads
+// Decoded KV rows (RowDecodeCache) the pending attention tokens of a call may hold before they run (V4 and
+// V4.1): 32 MB of 512-value rows, about what one chunk of a long prompt decodes anyway, and 25 sequences of
+// a batched decode step.
+constexpr int64_t kPendingDecodedRows = 16384;
 
 // The head runs once over the logit rows of every chunk, stacked in chunk order: a batch of decode steps then
 // streams the vocab-sized head matrix once instead of once per sequence (at batch 16 that had been 60% of a

@@ -38,6 +38,21 @@ cuda::LinearEpilogue to_launch(Epilogue e) {
   return cuda::LinearEpilogue::kBf16;
 }
 
+// Launch grids allow at most 65535 blocks along y and z (token and op dimensions here).
+constexpr size_t kMaxGridYZ = 65535;
+
+// Calls run(subspan) for each maximal run of consecutive items, at most max_run long, whose items all satisfy
+// same(first item of the run, item).
+template <class T, class Same, class Run>
+void for_each_run(std::span<const T> items, size_t max_run, Same same, Run run) {
+  for (size_t i = 0; i < items.size();) {
+    size_t n = 1;
+    while (i + n < items.size() && n < max_run && same(items[i], items[i + n])) ++n;
+    run(items.subspan(i, n));
+    i += n;
+  }
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool tensor_core_linear, bool split_attention)
@@ -161,12 +176,7 @@ class CudaBackend final : public Backend {
       return a.n_heads == b.n_heads && a.head_dim == b.head_dim && a.sink == b.sink && a.softmax_scale == b.softmax_scale &&
              a.block_running_max == b.block_running_max;
     };
-    for (size_t i = 0; i < ps.size();) {
-      size_t n = 1;
-      while (i + n < ps.size() && n < kMaxAttentionTokens && same_launch(ps[i], ps[i + n])) ++n;
-      attend(ps.subspan(i, n));
-      i += n;
-    }
+    for_each_run(ps, kMaxAttentionTokens, same_launch, [&](auto run) { attend(run); });
   }
 
   void index_scores(const IndexScoreParams& p) override { index_scores_batch({&p, 1}); }
@@ -177,12 +187,7 @@ class CudaBackend final : public Backend {
     auto same_keys = [](const IndexScoreParams& a, const IndexScoreParams& b) {
       return a.keys == b.keys && a.n_heads == b.n_heads && a.dim == b.dim;
     };
-    for (size_t i = 0; i < ps.size();) {
-      size_t n = 1;
-      while (i + n < ps.size() && n < 65535 && same_keys(ps[i], ps[i + n])) ++n;
-      score(ps.subspan(i, n));
-      i += n;
-    }
+    for_each_run(ps, kMaxGridYZ, same_keys, [&](auto run) { score(run); });
   }
 
  private:
@@ -199,22 +204,21 @@ class CudaBackend final : public Backend {
     std::memcpy(descriptors_host_.get(), launches_.data(), n * sizeof(cuda::LinearLaunch));
     DI_CUDA_CHECK(cudaMemcpyAsync(descriptors_.get(), descriptors_host_.get(), n * sizeof(cuda::LinearLaunch),
                                   cudaMemcpyHostToDevice, stream_));
-    for (size_t i = 0; i < n;) {
-      size_t j = i + 1;
-      int64_t max_rows = launches_[i].n_rows, max_tokens = launches_[i].n_tokens;
-      while (j < n && j - i < 65535 && launches_[j].kind == launches_[i].kind && launches_[j].k_pad == launches_[i].k_pad) {
-        max_rows = std::max(max_rows, launches_[j].n_rows);
-        max_tokens = std::max(max_tokens, launches_[j].n_tokens);
-        ++j;
+    auto same_shape = [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) { return a.kind == b.kind && a.k_pad == b.k_pad; };
+    const std::span<const cuda::LinearLaunch> all(launches_);
+    for_each_run(all, kMaxGridYZ, same_shape, [&](std::span<const cuda::LinearLaunch> run) {
+      if (run.size() == 1) {
+        cuda::launch_linear_mma(run[0], stream_);
+        return;
       }
-      if (j - i == 1) {
-        cuda::launch_linear_mma(launches_[i], stream_);
-      } else {
-        cuda::launch_linear_mma_grouped(descriptors_.get<cuda::LinearLaunch>() + i, int(j - i), launches_[i].kind,
-                                        launches_[i].k_pad, max_rows, max_tokens, stream_);
+      int64_t max_rows = 0, max_tokens = 0;
+      for (const cuda::LinearLaunch& l : run) {
+        max_rows = std::max(max_rows, l.n_rows);
+        max_tokens = std::max(max_tokens, l.n_tokens);
       }
-      i = j;
-    }
+      const cuda::LinearLaunch* run_descriptors = descriptors_.get<cuda::LinearLaunch>() + (run.data() - all.data());
+      cuda::launch_linear_mma_grouped(run_descriptors, int(run.size()), run[0].kind, run[0].k_pad, max_rows, max_tokens, stream_);
+    });
   }
 
   // Query tokens that share keys, n_heads and dim: q and weights gathered into pinned staging, each token's
