@@ -62,6 +62,7 @@ double TimedBackend::timed(OpKind kind, int64_t calls, Call&& call) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   OpTime& t = (*times_)[size_t(kind)];
   t.calls += calls;
+  t.entries += 1;
   t.seconds += seconds;
   return seconds;
 }

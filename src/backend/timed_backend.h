@@ -20,9 +20,11 @@ const char* op_kind_name(OpKind kind);  // "linear", "hc_mix", "sparse_attention
 
 struct OpTime {
   int64_t calls = 0;  // ops: linears() / sparse_attentions() / index_scores_batch() count each of their ops, for_rows() one per call
+  int64_t entries = 0;  // calls into the backend, a batch counting once (on a GPU: one wait for the device each)
   double seconds = 0;
   OpTime& operator-=(const OpTime& o) {
     calls -= o.calls;
+    entries -= o.entries;
     seconds -= o.seconds;
     return *this;
   }

@@ -331,17 +331,23 @@ Runner add_bench_command(CLI::App& app) {
       std::printf("\n");
     }
     if (args->op_times) {
-      std::printf("\nms per step by backend op kind (calls per step); host = the model code around the ops\n%-18s", "phase");
+      // The last column counts the model's calls into the backend, a batch of ops once: a GPU backend waits for
+      // the device once per call (row_work runs on the host).
+      std::printf("\nms per step by backend op kind (calls per step); host = the model code around the ops; "
+                  "backend calls = calls per step into the device ops, a batch counting once\n%-18s", "phase");
       for (int k = 0; k < kOpKinds; ++k) std::printf(" %22s", op_kind_name(OpKind(k)));
-      std::printf(" %10s\n", "host");
+      std::printf(" %10s %14s\n", "host", "backend calls");
       for (const Row& r : rows) {
         double in_ops = 0;
+        int64_t device_entries = 0;
         std::printf("%-18s", r.phase.c_str());
-        for (const OpTime& t : r.ops) {
+        for (int k = 0; k < kOpKinds; ++k) {
+          const OpTime& t = r.ops[size_t(k)];
           in_ops += t.seconds;
+          if (OpKind(k) != OpKind::kRowWork) device_entries += t.entries;
           std::printf(" %10.3f (%9.1f)", 1e3 * t.seconds / r.steps, double(t.calls) / r.steps);
         }
-        std::printf(" %10.3f\n", 1e3 * (r.seconds - in_ops) / r.steps);
+        std::printf(" %10.3f %14.1f\n", 1e3 * (r.seconds - in_ops) / r.steps, double(device_entries) / r.steps);
       }
       // The linear time again, by the weights' storage type, with the rate their bytes stream at: in decode
       // it shows which weights fall short of the read bandwidth.

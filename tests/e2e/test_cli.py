@@ -248,6 +248,12 @@ def test_bench_op_times_split_the_linear_time_by_weight_type():
         assert len(cells) == 3, by_type
         assert all(float(ms) > 0 and float(gbs) > 0 for ms, gbs in cells), cells
         assert abs(sum(float(ms) for ms, _ in cells) - linear_ms) < 0.01 + 1e-3 * linear_ms, (cells, linear_ms)
+        # The last column counts calls into the backend, a batch once: fewer than the device ops they carry
+        # (the model batches independent linears), more than none.
+        row = next(l for l in kinds if l.startswith(phase))[len(phase):]
+        ops = [float(n) for n in re.findall(r"\( *([0-9.]+)\)", row)]
+        backend_calls = float(row.split()[-1])
+        assert len(ops) == 5 and 0 < backend_calls < sum(ops[:4]), (row, ops, backend_calls)
 
 
 def test_cuda_backend_choice_is_a_clear_error_without_a_usable_gpu():

@@ -40,8 +40,12 @@ TEST(ModelBackendOption, SuppliedBackendRunsEveryOpAndChangesNothing) {
   EXPECT_EQ(got.logits, expected.logits);
   for (OpKind op : {OpKind::kLinear, OpKind::kHcMix, OpKind::kSparseAttention, OpKind::kIndexScores, OpKind::kRowWork}) {
     EXPECT_GT(times[size_t(op)].calls, 0) << op_kind_name(op);
+    EXPECT_GT(times[size_t(op)].entries, 0) << op_kind_name(op);
+    EXPECT_LE(times[size_t(op)].entries, times[size_t(op)].calls) << op_kind_name(op);
     EXPECT_GT(times[size_t(op)].seconds, 0.0) << op_kind_name(op);
   }
+  // The model hands independent linears over as batches: fewer calls into the backend than linear ops.
+  EXPECT_LT(times[size_t(OpKind::kLinear)].entries, times[size_t(OpKind::kLinear)].calls);
   // The linear ops split by weight type add up to the linear total; flash-tiny has bf16, FP8 and FP4 weights.
   int64_t calls = 0;
   double seconds = 0;

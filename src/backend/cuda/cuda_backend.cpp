@@ -1,6 +1,8 @@
 // The CUDA backend: the Backend ops on the GPU. Weights (and the mHC fn arrays) are uploaded once and stay
 // on the device (WeightCache); activations still live on the host, because the model code does, so each
-// call copies its inputs in, runs its kernels and copies its outputs back before returning. A linears()
+// call copies its inputs in, runs its kernels and copies its outputs back before returning, every copy
+// through page-locked staging (an async copy from or to the model's pageable arrays is the driver's staged
+// copy, and a device-to-host one blocks the host: one wait per output where a batch wants one). A linears()
 // batch (an MoE group's experts) and a sparse_attentions() batch (a prefill block's query tokens) each wait
 // for the device once, the attention batch in one launch over rows gathered once. Device-resident
 // activations and CUDA graphs need the model code to hold its activations behind the backend (see README,
@@ -72,13 +74,15 @@ class CudaBackend final : public Backend {
 
   // The ops go to the stream together, each with its own device x, bias and output: an x that several ops
   // read (an expert's w1 and w3) is uploaded once, tensor-core ops of one weight kind and K run as one grouped
-  // launch (launch_mma_groups), the outputs are copied back after the last launch, and the stream is
-  // synchronised once. A decode step's MoE group (w1 and w3 of every routed expert) is then one launch and
-  // one wait instead of one of each per op.
+  // launch (launch_mma_groups), and the stream is synchronised once. A decode step's MoE group (w1 and w3 of
+  // every routed expert) is then one launch and one wait instead of one of each per op. The batch's inputs
+  // and outputs cross through pinned staging that mirrors the device layout, one copy each way: a copy to or
+  // from the model's pageable arrays is the driver's own staged copy, and one to pageable memory blocks the
+  // host, per op.
   void linears(std::span<const LinearParams> ps) override {
     auto align = [](size_t b) { return (b + 255) / 256 * 256; };
     placed_.assign(ps.size(), Placed{});
-    size_t bytes = 0;
+    size_t in_bytes = 0;  // the inputs (each uploaded x, each bias), then the outputs
     for (size_t i = 0; i < ps.size(); ++i) {
       const LinearParams& p = ps[i];
       if (p.n_tokens == 0 || p.n_rows == 0) continue;
@@ -97,39 +101,48 @@ class CudaBackend final : public Backend {
       }
       if (at.x == SIZE_MAX) {
         at.upload_x = true;
-        at.x = bytes;
-        bytes += align(size_t(p.n_tokens * w.k_pad) * 4);
+        at.x = in_bytes;
+        in_bytes += align(size_t(p.n_tokens * w.k_pad) * 4);
       }
       if (p.epilogue == Epilogue::kF32AddBias) {
-        at.bias = bytes;
-        bytes += align(size_t(p.n_tokens * p.n_rows) * 4);
+        at.bias = in_bytes;
+        in_bytes += align(size_t(p.n_tokens * p.n_rows) * 4);
       }
-      at.out = bytes;
-      bytes += align(size_t(p.n_tokens * p.n_rows) * 4);
+    }
+    size_t bytes = in_bytes;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (!placed_[i].w) continue;
+      placed_[i].out = bytes;
+      bytes += align(size_t(ps[i].n_tokens * ps[i].n_rows) * 4);
     }
     if (bytes == 0) return;
     batch_.reserve(bytes);
+    staging_.reserve(bytes);
     uint8_t* base = batch_.get<uint8_t>();
+    uint8_t* host = staging_.get<uint8_t>();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const Placed& at = placed_[i];
+      if (!at.w) continue;
+      const LinearParams& p = ps[i];
+      const int64_t K = at.w->n_in, k_pad = at.w->k_pad;
+      if (at.upload_x) {
+        for (int64_t t = 0; t < p.n_tokens; ++t) {
+          float* row = reinterpret_cast<float*>(host + at.x) + t * k_pad;
+          std::memcpy(row, p.x + t * p.x_stride, size_t(K) * 4);
+          std::fill(row + K, row + k_pad, 0.0f);  // the padding columns must be finite: they meet zero weights
+        }
+      }
+      if (p.epilogue == Epilogue::kF32AddBias) std::memcpy(host + at.bias, p.bias, size_t(p.n_tokens * p.n_rows) * 4);
+    }
+    if (in_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(base, host, in_bytes, cudaMemcpyHostToDevice, stream_));
     launches_.clear();
     for (size_t i = 0; i < ps.size(); ++i) {
       const Placed& at = placed_[i];
       if (!at.w) continue;
       const LinearParams& p = ps[i];
       const cuda::DeviceWeight& w = *at.w;
-      const int64_t T = p.n_tokens, K = w.n_in;
-      float* x = reinterpret_cast<float*>(base + at.x);
-      if (at.upload_x) {
-        if (K != w.k_pad) {  // the padding columns must be finite: they meet zero weights
-          DI_CUDA_CHECK(cudaMemset2DAsync(x + K, size_t(w.k_pad) * 4, 0, size_t(w.k_pad - K) * 4, size_t(T), stream_));
-        }
-        DI_CUDA_CHECK(cudaMemcpy2DAsync(x, size_t(w.k_pad) * 4, p.x, size_t(p.x_stride) * 4, size_t(K) * 4, size_t(T),
-                                        cudaMemcpyHostToDevice, stream_));
-      }
       cuda::LinearLaunch l;
-      if (p.epilogue == Epilogue::kF32AddBias) {
-        l.bias = reinterpret_cast<float*>(base + at.bias);
-        DI_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(l.bias), p.bias, size_t(T * p.n_rows) * 4, cudaMemcpyHostToDevice, stream_));
-      }
+      if (p.epilogue == Epilogue::kF32AddBias) l.bias = reinterpret_cast<const float*>(base + at.bias);
       l.kind = w.kind;
       l.w = w.data.get<uint8_t>();
       l.row_pitch = w.row_pitch;
@@ -137,8 +150,8 @@ class CudaBackend final : public Backend {
       l.scale_pitch = w.scale_pitch;
       l.block = w.block;
       l.k_pad = w.k_pad;
-      l.x = x;
-      l.n_tokens = T;
+      l.x = reinterpret_cast<const float*>(base + at.x);
+      l.n_tokens = p.n_tokens;
       l.row_begin = p.row_begin;
       l.n_rows = p.n_rows;
       l.epilogue = to_launch(p.epilogue);
@@ -147,24 +160,29 @@ class CudaBackend final : public Backend {
       else cuda::launch_linear(l, stream_);
     }
     launch_mma_groups();
+    DI_CUDA_CHECK(cudaMemcpyAsync(host + in_bytes, base + in_bytes, bytes - in_bytes, cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (size_t i = 0; i < ps.size(); ++i) {
       if (!placed_[i].w) continue;
       const LinearParams& p = ps[i];
-      DI_CUDA_CHECK(cudaMemcpy2DAsync(p.out, size_t(p.out_stride) * 4, base + placed_[i].out, size_t(p.n_rows) * 4,
-                                      size_t(p.n_rows) * 4, size_t(p.n_tokens), cudaMemcpyDeviceToHost, stream_));
+      const float* out = reinterpret_cast<const float*>(host + placed_[i].out);
+      for (int64_t t = 0; t < p.n_tokens; ++t) std::memcpy(p.out + t * p.out_stride, out + t * p.n_rows, size_t(p.n_rows) * 4);
     }
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   void hc_mix(const HcMixParams& p) override {
     if (p.n_tokens == 0) return;
     const float* fn = weights_.constant(p.fn, p.n_mix * p.width, stream_);
-    x_.reserve(size_t(p.n_tokens * p.width) * 4);
-    out_.reserve(size_t(p.n_tokens * p.n_mix) * 4);
-    DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), p.x, size_t(p.n_tokens * p.width) * 4, cudaMemcpyHostToDevice, stream_));
+    const size_t x_bytes = size_t(p.n_tokens * p.width) * 4, out_bytes = size_t(p.n_tokens * p.n_mix) * 4;
+    x_.reserve(x_bytes);
+    out_.reserve(out_bytes);
+    staging_.reserve(std::max(x_bytes, out_bytes));
+    std::memcpy(staging_.get(), p.x, x_bytes);
+    DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), staging_.get(), x_bytes, cudaMemcpyHostToDevice, stream_));
     cuda::launch_hc_mix({x_.get<float>(), p.n_tokens, p.width, fn, p.n_mix, p.eps, out_.get<float>()}, stream_);
-    DI_CUDA_CHECK(cudaMemcpyAsync(p.out, out_.get(), size_t(p.n_tokens * p.n_mix) * 4, cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), out_.get(), out_bytes, cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(p.out, staging_.get(), out_bytes);
   }
 
   void sparse_attention(const SparseAttentionParams& p) override { sparse_attentions({&p, 1}); }
@@ -222,7 +240,7 @@ class CudaBackend final : public Backend {
   }
 
   // Query tokens that share keys, n_heads and dim: q and weights gathered into pinned staging, each token's
-  // key count and output offset beside them, one launch, the scores back in one copy.
+  // key count and output offset and then the keys beside them, one launch, the scores back in one copy.
   void score(std::span<const IndexScoreParams> batch) {
     const IndexScoreParams& p0 = batch[0];
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, dim = p0.dim;
@@ -233,9 +251,12 @@ class CudaBackend final : public Backend {
     }
     if (max_keys == 0) return;
     const int64_t qw = T * H * dim + T * H;  // q, then weights
-    index_host_.reserve(size_t(qw + 1) * 4 + size_t(2 * T) * 8);
+    const int64_t qw_even = qw + (qw & 1);
+    index_host_.reserve(size_t(qw_even) * 4 + size_t(2 * T) * 8 + size_t(max_keys * dim) * 4);
     float* q_host = index_host_.get<float>();
-    auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw + (qw & 1));  // [T] key counts, [T] output offsets
+    auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw_even);  // [T] key counts, [T] output offsets
+    float* keys_host = reinterpret_cast<float*>(meta_host + 2 * T);
+    std::memcpy(keys_host, p0.keys, size_t(max_keys * dim) * 4);
     index_meta_.reserve(size_t(2 * T) * 8);
     int64_t at = 0;
     for (int64_t t = 0; t < T; ++t) {
@@ -251,7 +272,7 @@ class CudaBackend final : public Backend {
     out_.reserve(size_t(total) * 4);
     DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), q_host, size_t(qw) * 4, cudaMemcpyHostToDevice, stream_));
     DI_CUDA_CHECK(cudaMemcpyAsync(index_meta_.get(), meta_host, size_t(2 * T) * 8, cudaMemcpyHostToDevice, stream_));
-    DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), p0.keys, size_t(max_keys * dim) * 4, cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), keys_host, size_t(max_keys * dim) * 4, cudaMemcpyHostToDevice, stream_));
     cuda::IndexScoreLaunch l{x_.get<float>(), x_.get<float>() + T * H * dim, H, dim, rows_.get<float>(), max_keys, out_.get<float>()};
     l.n_tokens = T;
     l.token_keys = index_meta_.get<int64_t>();
@@ -295,11 +316,12 @@ class CudaBackend final : public Backend {
       }
     }
     const int64_t n_filled = int64_t(row_order_.size());
-    rows_host_.reserve(size_t(std::max<int64_t>(n_filled * D + T * H * D, 1)) * 4);
+    rows_host_.reserve(size_t(n_filled * D + T * H * D + H) * 4);
     float* rows = rows_host_.get<float>();
     for (int64_t r = 0; r < n_filled; ++r) std::memcpy(rows + r * D, row_order_[size_t(r)], size_t(D) * 4);
     float* q_host = rows + n_filled * D;  // [T, H, D] after the rows
     for (int64_t t = 0; t < T; ++t) std::memcpy(q_host + t * H * D, batch[size_t(t)].q, size_t(H * D) * 4);
+    std::memcpy(q_host + T * H * D, p0.sink, size_t(H) * 4);  // then the sink
 
     // Device: rows, then q, then sink; slot indices; outputs.
     rows_.reserve(size_t(n_filled * D + T * H * D + H) * 4);
@@ -308,8 +330,7 @@ class CudaBackend final : public Backend {
     float* rows_dev = rows_.get<float>();
     float* q_dev = rows_dev + n_filled * D;
     float* sink_dev = q_dev + T * H * D;
-    DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_filled * D + T * H * D) * 4, cudaMemcpyHostToDevice, stream_));
-    DI_CUDA_CHECK(cudaMemcpyAsync(sink_dev, p0.sink, size_t(H) * 4, cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_filled * D + T * H * D + H) * 4, cudaMemcpyHostToDevice, stream_));
     if (n_slots) {
       DI_CUDA_CHECK(cudaMemcpyAsync(index_.get(), slot_row, size_t(T * n_slots) * 4, cudaMemcpyHostToDevice, stream_));
     }
@@ -342,6 +363,7 @@ class CudaBackend final : public Backend {
     size_t x = 0, bias = 0, out = 0;        // byte offsets into batch_
   };
   DeviceBuffer batch_;
+  cuda::PinnedBuffer staging_;  // its host mirror (and hc_mix's x, then its output)
   std::vector<Placed> placed_;
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches
   DeviceBuffer descriptors_;                  // and their descriptors, on the device
