@@ -10,7 +10,7 @@
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
 #   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
 #   5. deepinfer bench --backend cuda --op-times on the 4-layer benchmark model: the defaults, the split
-#      attention, the FMA linear (E2E=0 skips it). The second run (2026-12-04, all five stages) took 196 s.
+#      attention, decode batch 256, the FMA linear (E2E=0 skips it). The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -110,6 +110,10 @@ if [ "${E2E:-1}" = 1 ]; then
     echo "== DEEPINFER_CUDA_ATTENTION=split" >>"$OUT_DIR/e2e.txt"
     DEEPINFER_CUDA_ATTENTION=split timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling \
       --prefill 128,512 --batch 1,8 --decode-steps 8 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, split $?"
+    # The issue's largest decode batch, apart and bounded (its 256 sequences' prompts are set up first).
+    echo "== decode batch 256" >>"$OUT_DIR/e2e.txt"
+    timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 16 --batch 256 \
+      --decode-steps 4 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, batch 256 $?"
     echo "== DEEPINFER_CUDA_LINEAR=fma" >>"$OUT_DIR/e2e.txt"
     DEEPINFER_CUDA_LINEAR=fma timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling \
       --prefill 128 --batch 1,8 --decode-steps 8 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, fma $?"
