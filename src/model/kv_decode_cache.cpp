@@ -35,7 +35,7 @@ const float* RowDecodeCache::row(int64_t j) {
   if (slot < 0) {
     slot = int32_t(n_decoded_++);
     if (size_t(slot / kRowsPerBlock) == blocks_.size()) {
-      blocks_.push_back(std::make_unique<float[]>(size_t(kRowsPerBlock * format_.n_values)));
+      blocks_.push_back(std::make_unique_for_overwrite<float[]>(size_t(kRowsPerBlock * format_.n_values)));  // not zeroed
     }
     unpack_kv_row(format_, paged_ ? paged_->row(j) : rows_ + j * format_.row_bytes, row_at(slot));
   }
@@ -49,6 +49,10 @@ float* RowDecodeCache::row_at(int64_t slot) {
 void KeyDecodeCache::bind(const KvRowFormat& format, const PagedRows& rows, const void* owner) {
   if (&rows == rows_ && owner == owner_) return;
   DI_CHECK(rows.row_bytes() == format.row_bytes);
+  if (format.n_values != format_.n_values) {  // capacity_ counts rows of the old width
+    decoded_.reset();
+    capacity_ = 0;
+  }
   format_ = format;
   rows_ = &rows;
   owner_ = owner;
@@ -57,15 +61,21 @@ void KeyDecodeCache::bind(const KvRowFormat& format, const PagedRows& rows, cons
 
 const float* KeyDecodeCache::keys(int64_t n_keys) {
   if (n_keys > n_decoded_) {
-    if (decoded_.size() < size_t(n_keys * format_.n_values)) decoded_.resize(size_t(n_keys * format_.n_values));
+    if (capacity_ < n_keys) {  // grown without zeroing: every row below n_keys is written before it is read
+      const int64_t capacity = std::max(n_keys, 2 * capacity_);
+      auto grown = std::make_unique_for_overwrite<float[]>(size_t(capacity * format_.n_values));
+      if (n_decoded_) std::copy_n(decoded_.get(), n_decoded_ * format_.n_values, grown.get());
+      decoded_ = std::move(grown);
+      capacity_ = capacity;
+    }
     DI_CHECK(n_keys <= rows_->n_rows());
     while (n_decoded_ < n_keys) {  // one run of rows per page
       const int64_t n = std::min(rows_->contiguous_rows(n_decoded_), n_keys - n_decoded_);
-      unpack_kv_rows(format_, rows_->row(n_decoded_), n, decoded_.data() + n_decoded_ * format_.n_values);
+      unpack_kv_rows(format_, rows_->row(n_decoded_), n, decoded_.get() + n_decoded_ * format_.n_values);
       n_decoded_ += n;
     }
   }
-  return decoded_.data();
+  return decoded_.get();
 }
 
 }  // namespace deepinfer

@@ -50,7 +50,8 @@ class KeyDecodeCache {
   KvRowFormat format_;
   const PagedRows* rows_ = nullptr;
   const void* owner_ = nullptr;
-  std::vector<float> decoded_;
+  std::unique_ptr<float[]> decoded_;  // [capacity_, format_.n_values]
+  int64_t capacity_ = 0;
   int64_t n_decoded_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include "core/dtypes.h"
 #include "core/status.h"
 #include "model/config.h"
+#include "model/ops_avx512.h"
 
 namespace deepinfer {
 
@@ -194,10 +195,15 @@ void unpack_kv_row(const KvRowFormat& f, const uint8_t* row, float* out) {
     case KvRowKind::kV41Kv: {
       const float* table = e4m3_table().value;
       const uint8_t* scales = row + n + 2 * f.n_rope;
+      const bool simd = ops_avx512_available();
       for (int64_t b = 0; b < f.n_scales; ++b) {
         const float s = e8m0_to_float(scales[b]);
         const int64_t b0 = b * f.block, b1 = std::min(n, b0 + f.block);
-        for (int64_t i = b0; i < b1; ++i) out[i] = table[row[i]] * s;
+        if (simd) {
+          unpack_e4m3_avx512(row + b0, b1 - b0, s, out + b0);
+        } else {
+          for (int64_t i = b0; i < b1; ++i) out[i] = table[row[i]] * s;
+        }
       }
       for (int64_t i = 0; i < f.n_rope; ++i) {
         out[n + i] = bits_to_float((uint32_t(row[n + 2 * i]) | uint32_t(row[n + 2 * i + 1]) << 8) << 16);
@@ -208,10 +214,15 @@ void unpack_kv_row(const KvRowFormat& f, const uint8_t* row, float* out) {
     case KvRowKind::kFp4Key: {
       const uint8_t* scales = row + (n + 1) / 2;
       const bool e4m3_scales = f.kind == KvRowKind::kV41Fp4;
+      const bool simd = ops_avx512_available() && f.block % 2 == 0;  // every block starts at a whole byte
       for (int64_t b = 0; b < f.n_scales; ++b) {
         const float s = e4m3_scales ? e4m3_table().value[scales[b]] : e8m0_to_float(scales[b]);
         const int64_t b0 = b * f.block, b1 = std::min(n, b0 + f.block);
-        for (int64_t i = b0; i < b1; ++i) out[i] = kE2M1Values[(row[i / 2] >> (4 * (i & 1))) & 0xf] * s;
+        if (simd) {
+          unpack_e2m1_avx512(row + b0 / 2, b1 - b0, s, out + b0);
+        } else {
+          for (int64_t i = b0; i < b1; ++i) out[i] = kE2M1Values[(row[i / 2] >> (4 * (i & 1))) & 0xf] * s;
+        }
       }
       break;
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "core/dtypes.h"
 
@@ -281,6 +282,46 @@ void qdq_fp4_block_avx512(float* x, int64_t n, double s) {
   for (int64_t i = 0; i < n; i += 8) {
     const __mmask8 m = tail_mask(n - i);
     store_ps(x + i, m, _mm512_mul_pd(e2m1_round_pd(divide(load_pd(x + i, m))), divide.s));
+  }
+}
+
+namespace {
+// 16 bytes from p, of which the first n (<= 16) are read (byte-masked loads need AVX512BW, not assumed here).
+inline __m128i load_bytes(const uint8_t* p, int64_t n) {
+  if (n >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  alignas(16) uint8_t part[16] = {};
+  std::memcpy(part, p, size_t(n));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(part));
+}
+}  // namespace
+
+void unpack_e4m3_avx512(const uint8_t* codes, int64_t n, float s, float* out) {
+  // e4m3_to_float's bit placement: exponent and mantissa at float bits 20..26, times 2^120 (exact for
+  // subnormal codes too), the sign moved to bit 31, and NaN for the two codes with every low bit set.
+  const __m512i low_bits = _mm512_set1_epi32(0x7f), sign_bit = _mm512_set1_epi32(0x80);
+  const __m512 rescale = _mm512_set1_ps(0x1p120f), nan = _mm512_set1_ps(NAN), scale = _mm512_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __m512i c = _mm512_cvtepu8_epi32(load_bytes(codes + i, n - i));
+    const __m512i low = _mm512_and_si512(c, low_bits);
+    const __m512 magnitude = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(low, 20)), rescale);
+    __m512 v = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_castps_si512(magnitude), _mm512_slli_epi32(_mm512_and_si512(c, sign_bit), 24)));
+    v = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(low, low_bits), v, nan);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(v, scale));
+  }
+}
+
+void unpack_e2m1_avx512(const uint8_t* packed, int64_t n, float s, float* out) {
+  const __m512 values = _mm512_loadu_ps(kE2M1Values), scale = _mm512_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    // Byte j of the 8 widened to lanes 2j and 2j + 1; the odd lanes take the high nibble.
+    const __m512i bytes = _mm512_cvtepu8_epi32(load_bytes(packed + i / 2, (std::min<int64_t>(16, n - i) + 1) / 2));
+    const __m512i pairs = _mm512_permutexvar_epi32(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), bytes);
+    const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i nibbles = _mm512_and_si512(_mm512_srlv_epi32(pairs, shifts), _mm512_set1_epi32(0xf));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_permutexvar_ps(nibbles, values), scale));
   }
 }
 

@@ -48,5 +48,10 @@ void hadamard_128_avx512(float* x);
 float abs_max_avx512(const float* x, int64_t n);
 // The elementwise part of qdq_fp8 for one block with scale s: x[i] = f32(e4m3_round(x[i] / s) * s).
 void qdq_fp8_block_avx512(float* x, int64_t n, double s);
+// Decoding a packed cache row's block (kv_format.h), 16 values at a time: out[i] = e4m3_to_float(codes[i]) * s,
+// and out[i] = e2m1_to_float(nibble i of packed) * s (element 2j in the low nibble of byte j). Bit for bit the
+// scalar products, NaN codes included.
+void unpack_e4m3_avx512(const uint8_t* codes, int64_t n, float s, float* out);
+void unpack_e2m1_avx512(const uint8_t* packed, int64_t n, float s, float* out);
 
 }  // namespace deepinfer

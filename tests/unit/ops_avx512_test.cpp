@@ -245,6 +245,42 @@ TEST_F(OpsAvx512, QdqFp4BlockMatchesTheContract) {
   expect_qdq_block_matches(17, {32, 29}, 400, [](double v) { return e2m1_round(v); }, qdq_fp4_block_avx512);
 }
 
+// Every code (the NaN codes and subnormals included), at e8m0 / e4m3 scales from tiny to huge, for every
+// length up to 40 (the tails) and offsets that leave the input unaligned.
+TEST_F(OpsAvx512, UnpackE4m3AndE2m1MatchTheScalarDecode) {
+  std::vector<uint8_t> codes(512);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint8_t(i * 37 + i / 256);  // each code, in two orders
+  std::vector<float> got(512), want(512);
+  for (float s : {1.0f, 0x1p-127f, 0x1p-20f, 0.375f, 0x1p100f, 448.0f}) {
+    for (int64_t offset : {0, 3}) {
+      const int64_t n = int64_t(codes.size()) - offset;
+      unpack_e4m3_avx512(codes.data() + offset, n, s, got.data());
+      for (int64_t i = 0; i < n; ++i) want[size_t(i)] = e4m3_to_float(codes[size_t(offset + i)]) * s;
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << "e4m3 s " << s << " i " << i;
+      unpack_e2m1_avx512(codes.data() + offset, 2 * (n / 2), s, got.data());
+      for (int64_t i = 0; i < 2 * (n / 2); ++i) {
+        want[size_t(i)] = e2m1_to_float(uint8_t(codes[size_t(offset + i / 2)] >> (4 * (i & 1)))) * s;
+        ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << "e2m1 s " << s << " i " << i;
+      }
+    }
+  }
+  for (int64_t n = 0; n <= 40; ++n) {  // no value written past n
+    std::vector<float> out(48, -7.0f);
+    unpack_e4m3_avx512(codes.data() + 1, n, 2.0f, out.data());
+    for (int64_t i = 0; i < 48; ++i) {
+      const float expect = i < n ? e4m3_to_float(codes[size_t(1 + i)]) * 2.0f : -7.0f;
+      ASSERT_EQ(bits(out[size_t(i)]), bits(expect)) << "e4m3 n " << n << " i " << i;
+    }
+    if (n % 2) continue;
+    std::fill(out.begin(), out.end(), -7.0f);
+    unpack_e2m1_avx512(codes.data() + 1, n, 2.0f, out.data());
+    for (int64_t i = 0; i < 48; ++i) {
+      const float expect = i < n ? e2m1_to_float(uint8_t(codes[size_t(1 + i / 2)] >> (4 * (i & 1)))) * 2.0f : -7.0f;
+      ASSERT_EQ(bits(out[size_t(i)]), bits(expect)) << "e2m1 n " << n << " i " << i;
+    }
+  }
+}
+
 TEST_F(OpsAvx512, Hadamard128MatchesTheScalarButterflies) {
   std::mt19937 rng(18);
   for (double wild : {0.0, 0.02}) {
