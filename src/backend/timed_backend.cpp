@@ -24,7 +24,6 @@ const char* weight_type_name(WeightType type) {
     case WeightType::kFp8: return "fp8";
     case WeightType::kFp4: return "fp4";
     case WeightType::kOther: return "other";
-    case WeightType::kMixed: return "mixed";
   }
   return "?";
 }
@@ -69,16 +68,23 @@ double TimedBackend::timed(OpKind kind, int64_t calls, Call&& call) {
 
 void TimedBackend::add_linear(std::span<const LinearParams> ps, double seconds) {
   if (!linear_times_ || ps.empty()) return;
-  WeightType type = weight_type(ps.front().weight->dtype);
-  double bytes = 0;
+  LinearTimes batch{};
+  double total_bytes = 0;
   for (const LinearParams& p : ps) {
-    if (weight_type(p.weight->dtype) != type) type = WeightType::kMixed;
-    bytes += linear_weight_bytes(p);
+    LinearTime& t = batch[size_t(weight_type(p.weight->dtype))];
+    const double bytes = linear_weight_bytes(p);
+    t.calls += 1;
+    t.weight_bytes += bytes;
+    total_bytes += bytes;
   }
-  LinearTime& t = (*linear_times_)[size_t(type)];
-  t.calls += int64_t(ps.size());
-  t.seconds += seconds;
-  t.weight_bytes += bytes;
+  for (size_t k = 0; k < batch.size(); ++k) {
+    if (batch[k].calls == 0) continue;
+    LinearTime& t = (*linear_times_)[k];
+    t.calls += batch[k].calls;
+    // By bytes; a batch that reads no weight bytes (empty ops) splits by op count.
+    t.seconds += seconds * (total_bytes > 0 ? batch[k].weight_bytes / total_bytes : double(batch[k].calls) / double(ps.size()));
+    t.weight_bytes += batch[k].weight_bytes;
+  }
 }
 
 void TimedBackend::linear(const LinearParams& p) {

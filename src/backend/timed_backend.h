@@ -31,10 +31,12 @@ struct OpTime {
 };
 using OpTimes = std::array<OpTime, kOpKinds>;  // indexed by OpKind
 
-// The storage type of a linear op's weight; a linears() span whose weights differ counts as kMixed.
-enum class WeightType { kBf16, kFp8, kFp4, kOther, kMixed };
-inline constexpr int kWeightTypes = 5;
-const char* weight_type_name(WeightType type);  // "bf16", "fp8", "fp4", "other", "mixed"
+// The storage type of a linear op's weight. A linears() batch whose weights differ in type has its time
+// split between the types in proportion to the weight bytes each type's ops read (the ops run together, so
+// their own times are not seen apart).
+enum class WeightType { kBf16, kFp8, kFp4, kOther };
+inline constexpr int kWeightTypes = 4;
+const char* weight_type_name(WeightType type);  // "bf16", "fp8", "fp4", "other"
 
 struct LinearTime {
   int64_t calls = 0;

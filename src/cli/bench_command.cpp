@@ -361,7 +361,8 @@ Runner add_bench_command(CLI::App& app) {
       for (int k = 0; k < kWeightTypes; ++k) {
         if (std::any_of(rows.begin(), rows.end(), [&](const Row& r) { return r.linear[size_t(k)].calls > 0; })) types.push_back(k);
       }
-      std::printf("\nlinear ms per step by weight type (GB/s of the weight bytes those calls read)\n%-18s", "phase");
+      std::printf("\nlinear ms per step by weight type (GB/s of the weight bytes those calls read; a batch that mixes types "
+                  "has its time split by their bytes)\n%-18s", "phase");
       for (int k : types) std::printf(" %22s", weight_type_name(WeightType(k)));
       std::printf("\n");
       for (const Row& r : rows) {

@@ -15,6 +15,7 @@ namespace {
 struct MoeBuffers {
   std::vector<float> uq;    // [T, D] the activation-quantised input
   std::vector<double> acc;  // [T, D] the exact M8 sums
+  std::vector<float> shared_a, shared_b, shared_y;  // [T, IS], [T, IS], [T, D] the shared expert's
 };
 }  // namespace
 
@@ -27,8 +28,35 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   const double limit = double(float(c.swiglu_limit));
   const double route_scale = v41 ? c.route_scale : double(float(c.route_scale));
 
+  // The [T, D] and shared-expert buffers reused from call to call (thread_local, as block_buffers): 320 MB at
+  // 4096 tokens that no longer come and go beside the attention's in every layer (the heap's peak, faulted in
+  // once).
+  thread_local MoeBuffers buf;
+  std::vector<float>& uq = buf.uq;
+  uq.assign(u.begin(), u.end());
+  act_qdq_rows(uq, T, D);
+
+  // M1 with the shared expert's w1 / w3 (M7), which read the same token rows and nothing the routing
+  // decides: one batch (one wait on a GPU).
   std::vector<float> gate(static_cast<size_t>(T * E));
-  backend_->linear({u.data(), D, T, &w.gate, 0, E, Epilogue::kSqrtSoftplus, nullptr, gate.data(), E});  // M1
+  std::vector<float>& shared_a = buf.shared_a;
+  std::vector<float>& shared_b = buf.shared_b;
+  std::vector<float>& shared_y = buf.shared_y;
+  shared_a.resize(size_t(T * IS));
+  shared_b.resize(size_t(T * IS));
+  shared_y.resize(size_t(T * D));
+  const LinearParams m1_m7[] = {
+      {u.data(), D, T, &w.gate, 0, E, Epilogue::kSqrtSoftplus, nullptr, gate.data(), E},                 // M1
+      {uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, shared_a.data(), IS},             // M7
+      {uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, shared_b.data(), IS},
+  };
+  backend_->linears(m1_m7);
+  const double shared_limit = v41 ? limit : INFINITY;  // M7: no clamp in V4; V4.1 clamps the shared expert too
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    swiglu(&shared_a[size_t(t0 * IS)], &shared_b[size_t(t0 * IS)], (t1 - t0) * IS, shared_limit, 1.0, &shared_a[size_t(t0 * IS)]);
+  });
+  act_qdq_rows(shared_a, T, IS);
+  const LinearParams shared_w2{shared_a.data(), IS, T, &w.shared.w2, 0, D, Epilogue::kBf16, nullptr, shared_y.data(), D};
 
   // M2/M3: per token the chosen experts and their weights.
   std::vector<int64_t> chosen(static_cast<size_t>(T * K));
@@ -58,12 +86,6 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     }
   }
 
-  // The two [T, D] buffers reused from call to call (thread_local, as block_buffers): 192 MB at 4096 tokens
-  // that no longer come and go beside the attention's in every layer (the heap's peak, faulted in once).
-  thread_local MoeBuffers buf;
-  std::vector<float>& uq = buf.uq;
-  uq.assign(u.begin(), u.end());
-  act_qdq_rows(uq, T, D);
   std::vector<double>& acc = buf.acc;
   acc.assign(size_t(T * D), 0.0);  // M8 sums exactly, rounds once
 
@@ -72,8 +94,9 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   // w3 as one parallel region and its w2 as another (Backend::linears) instead of three per expert; each row's
   // arithmetic and the order of the M8 sums (experts ascending) are unchanged. In prefill each expert is its
   // own group: alternating runs of a 512-token prefill were ~3% slower with groups of 256 rows (both threads
-  // then stream different experts' weights instead of one matrix).
-  const int64_t group_rows = T <= 16 ? T * K : 1;  // a group is run once it holds this many rows
+  // then stream different experts' weights instead of one matrix). The shared expert's w2 joins the last
+  // group's w2 batch (in decode: the routed w2 of every expert and the shared one, one wait on a GPU).
+  const bool one_group = T <= 16;  // decode: every routed row in one group, else one group per expert
   struct Routed {
     int64_t expert, first_row, n_rows;
   };
@@ -82,9 +105,12 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   std::vector<double> row_weight;     // and route weight
   std::vector<float> x, a, b, y;
   std::vector<LinearParams> ps;
-  auto run_group = [&]() {
+  auto run_group = [&](bool last) {
     const int64_t n = int64_t(row_token.size());
-    if (n == 0) return;
+    if (n == 0) {
+      if (last) backend_->linear(shared_w2);
+      return;
+    }
     x.resize(size_t(n * D));
     a.resize(size_t(n * I));
     b.resize(size_t(n * I));
@@ -111,6 +137,7 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
       ps.push_back({&a[size_t(g.first_row * I)], I, g.n_rows, &w.experts[size_t(g.expert)].w2, 0, D, Epilogue::kBf16,
                     nullptr, &y[size_t(g.first_row * D)], D});  // M6
     }
+    if (last) ps.push_back(shared_w2);
     backend_->linears(ps);
     // Column ranges on the backend's threads; each element still adds its rows in ascending order.
     backend_->for_rows((D + kColumnRange - 1) / kColumnRange, [&](int64_t j0, int64_t j1) {
@@ -137,27 +164,13 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     }
     const int64_t n = int64_t(row_token.size()) - first_row;
     if (n > 0) group.push_back({e, first_row, n});
-    if (int64_t(row_token.size()) >= group_rows) run_group();
+    // The last group runs after the loop, with the shared w2.
+    if (!one_group && e + 1 < E) run_group(false);
   }
-  run_group();
+  run_group(true);
 
-  // M7: the shared expert (no clamp in V4).
-  a.resize(size_t(T * IS));
-  b.resize(size_t(T * IS));
-  y.resize(size_t(T * D));
-  const LinearParams shared_w1_w3[] = {
-      {uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, a.data(), IS},
-      {uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, b.data(), IS},
-  };
-  backend_->linears(shared_w1_w3);  // independent: one batch (one wait on a GPU)
-  const double shared_limit = v41 ? limit : INFINITY;  // V4.1 clamps the shared expert too
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    swiglu(&a[size_t(t0 * IS)], &b[size_t(t0 * IS)], (t1 - t0) * IS, shared_limit, 1.0, &a[size_t(t0 * IS)]);
-  });
-  act_qdq_rows(a, T, IS);
-  backend_->linear({a.data(), IS, T, &w.shared.w2, 0, D, Epilogue::kBf16, nullptr, y.data(), D});
-  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t i = t0 * D; i < t1 * D; ++i) out[size_t(i)] = round_bf16(acc[size_t(i)] + y[size_t(i)]);  // M8
+    for (int64_t i = t0 * D; i < t1 * D; ++i) out[size_t(i)] = round_bf16(acc[size_t(i)] + shared_y[size_t(i)]);  // M8
   });
 }
 

@@ -4,7 +4,11 @@
 // and must change nothing: its logits equal those of a model opened the ordinary way, bit for bit.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <memory>
+#include <span>
+#include <thread>
 #include <string>
 
 #include "backend/timed_backend.h"
@@ -69,6 +73,35 @@ TEST(TimedBackend, LinearWeightBytesCountTheRowsReadAndTheirScales) {
   EXPECT_EQ(linear_weight_bytes({.weight = &fp4, .row_begin = 0, .n_rows = 3}), 3.0 * 32 + 3 * 2);
   const LinearWeight bf16{.dtype = DType::kBF16, .n_out = 8, .n_in = 10};
   EXPECT_EQ(linear_weight_bytes({.weight = &bf16, .row_begin = 2, .n_rows = 5}), 5.0 * 20);
+}
+
+// A linears() batch of two weight types: its time goes to each type in proportion to the bytes its ops read.
+TEST(TimedBackend, MixedBatchSplitsItsTimeByWeightBytes) {
+  struct Slow final : Backend {  // each batch takes at least a millisecond
+    const char* name() const override { return "slow"; }
+    void linear(const LinearParams&) override { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }
+    void linears(std::span<const LinearParams>) override { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }
+    void hc_mix(const HcMixParams&) override {}
+    void sparse_attention(const SparseAttentionParams&) override {}
+    void index_scores(const IndexScoreParams&) override {}
+  };
+  OpTimes times{};
+  LinearTimes linear{};
+  TimedBackend timed(std::make_unique<Slow>(), &times, &linear);
+  const LinearWeight fp8{.dtype = DType::kF8E4M3, .n_out = 256, .n_in = 256, .block = 128};   // 65536 + 4 bytes
+  const LinearWeight bf16{.dtype = DType::kBF16, .n_out = 64, .n_in = 256};                   // 32768 bytes
+  const LinearParams ops[] = {{.weight = &fp8, .n_rows = 256}, {.weight = &bf16, .n_rows = 64}, {.weight = &fp8, .n_rows = 256}};
+  timed.linears(ops);
+  const LinearTime &f = linear[size_t(WeightType::kFp8)], &b = linear[size_t(WeightType::kBf16)];
+  EXPECT_EQ(f.calls, 2);
+  EXPECT_EQ(b.calls, 1);
+  EXPECT_EQ(f.weight_bytes, 2 * 65540.0);
+  EXPECT_EQ(b.weight_bytes, 32768.0);
+  EXPECT_GE(f.seconds + b.seconds, 1e-3);
+  EXPECT_NEAR(f.seconds + b.seconds, times[size_t(OpKind::kLinear)].seconds, 1e-12);
+  EXPECT_NEAR(f.seconds / b.seconds, f.weight_bytes / b.weight_bytes, 1e-9);
+  EXPECT_EQ(times[size_t(OpKind::kLinear)].calls, 3);
+  EXPECT_EQ(times[size_t(OpKind::kLinear)].entries, 1);
 }
 
 TEST(ModelBackendOption, WrappedBackendRunsEveryOpAndChangesNothing) {
