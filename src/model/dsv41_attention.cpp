@@ -41,35 +41,46 @@ int Model::published_keys_layer(int layer, int64_t pos, bool is_prompt, int64_t 
   return -1;
 }
 
-void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, const std::vector<float>& u) {
+void Model::add_kv_source_projections(int layer, const std::vector<float>& u, int64_t n_tokens, KvSourceProjections& out,
+                                      std::vector<LinearParams>& ops) {
+  const ModelConfig& c = config_;
+  const BlockWeights& w = weights_.layers[size_t(layer)];
+  const int64_t T = n_tokens, D = c.dim, HD = c.head_dim;
+  out.kv.resize(size_t(T * HD));
+  if (c.compress_ratio(layer) == 1) {  // step 15: the latents themselves
+    ops.push_back({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.compressor.wkv, .row_begin = 0, .n_rows = HD,
+                   .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.kv.data(), .out_stride = HD});
+    return;
+  }
+  out.score.resize(size_t(T * HD));  // step 16
+  ops.push_back({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.compressor.wkv, .row_begin = 0, .n_rows = HD,
+                 .epilogue = Epilogue::kF32, .bias = nullptr, .out = out.kv.data(), .out_stride = HD});
+  ops.push_back({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.compressor.wgate, .row_begin = 0, .n_rows = HD,
+                 .epilogue = Epilogue::kF32, .bias = nullptr, .out = out.score.data(), .out_stride = HD});
+}
+
+void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, KvSourceProjections& projected) {
   const ModelConfig& c = config_;
   const BlockWeights& w = weights_.layers[size_t(layer)];
   const RopeTable& rope = layer_rope_[size_t(layer)];
   const int ratio = c.compress_ratio(layer);
-  const int64_t T = batch.n_tokens(), D = c.dim, HD = c.head_dim, ID = c.index_head_dim, RD = c.rope_head_dim;
+  const int64_t T = batch.n_tokens(), HD = c.head_dim, ID = c.index_head_dim, RD = c.rope_head_dim;
   const double eps = c.norm_eps_value();
   // New latents (pre-RoPE, step 15 / 17) in token order with their chunk and row index.
   std::vector<float> latents;
   std::vector<int> latent_chunk;
   std::vector<int64_t> latent_row;
   if (ratio == 1) {  // step 15: every position is its own row
-    latents.resize(size_t(T * HD));
-    backend_->linear({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.compressor.wkv, .row_begin = 0, .n_rows = HD,
-                      .epilogue = Epilogue::kBf16, .bias = nullptr, .out = latents.data(), .out_stride = HD});
+    latents = std::move(projected.kv);
     for (int64_t t = 0; t < T; ++t) {
       rmsnorm(&latents[size_t(t * HD)], w.compressor.norm, HD, eps, &latents[size_t(t * HD)]);
       latent_chunk.push_back(batch.chunk[size_t(t)]);
       latent_row.push_back(batch.pos[size_t(t)]);
     }
   } else {  // steps 16-17: ratio-2 groups pooled per channel with a softmax over the group's scores
-    std::vector<float> ckv(static_cast<size_t>(T * HD)), csc(static_cast<size_t>(T * HD)), pooled(static_cast<size_t>(HD));
-    const LinearParams kv_gate[] = {  // independent: one batch (one wait on a GPU)
-        {.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.compressor.wkv, .row_begin = 0, .n_rows = HD,
-         .epilogue = Epilogue::kF32, .bias = nullptr, .out = ckv.data(), .out_stride = HD},
-        {.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.compressor.wgate, .row_begin = 0, .n_rows = HD,
-         .epilogue = Epilogue::kF32, .bias = nullptr, .out = csc.data(), .out_stride = HD},
-    };
-    backend_->linears(kv_gate);
+    const std::vector<float>& ckv = projected.kv;
+    const std::vector<float>& csc = projected.score;
+    std::vector<float> pooled(static_cast<size_t>(HD));
     for (int64_t t = 0; t < T; ++t) {
       const int ci = batch.chunk[size_t(t)];
       CompressorState& cs = batch.states[size_t(ci)]->layers[size_t(layer)].compressor;
@@ -120,7 +131,8 @@ void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scra
 }
 
 void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
-                            const std::vector<float>& u, QkvV41& out) {
+                            const std::vector<float>& u, QkvV41& out, std::span<const LinearParams> with_u,
+                            const LinearWeight* index_wq_b, float* iq) {
   const ModelConfig& c = config_;
   const int64_t T = int64_t(positions.size()), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
   const int64_t QL = c.q_lora_rank;
@@ -130,20 +142,28 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
   std::vector<float> qr(static_cast<size_t>(T * QL));
   out.q.resize(size_t(T * H * HD));
   out.kv.resize(size_t(T * HD));
-  const LinearParams wq_a_wkv[] = {  // independent: one batch (one wait on a GPU)
+  std::vector<LinearParams> projections = {  // independent: one batch (one wait on a GPU)
       {.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wq_a, .row_begin = 0, .n_rows = QL,
        .epilogue = Epilogue::kBf16, .bias = nullptr, .out = qr.data(), .out_stride = QL},
       {.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wkv, .row_begin = 0, .n_rows = HD,
        .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.kv.data(), .out_stride = HD},
   };
-  backend_->linears(wq_a_wkv);
+  projections.insert(projections.end(), with_u.begin(), with_u.end());
+  backend_->linears(projections);
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);
   });
   out.qr_quantized = qr;
   act_qdq_rows(out.qr_quantized, T, QL);
-  backend_->linear({.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = &w.wq_b, .row_begin = 0,
-                    .n_rows = H * HD, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.q.data(), .out_stride = H * HD});
+  projections.clear();
+  projections.push_back({.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = &w.wq_b, .row_begin = 0,
+                         .n_rows = H * HD, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.q.data(), .out_stride = H * HD});
+  if (index_wq_b) {  // step 20, on the same input
+    projections.push_back({.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = index_wq_b, .row_begin = 0,
+                           .n_rows = index_wq_b->n_out, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iq,
+                           .out_stride = index_wq_b->n_out});
+  }
+  backend_->linears(projections);
   // Ranges of query heads; a token's last range also takes its kv row.
   for_token_ranges(*backend_, T, H, kHeadRange, [&](int64_t t, int64_t h0, int64_t h1) {
     const int64_t pos = positions[size_t(t)];
@@ -208,29 +228,37 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   const BlockWeights& w = weights_.layers[size_t(layer)];
   const RopeTable& rope = layer_rope_[size_t(layer)];
   const int64_t T = batch.n_tokens(), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
-  const int64_t QL = c.q_lora_rank, W = c.window_size;
+  const int64_t W = c.window_size;
   const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
   const int ratio = c.compress_ratio(layer);
   // The [T, H, HD] query and output rows in buffers reused from call to call (thread_local, as block_buffers;
   // no call below re-enters attention_v41), so a long prefill does not allocate and fault in hundreds of MB
   // of them per layer.
+  // The projections go to the backend in two batches (two waits on a GPU): those of u (wq_a, wkv, the KV
+  // source's compressor, the indexer's weights projection), then those of the quantised q latent (wq_b, the
+  // indexer's wq_b).
+  const bool kv_source = ratio != 0 && c.is_kv_source(layer) && scratch.kv_source_done_layer != layer;
+  const bool index_source = ratio != 0 && c.is_index_source(layer);
+  std::vector<LinearParams> with_u;
+  KvSourceProjections kv_source_projected;
+  if (kv_source) add_kv_source_projections(layer, u, T, kv_source_projected, with_u);
+  std::vector<float> iq, iw;
+  if (index_source) {
+    DI_CHECK(w.index_wq_b.n_out == IH * ID);
+    iq.resize(size_t(T * IH * ID));
+    iw.resize(size_t(T * IH));
+    with_u.push_back({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.index_weights_proj, .row_begin = 0,
+                      .n_rows = IH, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iw.data(), .out_stride = IH});  // step 23
+  }
   thread_local QkvV41 qkv;
-  project_qkv_v41(w, rope, batch.pos, u, qkv);
+  project_qkv_v41(w, rope, batch.pos, u, qkv, with_u, index_source ? &w.index_wq_b : nullptr, iq.data());
   const std::vector<float>& q = qkv.q;
   const std::vector<float>& kv = qkv.kv;
-  const std::vector<float>& qrq = qkv.qr_quantized;
 
   const int owner = ratio == 0 ? -1 : latest_layer(layer, [&](int l) { return c.is_kv_source(l); });
-  if (ratio != 0 && c.is_kv_source(layer) && scratch.kv_source_done_layer != layer) {
-    kv_source_update_v41(layer, batch, scratch, u);
-  }
-  if (ratio != 0 && c.is_index_source(layer)) {  // steps 20-27
-    std::vector<float> iq(static_cast<size_t>(T * IH * ID)), iw(static_cast<size_t>(T * IH)), scores;
-    // Two calls, not one batch: the FP8 and bf16 weights stay apart, as `bench --op-times` splits time by type.
-    backend_->linear({.x = qrq.data(), .x_stride = QL, .n_tokens = T, .weight = &w.index_wq_b, .row_begin = 0, .n_rows = IH * ID,
-                      .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iq.data(), .out_stride = IH * ID});
-    backend_->linear({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.index_weights_proj, .row_begin = 0, .n_rows = IH,
-                      .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iw.data(), .out_stride = IH});
+  if (kv_source) kv_source_update_v41(layer, batch, scratch, kv_source_projected);
+  if (index_source) {  // steps 20-27
+    std::vector<float> scores;
     const double index_scale = 1.0 / std::sqrt(double(ID) * double(IH));
     const bool is_candidate_source = layer == c.candidate_source_layer;
     const bool uses_candidates = c.candidate_source_layer >= 0 && layer > c.candidate_source_layer;

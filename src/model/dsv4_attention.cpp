@@ -64,27 +64,40 @@ void pool_group(CompressorState& cs, int64_t g, int64_t d, const uint16_t* norm,
 
 }  // namespace
 
+// C1 and C2 of one compressor for a call's tokens: ops for the caller to hand to the backend in a batch with
+// the layer's other projections of u, and their outputs.
+struct CompressorProjections {
+  int64_t width = 0;
+  std::vector<float> kv, score, ape;  // [T, width] each
+
+  // pos: the call's token positions; u: [T, dim].
+  void add_ops(const CompressorWeights& w, int ratio, int64_t d, const std::vector<int64_t>& pos, const std::vector<float>& u,
+               int64_t dim, std::vector<LinearParams>& ops) {
+    const int64_t T = int64_t(pos.size());
+    width = (ratio == 4 ? 2 : 1) * d;
+    kv.resize(size_t(T * width));
+    score.resize(size_t(T * width));
+    ape.resize(size_t(T * width));
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(w.ape + (pos[size_t(t)] % ratio) * width, width, &ape[size_t(t * width)]);
+    }
+    ops.push_back({u.data(), dim, T, &w.wkv, 0, width, Epilogue::kF32, nullptr, kv.data(), width});                // C1
+    ops.push_back({u.data(), dim, T, &w.wgate, 0, width, Epilogue::kF32AddBias, ape.data(), score.data(), width});  // C2
+  }
+};
+
 void Model::compressor_update(const CompressorWeights& w, const RopeTable& rope, int ratio, int64_t d,
                                   bool is_index, const Batch& batch, bool is_mtp, int layer_index,
-                                  const std::vector<float>& u) {
+                                  const CompressorProjections& projected) {
   const ModelConfig& c = config_;
-  const int64_t T = batch.n_tokens(), D = c.dim, width = (ratio == 4 ? 2 : 1) * d;
-  std::vector<float> ckv(static_cast<size_t>(T * width)), csc(size_t(T * width)), ape(size_t(T * width));
-  for (int64_t t = 0; t < T; ++t) {
-    std::copy_n(w.ape + (batch.pos[size_t(t)] % ratio) * width, width, &ape[size_t(t * width)]);
-  }
-  const LinearParams c12[] = {
-      {u.data(), D, T, &w.wkv, 0, width, Epilogue::kF32, nullptr, ckv.data(), width},            // C1
-      {u.data(), D, T, &w.wgate, 0, width, Epilogue::kF32AddBias, ape.data(), csc.data(), width},  // C2
-  };
-  backend_->linears(c12);  // independent: one batch (one wait on a GPU)
+  const int64_t T = batch.n_tokens(), width = projected.width;
   for (int64_t t = 0; t < T; ++t) {
     LayerState& ls = layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index);
     CompressorState& cs = is_index ? ls.index_compressor : ls.compressor;
     const int64_t pos = batch.pos[size_t(t)];
     const int64_t slot = pos % cs.ring_rows();
-    std::copy_n(&ckv[size_t(t * width)], width, &cs.kv[size_t(slot * width)]);
-    std::copy_n(&csc[size_t(t * width)], width, &cs.score[size_t(slot * width)]);
+    std::copy_n(&projected.kv[size_t(t * width)], width, &cs.kv[size_t(slot * width)]);
+    std::copy_n(&projected.score[size_t(t * width)], width, &cs.score[size_t(slot * width)]);
     if ((pos + 1) % ratio == 0) pool_group(cs, pos / ratio, d, w.norm, rope, c.rope_head_dim, is_index, double(float(c.norm_eps)));
   }
 }
@@ -99,7 +112,7 @@ constexpr int64_t kAttentionBlock = 256;
 
 // Per-block buffers, reused from call to call (thread_local as block_buffers: one model call per thread).
 struct AttentionBuffers {
-  std::vector<float> q, iq, index_w, o, z;
+  std::vector<float> q, iq, o, z;
 };
 
 void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
@@ -113,12 +126,21 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
 
   std::vector<float> uq(u);
   act_qdq_rows(uq, T, D);  // V4: blocks of 128
-  std::vector<float> qr(static_cast<size_t>(T * QL)), kv(size_t(T * HD));
-  const LinearParams a1_a10[] = {
+  // Every projection of u (quantised or not) in one batch, one wait on a GPU: A1, A10, the compressors' C1 and
+  // C2, and the indexer's I5 for all the call's tokens.
+  std::vector<float> qr(static_cast<size_t>(T * QL)), kv(size_t(T * HD)), index_w_all;
+  std::vector<LinearParams> projections = {
       {uq.data(), D, T, &w.wq_a, 0, QL, Epilogue::kBf16, nullptr, qr.data(), QL},  // A1
       {uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD},   // A10
   };
-  backend_->linears(a1_a10);  // independent: one batch
+  CompressorProjections compressed, index_compressed;
+  if (ratio != 0) compressed.add_ops(w.compressor, ratio, HD, batch.pos, u, D, projections);
+  if (ratio == 4) {
+    index_compressed.add_ops(w.index_compressor, ratio, ID, batch.pos, u, D, projections);
+    index_w_all.resize(size_t(T * IH));
+    projections.push_back({u.data(), D, T, &w.index_weights_proj, 0, IH, Epilogue::kBf16, nullptr, index_w_all.data(), IH});  // I5
+  }
+  backend_->linears(projections);
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);  // A2
   });
@@ -135,8 +157,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   });
 
   // Compressors see every position of this call before any attention reads them.
-  if (ratio != 0) compressor_update(w.compressor, rope, ratio, HD, false, batch, is_mtp, layer_index, u);
-  if (ratio == 4) compressor_update(w.index_compressor, rope, ratio, ID, true, batch, is_mtp, layer_index, u);
+  if (ratio != 0) compressor_update(w.compressor, rope, ratio, HD, false, batch, is_mtp, layer_index, compressed);
+  if (ratio == 4) compressor_update(w.index_compressor, rope, ratio, ID, true, batch, is_mtp, layer_index, index_compressed);
 
   const float softmax_scale = float(1.0 / std::sqrt(double(HD)));
   const double index_scale = double(float(1.0 / std::sqrt(double(ID) * double(IH))));
@@ -159,27 +181,20 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     buf.o.resize(size_t(nb * H * HD));
     buf.z.resize(size_t(nb * G * OL));
     float* q = buf.q.data();  // [nb, H, HD]
-    if (ratio == 4) {
-      buf.iq.resize(size_t(nb * IH * ID));
-      buf.index_w.resize(size_t(nb * IH));
-    }
-    // A3, with the indexer's I1 in the same batch where the layer has an indexer (both read qrq; I5's bf16
-    // weight stays apart so that a batch holds one weight type, as `bench --op-times` splits time by type).
+    if (ratio == 4) buf.iq.resize(size_t(nb * IH * ID));
+    // A3, with the indexer's I1 in the same batch where the layer has an indexer (both read qrq).
     const LinearParams q_ops[] = {
         {&qrq[size_t(b0 * QL)], QL, nb, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q, H * HD},                         // A3
         {&qrq[size_t(b0 * QL)], QL, nb, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, buf.iq.data(), IH * ID},  // I1
     };
     backend_->linears(std::span(q_ops, ratio == 4 ? 2 : 1));
-    if (ratio == 4) {
-      backend_->linear({&u[size_t(b0 * D)], D, nb, &w.index_weights_proj, 0, IH, Epilogue::kBf16, nullptr, buf.index_w.data(), IH});  // I5
-    }
     for_token_ranges(*backend_, nb, H, kHeadRange, [&](int64_t i, int64_t h0, int64_t h1) {
       float* qt = &q[size_t((i * H + h0) * HD)];
       head_rms_normalize(qt, h1 - h0, HD, eps);                                    // A4-A8
       rope.apply_heads(qt + NOPE, h1 - h0, HD, batch.pos[size_t(b0 + i)], false);  // A9
     });
     if (ratio == 4) {
-      float *iq = buf.iq.data(), *index_w = buf.index_w.data();  // [nb, IH, ID], [nb, IH]
+      float *iq = buf.iq.data(), *index_w = &index_w_all[size_t(b0 * IH)];  // [nb, IH, ID], [nb, IH]
       backend_->for_rows(nb, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
           rope.apply_heads(&iq[size_t(i * IH * ID)] + ID - RD, IH, ID, batch.pos[size_t(b0 + i)], false);  // I2

@@ -84,6 +84,8 @@ struct DsparkDraft {
   std::vector<float> confidence;  // [block_size]
 };
 
+struct CompressorProjections;  // dsv4_attention.cpp
+
 class Model {
  public:
   static Result<std::unique_ptr<Model>> open(const std::string& model_dir, const ModelOptions& options);
@@ -132,7 +134,14 @@ class Model {
   void run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in);
   void engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h);
   void attention_v41(int layer, Batch& batch, V41Scratch& scratch, const std::vector<float>& u, std::vector<float>& out);
-  void kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, const std::vector<float>& u);
+  // The KV source's projections of u (steps 15-17: the compressor's wkv, and for ratio 2 its wgate), as ops for
+  // the caller to batch with the layer's other projections of u; then the rows they make (steps 15-19).
+  struct KvSourceProjections {
+    std::vector<float> kv, score;  // [T, head_dim]: ratio 1 the latents (bf16), ratio 2 wkv and wgate (f32)
+  };
+  void add_kv_source_projections(int layer, const std::vector<float>& u, int64_t n_tokens, KvSourceProjections& out,
+                                 std::vector<LinearParams>& ops);
+  void kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scratch, KvSourceProjections& projected);
   // SWA bounded replay at the decoder KV source (swa_replay.cpp): its KV path on every token, then the
   // batch compacted to the replayed chunks' tails. Does nothing when no chunk is replayed.
   void swa_replay_split_v41(std::span<const ForwardChunk> chunks, Batch& batch, V41Scratch& scratch, std::vector<float>& h,
@@ -144,8 +153,12 @@ class Model {
     std::vector<float> kv;            // [T, head_dim] window rows (QDQ8)
     std::vector<float> qr_quantized;  // [T, q_lora_rank] QDQ8(q_norm(wq_a(u))), the indexer's input
   };
+  // with_u: further projections of u (or of its rows) to run in the batch of wq_a and wkv; index_wq_b / iq: the
+  // indexer's query projection (step 20) of qr_quantized into iq [T, index heads * index_head_dim], in the
+  // batch of wq_b (nullptr: none).
   void project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
-                       const std::vector<float>& u, QkvV41& out);
+                       const std::vector<float>& u, QkvV41& out, std::span<const LinearParams> with_u = {},
+                       const LinearWeight* index_wq_b = nullptr, float* iq = nullptr);
   // Steps 28-29 for several query tokens at once (one Backend::sparse_attentions call): token i attends with
   // q + i * H * HD at positions[i] to rows[row_begin[i], row_begin[i + 1]) and writes o + i * H * HD.
   void attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
@@ -166,7 +179,7 @@ class Model {
                  const std::vector<float>& u, std::vector<float>& out);
   void moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out);
   void compressor_update(const CompressorWeights& w, const RopeTable& rope, int ratio, int64_t d, bool is_index,
-                         const Batch& batch, bool is_mtp, int layer_index, const std::vector<float>& u);
+                         const Batch& batch, bool is_mtp, int layer_index, const CompressorProjections& projected);
 
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;

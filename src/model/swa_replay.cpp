@@ -103,7 +103,11 @@ void Model::swa_replay_split_v41(std::span<const ForwardChunk> chunks, Batch& ba
     hc_collapse(&h[size_t(t * 4 * D)], &pre_in[size_t(t * 4)], D, &u[size_t(t * D)]);
     rmsnorm(&u[size_t(t * D)], w.attn_norm, D, c.norm_eps_value(), &u[size_t(t * D)]);
   }
-  kv_source_update_v41(layer, batch, scratch, u);
+  std::vector<LinearParams> projections;
+  KvSourceProjections projected;
+  add_kv_source_projections(layer, u, T, projected, projections);
+  backend_->linears(projections);
+  kv_source_update_v41(layer, batch, scratch, projected);
   scratch.kv_source_done_layer = layer;
   compact_batch_to_tails(replay_, c, chunks, batch, scratch, h, pre_in);
 }
