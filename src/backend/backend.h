@@ -15,6 +15,8 @@
 
 namespace deepinfer {
 
+struct KvRowFormat;  // model/kv_format.h
+
 // What a linear layer does with its exact accumulator before writing the output.
 enum class Epilogue {
   kBf16,          // out = bf16(acc)
@@ -49,19 +51,28 @@ struct HcMixParams {
   float* out = nullptr;           // [n_tokens, n_mix]
 };
 
+// A packed cache row (model/kv_format.h) as an attention slot, for a backend that decodes cache rows itself.
+struct PackedSlot {
+  const uint8_t* row = nullptr;           // [format->row_bytes]; nullptr: no packed row
+  const KvRowFormat* format = nullptr;    // format->n_values == head_dim
+};
+
 // Sparse attention with sink for one query token (spec AT1-AT3): the slot list (window part, compressed
 // part, padding) is given as row pointers, nullptr = empty slot. V4: blocks of 64 slots define the running
 // max that P is rounded against; V4.1 (block_running_max = false): P is rounded against the global max.
+// For a backend whose takes_packed_rows() is true the model may give cache rows packed instead: slot j is
+// then packed[j] where slots[j] is nullptr and packed[j].row is not, its values those unpack_kv_row gives.
 struct SparseAttentionParams {
   const float* q = nullptr;              // [n_heads, head_dim]
   int64_t n_heads = 0;
   int64_t head_dim = 0;
-  const float* const* slots = nullptr;   // [n_slots] rows of [head_dim] (K = V), nullptr = empty
+  const float* const* slots = nullptr;   // [n_slots] rows of [head_dim] (K = V), nullptr = empty (or packed)
   int64_t n_slots = 0;                   // a multiple of 64
   const float* sink = nullptr;           // [n_heads] fp32
   double softmax_scale = 0;               // V4: f32(head_dim^-0.5); V4.1: the real head_dim^-0.5
   bool block_running_max = true;
   float* out = nullptr;                  // [n_heads, head_dim] bf16 values
+  const PackedSlot* packed = nullptr;    // [n_slots] or nullptr (always nullptr unless takes_packed_rows())
 };
 
 // Indexer scores for one query token (spec I7-I9):
@@ -110,6 +121,9 @@ class Backend {
   // per-token norms, rotations, quantisation), on the backend's CPU threads where it has them. The body
   // must not call the backend, and what it computes for a row must not depend on the range it is in.
   virtual void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) { body(0, n); }
+  // True when the backend takes cache rows packed (SparseAttentionParams::packed) and decodes them itself: the
+  // CUDA backend then copies a row's packed bytes to the device instead of four bytes per value.
+  virtual bool takes_packed_rows() const { return false; }
   // True when prompt and generated tokens run on different kernels (their sums may differ in the last bits):
   // the model then runs a forward pass that holds both kinds as two passes, one per kind.
   virtual bool kernels_differ_by_token_kind() const { return false; }

@@ -177,16 +177,24 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
 }
 
 void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
-                       std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o) {
+                       std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o,
+                       std::span<const PackedSlot> packed) {
   const ModelConfig& c = config_;
   const int64_t H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim, n = int64_t(positions.size());
   DI_CHECK(int64_t(row_begin.size()) == n + 1);
+  DI_CHECK(packed.empty() || packed.size() == rows.size());
   std::vector<const float*> slots;
+  std::vector<PackedSlot> packed_slots;
   std::vector<int64_t> slot_begin;
   for (int64_t i = 0; i < n; ++i) {
     slot_begin.push_back(int64_t(slots.size()));
-    slots.insert(slots.end(), rows.begin() + row_begin[size_t(i)], rows.begin() + row_begin[size_t(i + 1)]);
-    while ((int64_t(slots.size()) - slot_begin.back()) % 64) slots.push_back(nullptr);
+    const size_t b = size_t(row_begin[size_t(i)]), e = size_t(row_begin[size_t(i + 1)]);
+    slots.insert(slots.end(), rows.begin() + b, rows.begin() + e);
+    if (!packed.empty()) packed_slots.insert(packed_slots.end(), packed.begin() + b, packed.begin() + e);
+    while ((int64_t(slots.size()) - slot_begin.back()) % 64) {
+      slots.push_back(nullptr);
+      if (!packed.empty()) packed_slots.push_back({});
+    }
   }
   slot_begin.push_back(int64_t(slots.size()));
   const double softmax_scale = 1.0 / std::sqrt(double(HD));  // a double constant in the V4.1 contract
@@ -194,7 +202,8 @@ void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float
   for (int64_t i = 0; i < n; ++i) {
     ps.push_back({.q = q + i * H * HD, .n_heads = H, .head_dim = HD, .slots = slots.data() + slot_begin[size_t(i)],
                   .n_slots = slot_begin[size_t(i + 1)] - slot_begin[size_t(i)], .sink = w.attn_sink,
-                  .softmax_scale = softmax_scale, .block_running_max = false, .out = o + i * H * HD});  // step 28
+                  .softmax_scale = softmax_scale, .block_running_max = false, .out = o + i * H * HD,
+                  .packed = packed.empty() ? nullptr : packed_slots.data() + slot_begin[size_t(i)]});  // step 28
   }
   backend_->sparse_attentions(ps);
   backend_->for_rows(n, [&](int64_t i0, int64_t i1) {
@@ -366,19 +375,35 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   // sequences: one wait on a GPU instead of one per sequence); earlier when the rows decoded for the pending
   // tokens pass kPendingDecodedRows, after which the decode caches start over.
   std::vector<const float*> rows;
+  std::vector<PackedSlot> packed;  // beside rows, for a backend that takes cache rows packed
   std::vector<int64_t> row_begin{0};
   int64_t first_pending = 0;
   auto attend_pending = [&](int64_t t_end) {
     if (t_end == first_pending) return;
     attend_v41(w, rope, &q[size_t(first_pending * H * HD)],
                std::span<const int64_t>(batch.pos).subspan(size_t(first_pending), size_t(t_end - first_pending)), rows,
-               row_begin, &o[size_t(first_pending * H * HD)]);
+               row_begin, &o[size_t(first_pending * H * HD)], packed);
     rows.clear();
+    packed.clear();
     row_begin.assign(1, 0);
     first_pending = t_end;
   };
   RowDecodeCache window_rows, compressed_rows;  // per chunk: the rows its tokens read, each decoded once
   int bound_chunk = -1;
+  // A row computed in this call, and a cache row: decoded by the model, or handed over packed.
+  const bool packed_rows = backend_->takes_packed_rows();
+  auto push_row = [&](const float* row) {
+    rows.push_back(row);
+    if (packed_rows) packed.push_back({});
+  };
+  auto push_cached = [&](RowDecodeCache& cache, int64_t j, const uint8_t* row, const KvRowFormat& format) {
+    if (packed_rows) {
+      rows.push_back(nullptr);
+      packed.push_back({row, &format});
+    } else {
+      rows.push_back(cache.row(j));
+    }
+  };
   for (int64_t t = 0; t < T; ++t) {
     const int ci = batch.chunk[size_t(t)];
     const SequenceState& seq = *batch.states[size_t(ci)];
@@ -395,14 +420,18 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     const int64_t chunk_first_token = batch.first_token[size_t(ci)];
     // Window rows an SWA bounded replay never computed are left out (window_valid_from; 0 when exact).
     for (int64_t p = std::max<int64_t>({0, pos - W + 1, ls.window_valid_from}); p <= pos; ++p) {
-      rows.push_back(p >= chunk_first_pos ? &kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]
-                                          : window_rows.row(ls.slot(p)));
+      if (p >= chunk_first_pos) {
+        push_row(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);
+      } else {
+        const int64_t slot = ls.slot(p);
+        push_cached(window_rows, slot, ls.window.data() + slot * ls.window_format.row_bytes, ls.window_format);
+      }
     }
     if (ratio != 0) {
       const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
       for (int64_t j : scratch.selection[size_t(t)]) {
         DI_CHECK(j < cmp.n_rows());
-        rows.push_back(compressed_rows.row(j));
+        push_cached(compressed_rows, j, cmp.rows.row(j), cmp.row_format);
       }
     }
     row_begin.push_back(int64_t(rows.size()));

@@ -160,9 +160,11 @@ class Model {
                        const std::vector<float>& u, QkvV41& out, std::span<const LinearParams> with_u = {},
                        const LinearWeight* index_wq_b = nullptr, float* iq = nullptr);
   // Steps 28-29 for several query tokens at once (one Backend::sparse_attentions call): token i attends with
-  // q + i * H * HD at positions[i] to rows[row_begin[i], row_begin[i + 1]) and writes o + i * H * HD.
+  // q + i * H * HD at positions[i] to rows[row_begin[i], row_begin[i + 1]) and writes o + i * H * HD. packed:
+  // empty, or beside rows (SparseAttentionParams::packed: a backend that takes cache rows packed).
   void attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
-                  std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o);
+                  std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o,
+                  std::span<const PackedSlot> packed = {});
   void output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, std::vector<float>& out);
   // The single-pass mHC block around an attention function (spec §7.2).
   void mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,

@@ -51,9 +51,11 @@ class FastBackend final : public Backend {
   void linears(std::span<const LinearParams> ps) override { cpu::linears_fast(ps, linear_level(), pool_, batch_ws_); }
   void hc_mix(const HcMixParams& p) override { cpu::hc_mix_fast(p, level_, pool_); }
   void sparse_attention(const SparseAttentionParams& p) override {
+    DI_CHECK_MSG(!p.packed, "packed attention slots for a backend that does not take them");
     cpu::sparse_attention_fast(p, level_, &pool_, attention_ws_);
   }
   void sparse_attentions(std::span<const SparseAttentionParams> ps) override {
+    for (const SparseAttentionParams& p : ps) DI_CHECK_MSG(!p.packed, "packed attention slots for a backend that does not take them");
     cpu::sparse_attentions_fast(ps, level_, pool_, attention_ws_);
   }
   void index_scores(const IndexScoreParams& p) override { cpu::index_scores_fast(p, level_, pool_, index_ws_); }

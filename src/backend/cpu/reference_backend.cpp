@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/weight_decode.h"
 #include "backend/cpu/epilogue.h"
+#include "core/status.h"
 
 namespace deepinfer {
 
@@ -47,6 +48,7 @@ class ReferenceBackend final : public Backend {
   }
 
   void sparse_attention(const SparseAttentionParams& p) override {
+    DI_CHECK_MSG(!p.packed, "packed attention slots for a backend that does not take them");
     const int64_t n_blocks = p.n_slots / 64;
     std::vector<double> s(static_cast<size_t>(p.n_slots));
     std::vector<double> acc(static_cast<size_t>(p.head_dim));
