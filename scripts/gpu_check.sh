@@ -7,10 +7,12 @@
 #   2. cuda_tests: every kernel against the CPU reference backend, the golden models end to end and op by
 #      op, each on both linear paths (mma, the tensor-core default, and the portable fma) with the fused
 #      attention, and on mma with the split attention (DEEPINFER_CUDA_ATTENTION=split, not yet run on a GPU);
+#      the golden models also with the cache rows decoded on the device (DEEPINFER_CUDA_KV=packed, the same);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
 #   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
 #   5. deepinfer bench --backend cuda --op-times on the 4-layer benchmark model: the defaults, the split
-#      attention, decode batch 256, the FMA linear (E2E=0 skips it). The second run (2026-12-04, all five stages) took 196 s.
+#      attention, decode batch 256, decode at 2048 tokens of context with the cache rows as floats and packed
+#      (DEEPINFER_CUDA_KV), the FMA linear (E2E=0 skips it). The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -114,6 +116,13 @@ if [ "${E2E:-1}" = 1 ]; then
     echo "== decode batch 256" >>"$OUT_DIR/e2e.txt"
     timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 16 --batch 256 \
       --decode-steps 4 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, batch 256 $?"
+    # Batch-1 decode after a 2048-token context, the cache rows handed over as floats, then packed (decoded on
+    # the device): at long context the rows' copy is a step's largest transfer.
+    for kv in floats packed; do
+      echo "== DEEPINFER_CUDA_KV=$kv, context 2048" >>"$OUT_DIR/e2e.txt"
+      DEEPINFER_CUDA_KV=$kv timeout 90 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 16 \
+        --batch 1 --context 2048 --decode-steps 8 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, $kv $?"
+    done
     echo "== DEEPINFER_CUDA_LINEAR=fma" >>"$OUT_DIR/e2e.txt"
     DEEPINFER_CUDA_LINEAR=fma timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling \
       --prefill 128 --batch 1,8 --decode-steps 8 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, fma $?"

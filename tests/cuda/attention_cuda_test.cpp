@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "backend/backend.h"
 #include "cuda/cuda_util.h"
 #include "kernel/kernel_test_util.h"
+#include "model/kv_format.h"
+#include "model/ops.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -203,6 +206,72 @@ TEST_P(SparseAttentionCuda, BatchedTokensShareRowsAndMatchSingleRuns) {
     print_diff(std::string(gpu->name()) + " batched attention, " + std::to_string(T) + " tokens" +
                    (running ? " [block max]" : " [global max]"),
                d);
+  }
+}
+
+// DEEPINFER_CUDA_KV=packed: cache rows handed over packed (SparseAttentionParams::packed) are decoded on the
+// device to the floats unpack_kv_row gives, so every output equals, bit for bit, that of the same slots given
+// as those floats. Every row format, 3 tokens sharing rows, float and packed slots mixed, empty slots.
+TEST_P(SparseAttentionCuda, PackedRowsMatchTheirDecodedFloats) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma", GetParam(), "packed");
+  DI_MAKE_CUDA_BACKEND(gpu);
+  ASSERT_TRUE(gpu->takes_packed_rows());
+  struct Format {
+    KvRowFormat format;
+    void (*qdq)(float*, int64_t);
+  };
+  const Format formats[] = {
+      {kv_row_format(KvRowKind::kV4Kv, 512, 64), [](float* x, int64_t n) { qdq_fp8(x, n - 64, 64); }},  // rope stays bf16
+      {kv_row_format(KvRowKind::kV41Kv, 512), [](float* x, int64_t n) { qdq_fp8_v41(x, n, 32); }},
+      {kv_row_format(KvRowKind::kV41Fp4, 512), [](float* x, int64_t n) { qdq_fp4_e4m3_scale(x, n, 16); }},
+      {kv_row_format(KvRowKind::kFp4Key, 128), [](float* x, int64_t n) { qdq_fp4(x, n, 32); }},
+  };
+  std::mt19937 rng(21);
+  for (const Format& f : formats) {
+    const int64_t H = 8, D = f.format.n_values, n_pool = 150, T = 3, n_slots = 192;
+    std::vector<float> decoded = random_bf16_values(rng, n_pool * D, 1.0f);
+    std::vector<uint8_t> packed_rows(size_t(n_pool * f.format.row_bytes));
+    for (int64_t r = 0; r < n_pool; ++r) {
+      float* row = &decoded[size_t(r * D)];
+      f.qdq(row, D);
+      ASSERT_TRUE(pack_kv_row(f.format, row, &packed_rows[size_t(r * f.format.row_bytes)]));
+      unpack_kv_row(f.format, &packed_rows[size_t(r * f.format.row_bytes)], row);  // what the device must give
+    }
+    std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
+    std::vector<float> sink(static_cast<size_t>(H));
+    for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+    std::vector<const float*> as_floats, mixed;
+    std::vector<PackedSlot> packed;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < n_slots; ++j) {
+        const int64_t r = (j * 7 + t * 5) % n_pool;
+        const bool empty = j % 11 == 3 || j > 150 + 10 * t;
+        const bool as_packed = !empty && j % 3 != 0;
+        as_floats.push_back(empty ? nullptr : &decoded[size_t(r * D)]);
+        mixed.push_back(empty || as_packed ? nullptr : &decoded[size_t(r * D)]);
+        packed.push_back(as_packed ? PackedSlot{&packed_rows[size_t(r * f.format.row_bytes)], &f.format} : PackedSlot{});
+      }
+    }
+    for (bool running : {true, false}) {
+      std::vector<float> want(size_t(T * H * D), -7.0f), got(size_t(T * H * D), -9.0f);
+      std::vector<SparseAttentionParams> float_ps, packed_ps;
+      for (int64_t t = 0; t < T; ++t) {
+        SparseAttentionParams p{&q[size_t(t * H * D)], H, D, &as_floats[size_t(t * n_slots)], n_slots, sink.data(),
+                                1.0 / std::sqrt(double(D)), running, &want[size_t(t * H * D)]};
+        float_ps.push_back(p);
+        p.slots = &mixed[size_t(t * n_slots)];
+        p.packed = &packed[size_t(t * n_slots)];
+        p.out = &got[size_t(t * H * D)];
+        packed_ps.push_back(p);
+      }
+      gpu->sparse_attentions(float_ps);
+      gpu->sparse_attentions(packed_ps);
+      int64_t n_differ = 0;
+      for (size_t i = 0; i < want.size(); ++i) n_differ += std::memcmp(&want[i], &got[i], 4) != 0;
+      EXPECT_EQ(n_differ, 0) << "row kind " << int(f.format.kind) << " running=" << running << ": " << n_differ
+                             << " outputs differ from the decoded-floats run";
+    }
   }
 }
 

@@ -21,16 +21,19 @@ namespace deepinfer::testing {
 inline std::unique_ptr<Backend> cuda_backend_or_null(std::string* error) { return make_cuda_backend(0, error); }
 
 // The CUDA backend's kernel choices for the backends made while it lives: the linear path
-// (DEEPINFER_CUDA_LINEAR: fma or mma) and the attention path (DEEPINFER_CUDA_ATTENTION: fused or split).
+// (DEEPINFER_CUDA_LINEAR: fma or mma), the attention path (DEEPINFER_CUDA_ATTENTION: fused or split) and how
+// cache rows reach it (DEEPINFER_CUDA_KV: floats or packed).
 class ScopedCudaPaths {
  public:
-  explicit ScopedCudaPaths(const std::string& linear, const std::string& attention = "fused") {
+  explicit ScopedCudaPaths(const std::string& linear, const std::string& attention = "fused", const std::string& kv = "floats") {
     setenv("DEEPINFER_CUDA_LINEAR", linear.c_str(), 1);
     setenv("DEEPINFER_CUDA_ATTENTION", attention.c_str(), 1);
+    setenv("DEEPINFER_CUDA_KV", kv.c_str(), 1);
   }
   ~ScopedCudaPaths() {
     unsetenv("DEEPINFER_CUDA_LINEAR");
     unsetenv("DEEPINFER_CUDA_ATTENTION");
+    unsetenv("DEEPINFER_CUDA_KV");
   }
   ScopedCudaPaths(const ScopedCudaPaths&) = delete;
   ScopedCudaPaths& operator=(const ScopedCudaPaths&) = delete;
@@ -53,24 +56,28 @@ struct GoldenCaseParam {
   int case_index = 0;
   std::string linear_path = "fma";        // or mma (DEEPINFER_CUDA_LINEAR)
   std::string attention_path = "fused";   // or split (DEEPINFER_CUDA_ATTENTION)
+  std::string kv_path = "floats";         // or packed (DEEPINFER_CUDA_KV)
   std::string model_dir() const { return golden_dir() + "/" + family + "/" + model; }
   std::string case_path() const { return model_dir() + "/case-" + std::to_string(case_index) + ".safetensors"; }
 };
 
 inline void PrintTo(const GoldenCaseParam& p, std::ostream* os) {
-  *os << p.family << "/" << p.model << " case " << p.case_index << " (" << p.linear_path << ", " << p.attention_path << ")";
+  *os << p.family << "/" << p.model << " case " << p.case_index << " (" << p.linear_path << ", " << p.attention_path << ", "
+      << p.kv_path << ")";
 }
 
 inline std::string golden_case_name(const ::testing::TestParamInfo<GoldenCaseParam>& info) {
   std::string name = info.param.family + "_" + info.param.model + "_case" + std::to_string(info.param.case_index) + "_" +
                      info.param.linear_path +
-                     (info.param.attention_path == "fused" ? "" : "_" + info.param.attention_path);
+                     (info.param.attention_path == "fused" ? "" : "_" + info.param.attention_path) +
+                     (info.param.kv_path == "floats" ? "" : "_" + info.param.kv_path);
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
 
-// Every case on every linear path with the fused attention, and on the tensor-core linear with the split one.
-inline std::vector<GoldenCaseParam> on_every_path(const std::vector<GoldenCaseParam>& cases) {
+// Every case on every linear path with the fused attention, on the tensor-core linear with the split one, and
+// (packed_kv) on the tensor-core linear and fused attention with the cache rows decoded on the device.
+inline std::vector<GoldenCaseParam> on_every_path(const std::vector<GoldenCaseParam>& cases, bool packed_kv = true) {
   std::vector<GoldenCaseParam> params;
   for (const std::string& path : linear_paths()) {
     for (GoldenCaseParam p : cases) {
@@ -81,6 +88,12 @@ inline std::vector<GoldenCaseParam> on_every_path(const std::vector<GoldenCasePa
   for (GoldenCaseParam p : cases) {
     p.linear_path = "mma";
     p.attention_path = "split";
+    params.push_back(p);
+  }
+  for (GoldenCaseParam p : cases) {
+    if (!packed_kv) break;
+    p.linear_path = "mma";
+    p.kv_path = "packed";
     params.push_back(p);
   }
   return params;

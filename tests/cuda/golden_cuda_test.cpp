@@ -26,7 +26,7 @@ class GoldenCuda : public ::testing::TestWithParam<testing::GoldenCaseParam> {
 TEST_P(GoldenCuda, WithinFastPathBounds) {
   // V4.1 README: case 4 is the owner-keys behaviour.
   const bool owner_keys = v41() && GetParam().case_index == 4;
-  const testing::ScopedCudaPaths paths(GetParam().linear_path, GetParam().attention_path);
+  const testing::ScopedCudaPaths paths(GetParam().linear_path, GetParam().attention_path, GetParam().kv_path);
   auto model = Model::open(model_dir(), ModelOptions{.exact = false, .index_owner_keys = owner_keys, .cuda = true});
   ASSERT_TRUE(model.ok()) << model.status().message();
   std::printf("  backend: %s\n", model.value()->backend().name());

@@ -126,7 +126,7 @@ TEST_P(OpByOpCuda, EveryOpCloseToTheReference) {
   DI_SKIP_WITHOUT_CUDA();
   const bool v41 = param.family == "v41-flash";
   std::map<std::string, OpRecord> records;
-  const ScopedCudaPaths paths(param.linear_path, param.attention_path);
+  const ScopedCudaPaths paths(param.linear_path, param.attention_path, param.kv_path);
   ModelOptions options;
   options.make_backend = [&records]() -> std::unique_ptr<Backend> {
     std::string error;
@@ -159,7 +159,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, OpByOpCuda,
                          ::testing::ValuesIn(on_every_path({{"v4-flash", "flash-tiny", 1},
                                                                    {"v4-flash", "flash-tiny", 2},
                                                                    {"v4-flash", "pro-tiny", 2},
-                                                                   {"v41-flash", "tiny-a", 2}})),
+                                                                   {"v41-flash", "tiny-a", 2}},
+                                                                  /*packed_kv=*/false)),  // the comparing backend takes floats
                          golden_case_name);
 
 }  // namespace

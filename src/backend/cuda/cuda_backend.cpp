@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -23,6 +24,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weight_cache.h"
+#include "model/kv_format.h"
 
 namespace deepinfer {
 
@@ -57,8 +59,8 @@ void for_each_run(std::span<const T> items, size_t max_run, Same same, Run run) 
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool tensor_core_linear, bool split_attention)
-      : tensor_core_linear_(tensor_core_linear), split_attention_(split_attention) {
+  CudaBackend(int device, bool tensor_core_linear, bool split_attention, bool packed_rows)
+      : packed_rows_(packed_rows), tensor_core_linear_(tensor_core_linear), split_attention_(split_attention) {
     DI_CUDA_CHECK(cudaSetDevice(device));
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -69,6 +71,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override { cudaStreamDestroy(stream_); }
 
   const char* name() const override { return name_.c_str(); }
+  bool takes_packed_rows() const override { return packed_rows_; }
 
   void linear(const LinearParams& p) override { linears({&p, 1}); }
 
@@ -291,8 +294,10 @@ class CudaBackend final : public Backend {
 
   // Tokens that share n_heads, head_dim, sink and softmax. The rows they read (KV cache rows in host memory)
   // are gathered once into pinned staging: consecutive prompt tokens share most of their window and
-  // compressed rows. Each token's slots become indices into them, padded with empty slots to the longest
-  // list: an empty slot changes no output (its weight is 0 and its 64-block's maximum is -inf).
+  // compressed rows. Float rows go over as they are; packed cache rows (takes_packed_rows) go over as their
+  // bytes, grouped by format, and are decoded on the device behind the float rows. Each token's slots become
+  // indices into the rows, padded with empty slots to the longest list: an empty slot changes no output (its
+  // weight is 0 and its 64-block's maximum is -inf).
   void attend(std::span<const SparseAttentionParams> batch) {
     const SparseAttentionParams& p0 = batch[0];
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, D = p0.head_dim;
@@ -302,35 +307,81 @@ class CudaBackend final : public Backend {
     int32_t* slot_row = slot_host_.get<int32_t>();
     row_index_.clear();
     row_order_.clear();
+    packed_groups_.clear();
+    packed_at_.clear();
     for (int64_t t = 0; t < T; ++t) {
       const SparseAttentionParams& p = batch[size_t(t)];
       for (int64_t j = 0; j < n_slots; ++j) {
         const float* row = j < p.n_slots ? p.slots[j] : nullptr;
+        const PackedSlot packed = j < p.n_slots && p.packed ? p.packed[j] : PackedSlot{};
         int32_t index = -1;
         if (row) {
           const auto [it, inserted] = row_index_.try_emplace(row, int32_t(row_order_.size()));
           if (inserted) row_order_.push_back(row);
           index = it->second;
+        } else if (packed.row) {  // -2 - k for the k-th packed row, made a row index below
+          const auto [it, inserted] = row_index_.try_emplace(packed.row, -2 - int32_t(packed_at_.size()));
+          if (inserted) packed_at_.push_back(add_packed_row(packed, D));
+          index = it->second;
         }
         slot_row[t * n_slots + j] = index;
       }
     }
-    const int64_t n_filled = int64_t(row_order_.size());
-    rows_host_.reserve(size_t(n_filled * D + T * H * D + H) * 4);
+    const int64_t n_float = int64_t(row_order_.size());
+    int64_t n_packed = 0, packed_bytes = 0;
+    for (PackedGroup& g : packed_groups_) {
+      g.first_row = n_float + n_packed;
+      g.first_byte = packed_bytes;
+      n_packed += int64_t(g.rows.size());
+      packed_bytes += int64_t(g.rows.size()) * g.format.row_bytes;
+    }
+    if (!packed_at_.empty()) {
+      for (int64_t i = 0; i < T * n_slots; ++i) {
+        if (slot_row[i] <= -2) {
+          const auto [group, k] = packed_at_[size_t(-2 - slot_row[i])];
+          slot_row[i] = int32_t(packed_groups_[size_t(group)].first_row + k);
+        }
+      }
+    }
+    const int64_t n_rows = n_float + n_packed;
+    DI_CHECK_MSG(n_rows <= INT32_MAX, "sparse attention: too many rows for one launch");
+    rows_host_.reserve(size_t(n_float * D + T * H * D + H) * 4 + size_t(packed_bytes));
     float* rows = rows_host_.get<float>();
-    for (int64_t r = 0; r < n_filled; ++r) std::memcpy(rows + r * D, row_order_[size_t(r)], size_t(D) * 4);
-    float* q_host = rows + n_filled * D;  // [T, H, D] after the rows
+    for (int64_t r = 0; r < n_float; ++r) std::memcpy(rows + r * D, row_order_[size_t(r)], size_t(D) * 4);
+    float* q_host = rows + n_float * D;  // [T, H, D] after the float rows
     for (int64_t t = 0; t < T; ++t) std::memcpy(q_host + t * H * D, batch[size_t(t)].q, size_t(H * D) * 4);
     std::memcpy(q_host + T * H * D, p0.sink, size_t(H) * 4);  // then the sink
+    auto* packed_host = reinterpret_cast<uint8_t*>(q_host + T * H * D + H);  // then the packed rows' bytes
+    for (const PackedGroup& g : packed_groups_) {
+      for (size_t k = 0; k < g.rows.size(); ++k) {
+        std::memcpy(packed_host + g.first_byte + int64_t(k) * g.format.row_bytes, g.rows[k], size_t(g.format.row_bytes));
+      }
+    }
 
-    // Device: rows, then q, then sink; slot indices; outputs.
-    rows_.reserve(size_t(n_filled * D + T * H * D + H) * 4);
+    // Device: the float rows and the decoded packed rows, then q, then sink, then the packed bytes; slot
+    // indices; outputs. The host's [float rows][q, sink, packed bytes] go over in two copies.
+    const size_t staged = size_t(T * H * D + H) * 4 + size_t(packed_bytes);
+    rows_.reserve(size_t(n_rows * D) * 4 + staged);
     index_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
     out_.reserve(size_t(T * H * D) * 4);
     float* rows_dev = rows_.get<float>();
-    float* q_dev = rows_dev + n_filled * D;
+    float* q_dev = rows_dev + n_rows * D;
     float* sink_dev = q_dev + T * H * D;
-    DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_filled * D + T * H * D + H) * 4, cudaMemcpyHostToDevice, stream_));
+    const auto* packed_dev = reinterpret_cast<const uint8_t*>(sink_dev + H);
+    if (n_float) DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_float * D) * 4, cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(q_dev, q_host, staged, cudaMemcpyHostToDevice, stream_));
+    for (const PackedGroup& g : packed_groups_) {
+      cuda::UnpackRowsLaunch u;
+      u.kind = g.kind;
+      u.n_values = g.format.n_values;
+      u.n_rope = g.format.n_rope;
+      u.block = g.format.block;
+      u.row_bytes = g.format.row_bytes;
+      u.rows = packed_dev + g.first_byte;
+      u.n_rows = int64_t(g.rows.size());
+      u.out = rows_dev + g.first_row * D;
+      cuda::launch_unpack_rows(u, stream_);
+    }
     if (n_slots) {
       DI_CUDA_CHECK(cudaMemcpyAsync(index_.get(), slot_row, size_t(T * n_slots) * 4, cudaMemcpyHostToDevice, stream_));
     }
@@ -349,7 +400,35 @@ class CudaBackend final : public Backend {
     for (int64_t t = 0; t < T; ++t) std::memcpy(batch[size_t(t)].out, out_host_.get<float>() + t * H * D, size_t(H * D) * 4);
   }
 
+  // A packed row's place in packed_groups_ (its group, its index there), the group made on the row's first
+  // use. A packed row's format must be one the device decodes, with head_dim values.
+  std::pair<int32_t, int32_t> add_packed_row(const PackedSlot& packed, int64_t head_dim) {
+    const KvRowFormat& f = *packed.format;
+    DI_CHECK_MSG(f.n_values == head_dim, "packed attention slot: a row of " + std::to_string(f.n_values) +
+                                             " values for head_dim " + std::to_string(head_dim));
+    auto same = [&](const PackedGroup& g) {
+      return g.format.kind == f.kind && g.format.n_values == f.n_values && g.format.n_rope == f.n_rope &&
+             g.format.block == f.block && g.format.row_bytes == f.row_bytes;
+    };
+    auto it = std::find_if(packed_groups_.begin(), packed_groups_.end(), same);
+    if (it == packed_groups_.end()) {
+      PackedGroup g;
+      g.format = f;
+      switch (f.kind) {
+        case KvRowKind::kV4Kv:
+        case KvRowKind::kV41Kv: g.kind = cuda::PackedRowKind::kE4m3; break;
+        case KvRowKind::kV41Fp4: g.kind = cuda::PackedRowKind::kE2m1E4m3Scales; break;
+        case KvRowKind::kFp4Key: g.kind = cuda::PackedRowKind::kE2m1E8m0Scales; break;
+      }
+      packed_groups_.push_back(std::move(g));
+      it = packed_groups_.end() - 1;
+    }
+    it->rows.push_back(packed.row);
+    return {int32_t(it - packed_groups_.begin()), int32_t(it->rows.size() - 1)};
+  }
+
   std::string name_;
+  bool packed_rows_ = false;        // DEEPINFER_CUDA_KV=packed or floats (the default)
   bool tensor_core_linear_ = true;  // DEEPINFER_CUDA_LINEAR=mma (the default) or fma
   bool split_attention_ = false;    // DEEPINFER_CUDA_ATTENTION=split or fused (the default)
   size_t max_shared_bytes_ = 0;     // per block, opted in
@@ -368,9 +447,18 @@ class CudaBackend final : public Backend {
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches
   DeviceBuffer descriptors_;                  // and their descriptors, on the device
   cuda::PinnedBuffer descriptors_host_;
-  // attend(): the batch's rows in first-use order and their indices; pinned staging for the copies.
-  std::unordered_map<const float*, int32_t> row_index_;
+  // attend(): the batch's float rows in first-use order and every row's index (a packed row's provisional);
+  // the packed rows by format and where each sits there; pinned staging for the copies.
+  struct PackedGroup {
+    KvRowFormat format;
+    cuda::PackedRowKind kind = cuda::PackedRowKind::kE4m3;
+    std::vector<const uint8_t*> rows;
+    int64_t first_row = 0, first_byte = 0;  // its decoded rows' first index; its bytes' offset in the staging
+  };
+  std::unordered_map<const void*, int32_t> row_index_;
   std::vector<const float*> row_order_;
+  std::vector<PackedGroup> packed_groups_;
+  std::vector<std::pair<int32_t, int32_t>> packed_at_;
   cuda::PinnedBuffer rows_host_, slot_host_, out_host_;
   // score(): q and weights, then the key counts and output offsets (pinned), and those two on the device.
   cuda::PinnedBuffer index_host_;
@@ -404,7 +492,15 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error) {
     *error = "DEEPINFER_CUDA_ATTENTION must be fused or split, not '" + attention + "'";
     return nullptr;
   }
-  return std::make_unique<CudaBackend>(device, path == "mma", attention == "split");
+  // DEEPINFER_CUDA_KV: floats (default: the model decodes cache rows and the backend copies 4 bytes a value) or
+  // packed (the cache rows' own bytes are copied and decoded on the device; written without a GPU at hand).
+  const char* kv_path = std::getenv("DEEPINFER_CUDA_KV");
+  const std::string kv = kv_path ? kv_path : "floats";
+  if (kv != "floats" && kv != "packed") {
+    *error = "DEEPINFER_CUDA_KV must be floats or packed, not '" + kv + "'";
+    return nullptr;
+  }
+  return std::make_unique<CudaBackend>(device, path == "mma", attention == "split", kv == "packed");
 }
 
 }  // namespace deepinfer

@@ -76,6 +76,21 @@ void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream);
 size_t sparse_attention_split_shared_bytes(int64_t n_slots);
 void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cudaStream_t stream);
 
+// Packed cache rows (model/kv_format.h) decoded on the device to the floats unpack_kv_row gives: the attention's
+// rows when the model hands cache rows over packed. Row layouts: kE4m3 (V4 and V4.1 window rows, V4
+// compressed rows): n_values - n_rope e4m3 codes, n_rope bf16 values, one e8m0 scale per block codes;
+// kE2m1E4m3Scales (V4.1 compressed rows) and kE2m1E8m0Scales (index keys): packed e2m1 codes (value 2i in the
+// low nibble of byte i), then one scale per block values.
+enum class PackedRowKind { kE4m3, kE2m1E4m3Scales, kE2m1E8m0Scales };
+struct UnpackRowsLaunch {
+  PackedRowKind kind = PackedRowKind::kE4m3;
+  int64_t n_values = 0, n_rope = 0, block = 0, row_bytes = 0;
+  const uint8_t* rows = nullptr;  // [n_rows, row_bytes]
+  int64_t n_rows = 0;
+  float* out = nullptr;           // [n_rows, n_values]
+};
+void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream);
+
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
 // n_tokens query tokens score against one keys array, token t against its first token_keys[t] keys.
 struct IndexScoreLaunch {

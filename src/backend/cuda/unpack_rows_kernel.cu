@@ -1,0 +1,54 @@
+// Packed cache rows decoded on the device (kernels.h: launch_unpack_rows): the same products as the CPU's
+// unpack_kv_row (model/kv_format.cpp), code value times scale in one fp32 multiply, NaN codes included, so
+// the attention reads the same floats whether the host or the device decoded a row.
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;
+
+// One block per row, one value per thread and step.
+__global__ void __launch_bounds__(kThreads) unpack_rows_kernel(const UnpackRowsLaunch p) {
+  const uint8_t* row = p.rows + int64_t(blockIdx.x) * p.row_bytes;
+  float* out = p.out + int64_t(blockIdx.x) * p.n_values;
+  const int64_t n = p.n_values - p.n_rope;  // the coded values
+  for (int64_t i = threadIdx.x; i < p.n_values; i += kThreads) {
+    if (p.kind == PackedRowKind::kE4m3) {
+      if (i < n) {
+        const uint32_t code = row[i];
+        const float v = (code & 0x7fu) == 0x7fu ? __uint_as_float(0x7fc00000u) : e4m3_value(code);
+        out[i] = v * e8m0_value(row[n + 2 * p.n_rope + i / p.block]);
+      } else {  // the bf16 rope values, little-endian
+        const int64_t k = i - n;
+        out[i] = __uint_as_float((uint32_t(row[n + 2 * k]) | uint32_t(row[n + 2 * k + 1]) << 8) << 16);
+      }
+    } else if (i < n) {
+      const uint8_t scale = row[(n + 1) / 2 + i / p.block];
+      float s;
+      if (p.kind == PackedRowKind::kE2m1E4m3Scales) {
+        s = (scale & 0x7fu) == 0x7fu ? __uint_as_float(0x7fc00000u) : e4m3_value(scale);
+      } else {
+        s = e8m0_value(scale);
+      }
+      out[i] = e2m1_value((row[i / 2] >> (4 * (i & 1))) & 0xfu) * s;
+    }
+  }
+}
+
+}  // namespace
+
+void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream) {
+  if (p.n_rows == 0) return;
+  DI_CHECK(p.n_values > 0 && p.block > 0 && p.n_rows <= 0x7fffffff);
+  DI_CHECK(p.kind == PackedRowKind::kE4m3 || p.n_rope == 0);  // e2m1 rows code every value
+  unpack_rows_kernel<<<unsigned(p.n_rows), kThreads, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer::cuda
