@@ -240,9 +240,6 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   const int64_t W = c.window_size;
   const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
   const int ratio = c.compress_ratio(layer);
-  // The [T, H, HD] query and output rows in buffers reused from call to call (thread_local, as block_buffers;
-  // no call below re-enters attention_v41), so a long prefill does not allocate and fault in hundreds of MB
-  // of them per layer.
   // The projections go to the backend in two batches (two waits on a GPU): those of u (wq_a, wkv, the KV
   // source's compressor, the indexer's weights projection), then those of the quantised q latent (wq_b, the
   // indexer's wq_b).
@@ -259,6 +256,9 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     with_u.push_back({.x = u.data(), .x_stride = D, .n_tokens = T, .weight = &w.index_weights_proj, .row_begin = 0,
                       .n_rows = IH, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iw.data(), .out_stride = IH});  // step 23
   }
+  // The [T, H, HD] query and output rows in buffers reused from call to call (thread_local, as block_buffers;
+  // no call below re-enters attention_v41), so a long prefill does not allocate and fault in hundreds of MB
+  // of them per layer.
   thread_local QkvV41 qkv;
   project_qkv_v41(w, rope, batch.pos, u, qkv, with_u, index_source ? &w.index_wq_b : nullptr, iq.data());
   const std::vector<float>& q = qkv.q;
