@@ -10,9 +10,9 @@
 #      the golden models also with the cache rows decoded on the device (DEEPINFER_CUDA_KV=packed, the same);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
 #   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
-#   5. deepinfer bench --backend cuda --op-times on the 4-layer benchmark model: the defaults, the split
-#      attention, decode batch 256, decode at 2048 tokens of context with the cache rows as floats and packed
-#      (DEEPINFER_CUDA_KV), the FMA linear (E2E=0 skips it). The second run (2026-12-04, all five stages) took 196 s.
+#   5. deepinfer bench --backend cuda --op-times on the 4-layer benchmark model: the defaults, decode batch
+#      256, decode at 2048 tokens of context with the cache rows as floats and packed (DEEPINFER_CUDA_KV), the
+#      split attention, the FMA linear (E2E=0 skips it; each run is skipped once BUDGET=480 s are spent). The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -105,27 +105,38 @@ if [ "${E2E:-1}" = 1 ]; then
   if ninja -C $BUILD -j16 deepinfer >"$LOG_DIR/build_cli.log" 2>&1 &&
      timeout 120 ./$BUILD/deepinfer make-model --config configs/bench-v4-flash-4layer.json --out $MODEL --seed 1 \
        --shards 16 >"$LOG_DIR/make_model.log" 2>&1; then
-    # The default (tensor-core) linear with the per-op-kind split of each step, then the FMA linear.
-    timeout 200 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 128,512 --batch 1,8,64 \
-      --decode-steps 8 --op-times >"$OUT_DIR/e2e.txt" 2>&1
-    e2e_rc=$?
-    echo "== DEEPINFER_CUDA_ATTENTION=split" >>"$OUT_DIR/e2e.txt"
-    DEEPINFER_CUDA_ATTENTION=split timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling \
-      --prefill 128,512 --batch 1,8 --decode-steps 8 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, split $?"
-    # The issue's largest decode batch, apart and bounded (its 256 sequences' prompts are set up first).
-    echo "== decode batch 256" >>"$OUT_DIR/e2e.txt"
-    timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 16 --batch 256 \
-      --decode-steps 4 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, batch 256 $?"
+    # Each run bounded by its own limit and by what is left of BUDGET seconds for the whole script (a run
+    # with under 30 s left is skipped, so that the summary below still prints within the device call).
+    # bench_run LABEL LIMIT [VAR=VALUE ...] -- BENCH ARGS...
+    bench_run() {
+      local label=$1 limit=$2 left
+      shift 2
+      local env=()
+      while [ "$1" != "--" ]; do env+=("$1"); shift; done
+      shift
+      left=$(( ${BUDGET:-480} - ($(date +%s) - t0) ))
+      echo "== $label" >>"$OUT_DIR/e2e.txt"
+      if [ "$left" -lt 30 ]; then
+        echo "(skipped: ${left}s left of the script's budget)" >>"$OUT_DIR/e2e.txt"
+        e2e_rc="$e2e_rc, $label skipped"
+        return
+      fi
+      [ "$left" -lt "$limit" ] && limit=$left
+      env "${env[@]}" timeout "$limit" ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --op-times "$@" \
+        >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, $label $?"
+    }
+    : >"$OUT_DIR/e2e.txt"
+    e2e_rc=0
+    # The defaults (tensor-core linear, fused attention, cache rows as floats), with each step split by op kind.
+    bench_run defaults 200 -- --prefill 128,512 --batch 1,8,64 --decode-steps 8
+    # The issue's largest decode batch (its 256 sequences' prompts are set up first).
+    bench_run "decode batch 256" 100 -- --prefill 16 --batch 256 --decode-steps 4
     # Batch-1 decode after a 2048-token context, the cache rows handed over as floats, then packed (decoded on
     # the device): at long context the rows' copy is a step's largest transfer.
-    for kv in floats packed; do
-      echo "== DEEPINFER_CUDA_KV=$kv, context 2048" >>"$OUT_DIR/e2e.txt"
-      DEEPINFER_CUDA_KV=$kv timeout 90 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling --prefill 16 \
-        --batch 1 --context 2048 --decode-steps 8 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, $kv $?"
-    done
-    echo "== DEEPINFER_CUDA_LINEAR=fma" >>"$OUT_DIR/e2e.txt"
-    DEEPINFER_CUDA_LINEAR=fma timeout 100 ./$BUILD/deepinfer bench --model $MODEL --backend cuda --skip-ceiling \
-      --prefill 128 --batch 1,8 --decode-steps 8 --op-times >>"$OUT_DIR/e2e.txt" 2>&1 || e2e_rc="$e2e_rc, fma $?"
+    bench_run "context 2048, DEEPINFER_CUDA_KV=floats" 90 DEEPINFER_CUDA_KV=floats -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
+    bench_run "context 2048, DEEPINFER_CUDA_KV=packed" 90 DEEPINFER_CUDA_KV=packed -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
+    bench_run "DEEPINFER_CUDA_ATTENTION=split" 100 DEEPINFER_CUDA_ATTENTION=split -- --prefill 128,512 --batch 1,8 --decode-steps 8
+    bench_run "DEEPINFER_CUDA_LINEAR=fma" 100 DEEPINFER_CUDA_LINEAR=fma -- --prefill 128 --batch 1,8 --decode-steps 8
   else
     e2e_rc=failed
     cp "$LOG_DIR/build_cli.log" "$LOG_DIR/make_model.log" "$OUT_DIR/" 2>/dev/null
