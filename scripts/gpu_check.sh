@@ -150,6 +150,6 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT_DIR/cuda_tests.log"
 echo "cuda_tests exit code $tests_rc (0 = all passed)"
 cat "$OUT_DIR/timing.txt"
 echo "timing exit code $timing_rc; memcheck exit code $sanitizer_rc (0 = clean, 9 = errors found)"
-[ -f "$OUT_DIR/e2e.txt" ] && grep -vE "^(loaded|\[|writing|model |weights read|KV cache)|loading shard" "$OUT_DIR/e2e.txt" | tail -40
+[ -f "$OUT_DIR/e2e.txt" ] && grep -vE "^(loaded|\[|writing|model |weights read|KV cache)|loading shard" "$OUT_DIR/e2e.txt" | tail -60
 echo "e2e exit code $e2e_rc; total $(( $(date +%s) - t0 ))s"
 [ $tests_rc -eq 0 ] && [ $timing_rc -eq 0 ]
