@@ -374,36 +374,20 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   // The tokens' row lists go to attend_v41 together, those of every chunk in one call (a batched decode step's
   // sequences: one wait on a GPU instead of one per sequence); earlier when the rows decoded for the pending
   // tokens pass kPendingDecodedRows, after which the decode caches start over.
-  std::vector<const float*> rows;
-  std::vector<PackedSlot> packed;  // beside rows, for a backend that takes cache rows packed
+  AttentionSlotRows rows(backend_->takes_packed_rows());
   std::vector<int64_t> row_begin{0};
   int64_t first_pending = 0;
   auto attend_pending = [&](int64_t t_end) {
     if (t_end == first_pending) return;
     attend_v41(w, rope, &q[size_t(first_pending * H * HD)],
-               std::span<const int64_t>(batch.pos).subspan(size_t(first_pending), size_t(t_end - first_pending)), rows,
-               row_begin, &o[size_t(first_pending * H * HD)], packed);
+               std::span<const int64_t>(batch.pos).subspan(size_t(first_pending), size_t(t_end - first_pending)), rows.rows(),
+               row_begin, &o[size_t(first_pending * H * HD)], rows.packed());
     rows.clear();
-    packed.clear();
     row_begin.assign(1, 0);
     first_pending = t_end;
   };
   RowDecodeCache window_rows, compressed_rows;  // per chunk: the rows its tokens read, each decoded once
   int bound_chunk = -1;
-  // A row computed in this call, and a cache row: decoded by the model, or handed over packed.
-  const bool packed_rows = backend_->takes_packed_rows();
-  auto push_row = [&](const float* row) {
-    rows.push_back(row);
-    if (packed_rows) packed.push_back({});
-  };
-  auto push_cached = [&](RowDecodeCache& cache, int64_t j, const uint8_t* row, const KvRowFormat& format) {
-    if (packed_rows) {
-      rows.push_back(nullptr);
-      packed.push_back({row, &format});
-    } else {
-      rows.push_back(cache.row(j));
-    }
-  };
   for (int64_t t = 0; t < T; ++t) {
     const int ci = batch.chunk[size_t(t)];
     const SequenceState& seq = *batch.states[size_t(ci)];
@@ -421,17 +405,17 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     // Window rows an SWA bounded replay never computed are left out (window_valid_from; 0 when exact).
     for (int64_t p = std::max<int64_t>({0, pos - W + 1, ls.window_valid_from}); p <= pos; ++p) {
       if (p >= chunk_first_pos) {
-        push_row(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);
+        rows.push(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);
       } else {
         const int64_t slot = ls.slot(p);
-        push_cached(window_rows, slot, ls.window.data() + slot * ls.window_format.row_bytes, ls.window_format);
+        rows.push_cached(window_rows, slot, ls.window.data() + slot * ls.window_format.row_bytes, ls.window_format);
       }
     }
     if (ratio != 0) {
       const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
       for (int64_t j : scratch.selection[size_t(t)]) {
         DI_CHECK(j < cmp.n_rows());
-        push_cached(compressed_rows, j, cmp.rows.row(j), cmp.row_format);
+        rows.push_cached(compressed_rows, j, cmp.rows.row(j), cmp.row_format);
       }
     }
     row_begin.push_back(int64_t(rows.size()));

@@ -164,8 +164,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   const double index_scale = double(float(1.0 / std::sqrt(double(ID) * double(IH))));
   const int64_t group_width = H * HD / G;
   thread_local AttentionBuffers buf;
-  std::vector<const float*> slots;           // the pending tokens' slot lists, one after another
-  std::vector<PackedSlot> packed;            // beside them, for a backend that takes cache rows packed
+  AttentionSlotRows slots(backend_->takes_packed_rows());  // the pending tokens' slot lists, one after another
   std::vector<int64_t> slot_begin;           // where each pending token's list starts
   std::vector<SparseAttentionParams> pending;
   std::vector<float> scores;                 // a block's index scores, token i's at score_at[i]
@@ -176,21 +175,6 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   RowDecodeCache window_rows, compressed_rows;
   KeyDecodeCache index_keys;
   int bound_chunk = -1;
-  // A slot of a row decoded in this call (or nullptr: empty), and one of a cache row: decoded by the model, or
-  // handed over packed.
-  const bool packed_rows = backend_->takes_packed_rows();
-  auto push_row = [&](const float* row) {
-    slots.push_back(row);
-    if (packed_rows) packed.push_back({});
-  };
-  auto push_cached = [&](RowDecodeCache& cache, int64_t j, const uint8_t* row, const KvRowFormat& format) {
-    if (packed_rows) {
-      slots.push_back(nullptr);
-      packed.push_back({row, &format});
-    } else {
-      slots.push_back(cache.row(j));
-    }
-  };
   for (int64_t b0 = 0; b0 < T; b0 += kAttentionBlock) {
     const int64_t nb = std::min(kAttentionBlock, T - b0);  // tokens b0 .. b0 + nb of the call
     buf.q.resize(size_t(nb * H * HD));
@@ -255,14 +239,13 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     // for the pending tokens pass kPendingDecodedRows, after which the decode caches start over.
     auto run_pending = [&] {
       for (size_t k = 0; k < pending.size(); ++k) {
-        pending[k].slots = slots.data() + slot_begin[k];
-        if (packed_rows) pending[k].packed = packed.data() + slot_begin[k];
+        pending[k].slots = slots.rows().data() + slot_begin[k];
+        if (!slots.packed().empty()) pending[k].packed = slots.packed().data() + slot_begin[k];
       }
       backend_->sparse_attentions(pending);
       pending.clear();
       slot_begin.clear();
       slots.clear();
-      packed.clear();
     };
     for (int64_t i = 0; i < nb; ++i) {
       const int64_t t = b0 + i;
@@ -281,20 +264,20 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       for (int64_t j = 0; j < batch.window_slots[size_t(t)]; ++j) {
         const int64_t p = w0 + j;
         if (p > pos) {
-          push_row(nullptr);
+          slots.push(nullptr);
         } else if (p >= chunk_first_pos) {
-          push_row(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);  // fresh row of this call
+          slots.push(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);  // fresh row of this call
         } else {
           const int64_t slot = ls.slot(p);
-          push_cached(window_rows, slot, ls.window.data() + slot * ls.window_format.row_bytes, ls.window_format);
+          slots.push_cached(window_rows, slot, ls.window.data() + slot * ls.window_format.row_bytes, ls.window_format);
         }
       }
       const int64_t layout = batch.layout_tokens[size_t(t)];
       if (ratio == 128) {
         const int64_t n_slots = layout / 128, n_visible = (pos + 1) / 128;
         for (int64_t j = 0; j < n_slots; ++j) {
-          if (j < n_visible) push_cached(compressed_rows, j, ls.compressor.rows.row(j), ls.compressor.row_format);
-          else push_row(nullptr);
+          if (j < n_visible) slots.push_cached(compressed_rows, j, ls.compressor.rows.row(j), ls.compressor.row_format);
+          else slots.push(nullptr);
         }
       } else if (ratio == 4) {
         const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_visible = (pos + 1) / 4;
@@ -307,14 +290,14 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
         });  // I10: larger score first, ties lower index first
         for (int64_t j = 0; j < n_slots; ++j) {
           if (j >= n_fill) {
-            push_row(nullptr);
+            slots.push(nullptr);
             continue;
           }
           const int64_t row = order[size_t(j)];
-          push_cached(compressed_rows, row, ls.compressor.rows.row(row), ls.compressor.row_format);
+          slots.push_cached(compressed_rows, row, ls.compressor.rows.row(row), ls.compressor.row_format);
         }
       }
-      while ((int64_t(slots.size()) - first_slot) % 64) push_row(nullptr);
+      while ((int64_t(slots.size()) - first_slot) % 64) slots.push(nullptr);
       slot_begin.push_back(first_slot);
       pending.push_back({.q = &q[size_t(i * H * HD)], .n_heads = H, .head_dim = HD, .slots = nullptr,
                          .n_slots = int64_t(slots.size()) - first_slot, .sink = w.attn_sink,

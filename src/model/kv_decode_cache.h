@@ -5,13 +5,16 @@
 // chunks can go to the backend in one call. KeyDecodeCache decodes index keys contiguously ([n_keys, dim], what index_scores
 // reads), growing as later tokens of a chunk see more keys: once per chunk, not once per query token.
 // Neither owns or changes the packed rows; bind after the call has appended its rows. Rows come either from a
-// contiguous array (window rings) or from PagedRows (compressed rows, index keys).
+// contiguous array (window rings) or from PagedRows (compressed rows, index keys). AttentionSlotRows collects
+// the slot lists an attention call hands to the backend, cache rows decoded or packed.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/kv_format.h"
 #include "model/paged_rows.h"
 
@@ -38,6 +41,39 @@ class RowDecodeCache {
   std::vector<int32_t> slot_of_row_;              // [n_rows] decoded slot, -1 = not yet
   std::vector<std::unique_ptr<float[]>> blocks_;  // [kRowsPerBlock, n_values] each, kept across binds
   int64_t n_decoded_ = 0;
+};
+
+// The slot rows of pending attention tokens, one list after another: rows computed in the call (floats, or
+// nullptr for an empty slot) and cache rows, either decoded by a RowDecodeCache or, for a backend that takes
+// cache rows packed (Backend::takes_packed_rows), handed over as their bytes (packed() beside rows()).
+class AttentionSlotRows {
+ public:
+  explicit AttentionSlotRows(bool packed) : packed_(packed) {}
+  void push(const float* row) {
+    rows_.push_back(row);
+    if (packed_) packed_rows_.push_back({});
+  }
+  // Row j of the cache bound to `cache`, whose bytes are `row` in `format` (which must outlive the slots).
+  void push_cached(RowDecodeCache& cache, int64_t j, const uint8_t* row, const KvRowFormat& format) {
+    if (packed_) {
+      rows_.push_back(nullptr);
+      packed_rows_.push_back({row, &format});
+    } else {
+      rows_.push_back(cache.row(j));
+    }
+  }
+  size_t size() const { return rows_.size(); }
+  std::span<const float* const> rows() const { return rows_; }
+  std::span<const PackedSlot> packed() const { return packed_rows_; }  // empty unless packed
+  void clear() {
+    rows_.clear();
+    packed_rows_.clear();
+  }
+
+ private:
+  bool packed_;
+  std::vector<const float*> rows_;
+  std::vector<PackedSlot> packed_rows_;
 };
 
 class KeyDecodeCache {
