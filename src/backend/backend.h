@@ -75,16 +75,26 @@ struct SparseAttentionParams {
   const PackedSlot* packed = nullptr;    // [n_slots] or nullptr (always nullptr unless takes_packed_rows())
 };
 
+// Consecutive packed cache rows (one page's run of index keys).
+struct PackedRowRun {
+  const uint8_t* rows = nullptr;  // [n_rows, row_bytes]
+  int64_t n_rows = 0;
+};
+
 // Indexer scores for one query token (spec I7-I9):
 // score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ) for j < n_keys.
+// For a backend whose takes_packed_rows() is true the model may give the keys packed instead of `keys`: rows
+// of key_format in key_runs, in order, their values those unpack_kv_row gives.
 struct IndexScoreParams {
   const float* q = nullptr;        // [n_heads, dim]
   const float* weights = nullptr;  // [n_heads] bf16 values (I6)
   int64_t n_heads = 0;
   int64_t dim = 0;
-  const float* keys = nullptr;     // [n_keys, dim]
+  const float* keys = nullptr;     // [n_keys, dim] (nullptr when packed)
   int64_t n_keys = 0;
   float* scores = nullptr;         // [n_keys]
+  const KvRowFormat* key_format = nullptr;  // packed keys: their format (n_values == dim), else nullptr
+  std::span<const PackedRowRun> key_runs;   // packed keys: at least n_keys rows
 };
 
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
@@ -121,8 +131,9 @@ class Backend {
   // per-token norms, rotations, quantisation), on the backend's CPU threads where it has them. The body
   // must not call the backend, and what it computes for a row must not depend on the range it is in.
   virtual void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) { body(0, n); }
-  // True when the backend takes cache rows packed (SparseAttentionParams::packed) and decodes them itself: the
-  // CUDA backend then copies a row's packed bytes to the device instead of four bytes per value.
+  // True when the backend takes cache rows packed (SparseAttentionParams::packed, IndexScoreParams::key_runs)
+  // and decodes them itself: the CUDA backend then copies a row's packed bytes to the device instead of four
+  // bytes per value.
   virtual bool takes_packed_rows() const { return false; }
   // True when prompt and generated tokens run on different kernels (their sums may differ in the last bits):
   // the model then runs a forward pass that holds both kinds as two passes, one per kind.

@@ -283,6 +283,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     });
     // Index keys decoded once per chunk and key cache (the cache a token scores against can vary by token).
     std::vector<KeyDecodeCache> key_caches(size_t(c.n_layers));
+    const bool packed_keys = backend_->takes_packed_rows();
+    std::vector<PackedRowRun> key_runs;  // the keys of a run of tokens, packed
     std::vector<int64_t> score_begin;  // a block's token b0 + i has its scores at [score_begin[i], score_begin[i + 1])
     std::vector<IndexScoreParams> score_ops;
     for (int64_t b0 = 0; b0 < T; b0 += kSelectionBlock) {  // blocks bound the scores' memory (T^2 / 2 at ratio 1)
@@ -306,15 +308,21 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
         if (max_visible > 0) {
           const CompressorState& keys = batch.states[size_t(ci)]->layers[size_t(keys_layer)].index_compressor;
           DI_CHECK(keys.n_rows() >= max_visible);
-          KeyDecodeCache& key_cache = key_caches[size_t(keys_layer)];
-          key_cache.bind(keys.row_format, keys.rows, &keys);
-          const float* decoded = key_cache.keys(max_visible);
+          const float* decoded = nullptr;  // decoded here, or handed over packed
+          if (packed_keys) {
+            key_runs = packed_row_runs(keys.rows, max_visible);
+          } else {
+            KeyDecodeCache& key_cache = key_caches[size_t(keys_layer)];
+            key_cache.bind(keys.row_format, keys.rows, &keys);
+            decoded = key_cache.keys(max_visible);
+          }
           score_ops.clear();
           for (int64_t t = t0; t < t1; ++t) {
             const int64_t n_visible = (batch.pos[size_t(t)] + 1) / ratio;
             if (n_visible == 0) continue;
             score_ops.push_back({&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, decoded, n_visible,
-                                 &scores[size_t(score_begin[size_t(t - b0)])]});
+                                 &scores[size_t(score_begin[size_t(t - b0)])], packed_keys ? &keys.row_format : nullptr,
+                                 key_runs});
           }
           backend_->index_scores_batch(score_ops);
         }

@@ -174,6 +174,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   // Packed rows decoded for this call: per chunk, only the slots its tokens read, each once.
   RowDecodeCache window_rows, compressed_rows;
   KeyDecodeCache index_keys;
+  const bool packed_keys = backend_->takes_packed_rows();
+  std::vector<PackedRowRun> key_runs;  // the keys of a run of tokens, packed
   int bound_chunk = -1;
   for (int64_t b0 = 0; b0 < T; b0 += kAttentionBlock) {
     const int64_t nb = std::min(kAttentionBlock, T - b0);  // tokens b0 .. b0 + nb of the call
@@ -218,14 +220,20 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
         for (; i1 < nb && batch.chunk[size_t(b0 + i1)] == ci; ++i1) max_visible = std::max(max_visible, (batch.pos[size_t(b0 + i1)] + 1) / 4);
         if (max_visible > 0) {
           const LayerState& ls = layer_state(batch.states[size_t(ci)], is_mtp, layer_index);
-          index_keys.bind(ls.index_compressor.row_format, ls.index_compressor.rows, &ls.index_compressor);
-          const float* keys = index_keys.keys(max_visible);
+          const CompressorState& key_rows = ls.index_compressor;
+          const float* keys = nullptr;  // decoded here, or handed over packed
+          if (packed_keys) {
+            key_runs = packed_row_runs(key_rows.rows, max_visible);
+          } else {
+            index_keys.bind(key_rows.row_format, key_rows.rows, &key_rows);
+            keys = index_keys.keys(max_visible);
+          }
           score_ops.clear();
           for (int64_t i = i0; i < i1; ++i) {
             const int64_t n_visible = (batch.pos[size_t(b0 + i)] + 1) / 4;
             if (n_visible == 0) continue;
             score_ops.push_back({&iq[size_t(i * IH * ID)], &index_w[size_t(i * IH)], IH, ID, keys, n_visible,
-                                 &scores[size_t(score_at[size_t(i)])]});
+                                 &scores[size_t(score_at[size_t(i)])], packed_keys ? &key_rows.row_format : nullptr, key_runs});
           }
           backend_->index_scores_batch(score_ops);
         }

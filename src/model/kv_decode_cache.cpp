@@ -46,6 +46,17 @@ float* RowDecodeCache::row_at(int64_t slot) {
   return blocks_[size_t(slot / kRowsPerBlock)].get() + (slot % kRowsPerBlock) * format_.n_values;
 }
 
+std::vector<PackedRowRun> packed_row_runs(const PagedRows& rows, int64_t n_rows) {
+  DI_CHECK(n_rows <= rows.n_rows());
+  std::vector<PackedRowRun> runs;
+  for (int64_t j = 0; j < n_rows;) {
+    const int64_t n = std::min(rows.contiguous_rows(j), n_rows - j);
+    runs.push_back({rows.row(j), n});
+    j += n;
+  }
+  return runs;
+}
+
 void KeyDecodeCache::bind(const KvRowFormat& format, const PagedRows& rows, const void* owner) {
   if (&rows == rows_ && owner == owner_) return;
   DI_CHECK(rows.row_bytes() == format.row_bytes);

@@ -76,6 +76,9 @@ class AttentionSlotRows {
   std::vector<PackedSlot> packed_rows_;
 };
 
+// Rows [0, n_rows) of `rows` as runs of consecutive rows, one per page (IndexScoreParams::key_runs).
+std::vector<PackedRowRun> packed_row_runs(const PagedRows& rows, int64_t n_rows);
+
 class KeyDecodeCache {
  public:
   // Rebinds (dropping what was decoded) only when `rows` / `owner` differ from the bound ones.

@@ -1,8 +1,9 @@
-// SparseAttentionParams::packed: for a backend that takes cache rows packed (the CUDA backend copies a
-// row's bytes instead of four per value), the model hands window and compressed cache rows over packed. Here
-// a wrapper around the fast CPU backend says it takes them, decodes every packed slot with unpack_kv_row and
-// passes the same op on: the logits must equal those of the model that decodes the rows itself, bit for bit,
-// for V4 and V4.1 prefills, decode steps and a batched decode step, and packed slots must have been given.
+// SparseAttentionParams::packed and IndexScoreParams::key_runs: for a backend that takes cache rows packed
+// (the CUDA backend copies a row's bytes instead of four per value), the model hands window and compressed
+// cache rows and index keys over packed. Here a wrapper around the fast CPU backend says it takes them,
+// decodes every packed row with unpack_kv_row and passes the same op on: the logits must equal those of the
+// model that decodes the rows itself, bit for bit, for V4 and V4.1 prefills, decode steps and a batched decode
+// step, and packed rows must have been given.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -27,8 +28,30 @@ class DecodesPackedRows final : public Backend {
   void linear(const LinearParams& p) override { inner_->linear(p); }
   void linears(std::span<const LinearParams> ps) override { inner_->linears(ps); }
   void hc_mix(const HcMixParams& p) override { inner_->hc_mix(p); }
-  void index_scores(const IndexScoreParams& p) override { inner_->index_scores(p); }
-  void index_scores_batch(std::span<const IndexScoreParams> ps) override { inner_->index_scores_batch(ps); }
+  void index_scores(const IndexScoreParams& p) override { index_scores_batch({&p, 1}); }
+  void index_scores_batch(std::span<const IndexScoreParams> ps) override {
+    std::vector<IndexScoreParams> decoded(ps.begin(), ps.end());
+    std::vector<std::vector<float>> keys(ps.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const IndexScoreParams& p = ps[i];
+      if (!p.key_format) continue;
+      ASSERT_EQ(p.keys, nullptr) << "keys given both as floats and packed";
+      ASSERT_EQ(p.key_format->n_values, p.dim);
+      keys[i].resize(size_t(p.n_keys * p.dim));
+      int64_t j = 0;
+      for (const PackedRowRun& run : p.key_runs) {
+        for (int64_t r = 0; r < run.n_rows && j < p.n_keys; ++r, ++j) {
+          unpack_kv_row(*p.key_format, run.rows + r * p.key_format->row_bytes, &keys[i][size_t(j * p.dim)]);
+        }
+      }
+      ASSERT_EQ(j, p.n_keys) << "the key runs hold fewer rows than n_keys";
+      decoded[i].keys = keys[i].data();
+      decoded[i].key_format = nullptr;
+      decoded[i].key_runs = {};
+      *n_packed_ += p.n_keys;
+    }
+    inner_->index_scores_batch(decoded);
+  }
   void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override { inner_->for_rows(n, body); }
   bool kernels_differ_by_token_kind() const override { return inner_->kernels_differ_by_token_kind(); }
   void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }

@@ -58,7 +58,10 @@ class FastBackend final : public Backend {
     for (const SparseAttentionParams& p : ps) DI_CHECK_MSG(!p.packed, "packed attention slots for a backend that does not take them");
     cpu::sparse_attentions_fast(ps, level_, pool_, attention_ws_);
   }
-  void index_scores(const IndexScoreParams& p) override { cpu::index_scores_fast(p, level_, pool_, index_ws_); }
+  void index_scores(const IndexScoreParams& p) override {
+    DI_CHECK_MSG(!p.key_format, "packed index keys for a backend that does not take them");
+    cpu::index_scores_fast(p, level_, pool_, index_ws_);
+  }
   void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override {
     if (n > 1) pool_.parallel_for(n, 1, body);
     else body(0, n);

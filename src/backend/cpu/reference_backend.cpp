@@ -84,6 +84,7 @@ class ReferenceBackend final : public Backend {
   }
 
   void index_scores(const IndexScoreParams& p) override {
+    DI_CHECK_MSG(!p.key_format, "packed index keys for a backend that does not take them");
     for (int64_t j = 0; j < p.n_keys; ++j) {
       const float* key = p.keys + j * p.dim;
       double total = 0;
