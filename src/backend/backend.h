@@ -94,7 +94,7 @@ struct IndexScoreParams {
   int64_t n_keys = 0;
   float* scores = nullptr;         // [n_keys]
   const KvRowFormat* key_format = nullptr;  // packed keys: their format (n_values == dim), else nullptr
-  std::span<const PackedRowRun> key_runs;   // packed keys: at least n_keys rows
+  std::span<const PackedRowRun> key_runs = {};  // packed keys: at least n_keys rows
 };
 
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt

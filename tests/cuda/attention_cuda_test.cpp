@@ -384,5 +384,52 @@ TEST(IndexScoresCuda, BatchedTokensMatchSingleCalls) {
   }
 }
 
+// DEEPINFER_CUDA_KV=packed: index keys handed over packed (IndexScoreParams::key_runs, runs of 7 rows as
+// pages would give) are decoded on the device to unpack_kv_row's floats: every score equals, bit for bit, that of
+// the same keys given as those floats, for tokens of 0 .. 300 keys in one batch.
+TEST(IndexScoresCuda, PackedKeysMatchTheirDecodedFloats) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma", "fused", "packed");
+  DI_MAKE_CUDA_BACKEND(gpu);
+  ASSERT_TRUE(gpu->takes_packed_rows());
+  std::mt19937 rng(43);
+  const int64_t H = 64, dim = 128, max_keys = 300;
+  const KvRowFormat format = kv_row_format(KvRowKind::kFp4Key, dim);
+  std::vector<float> keys = random_bf16_values(rng, max_keys * dim, 1.0f);
+  std::vector<uint8_t> packed(size_t(max_keys * format.row_bytes));
+  for (int64_t j = 0; j < max_keys; ++j) {
+    float* key = &keys[size_t(j * dim)];
+    qdq_fp4(key, dim, 32);
+    ASSERT_TRUE(pack_kv_row(format, key, &packed[size_t(j * format.row_bytes)]));
+    unpack_kv_row(format, &packed[size_t(j * format.row_bytes)], key);
+  }
+  std::vector<PackedRowRun> runs;
+  for (int64_t j = 0; j < max_keys; j += 7) runs.push_back({&packed[size_t(j * format.row_bytes)], std::min<int64_t>(7, max_keys - j)});
+  const std::vector<int64_t> n_keys = {1, 0, 64, 299, 300, 13};
+  const int64_t T = int64_t(n_keys.size());
+  std::vector<float> q = fp4_grid_values(rng, T * H * dim), w = random_bf16_values(rng, T * H, 0.125f);
+  std::vector<std::vector<float>> want(static_cast<size_t>(T)), got(static_cast<size_t>(T));
+  std::vector<IndexScoreParams> as_floats, as_packed;
+  for (int64_t t = 0; t < T; ++t) {
+    want[size_t(t)].assign(size_t(n_keys[size_t(t)]), -7.0f);
+    got[size_t(t)].assign(size_t(n_keys[size_t(t)]), -9.0f);
+    IndexScoreParams p{&q[size_t(t * H * dim)], &w[size_t(t * H)], H, dim, keys.data(), n_keys[size_t(t)], want[size_t(t)].data()};
+    as_floats.push_back(p);
+    p.keys = nullptr;
+    p.key_format = &format;
+    p.key_runs = runs;
+    p.scores = got[size_t(t)].data();
+    as_packed.push_back(p);
+  }
+  gpu->index_scores_batch(as_floats);
+  gpu->index_scores_batch(as_packed);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < n_keys[size_t(t)]; ++j) {
+      ASSERT_EQ(std::memcmp(&want[size_t(t)][size_t(j)], &got[size_t(t)][size_t(j)], 4), 0)
+          << "token " << t << " key " << j << ": " << want[size_t(t)][size_t(j)] << " vs " << got[size_t(t)][size_t(j)];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

@@ -57,6 +57,25 @@ void for_each_run(std::span<const T> items, size_t max_run, Same same, Run run) 
   }
 }
 
+// The device decode of n_rows packed cache rows of `format` at `rows` (device) into out [n_rows, n_values].
+cuda::UnpackRowsLaunch unpack_launch(const KvRowFormat& format, const uint8_t* rows, int64_t n_rows, float* out) {
+  cuda::UnpackRowsLaunch u;
+  switch (format.kind) {
+    case KvRowKind::kV4Kv:
+    case KvRowKind::kV41Kv: u.kind = cuda::PackedRowKind::kE4m3; break;
+    case KvRowKind::kV41Fp4: u.kind = cuda::PackedRowKind::kE2m1E4m3Scales; break;
+    case KvRowKind::kFp4Key: u.kind = cuda::PackedRowKind::kE2m1E8m0Scales; break;
+  }
+  u.n_values = format.n_values;
+  u.n_rope = format.n_rope;
+  u.block = format.block;
+  u.row_bytes = format.row_bytes;
+  u.rows = rows;
+  u.n_rows = n_rows;
+  u.out = out;
+  return u;
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool tensor_core_linear, bool split_attention, bool packed_rows)
@@ -206,7 +225,8 @@ class CudaBackend final : public Backend {
   // launch: the keys are uploaded once, up to the run's largest count.
   void index_scores_batch(std::span<const IndexScoreParams> ps) override {
     auto same_keys = [](const IndexScoreParams& a, const IndexScoreParams& b) {
-      return a.keys == b.keys && a.n_heads == b.n_heads && a.dim == b.dim;
+      return a.keys == b.keys && a.key_format == b.key_format && a.key_runs.data() == b.key_runs.data() &&
+             a.n_heads == b.n_heads && a.dim == b.dim;
     };
     for_each_run(ps, kMaxGridYZ, same_keys, [&](auto run) { score(run); });
   }
@@ -243,7 +263,8 @@ class CudaBackend final : public Backend {
   }
 
   // Query tokens that share keys, n_heads and dim: q and weights gathered into pinned staging, each token's
-  // key count and output offset and then the keys beside them, one launch, the scores back in one copy.
+  // key count and output offset and then the keys beside them (floats, or packed rows that a kernel decodes
+  // on the device first), one launch, the scores back in one copy.
   void score(std::span<const IndexScoreParams> batch) {
     const IndexScoreParams& p0 = batch[0];
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, dim = p0.dim;
@@ -255,11 +276,25 @@ class CudaBackend final : public Backend {
     if (max_keys == 0) return;
     const int64_t qw = T * H * dim + T * H;  // q, then weights
     const int64_t qw_even = qw + (qw & 1);
-    index_host_.reserve(size_t(qw_even) * 4 + size_t(2 * T) * 8 + size_t(max_keys * dim) * 4);
+    const KvRowFormat* packed = p0.key_format;
+    DI_CHECK(!packed || packed->n_values == dim);
+    const size_t key_bytes = packed ? size_t(max_keys * packed->row_bytes) : size_t(max_keys * dim) * 4;
+    index_host_.reserve(size_t(qw_even) * 4 + size_t(2 * T) * 8 + key_bytes);
     float* q_host = index_host_.get<float>();
     auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw_even);  // [T] key counts, [T] output offsets
-    float* keys_host = reinterpret_cast<float*>(meta_host + 2 * T);
-    std::memcpy(keys_host, p0.keys, size_t(max_keys * dim) * 4);
+    auto* keys_host = reinterpret_cast<uint8_t*>(meta_host + 2 * T);
+    if (packed) {
+      size_t at_byte = 0;
+      for (const PackedRowRun& run : p0.key_runs) {
+        const size_t n = std::min(size_t(run.n_rows) * size_t(packed->row_bytes), key_bytes - at_byte);
+        std::memcpy(keys_host + at_byte, run.rows, n);
+        at_byte += n;
+        if (at_byte == key_bytes) break;
+      }
+      DI_CHECK_MSG(at_byte == key_bytes, "packed index keys: the runs hold fewer rows than n_keys");
+    } else {
+      std::memcpy(keys_host, p0.keys, key_bytes);
+    }
     index_meta_.reserve(size_t(2 * T) * 8);
     int64_t at = 0;
     for (int64_t t = 0; t < T; ++t) {
@@ -271,11 +306,17 @@ class CudaBackend final : public Backend {
       at += p.n_keys;
     }
     x_.reserve(size_t(qw) * 4);
-    rows_.reserve(size_t(max_keys * dim) * 4);
+    rows_.reserve(size_t(max_keys * dim) * 4 + (packed ? key_bytes : 0));  // the keys as floats, then packed
     out_.reserve(size_t(total) * 4);
     DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), q_host, size_t(qw) * 4, cudaMemcpyHostToDevice, stream_));
     DI_CUDA_CHECK(cudaMemcpyAsync(index_meta_.get(), meta_host, size_t(2 * T) * 8, cudaMemcpyHostToDevice, stream_));
-    DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), keys_host, size_t(max_keys * dim) * 4, cudaMemcpyHostToDevice, stream_));
+    if (packed) {
+      uint8_t* packed_dev = rows_.get<uint8_t>() + size_t(max_keys * dim) * 4;
+      DI_CUDA_CHECK(cudaMemcpyAsync(packed_dev, keys_host, key_bytes, cudaMemcpyHostToDevice, stream_));
+      cuda::launch_unpack_rows(unpack_launch(*packed, packed_dev, max_keys, rows_.get<float>()), stream_);
+    } else {
+      DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), keys_host, key_bytes, cudaMemcpyHostToDevice, stream_));
+    }
     cuda::IndexScoreLaunch l{x_.get<float>(), x_.get<float>() + T * H * dim, H, dim, rows_.get<float>(), max_keys, out_.get<float>()};
     l.n_tokens = T;
     l.token_keys = index_meta_.get<int64_t>();
@@ -371,16 +412,8 @@ class CudaBackend final : public Backend {
     if (n_float) DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_float * D) * 4, cudaMemcpyHostToDevice, stream_));
     DI_CUDA_CHECK(cudaMemcpyAsync(q_dev, q_host, staged, cudaMemcpyHostToDevice, stream_));
     for (const PackedGroup& g : packed_groups_) {
-      cuda::UnpackRowsLaunch u;
-      u.kind = g.kind;
-      u.n_values = g.format.n_values;
-      u.n_rope = g.format.n_rope;
-      u.block = g.format.block;
-      u.row_bytes = g.format.row_bytes;
-      u.rows = packed_dev + g.first_byte;
-      u.n_rows = int64_t(g.rows.size());
-      u.out = rows_dev + g.first_row * D;
-      cuda::launch_unpack_rows(u, stream_);
+      cuda::launch_unpack_rows(unpack_launch(g.format, packed_dev + g.first_byte, int64_t(g.rows.size()), rows_dev + g.first_row * D),
+                               stream_);
     }
     if (n_slots) {
       DI_CUDA_CHECK(cudaMemcpyAsync(index_.get(), slot_row, size_t(T * n_slots) * 4, cudaMemcpyHostToDevice, stream_));
@@ -414,12 +447,6 @@ class CudaBackend final : public Backend {
     if (it == packed_groups_.end()) {
       PackedGroup g;
       g.format = f;
-      switch (f.kind) {
-        case KvRowKind::kV4Kv:
-        case KvRowKind::kV41Kv: g.kind = cuda::PackedRowKind::kE4m3; break;
-        case KvRowKind::kV41Fp4: g.kind = cuda::PackedRowKind::kE2m1E4m3Scales; break;
-        case KvRowKind::kFp4Key: g.kind = cuda::PackedRowKind::kE2m1E8m0Scales; break;
-      }
       packed_groups_.push_back(std::move(g));
       it = packed_groups_.end() - 1;
     }
@@ -451,7 +478,6 @@ class CudaBackend final : public Backend {
   // the packed rows by format and where each sits there; pinned staging for the copies.
   struct PackedGroup {
     KvRowFormat format;
-    cuda::PackedRowKind kind = cuda::PackedRowKind::kE4m3;
     std::vector<const uint8_t*> rows;
     int64_t first_row = 0, first_byte = 0;  // its decoded rows' first index; its bytes' offset in the staging
   };
