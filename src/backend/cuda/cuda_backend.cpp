@@ -15,8 +15,6 @@
 #include <cstring>
 #include <span>
 #include <string>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -24,6 +22,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weight_cache.h"
+#include "backend/slot_gather.h"
 #include "model/kv_format.h"
 
 namespace deepinfer {
@@ -334,70 +333,31 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxAttentionTokens = 64;  // scores scratch: 64 x 64 heads x 1152 slots x 4 B = 19 MB
 
   // Tokens that share n_heads, head_dim, sink and softmax. The rows they read (KV cache rows in host memory)
-  // are gathered once into pinned staging: consecutive prompt tokens share most of their window and
-  // compressed rows. Float rows go over as they are; packed cache rows (takes_packed_rows) go over as their
-  // bytes, grouped by format, and are decoded on the device behind the float rows. Each token's slots become
-  // indices into the rows, padded with empty slots to the longest list: an empty slot changes no output (its
-  // weight is 0 and its 64-block's maximum is -inf).
+  // are gathered once (SlotGather) into pinned staging. Float rows go over as they are; packed cache rows
+  // (takes_packed_rows) go over as their bytes, a group per format, and are decoded on the device behind the
+  // float rows. Each token's slots are indices into the rows, padded with empty slots to the longest list: an
+  // empty slot changes no output (its weight is 0 and its 64-block's maximum is -inf).
   void attend(std::span<const SparseAttentionParams> batch) {
     const SparseAttentionParams& p0 = batch[0];
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, D = p0.head_dim;
-    int64_t n_slots = 0;
-    for (const SparseAttentionParams& p : batch) n_slots = std::max(n_slots, p.n_slots);
-    slot_host_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
-    int32_t* slot_row = slot_host_.get<int32_t>();
-    row_index_.clear();
-    row_order_.clear();
-    packed_groups_.clear();
-    packed_at_.clear();
-    for (int64_t t = 0; t < T; ++t) {
-      const SparseAttentionParams& p = batch[size_t(t)];
-      for (int64_t j = 0; j < n_slots; ++j) {
-        const float* row = j < p.n_slots ? p.slots[j] : nullptr;
-        const PackedSlot packed = j < p.n_slots && p.packed ? p.packed[j] : PackedSlot{};
-        int32_t index = -1;
-        if (row) {
-          const auto [it, inserted] = row_index_.try_emplace(row, int32_t(row_order_.size()));
-          if (inserted) row_order_.push_back(row);
-          index = it->second;
-        } else if (packed.row) {  // -2 - k for the k-th packed row, made a row index below
-          const auto [it, inserted] = row_index_.try_emplace(packed.row, -2 - int32_t(packed_at_.size()));
-          if (inserted) packed_at_.push_back(add_packed_row(packed, D));
-          index = it->second;
-        }
-        slot_row[t * n_slots + j] = index;
-      }
-    }
-    const int64_t n_float = int64_t(row_order_.size());
-    int64_t n_packed = 0, packed_bytes = 0;
-    for (PackedGroup& g : packed_groups_) {
-      g.first_row = n_float + n_packed;
-      g.first_byte = packed_bytes;
-      n_packed += int64_t(g.rows.size());
-      packed_bytes += int64_t(g.rows.size()) * g.format.row_bytes;
-    }
-    if (!packed_at_.empty()) {
-      for (int64_t i = 0; i < T * n_slots; ++i) {
-        if (slot_row[i] <= -2) {
-          const auto [group, k] = packed_at_[size_t(-2 - slot_row[i])];
-          slot_row[i] = int32_t(packed_groups_[size_t(group)].first_row + k);
-        }
-      }
-    }
-    const int64_t n_rows = n_float + n_packed;
-    DI_CHECK_MSG(n_rows <= INT32_MAX, "sparse attention: too many rows for one launch");
+    gather_.gather(batch);
+    const int64_t n_slots = gather_.n_slots(), n_float = int64_t(gather_.float_rows().size());
+    const int64_t n_rows = gather_.n_rows(), packed_bytes = gather_.packed_bytes();
     rows_host_.reserve(size_t(n_float * D + T * H * D + H) * 4 + size_t(packed_bytes));
     float* rows = rows_host_.get<float>();
-    for (int64_t r = 0; r < n_float; ++r) std::memcpy(rows + r * D, row_order_[size_t(r)], size_t(D) * 4);
+    for (int64_t r = 0; r < n_float; ++r) std::memcpy(rows + r * D, gather_.float_rows()[size_t(r)], size_t(D) * 4);
     float* q_host = rows + n_float * D;  // [T, H, D] after the float rows
     for (int64_t t = 0; t < T; ++t) std::memcpy(q_host + t * H * D, batch[size_t(t)].q, size_t(H * D) * 4);
     std::memcpy(q_host + T * H * D, p0.sink, size_t(H) * 4);  // then the sink
     auto* packed_host = reinterpret_cast<uint8_t*>(q_host + T * H * D + H);  // then the packed rows' bytes
-    for (const PackedGroup& g : packed_groups_) {
+    for (const SlotGather::PackedGroup& g : gather_.packed_groups()) {
       for (size_t k = 0; k < g.rows.size(); ++k) {
         std::memcpy(packed_host + g.first_byte + int64_t(k) * g.format.row_bytes, g.rows[k], size_t(g.format.row_bytes));
       }
     }
+    slot_host_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
+    int32_t* slot_row = slot_host_.get<int32_t>();
+    std::memcpy(slot_row, gather_.slot_rows().data(), size_t(T * n_slots) * 4);
 
     // Device: the float rows and the decoded packed rows, then q, then sink, then the packed bytes; slot
     // indices; outputs. The host's [float rows][q, sink, packed bytes] go over in two copies.
@@ -411,7 +371,7 @@ class CudaBackend final : public Backend {
     const auto* packed_dev = reinterpret_cast<const uint8_t*>(sink_dev + H);
     if (n_float) DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_float * D) * 4, cudaMemcpyHostToDevice, stream_));
     DI_CUDA_CHECK(cudaMemcpyAsync(q_dev, q_host, staged, cudaMemcpyHostToDevice, stream_));
-    for (const PackedGroup& g : packed_groups_) {
+    for (const SlotGather::PackedGroup& g : gather_.packed_groups()) {
       cuda::launch_unpack_rows(unpack_launch(g.format, packed_dev + g.first_byte, int64_t(g.rows.size()), rows_dev + g.first_row * D),
                                stream_);
     }
@@ -431,27 +391,6 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_.get(), size_t(T * H * D) * 4, cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (int64_t t = 0; t < T; ++t) std::memcpy(batch[size_t(t)].out, out_host_.get<float>() + t * H * D, size_t(H * D) * 4);
-  }
-
-  // A packed row's place in packed_groups_ (its group, its index there), the group made on the row's first
-  // use. A packed row's format must be one the device decodes, with head_dim values.
-  std::pair<int32_t, int32_t> add_packed_row(const PackedSlot& packed, int64_t head_dim) {
-    const KvRowFormat& f = *packed.format;
-    DI_CHECK_MSG(f.n_values == head_dim, "packed attention slot: a row of " + std::to_string(f.n_values) +
-                                             " values for head_dim " + std::to_string(head_dim));
-    auto same = [&](const PackedGroup& g) {
-      return g.format.kind == f.kind && g.format.n_values == f.n_values && g.format.n_rope == f.n_rope &&
-             g.format.block == f.block && g.format.row_bytes == f.row_bytes;
-    };
-    auto it = std::find_if(packed_groups_.begin(), packed_groups_.end(), same);
-    if (it == packed_groups_.end()) {
-      PackedGroup g;
-      g.format = f;
-      packed_groups_.push_back(std::move(g));
-      it = packed_groups_.end() - 1;
-    }
-    it->rows.push_back(packed.row);
-    return {int32_t(it - packed_groups_.begin()), int32_t(it->rows.size() - 1)};
   }
 
   std::string name_;
@@ -474,17 +413,8 @@ class CudaBackend final : public Backend {
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches
   DeviceBuffer descriptors_;                  // and their descriptors, on the device
   cuda::PinnedBuffer descriptors_host_;
-  // attend(): the batch's float rows in first-use order and every row's index (a packed row's provisional);
-  // the packed rows by format and where each sits there; pinned staging for the copies.
-  struct PackedGroup {
-    KvRowFormat format;
-    std::vector<const uint8_t*> rows;
-    int64_t first_row = 0, first_byte = 0;  // its decoded rows' first index; its bytes' offset in the staging
-  };
-  std::unordered_map<const void*, int32_t> row_index_;
-  std::vector<const float*> row_order_;
-  std::vector<PackedGroup> packed_groups_;
-  std::vector<std::pair<int32_t, int32_t>> packed_at_;
+  // attend(): the rows its tokens read, and pinned staging for the copies.
+  SlotGather gather_;
   cuda::PinnedBuffer rows_host_, slot_host_, out_host_;
   // score(): q and weights, then the key counts and output offsets (pinned), and those two on the device.
   cuda::PinnedBuffer index_host_;

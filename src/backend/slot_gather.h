@@ -1,0 +1,51 @@
+// The rows a batch of sparse attentions reads, gathered once (the host side of a device backend's attention,
+// free of any device API so that the CPU tests cover it). Consecutive prompt tokens share most of their
+// window and compressed rows, and a batched decode step's tokens share nothing but are sent together: each
+// distinct row is placed once, float rows first in first-use order, then packed cache rows grouped by format
+// (a device decodes each group with one launch) in first-use order within their group. Every token's slot
+// list becomes row indices, padded with empty slots (-1) to the longest list.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/kv_format.h"
+
+namespace deepinfer {
+
+class SlotGather {
+ public:
+  struct PackedGroup {
+    KvRowFormat format;
+    std::vector<const uint8_t*> rows;       // in first-use order
+    int64_t first_row = 0;                  // the row index of rows[0]
+    int64_t first_byte = 0;                 // its bytes' offset among all packed rows' bytes
+  };
+
+  // Gathers the rows of `batch` (tokens sharing head_dim); the previous gather is dropped.
+  void gather(std::span<const SparseAttentionParams> batch);
+
+  int64_t n_tokens() const { return n_tokens_; }
+  int64_t n_slots() const { return n_slots_; }                      // the longest slot list
+  const std::vector<int32_t>& slot_rows() const { return slot_rows_; }  // [n_tokens, n_slots], -1 = empty
+  const std::vector<const float*>& float_rows() const { return float_rows_; }  // rows [0, n_float)
+  const std::vector<PackedGroup>& packed_groups() const { return groups_; }    // rows [n_float, n_rows)
+  int64_t n_rows() const { return n_rows_; }
+  int64_t packed_bytes() const { return packed_bytes_; }
+
+ private:
+  std::pair<int32_t, int32_t> add_packed(const PackedSlot& packed, int64_t head_dim);
+
+  int64_t n_tokens_ = 0, n_slots_ = 0, n_rows_ = 0, packed_bytes_ = 0;
+  std::vector<int32_t> slot_rows_;
+  std::vector<const float*> float_rows_;
+  std::vector<PackedGroup> groups_;
+  std::unordered_map<const void*, int32_t> index_;     // a row's index (a packed row's: -2 - k until placed)
+  std::vector<std::pair<int32_t, int32_t>> packed_at_;  // the k-th packed row: its group and place there
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,113 @@
+// SlotGather (the host side of the CUDA attention): three tokens whose lists mix float rows, packed rows of two
+// formats, repeats and empty slots, of different lengths. Every slot's index must lead back to the very row it
+// named (a float row by pointer, a packed row by its group's row pointer), each distinct row placed once, float
+// rows first, groups in first-use order with consecutive rows and bytes, and the short lists padded with -1.
+#include "backend/slot_gather.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+namespace deepinfer {
+namespace {
+
+TEST(SlotGather, EverySlotLeadsBackToItsRow) {
+  const KvRowFormat window = kv_row_format(KvRowKind::kV41Kv, 64), compressed = kv_row_format(KvRowKind::kV41Fp4, 64);
+  std::vector<float> fresh(5 * 64);
+  std::vector<uint8_t> window_bytes(size_t(4 * window.row_bytes)), compressed_bytes(size_t(6 * compressed.row_bytes));
+  const float* f[5];
+  for (int i = 0; i < 5; ++i) f[i] = &fresh[size_t(i * 64)];
+  auto w = [&](int i) { return PackedSlot{&window_bytes[size_t(i * window.row_bytes)], &window}; };
+  auto c = [&](int i) { return PackedSlot{&compressed_bytes[size_t(i * compressed.row_bytes)], &compressed}; };
+  const PackedSlot none{};
+  // Token lists: what each slot names (a float row, a packed row, or nothing).
+  struct Slot {
+    const float* row;
+    PackedSlot packed;
+  };
+  const std::vector<std::vector<Slot>> lists = {
+      {{f[0], none}, {nullptr, c(2)}, {nullptr, w(1)}, {nullptr, none}, {f[1], none}, {nullptr, c(2)}},
+      {{f[1], none}, {nullptr, w(1)}, {nullptr, w(3)}, {nullptr, c(0)}},
+      {{nullptr, c(5)}, {f[4], none}, {nullptr, none}, {nullptr, w(0)}, {nullptr, c(0)}, {f[0], none}, {nullptr, w(3)},
+       {nullptr, c(1)}},
+  };
+  std::vector<std::vector<const float*>> rows(lists.size());
+  std::vector<std::vector<PackedSlot>> packed(lists.size());
+  std::vector<SparseAttentionParams> ps;
+  for (size_t t = 0; t < lists.size(); ++t) {
+    for (const Slot& s : lists[t]) {
+      rows[t].push_back(s.row);
+      packed[t].push_back(s.packed);
+    }
+    SparseAttentionParams p;
+    p.head_dim = 64;
+    p.slots = rows[t].data();
+    p.packed = packed[t].data();
+    p.n_slots = int64_t(rows[t].size());
+    ps.push_back(p);
+  }
+  SlotGather gather;
+  gather.gather(ps);
+  ASSERT_EQ(gather.n_tokens(), 3);
+  ASSERT_EQ(gather.n_slots(), 8);
+  const int64_t n_float = int64_t(gather.float_rows().size());
+  EXPECT_EQ(n_float, 3);  // f0, f1, f4
+  ASSERT_EQ(gather.packed_groups().size(), 2u);
+  const SlotGather::PackedGroup& g0 = gather.packed_groups()[0];
+  const SlotGather::PackedGroup& g1 = gather.packed_groups()[1];
+  EXPECT_EQ(g0.format.kind, KvRowKind::kV41Fp4) << "groups come in first-use order";
+  EXPECT_EQ(g0.rows.size(), 4u);  // c2, c0, c5, c1
+  EXPECT_EQ(g1.rows.size(), 3u);  // w1, w3, w0
+  EXPECT_EQ(g0.first_row, n_float);
+  EXPECT_EQ(g1.first_row, n_float + 4);
+  EXPECT_EQ(g0.first_byte, 0);
+  EXPECT_EQ(g1.first_byte, 4 * compressed.row_bytes);
+  EXPECT_EQ(gather.n_rows(), n_float + 7);
+  EXPECT_EQ(gather.packed_bytes(), 4 * compressed.row_bytes + 3 * window.row_bytes);
+  std::set<const void*> distinct;
+  for (size_t t = 0; t < lists.size(); ++t) {
+    for (int64_t j = 0; j < gather.n_slots(); ++j) {
+      const int32_t at = gather.slot_rows()[t * 8 + size_t(j)];
+      if (j >= int64_t(lists[t].size()) || (!lists[t][size_t(j)].row && !lists[t][size_t(j)].packed.row)) {
+        EXPECT_EQ(at, -1) << "token " << t << " slot " << j << " is empty";
+        continue;
+      }
+      ASSERT_GE(at, 0);
+      ASSERT_LT(at, gather.n_rows());
+      const Slot& s = lists[t][size_t(j)];
+      if (s.row) {
+        ASSERT_LT(at, n_float);
+        EXPECT_EQ(gather.float_rows()[size_t(at)], s.row) << "token " << t << " slot " << j;
+        distinct.insert(s.row);
+      } else {
+        const SlotGather::PackedGroup& g = at < g1.first_row ? g0 : g1;
+        EXPECT_EQ(g.rows[size_t(at - g.first_row)], s.packed.row) << "token " << t << " slot " << j;
+        distinct.insert(s.packed.row);
+      }
+    }
+  }
+  EXPECT_EQ(int64_t(distinct.size()), gather.n_rows()) << "each distinct row placed exactly once";
+
+  gather.gather(std::span(ps).first(1));  // a second gather starts over
+  EXPECT_EQ(gather.n_slots(), 6);
+  EXPECT_EQ(gather.float_rows().size(), 2u);
+  EXPECT_EQ(gather.n_rows(), 2 + 2);
+}
+
+TEST(SlotGatherDeathTest, PackedRowOfAnotherWidthIsCaught) {
+  const KvRowFormat wide = kv_row_format(KvRowKind::kV41Kv, 128);
+  std::vector<uint8_t> bytes(size_t(wide.row_bytes));
+  const float* rows[1] = {nullptr};
+  const PackedSlot packed[1] = {{bytes.data(), &wide}};
+  SparseAttentionParams p;
+  p.head_dim = 64;
+  p.slots = rows;
+  p.packed = packed;
+  p.n_slots = 1;
+  SlotGather gather;
+  EXPECT_DEATH(gather.gather({&p, 1}), "head_dim 64");
+}
+
+}  // namespace
+}  // namespace deepinfer
