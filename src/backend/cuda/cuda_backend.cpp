@@ -22,6 +22,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weight_cache.h"
+#include "backend/linear_batch_layout.h"
 #include "backend/slot_gather.h"
 #include "model/kv_format.h"
 
@@ -97,71 +98,37 @@ class CudaBackend final : public Backend {
   // read (an expert's w1 and w3) is uploaded once, tensor-core ops of one weight kind and K run as one grouped
   // launch (launch_mma_groups), and the stream is synchronised once. A decode step's MoE group (w1 and w3 of
   // every routed expert) is then one launch and one wait instead of one of each per op. The batch's inputs
-  // and outputs cross through pinned staging that mirrors the device layout, one copy each way: a copy to or
-  // from the model's pageable arrays is the driver's own staged copy, and one to pageable memory blocks the
-  // host, per op.
+  // and outputs cross through pinned staging that mirrors the device layout (LinearBatchLayout), one copy each
+  // way: a copy to or from the model's pageable arrays is the driver's own staged copy, and one to pageable
+  // memory blocks the host, per op.
   void linears(std::span<const LinearParams> ps) override {
-    auto align = [](size_t b) { return (b + 255) / 256 * 256; };
-    placed_.assign(ps.size(), Placed{});
-    size_t in_bytes = 0;  // the inputs (each uploaded x, each bias), then the outputs
+    weights_of_.assign(ps.size(), nullptr);
+    k_.assign(ps.size(), 0);
+    k_pad_.assign(ps.size(), 0);
     for (size_t i = 0; i < ps.size(); ++i) {
       const LinearParams& p = ps[i];
       if (p.n_tokens == 0 || p.n_rows == 0) continue;
       const cuda::DeviceWeight& w = weights_.get(*p.weight, stream_);
       DI_CHECK(p.row_begin >= 0 && p.row_begin + p.n_rows <= w.n_out);
-      Placed& at = placed_[i];
-      at.w = &w;
-      at.x = SIZE_MAX;
-      for (size_t j = 0; j < i; ++j) {  // the same x, read the same way, by an earlier op of the batch
-        const LinearParams& q = ps[j];
-        if (placed_[j].w && q.x == p.x && q.x_stride == p.x_stride && q.n_tokens == p.n_tokens && placed_[j].w->n_in == w.n_in &&
-            placed_[j].w->k_pad == w.k_pad) {
-          at.x = placed_[j].x;
-          break;
-        }
-      }
-      if (at.x == SIZE_MAX) {
-        at.upload_x = true;
-        at.x = in_bytes;
-        in_bytes += align(size_t(p.n_tokens * w.k_pad) * 4);
-      }
-      if (p.epilogue == Epilogue::kF32AddBias) {
-        at.bias = in_bytes;
-        in_bytes += align(size_t(p.n_tokens * p.n_rows) * 4);
-      }
+      weights_of_[i] = &w;
+      k_[i] = w.n_in;
+      k_pad_[i] = w.k_pad;
     }
-    size_t bytes = in_bytes;
-    for (size_t i = 0; i < ps.size(); ++i) {
-      if (!placed_[i].w) continue;
-      placed_[i].out = bytes;
-      bytes += align(size_t(ps[i].n_tokens * ps[i].n_rows) * 4);
-    }
+    layout_.plan(ps, k_, k_pad_);
+    const size_t in_bytes = layout_.input_bytes(), bytes = layout_.bytes();
     if (bytes == 0) return;
     batch_.reserve(bytes);
     staging_.reserve(bytes);
     uint8_t* base = batch_.get<uint8_t>();
     uint8_t* host = staging_.get<uint8_t>();
-    for (size_t i = 0; i < ps.size(); ++i) {
-      const Placed& at = placed_[i];
-      if (!at.w) continue;
-      const LinearParams& p = ps[i];
-      const int64_t K = at.w->n_in, k_pad = at.w->k_pad;
-      if (at.upload_x) {
-        for (int64_t t = 0; t < p.n_tokens; ++t) {
-          float* row = reinterpret_cast<float*>(host + at.x) + t * k_pad;
-          std::memcpy(row, p.x + t * p.x_stride, size_t(K) * 4);
-          std::fill(row + K, row + k_pad, 0.0f);  // the padding columns must be finite: they meet zero weights
-        }
-      }
-      if (p.epilogue == Epilogue::kF32AddBias) std::memcpy(host + at.bias, p.bias, size_t(p.n_tokens * p.n_rows) * 4);
-    }
+    layout_.stage_inputs(ps, host);
     if (in_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(base, host, in_bytes, cudaMemcpyHostToDevice, stream_));
     launches_.clear();
     for (size_t i = 0; i < ps.size(); ++i) {
-      const Placed& at = placed_[i];
-      if (!at.w) continue;
+      const LinearBatchLayout::Place& at = layout_.places()[i];
+      if (at.empty) continue;
       const LinearParams& p = ps[i];
-      const cuda::DeviceWeight& w = *at.w;
+      const cuda::DeviceWeight& w = *weights_of_[i];
       cuda::LinearLaunch l;
       if (p.epilogue == Epilogue::kF32AddBias) l.bias = reinterpret_cast<const float*>(base + at.bias);
       l.kind = w.kind;
@@ -183,12 +150,7 @@ class CudaBackend final : public Backend {
     launch_mma_groups();
     DI_CUDA_CHECK(cudaMemcpyAsync(host + in_bytes, base + in_bytes, bytes - in_bytes, cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    for (size_t i = 0; i < ps.size(); ++i) {
-      if (!placed_[i].w) continue;
-      const LinearParams& p = ps[i];
-      const float* out = reinterpret_cast<const float*>(host + placed_[i].out);
-      for (int64_t t = 0; t < p.n_tokens; ++t) std::memcpy(p.out + t * p.out_stride, out + t * p.n_rows, size_t(p.n_rows) * 4);
-    }
+    layout_.scatter_outputs(ps, host);
   }
 
   void hc_mix(const HcMixParams& p) override {
@@ -401,15 +363,12 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cuda::WeightCache weights_;
   DeviceBuffer x_, out_, rows_, index_, scores_;  // per-op scratch, grown on demand
-  // A linears() batch: where each op's x, bias and output sit in batch_.
-  struct Placed {
-    const cuda::DeviceWeight* w = nullptr;  // nullptr: an empty op
-    bool upload_x = false;                  // false: an earlier op of the batch uploaded the same x
-    size_t x = 0, bias = 0, out = 0;        // byte offsets into batch_
-  };
+  // A linears() batch: its ops' weights and widths, where their operands sit in batch_ (and staging_, pinned).
+  std::vector<const cuda::DeviceWeight*> weights_of_;
+  std::vector<int64_t> k_, k_pad_;
+  LinearBatchLayout layout_;
   DeviceBuffer batch_;
-  cuda::PinnedBuffer staging_;  // its host mirror (and hc_mix's x, then its output)
-  std::vector<Placed> placed_;
+  cuda::PinnedBuffer staging_;  // batch_'s host mirror (and hc_mix's x, then its output)
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches
   DeviceBuffer descriptors_;                  // and their descriptors, on the device
   cuda::PinnedBuffer descriptors_host_;
