@@ -292,7 +292,10 @@ class CudaBackend final : public Backend {
     }
   }
 
-  static constexpr size_t kMaxAttentionTokens = 64;  // scores scratch: 64 x 64 heads x 1152 slots x 4 B = 19 MB
+  // Tokens per attention launch: a prefill block (the model's 256) or a batched decode step's 256 sequences
+  // in one launch and one wait, not four. The split path's scores scratch is then up to 256 x 64 heads x 1152
+  // slots x 4 B = 75 MB.
+  static constexpr size_t kMaxAttentionTokens = 256;
 
   // Tokens that share n_heads, head_dim, sink and softmax. The rows they read (KV cache rows in host memory)
   // are gathered once (SlotGather) into pinned staging. Float rows go over as they are; packed cache rows
