@@ -61,11 +61,7 @@ std::pair<int32_t, int32_t> SlotGather::add_packed(const PackedSlot& packed, int
   const KvRowFormat& f = *packed.format;
   DI_CHECK_MSG(f.n_values == head_dim, "packed attention slot: a row of " + std::to_string(f.n_values) +
                                            " values for head_dim " + std::to_string(head_dim));
-  auto same = [&](const PackedGroup& g) {
-    return g.format.kind == f.kind && g.format.n_values == f.n_values && g.format.n_rope == f.n_rope &&
-           g.format.block == f.block && g.format.row_bytes == f.row_bytes;
-  };
-  auto it = std::find_if(groups_.begin(), groups_.end(), same);
+  auto it = std::find_if(groups_.begin(), groups_.end(), [&](const PackedGroup& g) { return g.format == f; });
   if (it == groups_.end()) {
     PackedGroup group;
     group.format = f;

@@ -25,6 +25,7 @@ struct KvRowFormat {
   int64_t block = 0;      // values per scale
   int64_t n_scales = 0;
   int64_t row_bytes = 0;  // codes + rope + scales (+ pad to a multiple of 8 for kV4Kv)
+  bool operator==(const KvRowFormat&) const = default;
 };
 
 KvRowFormat kv_row_format(KvRowKind kind, int64_t n_values, int64_t n_rope = 0);

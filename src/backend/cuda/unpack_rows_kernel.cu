@@ -13,6 +13,11 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// e4m3_value with the NaN that unpack_kv_row's table gives the two codes whose low bits are all set.
+__device__ __forceinline__ float e4m3_or_nan(uint32_t code) {
+  return (code & 0x7fu) == 0x7fu ? __uint_as_float(0x7fc00000u) : e4m3_value(code);
+}
+
 // One block per row, one value per thread and step.
 __global__ void __launch_bounds__(kThreads) unpack_rows_kernel(const UnpackRowsLaunch p) {
   const uint8_t* row = p.rows + int64_t(blockIdx.x) * p.row_bytes;
@@ -21,21 +26,14 @@ __global__ void __launch_bounds__(kThreads) unpack_rows_kernel(const UnpackRowsL
   for (int64_t i = threadIdx.x; i < p.n_values; i += kThreads) {
     if (p.kind == PackedRowKind::kE4m3) {
       if (i < n) {
-        const uint32_t code = row[i];
-        const float v = (code & 0x7fu) == 0x7fu ? __uint_as_float(0x7fc00000u) : e4m3_value(code);
-        out[i] = v * e8m0_value(row[n + 2 * p.n_rope + i / p.block]);
+        out[i] = e4m3_or_nan(row[i]) * e8m0_value(row[n + 2 * p.n_rope + i / p.block]);
       } else {  // the bf16 rope values, little-endian
         const int64_t k = i - n;
         out[i] = __uint_as_float((uint32_t(row[n + 2 * k]) | uint32_t(row[n + 2 * k + 1]) << 8) << 16);
       }
     } else if (i < n) {
       const uint8_t scale = row[(n + 1) / 2 + i / p.block];
-      float s;
-      if (p.kind == PackedRowKind::kE2m1E4m3Scales) {
-        s = (scale & 0x7fu) == 0x7fu ? __uint_as_float(0x7fc00000u) : e4m3_value(scale);
-      } else {
-        s = e8m0_value(scale);
-      }
+      const float s = p.kind == PackedRowKind::kE2m1E4m3Scales ? e4m3_or_nan(scale) : e8m0_value(scale);
       out[i] = e2m1_value((row[i / 2] >> (4 * (i & 1))) & 0xfu) * s;
     }
   }
