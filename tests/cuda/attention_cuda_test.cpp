@@ -64,7 +64,7 @@ void run_attention(const AttentionCase& c, uint32_t seed) {
       for (int64_t d = 0; d < D; ++d) head_max = std::max(head_max, std::fabs(ref[size_t(h * D + d)]));
       for (int64_t d = 0; d < D; ++d) {
         const float r = ref[size_t(h * D + d)], g = got[size_t(h * D + d)];
-        const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7);
+        const double ulp = bf16_ulp(r);
         const double bound = 2 * ulp + std::ldexp(double(head_max), -10);
         if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
           ADD_FAILURE() << c.name << " running=" << running << " h=" << h << " d=" << d << " ref=" << r << " cuda=" << g;
@@ -195,7 +195,7 @@ TEST_P(SparseAttentionCuda, BatchedTokensShareRowsAndMatchSingleRuns) {
                         << alone[size_t(i)];
         }
         const float r = ref[size_t(i)], g = batched[size_t(i)];
-        const double bound = 2 * std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7) + std::ldexp(double(head_max), -10);
+        const double bound = 2 * bf16_ulp(r) + std::ldexp(double(head_max), -10);
         if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
           ADD_FAILURE() << "running=" << running << " element " << i << ": ref " << r << ", cuda " << g;
         }
@@ -312,7 +312,7 @@ void run_index(int64_t n_heads, int64_t dim, int64_t n_keys, bool fp32_inputs, u
       mass += std::fabs(std::max(s, 0.0) * w[size_t(h)]);
     }
     const float r = ref[size_t(j)], g = got[size_t(j)];
-    const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7);
+    const double ulp = bf16_ulp(r);
     if (!(std::fabs(double(g) - double(r)) <= 2 * ulp + std::ldexp(mass, -7)) && ++n_bad <= 3) {
       ADD_FAILURE() << "key " << j << " ref=" << r << " cuda=" << g << " mass=" << mass;
     }
@@ -376,7 +376,7 @@ TEST(IndexScoresCuda, BatchedTokensMatchSingleCalls) {
         for (int64_t d = 0; d < dim; ++d) s += double(q[size_t((t * H + h) * dim + d)]) * keys[size_t(j * dim + d)];
         mass += std::fabs(std::max(s, 0.0) * w[size_t(t * H + h)]);
       }
-      const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7);
+      const double ulp = bf16_ulp(r);
       if (!(std::fabs(double(g) - double(r)) <= 2 * ulp + std::ldexp(mass, -7)) && ++n_bad <= 3) {
         ADD_FAILURE() << "token " << t << " key " << j << " ref=" << r << " cuda=" << g;
       }

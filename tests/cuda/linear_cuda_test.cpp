@@ -87,7 +87,7 @@ void run_case(const LinearCase& c, uint32_t seed) {
         }
         ref_c.push_back(r);
         got_c.push_back(g);
-        const double ulp = bf16_out ? std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7) : 0.0;
+        const double ulp = bf16_out ? bf16_ulp(r) : 0.0;
         const double bound = 2 * ulp + std::ldexp(mass[size_t(t * c.n_rows + i)], -16) + 1e-30;
         if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
           ADD_FAILURE() << c.name << " T=" << T << " t=" << t << " row=" << i << " ref=" << r << " cuda=" << g << " bound=" << bound;
@@ -212,7 +212,7 @@ TEST_P(LinearCuda, BatchedOpsMatchSingleOps) {
     int64_t n_bad = 0;
     for (size_t j = 0; j < ref[i].size(); ++j) {
       EXPECT_EQ(batched[i][j], alone[i][j]) << "op " << i << " output " << j << ": batched differs from alone";
-      const double ulp = ps[i].epilogue == Epilogue::kBf16 ? std::ldexp(1.0, std::ilogb(std::max(std::fabs(ref[i][j]), 1e-30f)) - 7) : 0.0;
+      const double ulp = ps[i].epilogue == Epilogue::kBf16 ? bf16_ulp(ref[i][j]) : 0.0;
       const double bound = 2 * ulp + std::ldexp(mass[j], -16) + 1e-30;
       if (!(std::fabs(double(batched[i][j]) - double(ref[i][j])) <= bound) && ++n_bad <= 3) {
         ADD_FAILURE() << "op " << i << " output " << j << ": ref " << ref[i][j] << ", cuda " << batched[i][j];

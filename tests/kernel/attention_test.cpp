@@ -62,7 +62,7 @@ void run_case(SimdLevel level, const AttentionCase& c, uint32_t seed) {
       for (int64_t d = 0; d < D; ++d) head_max = std::max(head_max, std::fabs(ref[size_t(h * D + d)]));
       for (int64_t d = 0; d < D; ++d) {
         const float r = ref[size_t(h * D + d)], g = got[size_t(h * D + d)];
-        const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7);
+        const double ulp = bf16_ulp(r);
         const double bound = 2 * ulp + std::ldexp(double(head_max), -10);
         if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
           ADD_FAILURE() << c.name << " running=" << running << " h=" << h << " d=" << d << " ref=" << r << " fast=" << g;

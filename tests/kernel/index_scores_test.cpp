@@ -50,7 +50,7 @@ void run_case(SimdLevel level, int64_t n_heads, int64_t dim, int64_t n_keys, boo
       mass += std::fabs(std::max(s, 0.0) * w[size_t(h)]);
     }
     const float r = ref[size_t(j)], g = got[size_t(j)];
-    const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7);
+    const double ulp = bf16_ulp(r);
     if (!(std::fabs(double(g) - double(r)) <= 2 * ulp + std::ldexp(mass, -7)) && ++n_bad <= 3) {
       ADD_FAILURE() << "key " << j << " ref=" << r << " fast=" << g << " mass=" << mass;
     }

@@ -103,6 +103,10 @@ struct Diff {
   bool finite = true;
 };
 
+// One bf16 step at the magnitude of r (2^(exponent of |r| - 7); |r| below 1e-30 counts as 1e-30): the unit
+// of the tests' bounds on bf16 outputs.
+inline double bf16_ulp(float r) { return std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7); }
+
 // Distance in bf16 steps between two bf16 values (same sign assumed near; counts across zero).
 inline int64_t bf16_ulps(float a, float b) {
   auto key = [](float v) {

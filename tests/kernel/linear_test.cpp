@@ -98,7 +98,7 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
         }
         ref_c.push_back(r);
         got_c.push_back(g);
-        const double ulp = bf16_out ? std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 7) : 0.0;
+        const double ulp = bf16_out ? bf16_ulp(r) : 0.0;
         const double bound = 2 * ulp + std::ldexp(mass[size_t(t * c.n_rows + i)], -16) + 1e-30;
         if (!(std::fabs(double(g) - double(r)) <= bound)) {
           if (++n_bad <= 3) { ADD_FAILURE() << c.name << " T=" << T << " t=" << t << " row=" << i << " ref=" << r << " fast=" << g << " bound=" << bound; }
