@@ -171,7 +171,8 @@ __device__ __forceinline__ void linear_mma_tile(const LinearLaunch& p, int slice
   // Chunks in ascending order. A single n-tile (decode) has few mmas to hide a load behind, so its chunks go
   // U at a time, software-pipelined: the next group's weight loads are issued before this group's decode and
   // mmas, so that U chunks' loads are always in flight (run 2, H200: 0.65 TB/s at one token when each group's
-  // loads waited for the previous group's mmas). The mma order is the same for every U and either loop.
+  // loads waited for the previous group's mmas); the rest, and every chunk of a multi-tile warp, one at a
+  // time. The mma order is the same for every U.
   constexpr int U = NT == 1 ? 4 : 1;
   int c = c_begin;
   if constexpr (U > 1) {
@@ -200,12 +201,9 @@ __device__ __forceinline__ void linear_mma_tile(const LinearLaunch& p, int slice
         }
       }
     }
-#pragma unroll 1
-    for (; c < c_end; ++c) multiply(c, load_raw8<K>(p, n_a, c * 32 + 8 * tig), load_raw8<K>(p, n_b, c * 32 + 8 * tig));
-  } else {
-#pragma unroll 1
-    for (; c < c_end; ++c) multiply(c, load_raw8<K>(p, n_a, c * 32 + 8 * tig), load_raw8<K>(p, n_b, c * 32 + 8 * tig));
   }
+#pragma unroll 1
+  for (; c < c_end; ++c) multiply(c, load_raw8<K>(p, n_a, c * 32 + 8 * tig), load_raw8<K>(p, n_b, c * 32 + 8 * tig));
 
   // The slices' partial sums, added in warp order by the warp-0 lanes that own each output.
 #pragma unroll
