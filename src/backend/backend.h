@@ -138,6 +138,10 @@ class Backend {
   // True when prompt and generated tokens run on different kernels (their sums may differ in the last bits):
   // the model then runs a forward pass that holds both kinds as two passes, one per kind.
   virtual bool kernels_differ_by_token_kind() const { return false; }
+  // True when every call waits for a device (the CUDA backend copies its outputs back and synchronises once per
+  // call): the model then puts independent ops into one call wherever it can, also where a CPU backend runs
+  // them faster apart (a prefill's MoE experts, which the fast backend streams one expert at a time).
+  virtual bool each_call_waits() const { return false; }
   virtual void set_token_kind(TokenKind /*kind*/) {}
 };
 

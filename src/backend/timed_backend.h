@@ -71,6 +71,7 @@ class TimedBackend final : public Backend {
   void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override;
   bool kernels_differ_by_token_kind() const override { return inner_->kernels_differ_by_token_kind(); }
   bool takes_packed_rows() const override { return inner_->takes_packed_rows(); }
+  bool each_call_waits() const override { return inner_->each_call_waits(); }
   void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }
 
  private:

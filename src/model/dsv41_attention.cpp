@@ -271,9 +271,9 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     const double index_scale = 1.0 / std::sqrt(double(ID) * double(IH));
     const bool is_candidate_source = layer == c.candidate_source_layer;
     const bool uses_candidates = c.candidate_source_layer >= 0 && layer > c.candidate_source_layer;
-    // The per-token query preparation on the backend's threads; then, block by block, the scores (one backend op
-    // per token, in order: the key caches grow with the positions) and the selections (on the backend's threads
-    // again: each token reads only its own scores and an earlier layer's candidates).
+    // The per-token query preparation on the backend's threads; then, block by block, the scores (one
+    // index_scores_batch for the block's tokens) and the selections (on the backend's threads again: each token
+    // reads only its own scores and an earlier layer's candidates).
     backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         rope.apply_heads(&iq[size_t(t * IH * ID + ID - RD)], IH, ID, batch.pos[size_t(t)], false);
@@ -281,10 +281,9 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
         for (int64_t hh = 0; hh < IH; ++hh) iw[size_t(t * IH + hh)] = round_bf16(double(iw[size_t(t * IH + hh)]) * index_scale);
       }
     });
-    // Index keys decoded once per chunk and key cache (the cache a token scores against can vary by token).
-    std::vector<KeyDecodeCache> key_caches(size_t(c.n_layers));
-    const bool packed_keys = backend_->takes_packed_rows();
-    std::vector<PackedRowRun> key_runs;  // the keys of a run of tokens, packed
+    // Index keys decoded once per block and key cache (the cache a token scores against can vary by token).
+    IndexKeySet index_keys(backend_->takes_packed_rows());
+    std::vector<size_t> key_handle;  // a block's token b0 + i scores against index_keys' key_handle[i]
     std::vector<int64_t> score_begin;  // a block's token b0 + i has its scores at [score_begin[i], score_begin[i + 1])
     std::vector<IndexScoreParams> score_ops;
     for (int64_t b0 = 0; b0 < T; b0 += kSelectionBlock) {  // blocks bound the scores' memory (T^2 / 2 at ratio 1)
@@ -293,41 +292,31 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
       for (int64_t t = b0; t < b1; ++t) score_begin.push_back(score_begin.back() + (batch.pos[size_t(t)] + 1) / ratio);
       scores.resize(size_t(score_begin.back()));
       // Which key cache each token scores against (spec §7.5): its KV owner's, or the one the reference last
-      // published (see published_keys_layer). Runs of tokens with the same cache go to the backend as one
-      // index_scores_batch, against the keys decoded once up to the run's largest count.
+      // published (see published_keys_layer). The block's tokens go to the backend as one index_scores_batch,
+      // each key cache decoded once up to the most keys its tokens read.
       auto keys_layer_of = [&](int64_t t) {
         return options_.index_owner_keys ? owner : published_keys_layer(layer, batch.pos[size_t(t)], batch.is_prompt[size_t(t)] != 0,
                                                                        batch.layout_tokens[size_t(t)]);
       };
-      for (int64_t t0 = b0; t0 < b1;) {
-        const int ci = batch.chunk[size_t(t0)], keys_layer = keys_layer_of(t0);
-        int64_t t1 = t0, max_visible = 0;
-        for (; t1 < b1 && batch.chunk[size_t(t1)] == ci && keys_layer_of(t1) == keys_layer; ++t1) {
-          max_visible = std::max(max_visible, (batch.pos[size_t(t1)] + 1) / ratio);
-        }
-        if (max_visible > 0) {
-          const CompressorState& keys = batch.states[size_t(ci)]->layers[size_t(keys_layer)].index_compressor;
-          DI_CHECK(keys.n_rows() >= max_visible);
-          const float* decoded = nullptr;  // decoded here, or handed over packed
-          if (packed_keys) {
-            key_runs = packed_row_runs(keys.rows, max_visible);
-          } else {
-            KeyDecodeCache& key_cache = key_caches[size_t(keys_layer)];
-            key_cache.bind(keys.row_format, keys.rows, &keys);
-            decoded = key_cache.keys(max_visible);
-          }
-          score_ops.clear();
-          for (int64_t t = t0; t < t1; ++t) {
-            const int64_t n_visible = (batch.pos[size_t(t)] + 1) / ratio;
-            if (n_visible == 0) continue;
-            score_ops.push_back({&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, decoded, n_visible,
-                                 &scores[size_t(score_begin[size_t(t - b0)])], packed_keys ? &keys.row_format : nullptr,
-                                 key_runs});
-          }
-          backend_->index_scores_batch(score_ops);
-        }
-        t0 = t1;
+      index_keys.clear();
+      key_handle.resize(size_t(b1 - b0));
+      for (int64_t t = b0; t < b1; ++t) {
+        const int64_t n_visible = score_begin[size_t(t - b0 + 1)] - score_begin[size_t(t - b0)];
+        if (n_visible == 0) continue;
+        const CompressorState& keys = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(keys_layer_of(t))].index_compressor;
+        DI_CHECK(keys.n_rows() >= n_visible);
+        key_handle[size_t(t - b0)] = index_keys.need(keys.row_format, keys.rows, &keys, n_visible);
       }
+      index_keys.prepare();
+      score_ops.clear();
+      for (int64_t t = b0; t < b1; ++t) {
+        const int64_t n_visible = score_begin[size_t(t - b0 + 1)] - score_begin[size_t(t - b0)];
+        if (n_visible == 0) continue;
+        IndexScoreParams& op = score_ops.emplace_back();
+        op = {&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, nullptr, n_visible, &scores[size_t(score_begin[size_t(t - b0)])]};
+        index_keys.set_keys(key_handle[size_t(t - b0)], op);
+      }
+      if (!score_ops.empty()) backend_->index_scores_batch(score_ops);
       backend_->for_rows(b1 - b0, [&](int64_t i0, int64_t i1) {
         std::vector<int64_t> order, block_order;
         std::vector<float> block_score;

@@ -173,9 +173,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   std::vector<int64_t> order;
   // Packed rows decoded for this call: per chunk, only the slots its tokens read, each once.
   RowDecodeCache window_rows, compressed_rows;
-  KeyDecodeCache index_keys;
-  const bool packed_keys = backend_->takes_packed_rows();
-  std::vector<PackedRowRun> key_runs;  // the keys of a run of tokens, packed
+  IndexKeySet index_keys(backend_->takes_packed_rows());
+  std::vector<size_t> key_handle;  // a block's token i scores against index_keys' key_handle[i]
   int bound_chunk = -1;
   for (int64_t b0 = 0; b0 < T; b0 += kAttentionBlock) {
     const int64_t nb = std::min(kAttentionBlock, T - b0);  // tokens b0 .. b0 + nb of the call
@@ -209,36 +208,29 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
         }
       });
       // I7-I9 for the block's tokens ahead of their selections, token i's scores at score_at[i]: one
-      // index_scores_batch per run of tokens of one chunk, against that chunk's keys decoded once up to the
-      // run's largest count (each token reads its own prefix of them).
+      // index_scores_batch for the whole block, each chunk's keys decoded once up to the most its tokens read
+      // (each token reads its own prefix of them).
       score_at.assign(1, 0);
       for (int64_t i = 0; i < nb; ++i) score_at.push_back(score_at.back() + (batch.pos[size_t(b0 + i)] + 1) / 4);
       scores.resize(size_t(score_at.back()));
-      for (int64_t i0 = 0; i0 < nb;) {
-        const int ci = batch.chunk[size_t(b0 + i0)];
-        int64_t i1 = i0, max_visible = 0;
-        for (; i1 < nb && batch.chunk[size_t(b0 + i1)] == ci; ++i1) max_visible = std::max(max_visible, (batch.pos[size_t(b0 + i1)] + 1) / 4);
-        if (max_visible > 0) {
-          const LayerState& ls = layer_state(batch.states[size_t(ci)], is_mtp, layer_index);
-          const CompressorState& key_rows = ls.index_compressor;
-          const float* keys = nullptr;  // decoded here, or handed over packed
-          if (packed_keys) {
-            key_runs = packed_row_runs(key_rows.rows, max_visible);
-          } else {
-            index_keys.bind(key_rows.row_format, key_rows.rows, &key_rows);
-            keys = index_keys.keys(max_visible);
-          }
-          score_ops.clear();
-          for (int64_t i = i0; i < i1; ++i) {
-            const int64_t n_visible = (batch.pos[size_t(b0 + i)] + 1) / 4;
-            if (n_visible == 0) continue;
-            score_ops.push_back({&iq[size_t(i * IH * ID)], &index_w[size_t(i * IH)], IH, ID, keys, n_visible,
-                                 &scores[size_t(score_at[size_t(i)])], packed_keys ? &key_rows.row_format : nullptr, key_runs});
-          }
-          backend_->index_scores_batch(score_ops);
-        }
-        i0 = i1;
+      index_keys.clear();
+      key_handle.resize(size_t(nb));
+      for (int64_t i = 0; i < nb; ++i) {
+        const int64_t n_visible = score_at[size_t(i + 1)] - score_at[size_t(i)];
+        if (n_visible == 0) continue;
+        const CompressorState& key_rows = layer_state(batch.states[size_t(batch.chunk[size_t(b0 + i)])], is_mtp, layer_index).index_compressor;
+        key_handle[size_t(i)] = index_keys.need(key_rows.row_format, key_rows.rows, &key_rows, n_visible);
       }
+      index_keys.prepare();
+      score_ops.clear();
+      for (int64_t i = 0; i < nb; ++i) {
+        const int64_t n_visible = score_at[size_t(i + 1)] - score_at[size_t(i)];
+        if (n_visible == 0) continue;
+        IndexScoreParams& op = score_ops.emplace_back();
+        op = {&iq[size_t(i * IH * ID)], &index_w[size_t(i * IH)], IH, ID, nullptr, n_visible, &scores[size_t(score_at[size_t(i)])]};
+        index_keys.set_keys(key_handle[size_t(i)], op);
+      }
+      if (!score_ops.empty()) backend_->index_scores_batch(score_ops);
     }
 
     // Sparse attention (AT0-AT3) of the block's tokens, run together (Backend::sparse_attentions: a token per

@@ -89,4 +89,45 @@ const float* KeyDecodeCache::keys(int64_t n_keys) {
   return decoded_.get();
 }
 
+size_t IndexKeySet::need(const KvRowFormat& format, const PagedRows& rows, const void* owner, int64_t n_keys) {
+  for (size_t i = 0; i < needs_.size(); ++i) {
+    Need& n = needs_[i];
+    if (n.rows == &rows && n.owner == owner) {
+      n.n_keys = std::max(n.n_keys, n_keys);
+      return i;
+    }
+  }
+  needs_.push_back({&format, &rows, owner, n_keys});
+  return needs_.size() - 1;
+}
+
+void IndexKeySet::prepare() {
+  const size_t n = needs_.size();
+  if (packed_) {
+    runs_.resize(std::max(runs_.size(), n));
+    for (size_t i = 0; i < n; ++i) runs_[i] = packed_row_runs(*needs_[i].rows, needs_[i].n_keys);
+    return;
+  }
+  // Cache i binds to the block's i-th key cache: in a prefill that is the same cache block after block, and
+  // bind() keeps what it decoded.
+  if (decoded_.size() < n) decoded_.resize(n);
+  keys_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    decoded_[i].bind(*needs_[i].format, *needs_[i].rows, needs_[i].owner);
+    keys_[i] = decoded_[i].keys(needs_[i].n_keys);
+  }
+}
+
+void IndexKeySet::set_keys(size_t handle, IndexScoreParams& p) const {
+  if (packed_) {
+    p.keys = nullptr;
+    p.key_format = needs_[handle].format;
+    p.key_runs = runs_[handle];
+  } else {
+    p.keys = keys_[handle];
+    p.key_format = nullptr;
+    p.key_runs = {};
+  }
+}
+
 }  // namespace deepinfer

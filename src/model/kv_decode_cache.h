@@ -94,4 +94,35 @@ class KeyDecodeCache {
   int64_t n_decoded_ = 0;
 };
 
+// The index keys that a block of query tokens scores against, for one index_scores_batch over the whole block
+// (a batched decode step's sequences: one wait on a GPU, not one per sequence). need() for each token, then
+// prepare(), then set_keys() on each token's op. Each distinct key cache is decoded once, up to the most keys
+// any token of the block reads of it, or handed over as packed row runs (Backend::takes_packed_rows).
+class IndexKeySet {
+ public:
+  explicit IndexKeySet(bool packed) : packed_(packed) {}
+  // A new block. Decoded keys stay for a later block that reads the same cache (a prefill's blocks).
+  void clear() { needs_.clear(); }
+  // A token reads rows [0, n_keys) of `rows` (in `format`, which must outlive the set), the key cache of
+  // `owner`; returns the cache's handle for set_keys.
+  size_t need(const KvRowFormat& format, const PagedRows& rows, const void* owner, int64_t n_keys);
+  // Decodes (or lists the packed runs of) every needed cache; call after the last need().
+  void prepare();
+  // Sets p.keys, or p.key_format and p.key_runs, to cache `handle`'s keys, valid until the next clear().
+  void set_keys(size_t handle, IndexScoreParams& p) const;
+
+ private:
+  struct Need {
+    const KvRowFormat* format;
+    const PagedRows* rows;
+    const void* owner;
+    int64_t n_keys;
+  };
+  bool packed_;
+  std::vector<Need> needs_;
+  std::vector<KeyDecodeCache> decoded_;  // [i] holds needs_[i]'s keys (not packed)
+  std::vector<const float*> keys_;
+  std::vector<std::vector<PackedRowRun>> runs_;  // [i] needs_[i]'s runs (packed)
+};
+
 }  // namespace deepinfer

@@ -95,8 +95,11 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   // arithmetic and the order of the M8 sums (experts ascending) are unchanged. In prefill each expert is its
   // own group: alternating runs of a 512-token prefill were ~3% slower with groups of 256 rows (both threads
   // then stream different experts' weights instead of one matrix). The shared expert's w2 joins the last
-  // group's w2 batch (in decode: the routed w2 of every expert and the shared one, one wait on a GPU).
-  const bool one_group = T <= 16;  // decode: every routed row in one group, else one group per expert
+  // group's w2 batch (in decode: the routed w2 of every expert and the shared one, one wait on a GPU). A backend
+  // whose calls each wait (a GPU: ~480 waits per layer in a 128-token prefill with a group per expert) gets
+  // groups of whole experts up to kGroupRows rows in prefill too, which bounds its staging buffers.
+  constexpr int64_t kGroupRows = 2048;
+  const int64_t group_rows = T <= 16 || backend_->each_call_waits() ? kGroupRows : 1;  // a group runs once this full
   struct Routed {
     int64_t expert, first_row, n_rows;
   };
@@ -165,7 +168,7 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     const int64_t n = int64_t(row_token.size()) - first_row;
     if (n > 0) group.push_back({e, first_row, n});
     // The last group runs after the loop, with the shared w2.
-    if (!one_group && e + 1 < E) run_group(false);
+    if (int64_t(row_token.size()) >= group_rows && e + 1 < E) run_group(false);
   }
   run_group(true);
 

@@ -431,5 +431,59 @@ TEST(IndexScoresCuda, PackedKeysMatchTheirDecodedFloats) {
   }
 }
 
+// A batched decode step's tokens, each scoring against its own sequence's keys, in one index_scores_batch call:
+// three float key arrays and two packed ones (runs of 5 rows), the tokens interleaved over them with 0 .. 250
+// keys each. Every score equals, bit for bit, the same token's scored alone against its keys as floats.
+TEST(IndexScoresCuda, SeveralKeyArraysInOneBatchMatchSingleCalls) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma", "fused", "packed");
+  DI_MAKE_CUDA_BACKEND(gpu);
+  std::mt19937 rng(47);
+  const int64_t H = 64, dim = 128, n_arrays = 5;
+  const int64_t array_keys[n_arrays] = {250, 40, 130, 250, 77};  // arrays 3 and 4 go packed
+  const KvRowFormat format = kv_row_format(KvRowKind::kFp4Key, dim);
+  std::vector<std::vector<float>> keys(n_arrays);
+  std::vector<std::vector<uint8_t>> packed(n_arrays);
+  std::vector<std::vector<PackedRowRun>> runs(n_arrays);
+  for (int64_t a = 0; a < n_arrays; ++a) {
+    const int64_t n = array_keys[a];
+    keys[size_t(a)] = random_bf16_values(rng, n * dim, 1.0f);
+    packed[size_t(a)].resize(size_t(n * format.row_bytes));
+    for (int64_t j = 0; j < n; ++j) {  // values a packed row holds exactly, for the float arrays too
+      float* key = &keys[size_t(a)][size_t(j * dim)];
+      uint8_t* row = &packed[size_t(a)][size_t(j * format.row_bytes)];
+      qdq_fp4(key, dim, 32);
+      ASSERT_TRUE(pack_kv_row(format, key, row));
+      unpack_kv_row(format, row, key);
+    }
+    for (int64_t j = 0; j < n; j += 5) runs[size_t(a)].push_back({&packed[size_t(a)][size_t(j * format.row_bytes)], std::min<int64_t>(5, n - j)});
+  }
+  const int64_t T = 23;
+  std::vector<float> q = fp4_grid_values(rng, T * H * dim), w = random_bf16_values(rng, T * H, 0.125f);
+  std::vector<std::vector<float>> want(static_cast<size_t>(T)), got(static_cast<size_t>(T));
+  std::vector<IndexScoreParams> batch;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t a = (t * 3) % n_arrays, n = t == 4 ? 0 : 1 + (t * 37) % array_keys[a];
+    want[size_t(t)].assign(size_t(n), -7.0f);
+    got[size_t(t)].assign(size_t(n), -9.0f);
+    IndexScoreParams p{&q[size_t(t * H * dim)], &w[size_t(t * H)], H, dim, keys[size_t(a)].data(), n, want[size_t(t)].data()};
+    gpu->index_scores(p);
+    p.scores = got[size_t(t)].data();
+    if (a >= 3) {
+      p.keys = nullptr;
+      p.key_format = &format;
+      p.key_runs = runs[size_t(a)];
+    }
+    batch.push_back(p);
+  }
+  gpu->index_scores_batch(batch);
+  for (int64_t t = 0; t < T; ++t) {
+    for (size_t j = 0; j < want[size_t(t)].size(); ++j) {
+      ASSERT_EQ(std::memcmp(&want[size_t(t)][j], &got[size_t(t)][j], 4), 0)
+          << "token " << t << " key " << j << ": " << want[size_t(t)][j] << " alone vs " << got[size_t(t)][j] << " batched";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

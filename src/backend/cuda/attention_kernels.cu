@@ -267,9 +267,10 @@ __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScore
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t j0 = int64_t(blockIdx.x) * kIndexKeysPerBlock + int64_t(warp) * kIndexKeysPerWarp;
   if (j0 >= n_keys) return;
+  const float* keys = p.keys + (p.token_keys_at ? p.token_keys_at[t] : 0) * p.dim;  // this token's key rows
   const float* key[kIndexKeysPerWarp];
 #pragma unroll
-  for (int u = 0; u < kIndexKeysPerWarp; ++u) key[u] = p.keys + (j0 + u < n_keys ? j0 + u : j0) * p.dim;  // past the end: a repeat, not stored
+  for (int u = 0; u < kIndexKeysPerWarp; ++u) key[u] = keys + (j0 + u < n_keys ? j0 + u : j0) * p.dim;  // past the end: a repeat, not stored
   float total[kIndexKeysPerWarp] = {};
   for (int h = lane; h < p.n_heads; h += 32) {
     const float* qh = q_s + h * pitch;

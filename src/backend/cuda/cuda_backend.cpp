@@ -91,6 +91,7 @@ class CudaBackend final : public Backend {
 
   const char* name() const override { return name_.c_str(); }
   bool takes_packed_rows() const override { return packed_rows_; }
+  bool each_call_waits() const override { return true; }
 
   void linear(const LinearParams& p) override { linears({&p, 1}); }
 
@@ -182,14 +183,12 @@ class CudaBackend final : public Backend {
 
   void index_scores(const IndexScoreParams& p) override { index_scores_batch({&p, 1}); }
 
-  // Runs of ops that score against the same keys array (a prefill block's tokens of one chunk) in one
-  // launch: the keys are uploaded once, up to the run's largest count.
+  // Runs of ops of one n_heads and dim (every op of a model's call) in one launch and one wait each. Their
+  // tokens may score against different key arrays (a batched decode step's sequences): each array is uploaded
+  // once, up to the most keys any of its tokens reads.
   void index_scores_batch(std::span<const IndexScoreParams> ps) override {
-    auto same_keys = [](const IndexScoreParams& a, const IndexScoreParams& b) {
-      return a.keys == b.keys && a.key_format == b.key_format && a.key_runs.data() == b.key_runs.data() &&
-             a.n_heads == b.n_heads && a.dim == b.dim;
-    };
-    for_each_run(ps, kMaxGridYZ, same_keys, [&](auto run) { score(run); });
+    auto same_shape = [](const IndexScoreParams& a, const IndexScoreParams& b) { return a.n_heads == b.n_heads && a.dim == b.dim; };
+    for_each_run(ps, kMaxGridYZ, same_shape, [&](auto run) { score(run); });
   }
 
  private:
@@ -223,40 +222,79 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // Query tokens that share keys, n_heads and dim: q and weights gathered into pinned staging, each token's
-  // key count and output offset and then the keys beside them (floats, or packed rows that a kernel decodes
-  // on the device first), one launch, the scores back in one copy.
+  // One key array of a score() batch: floats, or packed rows that a kernel decodes on the device.
+  struct KeyArray {
+    const float* keys = nullptr;
+    const KvRowFormat* format = nullptr;  // packed: the rows' format, and the rows in runs
+    std::span<const PackedRowRun> runs;
+    int64_t n_keys = 0;     // the most any of the batch's tokens reads
+    int64_t first_row = 0;  // where its rows sit in the device's decoded keys
+    size_t first_byte = 0;  // packed: where its bytes sit among the staged packed bytes
+  };
+
+  // Query tokens of one n_heads and dim: q and weights gathered into pinned staging, each token's key count,
+  // output offset and first key row, then the keys of every distinct key array (float arrays first, then the
+  // packed arrays' bytes, which a kernel decodes on the device behind the float rows); one launch, the scores
+  // back in one copy.
   void score(std::span<const IndexScoreParams> batch) {
     const IndexScoreParams& p0 = batch[0];
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, dim = p0.dim;
+    key_arrays_.clear();
+    token_array_.resize(size_t(T));
     int64_t max_keys = 0, total = 0;
-    for (const IndexScoreParams& p : batch) {
+    for (int64_t t = 0; t < T; ++t) {
+      const IndexScoreParams& p = batch[size_t(t)];
+      DI_CHECK(!p.key_format || p.key_format->n_values == dim);
+      size_t k = 0;
+      while (k < key_arrays_.size() && !(key_arrays_[k].keys == p.keys && key_arrays_[k].format == p.key_format &&
+                                         key_arrays_[k].runs.data() == p.key_runs.data())) {
+        ++k;
+      }
+      if (k == key_arrays_.size()) key_arrays_.push_back({p.keys, p.key_format, p.key_runs});
+      key_arrays_[k].n_keys = std::max(key_arrays_[k].n_keys, p.n_keys);
+      token_array_[size_t(t)] = k;
       max_keys = std::max(max_keys, p.n_keys);
       total += p.n_keys;
     }
     if (max_keys == 0) return;
+    int64_t n_rows = 0, n_float_rows = 0;
+    size_t packed_bytes = 0;
+    for (bool packed : {false, true}) {
+      for (KeyArray& a : key_arrays_) {
+        if ((a.format != nullptr) != packed) continue;
+        a.first_row = n_rows;
+        n_rows += a.n_keys;
+        if (packed) {
+          a.first_byte = packed_bytes;
+          packed_bytes += size_t(a.n_keys * a.format->row_bytes);
+        }
+      }
+      if (!packed) n_float_rows = n_rows;
+    }
     const int64_t qw = T * H * dim + T * H;  // q, then weights
     const int64_t qw_even = qw + (qw & 1);
-    const KvRowFormat* packed = p0.key_format;
-    DI_CHECK(!packed || packed->n_values == dim);
-    const size_t key_bytes = packed ? size_t(max_keys * packed->row_bytes) : size_t(max_keys * dim) * 4;
-    index_host_.reserve(size_t(qw_even) * 4 + size_t(2 * T) * 8 + key_bytes);
+    const size_t float_key_bytes = size_t(n_float_rows * dim) * 4;
+    index_host_.reserve(size_t(qw_even) * 4 + size_t(3 * T) * 8 + float_key_bytes + packed_bytes);
     float* q_host = index_host_.get<float>();
-    auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw_even);  // [T] key counts, [T] output offsets
-    auto* keys_host = reinterpret_cast<uint8_t*>(meta_host + 2 * T);
-    if (packed) {
-      size_t at_byte = 0;
-      for (const PackedRowRun& run : p0.key_runs) {
-        const size_t n = std::min(size_t(run.n_rows) * size_t(packed->row_bytes), key_bytes - at_byte);
-        std::memcpy(keys_host + at_byte, run.rows, n);
-        at_byte += n;
-        if (at_byte == key_bytes) break;
+    auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw_even);  // [T] key counts, output offsets, first key rows
+    auto* float_keys_host = reinterpret_cast<float*>(meta_host + 3 * T);
+    auto* packed_host = reinterpret_cast<uint8_t*>(float_keys_host) + float_key_bytes;
+    for (const KeyArray& a : key_arrays_) {
+      if (a.n_keys == 0) continue;
+      if (!a.format) {
+        std::memcpy(float_keys_host + a.first_row * dim, a.keys, size_t(a.n_keys * dim) * 4);
+        continue;
       }
-      DI_CHECK_MSG(at_byte == key_bytes, "packed index keys: the runs hold fewer rows than n_keys");
-    } else {
-      std::memcpy(keys_host, p0.keys, key_bytes);
+      const size_t end = a.first_byte + size_t(a.n_keys * a.format->row_bytes);
+      size_t at = a.first_byte;
+      for (const PackedRowRun& run : a.runs) {
+        const size_t n = std::min(size_t(run.n_rows) * size_t(a.format->row_bytes), end - at);
+        std::memcpy(packed_host + at, run.rows, n);
+        at += n;
+        if (at == end) break;
+      }
+      DI_CHECK_MSG(at == end, "packed index keys: the runs hold fewer rows than n_keys");
     }
-    index_meta_.reserve(size_t(2 * T) * 8);
     int64_t at = 0;
     for (int64_t t = 0; t < T; ++t) {
       const IndexScoreParams& p = batch[size_t(t)];
@@ -264,24 +302,31 @@ class CudaBackend final : public Backend {
       std::memcpy(q_host + T * H * dim + t * H, p.weights, size_t(H) * 4);
       meta_host[t] = p.n_keys;
       meta_host[T + t] = at;
+      meta_host[2 * T + t] = key_arrays_[token_array_[size_t(t)]].first_row;
       at += p.n_keys;
     }
     x_.reserve(size_t(qw) * 4);
-    rows_.reserve(size_t(max_keys * dim) * 4 + (packed ? key_bytes : 0));  // the keys as floats, then packed
+    index_meta_.reserve(size_t(3 * T) * 8);
+    rows_.reserve(size_t(n_rows * dim) * 4 + packed_bytes);  // the keys as floats, then the packed bytes
     out_.reserve(size_t(total) * 4);
     DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), q_host, size_t(qw) * 4, cudaMemcpyHostToDevice, stream_));
-    DI_CUDA_CHECK(cudaMemcpyAsync(index_meta_.get(), meta_host, size_t(2 * T) * 8, cudaMemcpyHostToDevice, stream_));
-    if (packed) {
-      uint8_t* packed_dev = rows_.get<uint8_t>() + size_t(max_keys * dim) * 4;
-      DI_CUDA_CHECK(cudaMemcpyAsync(packed_dev, keys_host, key_bytes, cudaMemcpyHostToDevice, stream_));
-      cuda::launch_unpack_rows(unpack_launch(*packed, packed_dev, max_keys, rows_.get<float>()), stream_);
-    } else {
-      DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), keys_host, key_bytes, cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(index_meta_.get(), meta_host, size_t(3 * T) * 8, cudaMemcpyHostToDevice, stream_));
+    if (float_key_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), float_keys_host, float_key_bytes, cudaMemcpyHostToDevice, stream_));
+    if (packed_bytes) {
+      uint8_t* packed_dev = rows_.get<uint8_t>() + size_t(n_rows * dim) * 4;
+      DI_CUDA_CHECK(cudaMemcpyAsync(packed_dev, packed_host, packed_bytes, cudaMemcpyHostToDevice, stream_));
+      for (const KeyArray& a : key_arrays_) {
+        if (a.format && a.n_keys) {
+          cuda::launch_unpack_rows(unpack_launch(*a.format, packed_dev + a.first_byte, a.n_keys, rows_.get<float>() + a.first_row * dim),
+                                   stream_);
+        }
+      }
     }
     cuda::IndexScoreLaunch l{x_.get<float>(), x_.get<float>() + T * H * dim, H, dim, rows_.get<float>(), max_keys, out_.get<float>()};
     l.n_tokens = T;
     l.token_keys = index_meta_.get<int64_t>();
     l.token_scores_at = index_meta_.get<int64_t>() + T;
+    l.token_keys_at = index_meta_.get<int64_t>() + 2 * T;
     cuda::launch_index_scores(l, stream_);
     out_host_.reserve(size_t(total) * 4);
     DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_.get(), size_t(total) * 4, cudaMemcpyDeviceToHost, stream_));
@@ -378,7 +423,10 @@ class CudaBackend final : public Backend {
   // attend(): the rows its tokens read, and pinned staging for the copies.
   SlotGather gather_;
   cuda::PinnedBuffer rows_host_, slot_host_, out_host_;
-  // score(): q and weights, then the key counts and output offsets (pinned), and those two on the device.
+  // score(): its key arrays and each token's; q and weights, the per-token offsets and the keys (pinned), and
+  // the offsets on the device.
+  std::vector<KeyArray> key_arrays_;
+  std::vector<size_t> token_array_;
   cuda::PinnedBuffer index_host_;
   DeviceBuffer index_meta_;
 };

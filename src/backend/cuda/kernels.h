@@ -92,7 +92,8 @@ struct UnpackRowsLaunch {
 void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream);
 
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
-// n_tokens query tokens score against one keys array, token t against its first token_keys[t] keys.
+// n_tokens query tokens score against keys, token t against token_keys[t] rows from row token_keys_at[t]
+// (several sequences' key caches side by side: a batched decode step's tokens in one launch).
 struct IndexScoreLaunch {
   const float* q = nullptr;        // [n_tokens, n_heads, dim]
   const float* weights = nullptr;  // [n_tokens, n_heads]
@@ -103,6 +104,7 @@ struct IndexScoreLaunch {
   int64_t n_tokens = 1;            // at most 65535
   const int64_t* token_keys = nullptr;       // [n_tokens] (nullptr: n_keys each)
   const int64_t* token_scores_at = nullptr;  // [n_tokens] (nullptr: t * n_keys)
+  const int64_t* token_keys_at = nullptr;    // [n_tokens] (nullptr: every token's keys start at row 0)
 };
 void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream);
 
