@@ -153,7 +153,8 @@ std::unique_ptr<Backend> make_reference_backend();
 std::unique_ptr<Backend> make_fast_backend(int n_threads, std::string* error);
 // The CUDA backend (src/backend/cuda, built with -DDEEPINFER_CUDA=ON) on the given device. nullptr with
 // *error set when the build has no CUDA backend or the device is not usable. Weights are uploaded on first
-// use and must outlive the backend unchanged (a model's checkpoint mapping does).
-std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error);
+// use and must outlive the backend unchanged (a model's checkpoint mapping does). n_threads: the host threads
+// that run the model's per-row work (for_rows) between the device calls; <= 0: one per hardware thread.
+std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::string* error);
 
 }  // namespace deepinfer

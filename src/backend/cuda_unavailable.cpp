@@ -5,7 +5,7 @@
 namespace deepinfer {
 
 #ifndef DEEPINFER_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error) {
+std::unique_ptr<Backend> make_cuda_backend(int /*device*/, int /*n_threads*/, std::string* error) {
   *error = "this deepinfer was built without the CUDA backend (configure with -DDEEPINFER_CUDA=ON)";
   return nullptr;
 }

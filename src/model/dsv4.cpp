@@ -31,7 +31,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
   } else if (options.cuda) {
     if (options.exact) return Status::error("the exact (reference) kernels run on the CPU only: drop --exact or the CUDA backend");
     std::string error;
-    model->backend_ = make_cuda_backend(options.cuda_device, &error);
+    model->backend_ = make_cuda_backend(options.cuda_device, options.n_threads, &error);
     if (!model->backend_) return Status::error(error);
   } else {
     std::string error;

@@ -18,7 +18,7 @@
 
 namespace deepinfer::testing {
 
-inline std::unique_ptr<Backend> cuda_backend_or_null(std::string* error) { return make_cuda_backend(0, error); }
+inline std::unique_ptr<Backend> cuda_backend_or_null(std::string* error) { return make_cuda_backend(0, 0, error); }
 
 // The CUDA backend's kernel choices for the backends made while it lives: the linear path
 // (DEEPINFER_CUDA_LINEAR: fma or mma), the attention path (DEEPINFER_CUDA_ATTENTION: fused or split) and how
@@ -109,5 +109,5 @@ inline std::vector<GoldenCaseParam> on_every_path(const std::vector<GoldenCasePa
 
 #define DI_MAKE_CUDA_BACKEND(var)                                          \
   std::string var##_error;                                                 \
-  std::unique_ptr<::deepinfer::Backend> var = ::deepinfer::make_cuda_backend(0, &var##_error); \
+  std::unique_ptr<::deepinfer::Backend> var = ::deepinfer::make_cuda_backend(0, 0, &var##_error); \
   ASSERT_TRUE(var) << var##_error

@@ -130,7 +130,7 @@ TEST_P(OpByOpCuda, EveryOpCloseToTheReference) {
   ModelOptions options;
   options.make_backend = [&records]() -> std::unique_ptr<Backend> {
     std::string error;
-    auto gpu = make_cuda_backend(0, &error);
+    auto gpu = make_cuda_backend(0, 0, &error);
     if (!gpu) return nullptr;
     return std::make_unique<ComparingBackend>(std::move(gpu), &records);
   };
