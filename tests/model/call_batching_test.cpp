@@ -119,13 +119,7 @@ TEST(CallBatching, FourPromptsInOneForwardMatchExpertsApart) {
     std::vector<SequenceState> states;
     for (int i = 0; i < 4; ++i) states.push_back(model->new_sequence());
     std::vector<ForwardChunk> chunks;
-    for (SequenceState& state : states) {
-      ForwardChunk fc;
-      fc.state = &state;
-      fc.ids = gc.prompt;
-      fc.prompt_len = int64_t(gc.prompt.size());
-      chunks.push_back(fc);
-    }
+    for (SequenceState& state : states) chunks.push_back(testing::golden_step_chunk(state, gc, 0));
     for (const ChunkOutput& out : model->forward(chunks)) logits[waits].push_back(out.logits);
   }
   ASSERT_EQ(logits[0].size(), 4u);
@@ -144,17 +138,7 @@ std::vector<int64_t> calls_per_decode_step(const std::string& dir, const std::ve
   std::vector<int64_t> calls;
   for (size_t step = 0; step <= 8; ++step) {
     std::vector<ForwardChunk> chunks;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      ForwardChunk fc;
-      fc.state = &states[i];
-      if (step == 0) {
-        fc.ids = cases[i]->prompt;
-        fc.prompt_len = int64_t(cases[i]->prompt.size());
-      } else {
-        fc.ids = std::span<const int32_t>(&cases[i]->continuation[step - 1], 1);
-      }
-      chunks.push_back(fc);
-    }
+    for (size_t i = 0; i < cases.size(); ++i) chunks.push_back(testing::golden_step_chunk(states[i], *cases[i], step));
     const int64_t before = n_calls;
     model->forward(chunks);
     if (step > 0) calls.push_back(n_calls - before);

@@ -1,5 +1,6 @@
-// Helpers for the golden-model tests: the golden README's fast-path statistics and the tolerance.args
-// file that ships beside each golden model (so the bounds come from the data, not from this code).
+// Helpers for the golden-model tests: the golden README's fast-path statistics, the tolerance.args file that
+// ships beside each golden model (so the bounds come from the data, not from this code), and a golden case's
+// steps as chunks of a batched forward.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +12,9 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "model/model.h"
+#include "model/teacher_forcing.h"
 
 namespace deepinfer::testing {
 
@@ -69,6 +73,20 @@ inline std::map<std::string, double> read_tolerances(const std::string& model_di
   std::string key, value;
   while (in >> key >> value) out[key.substr(2)] = std::stod(value);
   return out;
+}
+
+// Step `step` of golden case gc as one sequence's chunk of a (batched) forward: step 0 the whole prompt, step
+// k > 0 the teacher-forced continuation token k - 1.
+inline ForwardChunk golden_step_chunk(SequenceState& state, const GoldenCase& gc, size_t step) {
+  ForwardChunk fc;
+  fc.state = &state;
+  if (step == 0) {
+    fc.ids = gc.prompt;
+    fc.prompt_len = int64_t(gc.prompt.size());
+  } else {
+    fc.ids = std::span<const int32_t>(&gc.continuation[step - 1], 1);
+  }
+  return fc;
 }
 
 }  // namespace deepinfer::testing

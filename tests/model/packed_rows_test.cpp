@@ -145,17 +145,7 @@ TEST(PackedRows, BatchedDecodeMatchesDecodedRows) {
       for (size_t i = 0; i < cases.size(); ++i) states.push_back(model->new_sequence());
       for (size_t step = 0; step <= 8; ++step) {
         std::vector<ForwardChunk> chunks;
-        for (size_t i = 0; i < cases.size(); ++i) {
-          ForwardChunk fc;
-          fc.state = &states[i];
-          if (step == 0) {
-            fc.ids = cases[i].prompt;
-            fc.prompt_len = int64_t(cases[i].prompt.size());
-          } else {
-            fc.ids = std::span<const int32_t>(&cases[i].continuation[step - 1], 1);
-          }
-          chunks.push_back(fc);
-        }
+        for (size_t i = 0; i < cases.size(); ++i) chunks.push_back(testing::golden_step_chunk(states[i], cases[i], step));
         for (const ChunkOutput& out : model->forward(chunks)) logits[variant].push_back(out.logits);
       }
     }

@@ -83,15 +83,7 @@ TEST_P(V4Chunking, BatchedSequencesMatchEachAlone) {
     for (size_t i = 0; i < cases.size(); ++i) {
       if (i == 2 && round < 2) continue;  // joins late
       if (step[i] > size_t(n_decode)) continue;
-      ForwardChunk fc;
-      fc.state = &states[i];
-      if (step[i] == 0) {
-        fc.ids = cases[i].prompt;
-        fc.prompt_len = int64_t(cases[i].prompt.size());
-      } else {
-        fc.ids = std::span<const int32_t>(&cases[i].continuation[step[i] - 1], 1);
-      }
-      chunks.push_back(fc);
+      chunks.push_back(testing::golden_step_chunk(states[i], cases[i], step[i]));
       which.push_back(i);
     }
     if (chunks.empty()) break;
