@@ -61,7 +61,8 @@ struct RequestOutput {
 class LLM {
  public:
   LLM(const std::string& model, int threads, int64_t max_batch_tokens, int64_t cache_budget_mb, int64_t prefix_cache_mb,
-      bool exact) {
+      bool exact, const std::string& backend) {
+    if (backend != "cpu" && backend != "cuda") throw py::value_error("backend must be 'cpu' or 'cuda', not '" + backend + "'");
     deepinfer::EngineOptions o;
     o.model_dir = model;
     o.n_threads = threads;
@@ -69,6 +70,7 @@ class LLM {
     o.cache_budget_bytes = cache_budget_mb << 20;
     o.prefix_cache_bytes = prefix_cache_mb << 20;
     o.exact = exact;
+    o.cuda = backend == "cuda";
     auto engine = Engine::open(o);
     if (!engine.ok()) throw std::runtime_error(engine.status().message());
     engine_ = std::move(engine.value());
@@ -185,9 +187,9 @@ PYBIND11_MODULE(deepinfer, m) {
                "', tokens=" + std::to_string(o.token_ids.size()) + ")";
       });
   py::class_<LLM>(m, "LLM")
-      .def(py::init<const std::string&, int, int64_t, int64_t, int64_t, bool>(), py::arg("model"), py::arg("threads") = 0,
-           py::arg("max_batch_tokens") = 256, py::arg("cache_budget_mb") = 2048, py::arg("prefix_cache_mb") = 512,
-           py::arg("exact") = false)
+      .def(py::init<const std::string&, int, int64_t, int64_t, int64_t, bool, const std::string&>(), py::arg("model"),
+           py::arg("threads") = 0, py::arg("max_batch_tokens") = 256, py::arg("cache_budget_mb") = 2048,
+           py::arg("prefix_cache_mb") = 512, py::arg("exact") = false, py::arg("backend") = "cpu")
       .def("generate", &LLM::generate, py::arg("prompts"), py::arg("sampling_params") = PySamplingParams{},
            "Completes each prompt (text, or a list of token ids); all run batched. Returns RequestOutputs in order.")
       .def("chat", &LLM::chat, py::arg("conversations"), py::arg("sampling_params") = PySamplingParams{},

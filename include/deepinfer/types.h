@@ -25,7 +25,8 @@ enum class PrefillLayout { kPrompt, kPosition };
 struct EngineOptions {
   std::string model_dir;
   bool exact = false;                        // reference kernels (slow, the golden precision contract)
-  int n_threads = 0;                         // fast kernels: 0 = all hardware threads
+  int n_threads = 0;                         // fast kernels (with cuda: the host's threads): 0 = all hardware threads
+  bool cuda = false;                         // the CUDA backend on GPU 0 (a -DDEEPINFER_CUDA=ON build) instead of the CPU kernels
   // V4.1 prefill approximation (README "SWA bounded replay"): each prefill chunk longer than window +
   // DSpark block tokens runs the decoder layers only on its tail. Off = exact.
   bool swa_bounded_replay = false;

@@ -57,7 +57,7 @@ double prefault_weights(const Checkpoint& checkpoint) {
 Runner add_bench_command(CLI::App& app) {
   struct Args {
     std::string model;
-    std::string backend = "cpu";
+    bool cuda = false;
     std::vector<int64_t> prefill_lens{512};
     std::vector<int> batches{1, 4, 16};
     int decode_steps = 16, threads = 0, context = 16, speculative_tokens = 32;
@@ -79,8 +79,7 @@ Runner add_bench_command(CLI::App& app) {
                   "V4.1: greedy tokens generated with and without DSpark speculation (0 = skip)")
       ->check(CLI::Range(0, 100000));
   cmd->add_flag("--exact", args->exact, "time the reference kernels instead");
-  cmd->add_option("--backend", args->backend, "kernels: cpu (default) or cuda (a -DDEEPINFER_CUDA=ON build)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_backend_option(cmd, &args->cuda);
   cmd->add_flag("--swa-replay", args->swa_replay, "V4.1: SWA bounded replay in prefill (spec 7.10): the decoder layers run only on the last window + DSpark-block tokens (faster, approximate; off = exact)");
   cmd->add_flag("--skip-ceiling", args->skip_ceiling, "do not measure bandwidth / peak FMA");
   cmd->add_flag("--paired-reads", args->paired_reads,
@@ -106,7 +105,7 @@ Runner add_bench_command(CLI::App& app) {
       return 1;
     }
     ModelOptions options{.exact = args->exact, .swa_bounded_replay = args->swa_replay, .n_threads = args->threads,
-                         .cuda = args->backend == "cuda", .show_progress = true, .lock_weights = args->mlock};
+                         .cuda = args->cuda, .show_progress = true, .lock_weights = args->mlock};
     OpTimes op_times{};
     LinearTimes linear_times{};
     if (args->op_times) {

@@ -26,6 +26,7 @@ Runner add_chat_command(CLI::App& app) {
   cmd->add_option("--top-p", args->sampling.top_p)->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", args->sampling.seed);
   cmd->add_option("--threads", args->engine.n_threads, "threads (0 = all)");
+  add_backend_option(cmd, &args->engine.cuda);
   cmd->add_flag("--mlock", args->engine.lock_weights, "keep the whole checkpoint in RAM (mlock): read at start, never paged out");
   cmd->add_flag("--no-thinking", args->no_thinking, "chat mode instead of thinking mode");
   cmd->add_flag("--hide-reasoning", args->hide_reasoning, "do not print the reasoning");

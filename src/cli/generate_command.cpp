@@ -38,6 +38,7 @@ int run_text_prompt(const Args& args) {
   options.model_dir = args.model;
   options.exact = args.exact;
   options.n_threads = args.threads;
+  options.cuda = args.cuda;
   options.swa_bounded_replay = args.swa_replay;
   options.lock_weights = args.mlock;
   auto engine = Engine::open(options);
@@ -71,7 +72,7 @@ Runner add_generate_command(CLI::App& app) {
     std::string model, prompt_ids, prompt;
     int max_tokens = 32, threads = 0;
     bool exact = false, ignore_eos = false, speculative = false, raw = false, no_thinking = false, swa_replay = false;
-    bool mlock = false;
+    bool mlock = false, cuda = false;
     SamplingParams sampling;
   };
   auto args = std::make_shared<Args>();
@@ -90,6 +91,7 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->sampling.seed);
   cmd->add_option("--threads", args->threads, "threads (0 = all)");
   cmd->add_flag("--exact", args->exact, "reference kernels (exact, slow)");
+  add_backend_option(cmd, &args->cuda);
   cmd->add_flag("--mlock", args->mlock, "keep the whole checkpoint in RAM (mlock): read at start, never paged out");
   cmd->add_flag("--speculative", args->speculative, "V4.1: DSpark speculative decoding (same tokens as without, when greedy)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating after the end-of-sequence token");
@@ -107,7 +109,7 @@ Runner add_generate_command(CLI::App& app) {
       return 2;
     }
     auto model = Model::open(args->model, ModelOptions{.exact = args->exact, .swa_bounded_replay = args->swa_replay,
-                                                       .n_threads = args->threads, .show_progress = isatty(STDERR_FILENO) != 0,
+                                                       .n_threads = args->threads, .cuda = args->cuda, .show_progress = isatty(STDERR_FILENO) != 0,
                                                        .lock_weights = args->mlock});
     if (!model.ok()) {
       std::fprintf(stderr, "error: %s\n", model.status().message().c_str());

@@ -24,7 +24,7 @@ Runner add_logits_command(CLI::App& app) {
     int64_t chunk = 0;
     int threads = 0;
     bool exact = false, mtp = false, owner_keys = false, dspark = false, swa_replay = false;
-    std::string backend = "cpu";
+    bool cuda = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("logits", "teacher-forced logits of a case file (golden format)");
@@ -34,8 +34,7 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_option("--chunk", args->chunk, "prefill chunk size (0 = whole prompt)");
   cmd->add_option("--threads", args->threads, "threads for the fast kernels (0 = all)");
   cmd->add_flag("--exact", args->exact, "reference kernels: exact, double accumulation (golden contract)");
-  cmd->add_option("--backend", args->backend, "kernels: cpu (default) or cuda (a -DDEEPINFER_CUDA=ON build)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_backend_option(cmd, &args->cuda);
   cmd->add_flag("--mtp", args->mtp, "also write mtp_logits [C, vocab]");
   cmd->add_flag("--dspark", args->dspark, "V4.1: also write the DSpark draft outputs (dspark_anchor/tokens/logits/confidence)");
   cmd->add_flag("--index-owner-keys", args->owner_keys,
@@ -59,7 +58,7 @@ Runner add_logits_command(CLI::App& app) {
     ModelOptions options;
     options.exact = args->exact;
     options.n_threads = args->threads;
-    options.cuda = args->backend == "cuda";
+    options.cuda = args->cuda;
     options.index_owner_keys = owner_keys;
     options.swa_bounded_replay = args->swa_replay;
     options.show_progress = isatty(STDERR_FILENO) != 0;

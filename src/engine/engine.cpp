@@ -130,7 +130,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   auto model = Model::open(options.model_dir, ModelOptions{.exact = options.exact, .swa_bounded_replay = options.swa_bounded_replay,
-                                                                  .n_threads = options.n_threads,
+                                                                  .n_threads = options.n_threads, .cuda = options.cuda,
                                                                   .lock_weights = options.lock_weights});
   if (!model.ok()) return model.status();
   impl->model = std::move(model.value());

@@ -260,7 +260,10 @@ def test_cuda_backend_choice_is_a_clear_error_without_a_usable_gpu():
     """--backend cuda on a build without the CUDA backend, or on a machine without a usable device, is an
     error naming the reason; an unknown backend name is refused by the option parser."""
     for command in (["bench", "--model", FLASH, "--prefill", "4", "--batch", "1", "--decode-steps", "1", "--skip-ceiling"],
-                    ["logits", "--model", FLASH, "--case", FLASH / "case-1.safetensors", "--out", "/dev/null"]):
+                    ["logits", "--model", FLASH, "--case", FLASH / "case-1.safetensors", "--out", "/dev/null"],
+                    ["generate", "--model", FLASH, "--prompt-ids", "0,5,9", "--max-tokens", "2"],
+                    ["serve", "--model", FLASH, "--port", "0"],
+                    ["chat", "--model", FLASH, "--prompt", "hi"]):
         r = run(*command, "--backend", "cuda")
         if r.returncode == 0:
             pytest.skip("this build has the CUDA backend and a usable GPU")

@@ -1,5 +1,5 @@
 """The Python module: LLM(model).generate(prompts, SamplingParams(...)) batches prompts and gives each the output
-it gets alone; chat() uses the DeepSeek chat template; bad prompts raise ValueError."""
+it gets alone; chat() uses the DeepSeek chat template; bad prompts raise ValueError; backend= picks the kernels."""
 import importlib
 import sys
 
@@ -56,3 +56,16 @@ def test_bad_prompt_raises(deepinfer, llm):
         llm.generate([[0, 10 ** 9]], deepinfer.SamplingParams(max_tokens=1))
     with pytest.raises(ValueError, match="temperature"):
         llm.generate(["x"], deepinfer.SamplingParams(temperature=-1))
+
+
+def test_backend_choice(deepinfer):
+    """backend='cuda' opens the model on the CUDA backend, or says why it cannot (a CPU-only build, no usable GPU);
+    an unknown backend name is a ValueError."""
+    with pytest.raises(ValueError, match="tpu"):
+        deepinfer.LLM(str(ensure_model()), backend="tpu")
+    try:
+        deepinfer.LLM(str(ensure_model()), backend="cuda").shutdown()
+    except RuntimeError as e:
+        assert "CUDA" in str(e)
+    else:
+        pytest.skip("this build has the CUDA backend and a usable GPU")

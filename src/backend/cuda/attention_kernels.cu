@@ -293,9 +293,11 @@ __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScore
 
 }  // namespace
 
+size_t sparse_attention_shared_bytes(int64_t n_slots) { return size_t(n_slots + n_slots / 64 + 33) * sizeof(float); }
+
 void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
   DI_CHECK(p.n_slots % 64 == 0 && p.n_heads > 0 && p.head_dim > 0 && p.n_tokens > 0 && p.n_tokens <= 65535);
-  const size_t smem = size_t(p.n_slots + p.n_slots / 64 + 33) * sizeof(float);
+  const size_t smem = sparse_attention_shared_bytes(p.n_slots);
   if (smem > 48 * 1024) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }

@@ -81,7 +81,8 @@ cuda::UnpackRowsLaunch unpack_launch(const KvRowFormat& format, const uint8_t* r
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, int n_threads, bool tensor_core_linear, bool split_attention, bool packed_rows)
-      : pool_(n_threads), packed_rows_(packed_rows), tensor_core_linear_(tensor_core_linear), split_attention_(split_attention) {
+      : device_(device), pool_(n_threads), packed_rows_(packed_rows), tensor_core_linear_(tensor_core_linear),
+        split_attention_(split_attention) {
     DI_CUDA_CHECK(cudaSetDevice(device));
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -89,7 +90,10 @@ class CudaBackend final : public Backend {
     max_shared_bytes_ = prop.sharedMemPerBlockOptin;
     DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
-  ~CudaBackend() override { cudaStreamDestroy(stream_); }
+  ~CudaBackend() override {  // the buffers that members free belong to device_ too
+    cudaSetDevice(device_);
+    cudaStreamDestroy(stream_);
+  }
 
   const char* name() const override { return name_.c_str(); }
   bool takes_packed_rows() const override { return packed_rows_; }
@@ -105,6 +109,7 @@ class CudaBackend final : public Backend {
   // way: a copy to or from the model's pageable arrays is the driver's own staged copy, and one to pageable
   // memory blocks the host, per op.
   void linears(std::span<const LinearParams> ps) override {
+    bind_device();
     weights_of_.assign(ps.size(), nullptr);
     k_.assign(ps.size(), 0);
     k_pad_.assign(ps.size(), 0);
@@ -157,7 +162,8 @@ class CudaBackend final : public Backend {
   }
 
   void hc_mix(const HcMixParams& p) override {
-    if (p.n_tokens == 0) return;
+    bind_device();
+    if (p.n_tokens == 0 || p.n_mix == 0) return;
     const float* fn = weights_.constant(p.fn, p.n_mix * p.width, stream_);
     const size_t x_bytes = size_t(p.n_tokens * p.width) * 4, out_bytes = size_t(p.n_tokens * p.n_mix) * 4;
     x_.reserve(x_bytes);
@@ -188,6 +194,7 @@ class CudaBackend final : public Backend {
       return a.n_heads == b.n_heads && a.head_dim == b.head_dim && a.sink == b.sink && a.softmax_scale == b.softmax_scale &&
              a.block_running_max == b.block_running_max;
     };
+    bind_device();
     for_each_run(ps, kMaxAttentionTokens, same_launch, [&](auto run) { attend(run); });
   }
 
@@ -198,10 +205,15 @@ class CudaBackend final : public Backend {
   // once, up to the most keys any of its tokens reads.
   void index_scores_batch(std::span<const IndexScoreParams> ps) override {
     auto same_shape = [](const IndexScoreParams& a, const IndexScoreParams& b) { return a.n_heads == b.n_heads && a.dim == b.dim; };
+    bind_device();
     for_each_run(ps, kMaxGridYZ, same_shape, [&](auto run) { score(run); });
   }
 
  private:
+  // The CUDA runtime's current device is per host thread, and the model may run on another thread than the
+  // one that opened it (the engine's worker): every entry point makes this backend's device current first.
+  void bind_device() const { DI_CUDA_CHECK(cudaSetDevice(device_)); }
+
   // The tensor-core launches of a linears() batch: those that share a weight kind and k_pad go as one grouped
   // launch over an uploaded array of their descriptors, a lone one as a plain launch.
   void launch_mma_groups() {
@@ -405,6 +417,8 @@ class CudaBackend final : public Backend {
       scores_.reserve(size_t(std::max<int64_t>(T * H * n_slots, 1)) * 4);
       cuda::launch_sparse_attention_split(a, scores_.get<float>(), stream_);
     } else {
+      DI_CHECK_MSG(cuda::sparse_attention_shared_bytes(n_slots) <= max_shared_bytes_,
+                   "sparse attention: " + std::to_string(n_slots) + " slots need more shared memory than the device has per block");
       cuda::launch_sparse_attention(a, stream_);
     }
     out_host_.reserve(size_t(T * H * D) * 4);
@@ -414,6 +428,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name_;
+  int device_ = 0;
   cpu::WorkerPool pool_;
   bool packed_rows_ = false;        // DEEPINFER_CUDA_KV=packed or floats (the default)
   bool tensor_core_linear_ = true;  // DEEPINFER_CUDA_LINEAR=mma (the default) or fma

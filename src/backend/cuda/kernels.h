@@ -69,6 +69,8 @@ struct AttentionLaunch {
   int64_t n_tokens = 1;            // at most 65535
 };
 void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream);
+// The fused kernel's shared memory: it must fit the device's opt-in limit (n_slots up to ~57000 on an H200).
+size_t sparse_attention_shared_bytes(int64_t n_slots);
 // The same op as two kernels (scores, then softmax and P.V; attention_kernels.cu says why). `scores` is
 // device scratch of [n_tokens, n_heads, n_slots] floats. The second kernel keeps 8 heads' weights in shared memory:
 // sparse_attention_split_shared_bytes(n_slots) must fit the device's opt-in limit (n_slots up to ~6000 on an
