@@ -108,7 +108,7 @@ class IndexKeySet {
   size_t need(const KvRowFormat& format, const PagedRows& rows, const void* owner, int64_t n_keys);
   // Decodes (or lists the packed runs of) every needed cache; call after the last need().
   void prepare();
-  // Sets p.keys, or p.key_format and p.key_runs, to cache `handle`'s keys, valid until the next clear().
+  // Sets p.keys, or p.key_format and p.key_runs, to cache `handle`'s keys, valid until the next prepare().
   void set_keys(size_t handle, IndexScoreParams& p) const;
 
  private:
