@@ -10,7 +10,8 @@
 #      the golden models also with the cache rows decoded on the device (DEEPINFER_CUDA_KV=packed, the same);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
 #   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
-#   5. deepinfer bench --backend cuda --op-times on the 4-layer benchmark model: the defaults, decode batch
+#   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
+#      --op-times on the 4-layer benchmark model: the defaults, decode batch
 #      256, decode at 2048 tokens of context with the cache rows as floats and packed (DEEPINFER_CUDA_KV), the
 #      split attention, the FMA linear (E2E=0 skips it; each run is skipped once BUDGET=480 s are spent). The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
@@ -141,6 +142,24 @@ if [ "${E2E:-1}" = 1 ]; then
     }
     : >"$OUT_DIR/e2e.txt"
     e2e_rc=0
+    # The engine path: `serve --backend cuda` (the model runs on the engine's worker thread, not the one that
+    # opened it) answers a greedy token-id completion of 8 tokens on the golden flash-tiny model.
+    serve_rc=skipped
+    if command -v curl >/dev/null; then
+      ./$BUILD/deepinfer serve --backend cuda --model "$GOLDEN/v4-flash/flash-tiny" --port 18555 >"$LOG_DIR/serve.log" 2>&1 &
+      serve_pid=$!
+      for _ in $(seq 1 120); do
+        grep -q "listening on" "$LOG_DIR/serve.log" && break
+        kill -0 "$serve_pid" 2>/dev/null || break  # exited: its log says why
+        sleep 0.5
+      done
+      reply=$(curl -s -m 60 http://127.0.0.1:18555/v1/completions -H 'content-type: application/json' \
+              -d '{"model": "flash-tiny", "prompt": [0, 5, 9], "max_tokens": 8, "temperature": 0}')
+      kill "$serve_pid" 2>/dev/null
+      echo "== serve --backend cuda, one completion: $reply" >>"$OUT_DIR/e2e.txt"
+      if echo "$reply" | grep -q '"completion_tokens":8'; then serve_rc=0; else serve_rc=failed; tail -5 "$LOG_DIR/serve.log"; fi
+    fi
+    e2e_rc="0, serve $serve_rc"
     # The defaults (tensor-core linear, fused attention, cache rows as floats), with each step split by op kind.
     bench_run defaults 200 -- --prefill 128,512 --batch 1,8,64 --decode-steps 8
     # The issue's largest decode batch (its 256 sequences' prompts are set up first).
