@@ -363,6 +363,7 @@ class CudaBackend final : public Backend {
   // in one launch and one wait, not four. The split path's scores scratch is then up to 256 x 64 heads x 1152
   // slots x 4 B = 75 MB.
   static constexpr size_t kMaxAttentionTokens = 256;
+  static constexpr int64_t kRowsPerCopyTask = 512;  // at least this many rows per thread's share of a gather copy
 
   // Tokens that share n_heads, head_dim, sink and softmax. The rows they read (KV cache rows in host memory)
   // are gathered once (SlotGather) into pinned staging. Float rows go over as they are; packed cache rows
@@ -377,15 +378,21 @@ class CudaBackend final : public Backend {
     const int64_t n_rows = gather_.n_rows(), packed_bytes = gather_.packed_bytes();
     rows_host_.reserve(size_t(n_float * D + T * H * D + H) * 4 + size_t(packed_bytes));
     float* rows = rows_host_.get<float>();
-    for (int64_t r = 0; r < n_float; ++r) std::memcpy(rows + r * D, gather_.float_rows()[size_t(r)], size_t(D) * 4);
+    // The rows' copies into staging on the host's threads: a 256-sequence decode step gathers ~160k rows
+    // (335 MB as floats) per layer, more than one thread copies in a few milliseconds.
+    pool_.parallel_for(n_float, kRowsPerCopyTask, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) std::memcpy(rows + r * D, gather_.float_rows()[size_t(r)], size_t(D) * 4);
+    });
     float* q_host = rows + n_float * D;  // [T, H, D] after the float rows
     for (int64_t t = 0; t < T; ++t) std::memcpy(q_host + t * H * D, batch[size_t(t)].q, size_t(H * D) * 4);
     std::memcpy(q_host + T * H * D, p0.sink, size_t(H) * 4);  // then the sink
     auto* packed_host = reinterpret_cast<uint8_t*>(q_host + T * H * D + H);  // then the packed rows' bytes
     for (const SlotGather::PackedGroup& g : gather_.packed_groups()) {
-      for (size_t k = 0; k < g.rows.size(); ++k) {
-        std::memcpy(packed_host + g.first_byte + int64_t(k) * g.format.row_bytes, g.rows[k], size_t(g.format.row_bytes));
-      }
+      pool_.parallel_for(int64_t(g.rows.size()), kRowsPerCopyTask, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          std::memcpy(packed_host + g.first_byte + k * g.format.row_bytes, g.rows[size_t(k)], size_t(g.format.row_bytes));
+        }
+      });
     }
     slot_host_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
     int32_t* slot_row = slot_host_.get<int32_t>();
