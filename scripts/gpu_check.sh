@@ -12,8 +12,8 @@
 #   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
 #      --op-times on the 4-layer benchmark model: the defaults, decode batch
-#      256, decode at 2048 tokens of context with the cache rows as floats and packed (DEEPINFER_CUDA_KV), the
-#      split attention, the FMA linear (E2E=0 skips it; each run is skipped once BUDGET=480 s are spent). The second run (2026-12-04, all five stages) took 196 s.
+#      256, decode at 2048 tokens of context with the cache rows as floats and packed (DEEPINFER_CUDA_KV), half
+#      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the split attention, the FMA linear (E2E=0 skips it; each run is skipped once BUDGET=480 s are spent). The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -168,6 +168,9 @@ if [ "${E2E:-1}" = 1 ]; then
     # the device): at long context the rows' copy is a step's largest transfer.
     bench_run "context 2048, DEEPINFER_CUDA_KV=floats" 90 DEEPINFER_CUDA_KV=floats -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
     bench_run "context 2048, DEEPINFER_CUDA_KV=packed" 90 DEEPINFER_CUDA_KV=packed -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
+    # Half the routed experts in host memory, their ops on the host's CPU kernels (place_experts): how a
+    # checkpoint larger than the GPU (V4-Flash: 149 GB) runs.
+    bench_run "DEEPINFER_CUDA_WEIGHT_GB=8" 100 DEEPINFER_CUDA_WEIGHT_GB=8 -- --prefill 128 --batch 1,8 --decode-steps 8
     bench_run "DEEPINFER_CUDA_ATTENTION=split" 100 DEEPINFER_CUDA_ATTENTION=split -- --prefill 128,512 --batch 1,8 --decode-steps 8
     bench_run "DEEPINFER_CUDA_LINEAR=fma" 100 DEEPINFER_CUDA_LINEAR=fma -- --prefill 128 --batch 1,8 --decode-steps 8
   else

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 
+#include "core/status.h"
 #include "model/weights.h"
 
 namespace deepinfer {
@@ -142,6 +143,13 @@ class Backend {
   // call): the model then puts independent ops into one call wherever it can, also where a CPU backend runs
   // them faster apart (a prefill's MoE experts, which the fast backend streams one expert at a time).
   virtual bool each_call_waits() const { return false; }
+  // Called once, before the first op: every routed expert's weights in the order a backend with too little
+  // memory for all of them should place them (the main layers' experts layer by layer, then the MTP / DSpark
+  // layers'), and the bytes of every other weight, which a device keeps whatever its size. The CUDA backend
+  // keeps as many experts on the device as its memory holds and runs the other experts' ops on the host's CPU
+  // kernels; which experts stay where depends on this list and the memory alone, never on the requests. An
+  // error when the device cannot hold even the other weights.
+  virtual Status place_experts(int64_t /*other_weight_bytes*/, std::span<const LinearWeight* const> /*experts*/) { return {}; }
   virtual void set_token_kind(TokenKind /*kind*/) {}
 };
 

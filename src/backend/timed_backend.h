@@ -72,6 +72,9 @@ class TimedBackend final : public Backend {
   bool kernels_differ_by_token_kind() const override { return inner_->kernels_differ_by_token_kind(); }
   bool takes_packed_rows() const override { return inner_->takes_packed_rows(); }
   bool each_call_waits() const override { return inner_->each_call_waits(); }
+  Status place_experts(int64_t other_weight_bytes, std::span<const LinearWeight* const> experts) override {
+    return inner_->place_experts(other_weight_bytes, experts);
+  }
   void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }
 
  private:

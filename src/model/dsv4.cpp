@@ -42,6 +42,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& model_dir, const M
     model->backend_ = options.wrap_backend(std::move(model->backend_));
     if (!model->backend_) return Status::error("ModelOptions::wrap_backend returned no backend");
   }
+  DI_RETURN_IF_ERROR(model->place_experts());
   model->options_ = options;
   const ModelConfig& c = model->config_;
   if (options.show_progress) {

@@ -180,6 +180,7 @@ class Model {
   void attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  const std::vector<float>& u, std::vector<float>& out);
   void moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out);
+  Status place_experts();  // Backend::place_experts, once when the model opens
   void compressor_update(const CompressorWeights& w, const RopeTable& rope, int ratio, int64_t d, bool is_index,
                          const Batch& batch, bool is_mtp, int layer_index, const CompressorProjections& projected);
 

@@ -8,6 +8,7 @@
 
 #include "core/dtypes.h"
 #include "model/model_internal.h"
+#include "model/weight_traffic.h"
 
 namespace deepinfer {
 
@@ -175,6 +176,18 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t i = t0 * D; i < t1 * D; ++i) out[size_t(i)] = round_bf16(acc[size_t(i)] + shared_y[size_t(i)]);  // M8
   });
+}
+
+Status Model::place_experts() {
+  std::vector<const LinearWeight*> experts;
+  auto add = [&](const BlockWeights& block) {
+    for (const ExpertWeights& e : block.experts) {
+      for (const LinearWeight* w : {&e.w1, &e.w3, &e.w2}) experts.push_back(w);
+    }
+  };
+  for (const BlockWeights& block : weights_.layers) add(block);
+  for (const MtpWeights& mtp : weights_.mtp) add(mtp.block);
+  return backend_->place_experts(weight_traffic(config_).dense_bytes, experts);
 }
 
 }  // namespace deepinfer

@@ -8,51 +8,44 @@
 #include "cuda/cuda_util.h"
 #include "model/golden_util.h"
 #include "model/teacher_forcing.h"
+#include "model/weight_traffic.h"
 
 namespace deepinfer {
 namespace {
 
-class GoldenCuda : public ::testing::TestWithParam<testing::GoldenCaseParam> {
- protected:
-  std::string model_dir() const { return GetParam().model_dir(); }
-  std::string case_path() const { return GetParam().case_path(); }
-  bool v41() const { return GetParam().family == "v41-flash"; }
-  void SetUp() override {
-    if (!std::filesystem::exists(case_path())) GTEST_SKIP() << "golden case not found: " << case_path();
-    DI_SKIP_WITHOUT_CUDA();
-  }
-};
-
-TEST_P(GoldenCuda, WithinFastPathBounds) {
+// Runs golden case `param` on the CUDA backend and checks it against the fast-path bounds.
+void expect_within_fast_path_bounds(const testing::GoldenCaseParam& param) {
+  const std::string model_dir = param.model_dir();
+  const bool v41 = param.family == "v41-flash";
   // V4.1 README: case 4 is the owner-keys behaviour.
-  const bool owner_keys = v41() && GetParam().case_index == 4;
-  const testing::ScopedCudaPaths paths(GetParam().linear_path, GetParam().attention_path, GetParam().kv_path);
-  auto model = Model::open(model_dir(), ModelOptions{.exact = false, .index_owner_keys = owner_keys, .cuda = true});
+  const bool owner_keys = v41 && param.case_index == 4;
+  const testing::ScopedCudaPaths paths(param.linear_path, param.attention_path, param.kv_path);
+  auto model = Model::open(model_dir, ModelOptions{.exact = false, .index_owner_keys = owner_keys, .cuda = true});
   ASSERT_TRUE(model.ok()) << model.status().message();
   std::printf("  backend: %s\n", model.value()->backend().name());
-  auto gc = load_golden_case(case_path());
+  auto gc = load_golden_case(param.case_path());
   ASSERT_TRUE(gc.ok()) << gc.status().message();
-  TeacherForcedOptions tf{.prefill_chunk = 0, .mtp = !v41(), .dspark = v41()};
-  if (v41()) {  // drafts forced onto the golden anchors and chains, as in the CPU fast-path test
+  TeacherForcedOptions tf{.prefill_chunk = 0, .mtp = !v41, .dspark = v41};
+  if (v41) {  // drafts forced onto the golden anchors and chains, as in the CPU fast-path test
     tf.forced_dspark_anchor = &gc->dspark_anchor;
     tf.forced_dspark_tokens = &gc->dspark_tokens;
   }
   auto r = run_teacher_forced(*model.value(), gc->prompt, gc->continuation, tf);
-  auto tol = testing::read_tolerances(model_dir());
-  ASSERT_FALSE(tol.empty()) << "tolerance.args missing in " << model_dir();
+  auto tol = testing::read_tolerances(model_dir);
+  ASSERT_FALSE(tol.empty()) << "tolerance.args missing in " << model_dir;
   const int64_t V = model.value()->config().vocab_size;
-  auto s = v41() ? testing::logit_stats(gc->logits, r.logits, V) : testing::logit_stats(gc->logits, r.logits, V, tol["bad-cos"]);
+  auto s = v41 ? testing::logit_stats(gc->logits, r.logits, V) : testing::logit_stats(gc->logits, r.logits, V, tol["bad-cos"]);
   EXPECT_TRUE(s.finite);
   EXPECT_GE(s.top1, tol["top1"]);
   EXPECT_LE(s.mean_abs, tol["mean-abs"]);
   EXPECT_GE(s.median_cos, tol["median-cos"]);
   EXPECT_GE(s.min_cos, tol["min-cos"]);
-  if (!v41()) {
+  if (!v41) {
     EXPECT_LE(s.bad_frac, tol["max-bad-frac"]);
   }
   const bool short_prompt = double(gc->prompt.size()) <= tol["short-prompt"];
   EXPECT_GE(s.row0_cos, short_prompt ? tol["row0-cos-short"] : tol["row0-cos"]);
-  if (v41()) {
+  if (v41) {
     auto d = testing::logit_stats(gc->dspark_logits, r.dspark_logits, V);
     EXPECT_TRUE(d.finite);
     EXPECT_GE(d.median_cos, 0.9);  // README: a smoke test on the fast path
@@ -65,6 +58,16 @@ TEST_P(GoldenCuda, WithinFastPathBounds) {
               s.median_cos, s.min_cos, s.row0_cos);
 }
 
+class GoldenCuda : public ::testing::TestWithParam<testing::GoldenCaseParam> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(GetParam().case_path())) GTEST_SKIP() << "golden case not found: " << GetParam().case_path();
+    DI_SKIP_WITHOUT_CUDA();
+  }
+};
+
+TEST_P(GoldenCuda, WithinFastPathBounds) { expect_within_fast_path_bounds(GetParam()); }
+
 // Every case on both linear paths, and with the split attention (cuda_util.h).
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenCuda,
                          ::testing::ValuesIn(testing::on_every_path(
@@ -73,6 +76,24 @@ INSTANTIATE_TEST_SUITE_P(Cases, GoldenCuda,
                               {"v41-flash", "tiny-a", 1}, {"v41-flash", "tiny-a", 2}, {"v41-flash", "tiny-a", 3},
                               {"v41-flash", "tiny-a", 4}})),
                          testing::golden_case_name);
+
+// DEEPINFER_CUDA_WEIGHT_GB holding every weight but the routed experts and half of those: the other half run on
+// the host's CPU kernels (Backend::place_experts), and the cases stay within the same bounds.
+TEST(GoldenCudaOffload, HalfTheExpertsOnTheHost) {
+  DI_SKIP_WITHOUT_CUDA();
+  for (const testing::GoldenCaseParam& param : std::vector<testing::GoldenCaseParam>{
+           {"v4-flash", "flash-tiny", 2, "mma"}, {"v4-flash", "pro-tiny", 2, "mma"}, {"v41-flash", "tiny-a", 2, "mma"}}) {
+    if (!std::filesystem::exists(param.case_path())) GTEST_SKIP() << "golden case not found: " << param.case_path();
+    auto config = load_model_config(param.model_dir());
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    const WeightTraffic traffic = weight_traffic(config.value());
+    const double budget = double(traffic.dense_bytes) + 0.5 * double(traffic.expert_bytes) * config->n_routed_experts;
+    setenv("DEEPINFER_CUDA_WEIGHT_GB", std::to_string(budget / 1e9).c_str(), 1);
+    SCOPED_TRACE(param.model_dir());
+    expect_within_fast_path_bounds(param);
+    unsetenv("DEEPINFER_CUDA_WEIGHT_GB");
+  }
+}
 
 }  // namespace
 }  // namespace deepinfer

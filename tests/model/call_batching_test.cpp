@@ -7,10 +7,12 @@
 //   than one group holds).
 // - A batched decode step makes as many calls as one sequence's step: its sequences' index scores, attention
 //   and linear ops each go in one call.
+// - Backend::place_experts is called once at open, with every routed expert.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "backend/backend.h"
 #include "golden_util.h"
 #include "model/teacher_forcing.h"
+#include "model/weight_traffic.h"
 
 namespace deepinfer {
 namespace {
@@ -28,6 +31,15 @@ class CountsCalls final : public Backend {
       : inner_(std::move(inner)), waits_(waits), n_linear_calls_(n_linear_calls), n_calls_(n_calls ? n_calls : &unused_) {}
   const char* name() const override { return inner_->name(); }
   bool each_call_waits() const override { return waits_; }
+  Status place_experts(int64_t other_weight_bytes, std::span<const LinearWeight* const> experts) override {
+    placements.push_back({other_weight_bytes, std::vector<const LinearWeight*>(experts.begin(), experts.end())});
+    return {};
+  }
+  struct Placement {
+    int64_t other_weight_bytes;
+    std::vector<const LinearWeight*> experts;
+  };
+  std::vector<Placement> placements;  // every place_experts call
   void linear(const LinearParams& p) override {
     ++*n_linear_calls_, ++*n_calls_;
     inner_->linear(p);
@@ -161,6 +173,35 @@ TEST(CallBatching, BatchedDecodeStepCallsAsOneSequence) {
     for (size_t k = 0; k < 8; ++k) busier[k] = std::max(alone_a[k], alone_b[k]);
     EXPECT_EQ(together, busier) << name;
   }
+}
+
+// Backend::place_experts: called once when the model opens, with every routed expert's w1, w3 and w2 (main
+// layers first, in order, then the MTP layer's) and the other weights' bytes.
+TEST(CallBatching, PlaceExpertsListsEveryRoutedExpertOnce) {
+  const std::string dir = testing::golden_dir() + "/v4-flash/flash-tiny";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "golden data not found in " << dir;
+  CountsCalls* counter = nullptr;
+  int64_t n_linear = 0;
+  ModelOptions options;
+  options.wrap_backend = [&](std::unique_ptr<Backend> fast) -> std::unique_ptr<Backend> {
+    auto wrapped = std::make_unique<CountsCalls>(std::move(fast), true, &n_linear);
+    counter = wrapped.get();
+    return wrapped;
+  };
+  auto model = Model::open(dir, options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_NE(counter, nullptr);
+  ASSERT_EQ(counter->placements.size(), 1u);
+  const auto& placed = counter->placements[0];
+  const ModelConfig& c = model.value()->config();
+  const int64_t n_mtp = int64_t(placed.experts.size()) / (3 * c.n_routed_experts) - c.n_layers;
+  EXPECT_EQ(int64_t(placed.experts.size()), 3 * c.n_routed_experts * (c.n_layers + n_mtp));
+  EXPECT_GE(n_mtp, 1);  // V4-Flash has one MTP layer
+  EXPECT_EQ(placed.other_weight_bytes, weight_traffic(c).dense_bytes);
+  EXPECT_GT(placed.other_weight_bytes, 0);
+  std::set<const LinearWeight*> distinct(placed.experts.begin(), placed.experts.end());
+  EXPECT_EQ(distinct.size(), placed.experts.size());
+  for (const LinearWeight* w : placed.experts) EXPECT_EQ(w->dtype, DType::kI8) << "routed experts are FP4";
 }
 
 }  // namespace

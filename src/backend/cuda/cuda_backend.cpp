@@ -11,15 +11,17 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cpu/worker_pool.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
@@ -80,9 +82,10 @@ cuda::UnpackRowsLaunch unpack_launch(const KvRowFormat& format, const uint8_t* r
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, int n_threads, bool tensor_core_linear, bool split_attention, bool packed_rows)
-      : device_(device), pool_(n_threads), packed_rows_(packed_rows), tensor_core_linear_(tensor_core_linear),
-        split_attention_(split_attention) {
+  CudaBackend(int device, std::unique_ptr<Backend> host, double weight_budget_gb, bool tensor_core_linear, bool split_attention,
+              bool packed_rows)
+      : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(packed_rows),
+        tensor_core_linear_(tensor_core_linear), split_attention_(split_attention) {
     DI_CUDA_CHECK(cudaSetDevice(device));
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -98,6 +101,44 @@ class CudaBackend final : public Backend {
   const char* name() const override { return name_.c_str(); }
   bool takes_packed_rows() const override { return packed_rows_; }
   bool each_call_waits() const override { return true; }
+  // The host's CPU kernels run the experts kept off the device, whose sums may differ by token kind.
+  bool kernels_differ_by_token_kind() const override { return !host_experts_.empty() && host_->kernels_differ_by_token_kind(); }
+  void set_token_kind(TokenKind kind) override { host_->set_token_kind(kind); }
+
+  // Every weight but the routed experts goes on the device; then experts in the model's order while the
+  // weight budget lasts (DEEPINFER_CUDA_WEIGHT_GB, else the free memory less a reserve for the activations,
+  // cache rows and scratch of the calls); the rest stay in host memory and run on the host's CPU kernels. A
+  // real V4-Flash checkpoint (149 GB) does not fit one H200 whole.
+  Status place_experts(int64_t other_weight_bytes, std::span<const LinearWeight* const> experts) override {
+    bind_device();
+    size_t free_bytes = 0, total_bytes = 0;
+    DI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const double reserve = std::max(4.0 * (1 << 30), 0.08 * double(total_bytes));
+    const double budget = weight_budget_gb_ >= 0 ? weight_budget_gb_ * 1e9 : double(free_bytes) - reserve;
+    double left = budget - double(other_weight_bytes);
+    if (left < 0) {
+      char message[256];
+      std::snprintf(message, sizeof message, "%s: the weights other than the routed experts need %.1f GB of device memory; %.1f GB are free%s",
+                    name_.c_str(), double(other_weight_bytes) / 1e9, budget / 1e9,
+                    weight_budget_gb_ >= 0 ? " under DEEPINFER_CUDA_WEIGHT_GB" : " after a reserve for the activations");
+      return Status::error(message);
+    }
+    int64_t on_device = 0;
+    for (const LinearWeight* w : experts) {
+      const double bytes = double(cuda::device_bytes(*w));
+      if (bytes <= left) {
+        left -= bytes;
+        ++on_device;
+      } else {
+        host_experts_.insert(w->data);
+      }
+    }
+    if (!host_experts_.empty()) {
+      std::fprintf(stderr, "cuda: %lld of %zu routed expert weights on the device, %zu on the host's CPU kernels (weights budget %.1f GB, other weights %.1f GB)\n",
+                   (long long)on_device, experts.size(), host_experts_.size(), budget / 1e9, double(other_weight_bytes) / 1e9);
+    }
+    return {};
+  }
 
   void linear(const LinearParams& p) override { linears({&p, 1}); }
 
@@ -110,6 +151,74 @@ class CudaBackend final : public Backend {
   // memory blocks the host, per op.
   void linears(std::span<const LinearParams> ps) override {
     bind_device();
+    // Ops on experts kept in host memory run on the host's kernels while the device runs the rest.
+    std::span<const LinearParams> on_device = ps;
+    host_ops_.clear();
+    if (!host_experts_.empty()) {
+      device_ops_.clear();
+      for (const LinearParams& p : ps) (host_experts_.count(p.weight->data) ? host_ops_ : device_ops_).push_back(p);
+      on_device = device_ops_;
+    }
+    const bool queued = enqueue_linears(on_device);
+    if (!host_ops_.empty()) host_->linears(host_ops_);
+    if (queued) {
+      DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      layout_.scatter_outputs(on_device, staging_.get<uint8_t>());
+    }
+  }
+
+  void hc_mix(const HcMixParams& p) override {
+    bind_device();
+    if (p.n_tokens == 0 || p.n_mix == 0) return;
+    const float* fn = weights_.constant(p.fn, p.n_mix * p.width, stream_);
+    const size_t x_bytes = size_t(p.n_tokens * p.width) * 4, out_bytes = size_t(p.n_tokens * p.n_mix) * 4;
+    x_.reserve(x_bytes);
+    out_.reserve(out_bytes);
+    staging_.reserve(std::max(x_bytes, out_bytes));
+    std::memcpy(staging_.get(), p.x, x_bytes);
+    DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), staging_.get(), x_bytes, cudaMemcpyHostToDevice, stream_));
+    cuda::launch_hc_mix({x_.get<float>(), p.n_tokens, p.width, fn, p.n_mix, p.eps, out_.get<float>()}, stream_);
+    DI_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), out_.get(), out_bytes, cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(p.out, staging_.get(), out_bytes);
+  }
+
+  void sparse_attention(const SparseAttentionParams& p) override { sparse_attentions({&p, 1}); }
+
+  // The model's per-row host work between the device calls (norms, rotations, quantisation, the MoE's gathers
+  // and sums) on the host's threads, as the fast CPU backend runs it: a 128-token prefill of the V4 bench
+  // model has ~90 ms of it on two threads.
+  void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override { host_->for_rows(n, body); }
+
+  // The query tokens of a prefill block in one launch per run of tokens that share the layer's shapes, sink
+  // and softmax (all of them, in the model's calls), at most kMaxAttentionTokens at a time.
+  void sparse_attentions(std::span<const SparseAttentionParams> ps) override {
+    auto same_launch = [](const SparseAttentionParams& a, const SparseAttentionParams& b) {
+      return a.n_heads == b.n_heads && a.head_dim == b.head_dim && a.sink == b.sink && a.softmax_scale == b.softmax_scale &&
+             a.block_running_max == b.block_running_max;
+    };
+    bind_device();
+    for_each_run(ps, kMaxAttentionTokens, same_launch, [&](auto run) { attend(run); });
+  }
+
+  void index_scores(const IndexScoreParams& p) override { index_scores_batch({&p, 1}); }
+
+  // Runs of ops of one n_heads and dim (every op of a model's call) in one launch and one wait each. Their
+  // tokens may score against different key arrays (a batched decode step's sequences): each array is uploaded
+  // once, up to the most keys any of its tokens reads.
+  void index_scores_batch(std::span<const IndexScoreParams> ps) override {
+    auto same_shape = [](const IndexScoreParams& a, const IndexScoreParams& b) { return a.n_heads == b.n_heads && a.dim == b.dim; };
+    bind_device();
+    for_each_run(ps, kMaxGridYZ, same_shape, [&](auto run) { score(run); });
+  }
+
+ private:
+  // The CUDA runtime's current device is per host thread, and the model may run on another thread than the
+  // one that opened it (the engine's worker): every entry point makes this backend's device current first.
+  void bind_device() const { DI_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // Queues a linears() batch on the stream up to its outputs' copy back to staging; false when it has no work.
+  bool enqueue_linears(std::span<const LinearParams> ps) {
     weights_of_.assign(ps.size(), nullptr);
     k_.assign(ps.size(), 0);
     k_pad_.assign(ps.size(), 0);
@@ -124,7 +233,7 @@ class CudaBackend final : public Backend {
     }
     layout_.plan(ps, k_, k_pad_);
     const size_t in_bytes = layout_.input_bytes(), bytes = layout_.bytes();
-    if (bytes == 0) return;
+    if (bytes == 0) return false;
     batch_.reserve(bytes);
     staging_.reserve(bytes);
     uint8_t* base = batch_.get<uint8_t>();
@@ -157,62 +266,8 @@ class CudaBackend final : public Backend {
     }
     launch_mma_groups();
     DI_CUDA_CHECK(cudaMemcpyAsync(host + in_bytes, base + in_bytes, bytes - in_bytes, cudaMemcpyDeviceToHost, stream_));
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    layout_.scatter_outputs(ps, host);
+    return true;
   }
-
-  void hc_mix(const HcMixParams& p) override {
-    bind_device();
-    if (p.n_tokens == 0 || p.n_mix == 0) return;
-    const float* fn = weights_.constant(p.fn, p.n_mix * p.width, stream_);
-    const size_t x_bytes = size_t(p.n_tokens * p.width) * 4, out_bytes = size_t(p.n_tokens * p.n_mix) * 4;
-    x_.reserve(x_bytes);
-    out_.reserve(out_bytes);
-    staging_.reserve(std::max(x_bytes, out_bytes));
-    std::memcpy(staging_.get(), p.x, x_bytes);
-    DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), staging_.get(), x_bytes, cudaMemcpyHostToDevice, stream_));
-    cuda::launch_hc_mix({x_.get<float>(), p.n_tokens, p.width, fn, p.n_mix, p.eps, out_.get<float>()}, stream_);
-    DI_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), out_.get(), out_bytes, cudaMemcpyDeviceToHost, stream_));
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::memcpy(p.out, staging_.get(), out_bytes);
-  }
-
-  void sparse_attention(const SparseAttentionParams& p) override { sparse_attentions({&p, 1}); }
-
-  // The model's per-row host work between the device calls (norms, rotations, quantisation, the MoE's gathers
-  // and sums) on the host's threads, as the fast CPU backend runs it: a 128-token prefill of the V4 bench
-  // model has ~90 ms of it on two threads.
-  void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override {
-    if (n > 1) pool_.parallel_for(n, 1, body);
-    else body(0, n);
-  }
-
-  // The query tokens of a prefill block in one launch per run of tokens that share the layer's shapes, sink
-  // and softmax (all of them, in the model's calls), at most kMaxAttentionTokens at a time.
-  void sparse_attentions(std::span<const SparseAttentionParams> ps) override {
-    auto same_launch = [](const SparseAttentionParams& a, const SparseAttentionParams& b) {
-      return a.n_heads == b.n_heads && a.head_dim == b.head_dim && a.sink == b.sink && a.softmax_scale == b.softmax_scale &&
-             a.block_running_max == b.block_running_max;
-    };
-    bind_device();
-    for_each_run(ps, kMaxAttentionTokens, same_launch, [&](auto run) { attend(run); });
-  }
-
-  void index_scores(const IndexScoreParams& p) override { index_scores_batch({&p, 1}); }
-
-  // Runs of ops of one n_heads and dim (every op of a model's call) in one launch and one wait each. Their
-  // tokens may score against different key arrays (a batched decode step's sequences): each array is uploaded
-  // once, up to the most keys any of its tokens reads.
-  void index_scores_batch(std::span<const IndexScoreParams> ps) override {
-    auto same_shape = [](const IndexScoreParams& a, const IndexScoreParams& b) { return a.n_heads == b.n_heads && a.dim == b.dim; };
-    bind_device();
-    for_each_run(ps, kMaxGridYZ, same_shape, [&](auto run) { score(run); });
-  }
-
- private:
-  // The CUDA runtime's current device is per host thread, and the model may run on another thread than the
-  // one that opened it (the engine's worker): every entry point makes this backend's device current first.
-  void bind_device() const { DI_CUDA_CHECK(cudaSetDevice(device_)); }
 
   // The tensor-core launches of a linears() batch: those that share a weight kind and k_pad go as one grouped
   // launch over an uploaded array of their descriptors, a lone one as a plain launch.
@@ -363,7 +418,6 @@ class CudaBackend final : public Backend {
   // in one launch and one wait, not four. The split path's scores scratch is then up to 256 x 64 heads x 1152
   // slots x 4 B = 75 MB.
   static constexpr size_t kMaxAttentionTokens = 256;
-  static constexpr int64_t kRowsPerCopyTask = 512;  // at least this many rows per thread's share of a gather copy
 
   // Tokens that share n_heads, head_dim, sink and softmax. The rows they read (KV cache rows in host memory)
   // are gathered once (SlotGather) into pinned staging. Float rows go over as they are; packed cache rows
@@ -380,7 +434,7 @@ class CudaBackend final : public Backend {
     float* rows = rows_host_.get<float>();
     // The rows' copies into staging on the host's threads: a 256-sequence decode step gathers ~160k rows
     // (335 MB as floats) per layer, more than one thread copies in a few milliseconds.
-    pool_.parallel_for(n_float, kRowsPerCopyTask, [&](int64_t r0, int64_t r1) {
+    host_->for_rows(n_float, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) std::memcpy(rows + r * D, gather_.float_rows()[size_t(r)], size_t(D) * 4);
     });
     float* q_host = rows + n_float * D;  // [T, H, D] after the float rows
@@ -388,7 +442,7 @@ class CudaBackend final : public Backend {
     std::memcpy(q_host + T * H * D, p0.sink, size_t(H) * 4);  // then the sink
     auto* packed_host = reinterpret_cast<uint8_t*>(q_host + T * H * D + H);  // then the packed rows' bytes
     for (const SlotGather::PackedGroup& g : gather_.packed_groups()) {
-      pool_.parallel_for(int64_t(g.rows.size()), kRowsPerCopyTask, [&](int64_t k0, int64_t k1) {
+      host_->for_rows(int64_t(g.rows.size()), [&](int64_t k0, int64_t k1) {
         for (int64_t k = k0; k < k1; ++k) {
           std::memcpy(packed_host + g.first_byte + k * g.format.row_bytes, g.rows[size_t(k)], size_t(g.format.row_bytes));
         }
@@ -436,7 +490,12 @@ class CudaBackend final : public Backend {
 
   std::string name_;
   int device_ = 0;
-  cpu::WorkerPool pool_;
+  // The host's CPU kernels (the fast backend): the model's per-row work, the attention's row gathers, and
+  // the linear ops of experts kept in host memory (place_experts).
+  std::unique_ptr<Backend> host_;
+  double weight_budget_gb_ = -1;  // DEEPINFER_CUDA_WEIGHT_GB; < 0: the free memory less a reserve
+  std::unordered_set<const void*> host_experts_;  // data pointers of the expert weights left in host memory
+  std::vector<LinearParams> device_ops_, host_ops_;  // a linears() batch split between them
   bool packed_rows_ = false;        // DEEPINFER_CUDA_KV=packed or floats (the default)
   bool tensor_core_linear_ = true;  // DEEPINFER_CUDA_LINEAR=mma (the default) or fma
   bool split_attention_ = false;    // DEEPINFER_CUDA_ATTENTION=split or fused (the default)
@@ -499,7 +558,22 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
     *error = "DEEPINFER_CUDA_KV must be floats or packed, not '" + kv + "'";
     return nullptr;
   }
-  return std::make_unique<CudaBackend>(device, n_threads, path == "mma", attention == "split", kv == "packed");
+  // DEEPINFER_CUDA_WEIGHT_GB: how many GB of device memory the weights may take (every weight but the routed
+  // experts always goes on the device; experts beyond it run on the host's CPU kernels). Unset: the free memory
+  // less a reserve.
+  double weight_budget_gb = -1;
+  if (const char* gb = std::getenv("DEEPINFER_CUDA_WEIGHT_GB")) {
+    char* end = nullptr;
+    weight_budget_gb = std::strtod(gb, &end);
+    if (end == gb || *end != '\0' || !(weight_budget_gb >= 0)) {
+      *error = std::string("DEEPINFER_CUDA_WEIGHT_GB must be a number of GB >= 0, not '") + gb + "'";
+      return nullptr;
+    }
+  }
+  // The host's CPU kernels: per-row work, gathers, and the experts kept in host memory.
+  std::unique_ptr<Backend> host = make_fast_backend(n_threads, error);
+  if (!host) return nullptr;
+  return std::make_unique<CudaBackend>(device, std::move(host), weight_budget_gb, path == "mma", attention == "split", kv == "packed");
 }
 
 }  // namespace deepinfer
