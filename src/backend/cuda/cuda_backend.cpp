@@ -26,6 +26,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weight_cache.h"
+#include "backend/expert_placement.h"
 #include "backend/linear_batch_layout.h"
 #include "backend/slot_gather.h"
 #include "model/kv_format.h"
@@ -115,27 +116,18 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const double reserve = std::max(4.0 * (1 << 30), 0.08 * double(total_bytes));
     const double budget = weight_budget_gb_ >= 0 ? weight_budget_gb_ * 1e9 : double(free_bytes) - reserve;
-    double left = budget - double(other_weight_bytes);
-    if (left < 0) {
+    const ExpertPlacement placement = place_experts_within(budget, other_weight_bytes, experts);
+    if (!placement.other_weights_fit) {
       char message[256];
       std::snprintf(message, sizeof message, "%s: the weights other than the routed experts need %.1f GB of device memory; %.1f GB are free%s",
                     name_.c_str(), double(other_weight_bytes) / 1e9, budget / 1e9,
                     weight_budget_gb_ >= 0 ? " under DEEPINFER_CUDA_WEIGHT_GB" : " after a reserve for the activations");
       return Status::error(message);
     }
-    int64_t on_device = 0;
-    for (const LinearWeight* w : experts) {
-      const double bytes = double(cuda::device_bytes(*w));
-      if (bytes <= left) {
-        left -= bytes;
-        ++on_device;
-      } else {
-        host_experts_.insert(w->data);
-      }
-    }
+    for (const LinearWeight* w : placement.on_host) host_experts_.insert(w->data);
     if (!host_experts_.empty()) {
       std::fprintf(stderr, "cuda: %lld of %zu routed expert weights on the device, %zu on the host's CPU kernels (weights budget %.1f GB, other weights %.1f GB)\n",
-                   (long long)on_device, experts.size(), host_experts_.size(), budget / 1e9, double(other_weight_bytes) / 1e9);
+                   (long long)placement.n_on_device, experts.size(), host_experts_.size(), budget / 1e9, double(other_weight_bytes) / 1e9);
     }
     return {};
   }

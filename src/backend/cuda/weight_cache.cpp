@@ -7,16 +7,6 @@
 
 namespace deepinfer::cuda {
 
-int64_t device_bytes(const LinearWeight& w) {
-  const int64_t k_pad = (w.n_in + 31) / 32 * 32;
-  switch (w.dtype) {
-    case DType::kBF16: return w.n_out * k_pad * 2;
-    case DType::kF8E4M3: return w.n_out * k_pad + (w.n_out + w.block - 1) / w.block * ((w.n_in + w.block - 1) / w.block);
-    case DType::kI8: return w.n_out * k_pad / 2 + w.n_out * (w.n_in / 32);
-    default: return 0;
-  }
-}
-
 const DeviceWeight& WeightCache::get(const LinearWeight& w, cudaStream_t stream) {
   auto it = weights_.find(w.data);
   if (it != weights_.end()) {

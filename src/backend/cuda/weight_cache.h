@@ -29,9 +29,6 @@ struct DeviceWeight {
   DeviceBuffer data, scale;
 };
 
-// The bytes get() allocates for w on the device: its rows padded to k_pad values, and its scale bytes.
-int64_t device_bytes(const LinearWeight& w);
-
 class WeightCache {
  public:
   // The weight's device copy; a first use queues its upload on `stream`, before the caller's kernels.
