@@ -348,22 +348,26 @@ class CudaBackend final : public Backend {
     auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw_even);  // [T] key counts, output offsets, first key rows
     auto* float_keys_host = reinterpret_cast<float*>(meta_host + 3 * T);
     auto* packed_host = reinterpret_cast<uint8_t*>(float_keys_host) + float_key_bytes;
-    for (const KeyArray& a : key_arrays_) {
-      if (a.n_keys == 0) continue;
-      if (!a.format) {
-        std::memcpy(float_keys_host + a.first_row * dim, a.keys, size_t(a.n_keys * dim) * 4);
-        continue;
+    // The arrays' copies on the host's threads (a 256-sequence decode step stages 256 of them per layer).
+    host_->for_rows(int64_t(key_arrays_.size()), [&](int64_t a0, int64_t a1) {
+      for (int64_t i = a0; i < a1; ++i) {
+        const KeyArray& a = key_arrays_[size_t(i)];
+        if (a.n_keys == 0) continue;
+        if (!a.format) {
+          std::memcpy(float_keys_host + a.first_row * dim, a.keys, size_t(a.n_keys * dim) * 4);
+          continue;
+        }
+        const size_t end = a.first_byte + size_t(a.n_keys * a.format->row_bytes);
+        size_t at = a.first_byte;
+        for (const PackedRowRun& run : a.runs) {
+          const size_t n = std::min(size_t(run.n_rows) * size_t(a.format->row_bytes), end - at);
+          std::memcpy(packed_host + at, run.rows, n);
+          at += n;
+          if (at == end) break;
+        }
+        DI_CHECK_MSG(at == end, "packed index keys: the runs hold fewer rows than n_keys");
       }
-      const size_t end = a.first_byte + size_t(a.n_keys * a.format->row_bytes);
-      size_t at = a.first_byte;
-      for (const PackedRowRun& run : a.runs) {
-        const size_t n = std::min(size_t(run.n_rows) * size_t(a.format->row_bytes), end - at);
-        std::memcpy(packed_host + at, run.rows, n);
-        at += n;
-        if (at == end) break;
-      }
-      DI_CHECK_MSG(at == end, "packed index keys: the runs hold fewer rows than n_keys");
-    }
+    });
     int64_t at = 0;
     for (int64_t t = 0; t < T; ++t) {
       const IndexScoreParams& p = batch[size_t(t)];
