@@ -164,6 +164,8 @@ if [ "${E2E:-1}" = 1 ]; then
     bench_run defaults 200 -- --prefill 128,512 --batch 1,8,64 --decode-steps 8
     # The issue's largest decode batch (its 256 sequences' prompts are set up first).
     bench_run "decode batch 256" 100 -- --prefill 16 --batch 256 --decode-steps 4
+    # The same with the cache rows packed: the floats path decodes and gathers ~160k rows per layer on the host.
+    bench_run "decode batch 256, DEEPINFER_CUDA_KV=packed" 100 DEEPINFER_CUDA_KV=packed -- --prefill 16 --batch 256 --decode-steps 4
     # Batch-1 decode after a 2048-token context, the cache rows handed over as floats, then packed (decoded on
     # the device): at long context the rows' copy is a step's largest transfer.
     bench_run "context 2048, DEEPINFER_CUDA_KV=floats" 90 DEEPINFER_CUDA_KV=floats -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
