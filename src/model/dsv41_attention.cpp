@@ -372,10 +372,13 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   // sequences: one wait on a GPU instead of one per sequence); earlier when the rows decoded for the pending
   // tokens pass kPendingDecodedRows, after which the decode caches start over.
   AttentionSlotRows rows(backend_->takes_packed_rows());
+  RowDecodeCache window_rows, compressed_rows;  // per chunk: the rows its tokens read, each decoded once
   std::vector<int64_t> row_begin{0};
   int64_t first_pending = 0;
   auto attend_pending = [&](int64_t t_end) {
     if (t_end == first_pending) return;
+    window_rows.decode_reserved(*backend_);
+    compressed_rows.decode_reserved(*backend_);
     attend_v41(w, rope, &q[size_t(first_pending * H * HD)],
                std::span<const int64_t>(batch.pos).subspan(size_t(first_pending), size_t(t_end - first_pending)), rows.rows(),
                row_begin, &o[size_t(first_pending * H * HD)], rows.packed());
@@ -383,7 +386,6 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     row_begin.assign(1, 0);
     first_pending = t_end;
   };
-  RowDecodeCache window_rows, compressed_rows;  // per chunk: the rows its tokens read, each decoded once
   int bound_chunk = -1;
   for (int64_t t = 0; t < T; ++t) {
     const int ci = batch.chunk[size_t(t)];

@@ -238,6 +238,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     // decode step's sequences: one wait on a GPU instead of one per sequence); earlier when the rows decoded
     // for the pending tokens pass kPendingDecodedRows, after which the decode caches start over.
     auto run_pending = [&] {
+      window_rows.decode_reserved(*backend_);
+      compressed_rows.decode_reserved(*backend_);
       for (size_t k = 0; k < pending.size(); ++k) {
         pending[k].slots = slots.rows().data() + slot_begin[k];
         if (!slots.packed().empty()) pending[k].packed = slots.packed().data() + slot_begin[k];

@@ -19,6 +19,7 @@ void RowDecodeCache::bind(const KvRowFormat& format, const uint8_t* rows, int64_
 }
 
 void RowDecodeCache::clear() {
+  DI_CHECK_MSG(reserved_.empty(), "RowDecodeCache::clear with reserved rows not yet decoded");
   std::fill(slot_of_row_.begin(), slot_of_row_.end(), -1);
   n_decoded_ = 0;
 }
@@ -29,17 +30,43 @@ void RowDecodeCache::bind(const KvRowFormat& format, const PagedRows& rows) {
   paged_ = &rows;
 }
 
+int32_t RowDecodeCache::assign_slot(int64_t j) {
+  const int32_t slot = int32_t(n_decoded_++);
+  if (size_t(slot / kRowsPerBlock) == blocks_.size()) {
+    blocks_.push_back(std::make_unique_for_overwrite<float[]>(size_t(kRowsPerBlock * format_.n_values)));  // not zeroed
+  }
+  slot_of_row_[size_t(j)] = slot;
+  return slot;
+}
+
 const float* RowDecodeCache::row(int64_t j) {
   DI_CHECK(j >= 0 && j < int64_t(slot_of_row_.size()));
-  int32_t& slot = slot_of_row_[size_t(j)];
+  int32_t slot = slot_of_row_[size_t(j)];
   if (slot < 0) {
-    slot = int32_t(n_decoded_++);
-    if (size_t(slot / kRowsPerBlock) == blocks_.size()) {
-      blocks_.push_back(std::make_unique_for_overwrite<float[]>(size_t(kRowsPerBlock * format_.n_values)));  // not zeroed
-    }
-    unpack_kv_row(format_, paged_ ? paged_->row(j) : rows_ + j * format_.row_bytes, row_at(slot));
+    slot = assign_slot(j);
+    unpack_kv_row(format_, source(j), row_at(slot));
   }
   return row_at(slot);
+}
+
+const float* RowDecodeCache::reserve(int64_t j) {
+  DI_CHECK(j >= 0 && j < int64_t(slot_of_row_.size()));
+  int32_t slot = slot_of_row_[size_t(j)];
+  if (slot < 0) {
+    slot = assign_slot(j);
+    reserved_.push_back({source(j), format_, slot});
+  }
+  return row_at(slot);
+}
+
+void RowDecodeCache::decode_reserved(Backend& backend) {
+  backend.for_rows(int64_t(reserved_.size()), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const Reserved& rs = reserved_[size_t(r)];
+      unpack_kv_row(rs.format, rs.row, row_at(rs.slot));
+    }
+  });
+  reserved_.clear();
 }
 
 float* RowDecodeCache::row_at(int64_t slot) {

@@ -28,13 +28,26 @@ class RowDecodeCache {
   // rows.row_bytes() == format.row_bytes; the rows are read in place, page by page.
   void bind(const KvRowFormat& format, const PagedRows& rows);
   const float* row(int64_t j);  // [format.n_values]
-  // Drops every decoded row (their storage is reused); the binding stays.
+  // row(j)'s address, its decode left to decode_reserved() (a batched decode step's rows then decode on the
+  // backend's threads): the row must not be read before that.
+  const float* reserve(int64_t j);
+  // Decodes every row reserve() left undecoded, on the backend's threads (Backend::for_rows).
+  void decode_reserved(Backend& backend);
+  // Drops every decoded row (their storage is reused); the binding stays. No reserved row may be pending.
   void clear();
   int64_t n_decoded() const { return n_decoded_; }
 
  private:
   static constexpr int64_t kRowsPerBlock = 32;
   float* row_at(int64_t slot);
+  int32_t assign_slot(int64_t j);  // a new slot for row j of the binding (-1 in slot_of_row_ before)
+  const uint8_t* source(int64_t j) const { return paged_ ? paged_->row(j) : rows_ + j * format_.row_bytes; }
+  struct Reserved {
+    const uint8_t* row;  // the packed row (bindings change between reserve() and its decode)
+    KvRowFormat format;
+    int32_t slot;
+  };
+  std::vector<Reserved> reserved_;
   KvRowFormat format_;
   const uint8_t* rows_ = nullptr;       // contiguous rows, or
   const PagedRows* paged_ = nullptr;    // paged rows
@@ -53,13 +66,14 @@ class AttentionSlotRows {
     rows_.push_back(row);
     if (packed_) packed_rows_.push_back({});
   }
-  // Row j of the cache bound to `cache`, whose bytes are `row` in `format` (which must outlive the slots).
+  // Row j of the cache bound to `cache`, whose bytes are `row` in `format` (which must outlive the slots); as
+  // floats, call cache.decode_reserved() before the rows are read.
   void push_cached(RowDecodeCache& cache, int64_t j, const uint8_t* row, const KvRowFormat& format) {
     if (packed_) {
       rows_.push_back(nullptr);
       packed_rows_.push_back({row, &format});
     } else {
-      rows_.push_back(cache.row(j));
+      rows_.push_back(cache.reserve(j));  // decoded by the cache's decode_reserved() before the rows are read
     }
   }
   size_t size() const { return rows_.size(); }
