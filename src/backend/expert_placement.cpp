@@ -2,14 +2,34 @@
 
 namespace deepinfer {
 
-int64_t device_weight_bytes(const LinearWeight& w) {
-  const int64_t k_pad = (w.n_in + 31) / 32 * 32;
+DeviceWeightLayout device_weight_layout(const LinearWeight& w) {
+  DeviceWeightLayout l;
+  l.k_pad = (w.n_in + 31) / 32 * 32;
   switch (w.dtype) {
-    case DType::kBF16: return w.n_out * k_pad * 2;
-    case DType::kF8E4M3: return w.n_out * k_pad + (w.n_out + w.block - 1) / w.block * ((w.n_in + w.block - 1) / w.block);
-    case DType::kI8: return w.n_out * k_pad / 2 + w.n_out * (w.n_in / 32);
-    default: return 0;
+    case DType::kBF16:
+      l.row_pitch = l.k_pad * 2;
+      break;
+    case DType::kF8E4M3:
+      l.row_pitch = l.k_pad;
+      if (w.block > 0) {
+        l.scale_rows = (w.n_out + w.block - 1) / w.block;
+        l.scale_pitch = (w.n_in + w.block - 1) / w.block;
+      }
+      break;
+    case DType::kI8:
+      l.row_pitch = l.k_pad / 2;
+      l.scale_rows = w.n_out;
+      l.scale_pitch = w.n_in / 32;
+      break;
+    default:
+      return {};
   }
+  return l;
+}
+
+int64_t device_weight_bytes(const LinearWeight& w) {
+  const DeviceWeightLayout l = device_weight_layout(w);
+  return w.n_out * l.row_pitch + l.scale_rows * l.scale_pitch;
 }
 
 ExpertPlacement place_experts_within(double budget, int64_t other_weight_bytes, std::span<const LinearWeight* const> experts) {

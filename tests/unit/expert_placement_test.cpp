@@ -16,7 +16,13 @@ TEST(ExpertPlacement, DeviceBytesPadRowsAndCountScales) {
   EXPECT_EQ(device_weight_bytes(fp4(2048, 4096)), 2048 * 4096 / 2 + 2048 * 128);  // codes + one e8m0 per 32
   EXPECT_EQ(device_weight_bytes({.dtype = DType::kBF16, .n_out = 3, .n_in = 40}), 3 * 64 * 2);  // 40 -> 64 values
   // e4m3 [300, 200], 128-blocks: rows padded to 224 bytes, 3 x 2 scale bytes.
-  EXPECT_EQ(device_weight_bytes({.dtype = DType::kF8E4M3, .n_out = 300, .n_in = 200, .block = 128}), 300 * 224 + 3 * 2);
+  const LinearWeight e4m3{.dtype = DType::kF8E4M3, .n_out = 300, .n_in = 200, .block = 128};
+  EXPECT_EQ(device_weight_bytes(e4m3), 300 * 224 + 3 * 2);
+  const DeviceWeightLayout l = device_weight_layout(e4m3);
+  EXPECT_EQ(l.k_pad, 224);
+  EXPECT_EQ(l.row_pitch, 224);
+  EXPECT_EQ(l.scale_rows, 3);
+  EXPECT_EQ(l.scale_pitch, 2);
 }
 
 TEST(ExpertPlacement, OtherWeightsFirstThenExpertsInOrderWhileTheyFit) {

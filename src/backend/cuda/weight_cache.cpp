@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/expert_placement.h"
+
 namespace deepinfer::cuda {
 
 const DeviceWeight& WeightCache::get(const LinearWeight& w, cudaStream_t stream) {
@@ -17,29 +19,27 @@ const DeviceWeight& WeightCache::get(const LinearWeight& w, cudaStream_t stream)
   DeviceWeight d;
   d.n_out = w.n_out;
   d.n_in = w.n_in;
-  d.k_pad = (w.n_in + 31) / 32 * 32;
   const int64_t src_pitch = w.row_bytes();
   switch (w.dtype) {
     case DType::kBF16:
       d.kind = WeightKind::kBf16;
-      d.row_pitch = d.k_pad * 2;
       break;
     case DType::kF8E4M3:
       d.kind = WeightKind::kFp8;
       DI_CHECK_MSG(w.block > 0 && w.block % 16 == 0, "e4m3 scale blocks must be multiples of 16 for the CUDA kernels");
-      d.row_pitch = d.k_pad;
       d.block = w.block;
-      d.scale_pitch = (w.n_in + w.block - 1) / w.block;
       break;
     case DType::kI8:
       d.kind = WeightKind::kFp4;
       DI_CHECK_MSG(w.n_in % 32 == 0, "packed e2m1 rows must hold a multiple of 32 values");
-      d.row_pitch = d.k_pad / 2;
-      d.scale_pitch = w.n_in / 32;
       break;
     default:
       DI_CHECK_MSG(false, std::string("unsupported linear weight dtype for CUDA: ") + dtype_name(w.dtype));
   }
+  const DeviceWeightLayout layout = device_weight_layout(w);  // the same sizes place_experts counts
+  d.k_pad = layout.k_pad;
+  d.row_pitch = layout.row_pitch;
+  d.scale_pitch = layout.scale_pitch;
   d.data = DeviceBuffer(size_t(d.n_out * d.row_pitch));
   if (src_pitch == d.row_pitch) {
     DI_CUDA_CHECK(cudaMemcpyAsync(d.data.get(), w.data, d.data.bytes(), cudaMemcpyHostToDevice, stream));
@@ -49,8 +49,7 @@ const DeviceWeight& WeightCache::get(const LinearWeight& w, cudaStream_t stream)
                                     size_t(d.n_out), cudaMemcpyHostToDevice, stream));
   }
   if (d.kind != WeightKind::kBf16) {
-    const int64_t scale_rows = d.kind == WeightKind::kFp8 ? (d.n_out + d.block - 1) / d.block : d.n_out;
-    d.scale = DeviceBuffer(size_t(scale_rows * d.scale_pitch));
+    d.scale = DeviceBuffer(size_t(layout.scale_rows * layout.scale_pitch));
     const auto [lo, hi] = std::minmax_element(w.scale, w.scale + d.scale.bytes());
     d.mma_exact = *lo >= 127 - 100 && *hi <= 127 + 100;
     DI_CUDA_CHECK(cudaMemcpyAsync(d.scale.get(), w.scale, d.scale.bytes(), cudaMemcpyHostToDevice, stream));
