@@ -87,7 +87,7 @@ class CudaBackend final : public Backend {
               bool packed_rows)
       : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(packed_rows),
         tensor_core_linear_(tensor_core_linear), split_attention_(split_attention) {
-    DI_CUDA_CHECK(cudaSetDevice(device));
+    bind_device();
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = std::string("cuda-") + prop.name;
@@ -95,7 +95,7 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~CudaBackend() override {  // the buffers that members free belong to device_ too
-    cudaSetDevice(device_);
+    cudaSetDevice(device_);  // not bind_device(): a destructor must not abort
     cudaStreamDestroy(stream_);
   }
 
