@@ -1,8 +1,8 @@
 # The CUDA backend (-DDEEPINFER_CUDA=ON): src/backend/cuda joins deepinfer_lib, with the CUDA runtime linked
 # privately so no CUDA header or include path reaches the rest of the project. Architectures: Hopper
 # (sm_90a) first, Blackwell (sm_100a) and the RTX cards (sm_89, sm_120); override with
-# -DCMAKE_CUDA_ARCHITECTURES=90a (scripts/gpu_check.sh builds for the H200 alone). Every kernel is the
-# portable path (plain fp32 FMA), so each architecture runs the same code.
+# -DCMAKE_CUDA_ARCHITECTURES=90a (scripts/gpu_check.sh builds for the H200 alone). Every kernel is portable
+# (fp32 FMA, or mma.sync with bf16 operands, sm_80 and later), so each architecture runs the same code.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
   set(CMAKE_CUDA_ARCHITECTURES 90a 100a 89 120)
 endif()

@@ -179,8 +179,12 @@ struct Row {
   double us, gbs, tflops, lt_tflops;
 };
 
-// mma: the tensor-core path (launch_linear_mma) instead of the portable FMA kernel.
-Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, int64_t K, int64_t T, bool mma = false) {
+// Which linear kernel a row times: the portable FMA kernel, the tensor-core path as the backend launches it
+// (launch_linear_mma: registers, or staged where its grid fills the device), or one of its two kernels.
+enum class LinearKernel { kFma, kMma, kMmaRegisters, kMmaStaged };
+
+Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, int64_t K, int64_t T,
+                LinearKernel kernel = LinearKernel::kFma) {
   std::mt19937 rng(1);
   const int64_t k_pad = (K + 31) / 32 * 32;
   const int64_t pitch = kind == WeightKind::kBf16 ? 2 * k_pad : kind == WeightKind::kFp8 ? k_pad : k_pad / 2;
@@ -209,15 +213,20 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   const double ms = median_ms([&](int i, cudaStream_t st) {
     l.w = w[size_t(i % n_sets)].get<uint8_t>();
     l.scale = s[size_t(i % n_sets)].get<uint8_t>();
-    if (mma) launch_linear_mma(l, st);
-    else launch_linear(l, st);
+    switch (kernel) {
+      case LinearKernel::kFma: launch_linear(l, st); break;
+      case LinearKernel::kMma: launch_linear_mma(l, st); break;
+      case LinearKernel::kMmaRegisters: launch_linear_mma_registers(l, st); break;
+      case LinearKernel::kMmaStaged: launch_linear_mma_staged(l, st); break;
+    }
   });
   const double bytes = double(w_bytes + s_bytes) + double(T * K) * 4 + double(T * n_out) * 4;
   const double flops = 2.0 * double(n_out) * double(T) * double(K);
   const int64_t t16 = (T + 15) / 16 * 16;
   const double lt = cublaslt_tflops_once(kind != WeightKind::kBf16, n_out, t16, k_pad);
   char name[160];
-  std::snprintf(name, sizeof(name), "%s%s [%lldx%lld] T=%lld", mma ? "mma " : "", label, (long long)n_out, (long long)K,
+  const char* prefix[] = {"", "mma ", "mma registers ", "mma staged "};
+  std::snprintf(name, sizeof(name), "%s%s [%lldx%lld] T=%lld", prefix[int(kernel)], label, (long long)n_out, (long long)K,
                 (long long)T);
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, lt};
 }
@@ -341,10 +350,20 @@ int run() {
   for (int64_t T : {1, 8, 64}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T));
   rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 1));
   // The tensor-core path (the backend's default linear; the rows above are DEEPINFER_CUDA_LINEAR=fma).
-  for (int64_t T : {1, 8, 64, 256, 1024}) rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, true));
-  rows.push_back(time_linear("e4m3/32", WeightKind::kFp8, 32, 4096, 4096, 64, true));
-  for (int64_t T : {1, 8, 64, 256}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T, true));
-  rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 1, true));
+  const LinearKernel mma = LinearKernel::kMma, registers = LinearKernel::kMmaRegisters, staged = LinearKernel::kMmaStaged;
+  for (int64_t T : {1, 8, 64, 256, 1024}) rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, mma));
+  rows.push_back(time_linear("e4m3/32", WeightKind::kFp8, 32, 4096, 4096, 64, mma));
+  for (int64_t T : {1, 8, 64, 256}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T, mma));
+  rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 1, mma));
+  // Its two kernels apart from 64 tokens up (the same bits; launch_linear_mma picks by the grid).
+  for (int64_t T : {64, 256, 1024}) {
+    rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, registers));
+    rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, staged));
+  }
+  rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, 256, registers));
+  rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, 256, staged));
+  rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 256, registers));
+  rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 256, staged));
   // A decode step's routed-expert group (6 experts' w1 and w3), one launch per op and grouped.
   rows.push_back(time_expert_group(12, 1, false));
   rows.push_back(time_expert_group(12, 1, true));
@@ -352,7 +371,7 @@ int run() {
   rows.push_back(time_expert_group(12, 4, true));
   // The V4-Flash output head (bf16, 129280 x 4096: 1.06 GB, the largest single read of a decode step).
   rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1));
-  rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1, true));
+  rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1, mma));
   rows.push_back(time_attention(64, 512, 640, true));
   rows.push_back(time_attention(64, 512, 640, false));
   // The split pair (DEEPINFER_CUDA_ATTENTION=split), then the V4.1 decode shape (128 window + 1024 top-k).

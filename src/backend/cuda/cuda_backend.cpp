@@ -81,12 +81,19 @@ cuda::UnpackRowsLaunch unpack_launch(const KvRowFormat& format, const uint8_t* r
   return u;
 }
 
+// The kernel choices of the environment (make_cuda_backend reads them).
+struct KernelPaths {
+  bool tensor_core_linear = true;  // DEEPINFER_CUDA_LINEAR=mma (the default) or mma_staged, not fma
+  cuda::MmaKernelChoice mma_choice = cuda::MmaKernelChoice::kFastest;  // mma_staged: kStagedFrom64Tokens
+  bool split_attention = false;    // DEEPINFER_CUDA_ATTENTION=split or fused (the default)
+  bool packed_rows = false;        // DEEPINFER_CUDA_KV=packed or floats (the default)
+};
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, std::unique_ptr<Backend> host, double weight_budget_gb, bool tensor_core_linear, bool split_attention,
-              bool packed_rows)
-      : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(packed_rows),
-        tensor_core_linear_(tensor_core_linear), split_attention_(split_attention) {
+  CudaBackend(int device, std::unique_ptr<Backend> host, double weight_budget_gb, const KernelPaths& paths)
+      : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(paths.packed_rows),
+        tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention) {
     bind_device();
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -278,7 +285,7 @@ class CudaBackend final : public Backend {
     const std::span<const cuda::LinearLaunch> all(launches_);
     for_each_run(all, kMaxGridYZ, same_shape, [&](std::span<const cuda::LinearLaunch> run) {
       if (run.size() == 1) {
-        cuda::launch_linear_mma(run[0], stream_);
+        cuda::launch_linear_mma(run[0], stream_, mma_choice_);
         return;
       }
       int64_t max_rows = 0, max_tokens = 0;
@@ -287,7 +294,8 @@ class CudaBackend final : public Backend {
         max_tokens = std::max(max_tokens, l.n_tokens);
       }
       const cuda::LinearLaunch* run_descriptors = descriptors_.get<cuda::LinearLaunch>() + (run.data() - all.data());
-      cuda::launch_linear_mma_grouped(run_descriptors, int(run.size()), run[0].kind, run[0].k_pad, max_rows, max_tokens, stream_);
+      cuda::launch_linear_mma_grouped(run_descriptors, int(run.size()), run[0].kind, run[0].k_pad, max_rows, max_tokens, stream_,
+                                      mma_choice_);
     });
   }
 
@@ -492,9 +500,10 @@ class CudaBackend final : public Backend {
   double weight_budget_gb_ = -1;  // DEEPINFER_CUDA_WEIGHT_GB; < 0: the free memory less a reserve
   std::unordered_set<const void*> host_experts_;  // data pointers of the expert weights left in host memory
   std::vector<LinearParams> device_ops_, host_ops_;  // a linears() batch split between them
-  bool packed_rows_ = false;        // DEEPINFER_CUDA_KV=packed or floats (the default)
-  bool tensor_core_linear_ = true;  // DEEPINFER_CUDA_LINEAR=mma (the default) or fma
-  bool split_attention_ = false;    // DEEPINFER_CUDA_ATTENTION=split or fused (the default)
+  bool packed_rows_ = false;  // KernelPaths' choices
+  bool tensor_core_linear_ = true;
+  cuda::MmaKernelChoice mma_choice_ = cuda::MmaKernelChoice::kFastest;
+  bool split_attention_ = false;
   size_t max_shared_bytes_ = 0;     // per block, opted in
   cudaStream_t stream_ = nullptr;
   cuda::WeightCache weights_;
@@ -531,13 +540,17 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   }
   // DEEPINFER_CUDA_LINEAR: mma (default: tensor cores, 2-5x faster than the FMA kernel from 8 tokens up on an
   // H200) or fma (the portable FMA kernel). Both passed cuda_tests there; one path serves every token count,
-  // so a token's outputs do not depend on its batch.
+  // so a token's outputs do not depend on its batch. mma_staged (for cuda_tests): mma with the staged kernel
+  // from 64 tokens on even where its grid would leave the device idle.
+  KernelPaths paths;
   const char* linear_path = std::getenv("DEEPINFER_CUDA_LINEAR");
   const std::string path = linear_path ? linear_path : "mma";
-  if (path != "fma" && path != "mma") {
-    *error = "DEEPINFER_CUDA_LINEAR must be fma or mma, not '" + path + "'";
+  if (path != "fma" && path != "mma" && path != "mma_staged") {
+    *error = "DEEPINFER_CUDA_LINEAR must be fma, mma or mma_staged, not '" + path + "'";
     return nullptr;
   }
+  paths.tensor_core_linear = path != "fma";
+  if (path == "mma_staged") paths.mma_choice = cuda::MmaKernelChoice::kStagedFrom64Tokens;
   // DEEPINFER_CUDA_ATTENTION: fused (default: one kernel, verified on an H200) or split (two kernels that read
   // each row once per 8 heads; written without a GPU at hand, see bench/cuda/NOTES.md).
   const char* attention_path = std::getenv("DEEPINFER_CUDA_ATTENTION");
@@ -546,6 +559,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
     *error = "DEEPINFER_CUDA_ATTENTION must be fused or split, not '" + attention + "'";
     return nullptr;
   }
+  paths.split_attention = attention == "split";
   // DEEPINFER_CUDA_KV: floats (default: the model decodes cache rows and the backend copies 4 bytes a value) or
   // packed (the cache rows' own bytes are copied and decoded on the device; written without a GPU at hand).
   const char* kv_path = std::getenv("DEEPINFER_CUDA_KV");
@@ -554,6 +568,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
     *error = "DEEPINFER_CUDA_KV must be floats or packed, not '" + kv + "'";
     return nullptr;
   }
+  paths.packed_rows = kv == "packed";
   // DEEPINFER_CUDA_WEIGHT_GB: how many GB of device memory the weights may take (every weight but the routed
   // experts always goes on the device; experts beyond it run on the host's CPU kernels). Unset: the free memory
   // less a reserve.
@@ -569,7 +584,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   // The host's CPU kernels: per-row work, gathers, and the experts kept in host memory.
   std::unique_ptr<Backend> host = make_fast_backend(n_threads, error);
   if (!host) return nullptr;
-  return std::make_unique<CudaBackend>(device, std::move(host), weight_budget_gb, path == "mma", attention == "split", kv == "packed");
+  return std::make_unique<CudaBackend>(device, std::move(host), weight_budget_gb, paths);
 }
 
 }  // namespace deepinfer

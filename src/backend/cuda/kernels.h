@@ -33,15 +33,25 @@ struct LinearLaunch {
   float* out = nullptr;            // [n_tokens, n_rows]
 };
 void launch_linear(const LinearLaunch& p, cudaStream_t stream);
-// The same op on the tensor cores (linear_mma_kernel.cu; the backend's default). Only for weights whose
-// scaled values are exact bf16s (DeviceWeight::mma_exact).
-void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream);
+// The same op on the tensor cores (the backend's default). Only for weights whose scaled values are exact
+// bf16s (DeviceWeight::mma_exact). Two kernels with the same bits, so a token's outputs never depend on which
+// ran: registers (linear_mma_kernel.cu: each warp loads and decodes its own operands; any token count) and
+// staged (linear_mma_staged_kernel.cu: 64 x 64 block tiles through shared memory, for 64 tokens and more).
+// launch_linear_mma picks staged where its grid still fills the device, or (kStagedFrom64Tokens, a test path)
+// wherever it is allowed.
+enum class MmaKernelChoice { kFastest, kStagedFrom64Tokens };
+void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream, MmaKernelChoice choice = MmaKernelChoice::kFastest);
+void launch_linear_mma_registers(const LinearLaunch& p, cudaStream_t stream);
+void launch_linear_mma_staged(const LinearLaunch& p, cudaStream_t stream);
 // Several such ops in one launch (an MoE group's experts, which one at a time leave most multiprocessors
 // idle at decode's few tokens): `ops` is a device array of n_ops launches that share the weight kind and
 // k_pad, max_rows / max_tokens the largest n_rows / n_tokens among them. Each op's outputs are those of
 // launch_linear_mma.
 void launch_linear_mma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows,
-                               int64_t max_tokens, cudaStream_t stream);
+                               int64_t max_tokens, cudaStream_t stream,
+                               MmaKernelChoice choice = MmaKernelChoice::kFastest);
+void launch_linear_mma_staged_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad,
+                                      int64_t max_rows, int64_t max_tokens, cudaStream_t stream);
 
 // mHC mixes: out[t, m] = f32((x_t . fn[m]) / sqrt(mean(x_t^2) + eps)).
 struct HcMixLaunch {

@@ -27,79 +27,11 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/linear_mma_fragments.cuh"
 
 namespace deepinfer::cuda {
 
 namespace {
-
-constexpr int kMaxSlices = 16;
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {  // exact for bf16 values
-  return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
-}
-
-// Splits x into three bf16 terms whose sum is x exactly (truncation keeps every remainder exact).
-__device__ __forceinline__ void split3(float x, float& hi, float& mid, float& lo) {
-  hi = __uint_as_float(__float_as_uint(x) & 0xffff0000u);
-  const float r = x - hi;
-  mid = __uint_as_float(__float_as_uint(r) & 0xffff0000u);
-  lo = __uint_as_float(__float_as_uint(r - mid) & 0xffff0000u);
-}
-
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// The stored bytes of 8 weights of row n at k = k0 .. k0 + 7 (k0 a multiple of 8) and their scale: bf16 16
-// bytes, e4m3 8 (v.x, v.y), e2m1 4 (v.x). Loading is apart from decoding so that a lane can have the loads of
-// several chunks in flight before it decodes the first.
-struct Raw8 {
-  uint4 v;
-  float s;
-};
-
-template <WeightKind K>
-__device__ __forceinline__ Raw8 load_raw8(const LinearLaunch& p, int64_t n, int k0) {
-  const uint8_t* row = p.w + n * p.row_pitch;
-  Raw8 r{};
-  if constexpr (K == WeightKind::kBf16) {
-    r.v = __ldg(reinterpret_cast<const uint4*>(row) + k0 / 8);
-  } else if constexpr (K == WeightKind::kFp8) {
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(row) + k0 / 8);
-    r.v.x = v.x;
-    r.v.y = v.y;
-    const int kb = k0 / p.block;  // a run wholly in the padding may pass the last scale block
-    r.s = e8m0_value(__ldg(p.scale + (n / p.block) * p.scale_pitch + (kb < p.scale_pitch ? kb : int(p.scale_pitch) - 1)));
-  } else {  // one e8m0 scale per 32 values
-    r.v.x = __ldg(reinterpret_cast<const uint32_t*>(row) + k0 / 8);
-    const int kb = k0 / 32;
-    r.s = e8m0_value(__ldg(p.scale + n * p.scale_pitch + (kb < p.scale_pitch ? kb : int(p.scale_pitch) - 1)));
-  }
-  return r;
-}
-
-// The 8 weights, scaled, as floats holding bf16 values. e2m1: element 2i in the low nibble of byte i.
-template <WeightKind K>
-__device__ __forceinline__ void decode8(const Raw8& r, float w[8]) {
-  if constexpr (K == WeightKind::kBf16) {
-    const uint32_t u[4] = {r.v.x, r.v.y, r.v.z, r.v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      w[2 * i] = __uint_as_float(u[i] << 16);
-      w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-  } else if constexpr (K == WeightKind::kFp8) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = e4m3_value(((i < 4 ? r.v.x : r.v.y) >> (8 * (i % 4))) & 0xffu) * r.s;
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = e2m1_value((r.v.x >> (4 * i)) & 0xfu) * r.s;
-  }
-}
 
 // One block's tile: S warps (one per K slice) x 32 lanes; the grid's x and y are (row tiles of 16, token tiles
 // of 8 * NT). `partial`: S * 32 lanes * 4 * NT floats of shared memory.
@@ -245,18 +177,6 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_grouped_kernel(
   linear_mma_tile<K, NT>(p, slice_chunks, partial);
 }
 
-// K slices of at least 1024 values (32 chunks), at most kMaxSlices: set by K alone.
-struct SliceSplit {
-  int slices = 1, slice_chunks = 1;
-};
-SliceSplit slice_split(int64_t k_pad) {
-  const int n_chunks = int(k_pad / 32);
-  SliceSplit s;
-  s.slices = std::min(kMaxSlices, std::max(1, (n_chunks + 31) / 32));
-  s.slice_chunks = (n_chunks + s.slices - 1) / s.slices;
-  return s;
-}
-
 template <WeightKind K>
 void launch_kind_mma_grouped(const LinearLaunch* ops, int n_ops, int64_t k_pad, int64_t max_rows, int64_t max_tokens,
                              cudaStream_t stream) {
@@ -289,9 +209,20 @@ void launch_kind_mma(const LinearLaunch& p, cudaStream_t stream) {
   DI_CUDA_CHECK_LAUNCH();
 }
 
+// The staged kernel (linear_mma_staged_kernel.cu, the same bits) where its 64 x 64 tiles still give every
+// multiprocessor a block: it decodes each weight once per 64 tokens instead of once per 32-token warp tile.
+bool use_staged(int64_t n_rows, int64_t n_tokens, int n_ops, MmaKernelChoice choice) {
+  if (n_tokens < 64) return false;
+  if (choice == MmaKernelChoice::kStagedFrom64Tokens) return true;
+  int device = 0, n_sms = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
+  return ((n_rows + 63) / 64) * ((n_tokens + 63) / 64) * n_ops >= n_sms;
+}
+
 }  // namespace
 
-void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream) {
+void launch_linear_mma_registers(const LinearLaunch& p, cudaStream_t stream) {
   DI_CHECK(p.k_pad % 32 == 0 && p.n_rows > 0 && p.n_tokens > 0);
   DI_CHECK_MSG((p.n_tokens + 7) / 8 <= 65535, "too many tokens for one linear launch");
   switch (p.kind) {
@@ -301,9 +232,18 @@ void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream) {
   }
 }
 
+void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream, MmaKernelChoice choice) {
+  if (use_staged(p.n_rows, p.n_tokens, 1, choice)) launch_linear_mma_staged(p, stream);
+  else launch_linear_mma_registers(p, stream);
+}
+
 void launch_linear_mma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows,
-                               int64_t max_tokens, cudaStream_t stream) {
+                               int64_t max_tokens, cudaStream_t stream, MmaKernelChoice choice) {
   if (n_ops == 0) return;
+  if (use_staged(max_rows, max_tokens, n_ops, choice)) {
+    launch_linear_mma_staged_grouped(ops, n_ops, kind, k_pad, max_rows, max_tokens, stream);
+    return;
+  }
   DI_CHECK(k_pad % 32 == 0 && max_rows > 0 && max_tokens > 0 && n_ops <= 65535);
   DI_CHECK_MSG((max_tokens + 7) / 8 <= 65535, "too many tokens for one linear launch");
   switch (kind) {
