@@ -8,7 +8,8 @@
 #      models end to end and op by op, each on both linear paths (mma, the tensor-core default, and the portable
 #      fma) with the fused attention, and on mma with the split attention (DEEPINFER_CUDA_ATTENTION=split, not
 #      yet run on a GPU); the golden models also with the cache rows decoded on the device (DEEPINFER_CUDA_KV=
-#      packed, the same); the linear tests also on mma_staged (the staged tensor-core kernel, not yet run);
+#      packed, the same); the linear tests also on mma_staged and mma_split (the staged tensor-core kernel,
+#      unsplit and split over K, not yet run);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
 #   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
@@ -98,7 +99,8 @@ step "kernel timing"
 timeout 180 ./$BUILD/cuda_kernel_timing >"$OUT_DIR/timing.txt" 2>&1
 timing_rc=$?
 
-# The tensor-core linear (both its kernels: mma_staged runs the staged one from 64 tokens, the register one below)
+# The tensor-core linear (all its kernels: mma_staged / mma_split run the staged one, unsplit / split over K, from
+# 64 tokens, the register one below)
 # and both attention paths under compute-sanitizer's memcheck (written without a GPU at hand):
 # out-of-bounds or misaligned accesses show here even where the results happen to come out right.
 sanitizer_rc=skipped
@@ -106,7 +108,7 @@ SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ]; then
   step "compute-sanitizer memcheck: the mma linear and the attention tests"
   timeout 150 "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
-    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*' \
+    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*' \
     >"$OUT_DIR/sanitizer.log" 2>&1
   sanitizer_rc=$?
   grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8

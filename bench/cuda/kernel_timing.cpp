@@ -180,8 +180,8 @@ struct Row {
 };
 
 // Which linear kernel a row times: the portable FMA kernel, the tensor-core path as the backend launches it
-// (launch_linear_mma: registers, or staged where its grid fills the device), or one of its two kernels.
-enum class LinearKernel { kFma, kMma, kMmaRegisters, kMmaStaged };
+// (launch_linear_mma: registers, staged or split over K, by the grid), or one of those three.
+enum class LinearKernel { kFma, kMma, kMmaRegisters, kMmaStaged, kMmaStagedSplit };
 
 Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, int64_t K, int64_t T,
                 LinearKernel kernel = LinearKernel::kFma) {
@@ -210,6 +210,10 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   l.n_tokens = T;
   l.n_rows = n_out;
   l.out = out.get<float>();
+  const int64_t partial_floats = std::max(linear_mma_partial_floats(l, MmaKernelChoice::kFastest),
+                                          kernel == LinearKernel::kMmaStagedSplit ? linear_mma_staged_partial_floats(l) : 0);
+  DeviceBuffer partials(size_t(std::max<int64_t>(partial_floats, 1)) * 4);
+  if (partial_floats > 0) l.partials = partials.get<float>();
   const double ms = median_ms([&](int i, cudaStream_t st) {
     l.w = w[size_t(i % n_sets)].get<uint8_t>();
     l.scale = s[size_t(i % n_sets)].get<uint8_t>();
@@ -218,6 +222,7 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
       case LinearKernel::kMma: launch_linear_mma(l, st); break;
       case LinearKernel::kMmaRegisters: launch_linear_mma_registers(l, st); break;
       case LinearKernel::kMmaStaged: launch_linear_mma_staged(l, st); break;
+      case LinearKernel::kMmaStagedSplit: launch_linear_mma_staged_split(l, st); break;
     }
   });
   const double bytes = double(w_bytes + s_bytes) + double(T * K) * 4 + double(T * n_out) * 4;
@@ -225,7 +230,7 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   const int64_t t16 = (T + 15) / 16 * 16;
   const double lt = cublaslt_tflops_once(kind != WeightKind::kBf16, n_out, t16, k_pad);
   char name[160];
-  const char* prefix[] = {"", "mma ", "mma registers ", "mma staged "};
+  const char* prefix[] = {"", "mma ", "mma registers ", "mma staged ", "mma split "};
   std::snprintf(name, sizeof(name), "%s%s [%lldx%lld] T=%lld", prefix[int(kernel)], label, (long long)n_out, (long long)K,
                 (long long)T);
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, lt};
@@ -355,10 +360,17 @@ int run() {
   rows.push_back(time_linear("e4m3/32", WeightKind::kFp8, 32, 4096, 4096, 64, mma));
   for (int64_t T : {1, 8, 64, 256}) rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, T, mma));
   rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 1, mma));
-  // Its two kernels apart from 64 tokens up (the same bits; launch_linear_mma picks by the grid).
+  // Its kernels apart from 64 tokens up (the same bits; launch_linear_mma picks by the grid), and prefill
+  // shapes whose staged grid is small (wq_a, wkv of a 128-token block).
+  const LinearKernel split = LinearKernel::kMmaStagedSplit;
   for (int64_t T : {64, 256, 1024}) {
     rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, registers));
     rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, staged));
+    if (T <= 256) rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, split));
+  }
+  for (int64_t n_out : {1024, 512}) {
+    rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, n_out, 4096, 128, registers));
+    rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, n_out, 4096, 128, split));
   }
   rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, 256, registers));
   rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, 256, staged));

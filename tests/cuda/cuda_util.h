@@ -21,7 +21,7 @@ namespace deepinfer::testing {
 inline std::unique_ptr<Backend> cuda_backend_or_null(std::string* error) { return make_cuda_backend(0, 0, error); }
 
 // The CUDA backend's kernel choices for the backends made while it lives: the linear path
-// (DEEPINFER_CUDA_LINEAR: fma, mma or mma_staged), the attention path (DEEPINFER_CUDA_ATTENTION: fused or split) and how
+// (DEEPINFER_CUDA_LINEAR: fma, mma, mma_staged or mma_split), the attention path (DEEPINFER_CUDA_ATTENTION: fused or split) and how
 // cache rows reach it (DEEPINFER_CUDA_KV: floats or packed).
 class ScopedCudaPaths {
  public:
@@ -39,10 +39,11 @@ class ScopedCudaPaths {
   ScopedCudaPaths& operator=(const ScopedCudaPaths&) = delete;
 };
 
-// The linear paths, as test parameters: fma, mma, and mma_staged (the tensor-core path with its staged kernel
-// wherever 64 tokens or more allow it, so that small test shapes reach it too).
+// The linear paths, as test parameters: fma, mma, mma_staged and mma_split (the tensor-core path with its
+// staged kernel, unsplit or split over K, wherever 64 tokens or more allow it, so that small test shapes reach
+// them too).
 inline const std::vector<std::string>& linear_paths() {
-  static const std::vector<std::string> paths = {"fma", "mma", "mma_staged"};
+  static const std::vector<std::string> paths = {"fma", "mma", "mma_staged", "mma_split"};
   return paths;
 }
 // Both attention paths, as test parameters.

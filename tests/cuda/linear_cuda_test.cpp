@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <random>
 
 #include "backend/backend.h"
@@ -27,7 +28,8 @@ struct LinearCase {
   int64_t row_begin, n_rows;
   Epilogue epilogue = Epilogue::kBf16;
   int scale_lo = 0, scale_hi = 0;
-  bool fp32_x = false;
+  bool fp32_x = false;      // every x an fp32 value (three bf16 terms each)
+  bool mixed_x = false;     // fp32 values in every third 8-token group, bf16 values elsewhere
 };
 
 const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 16, 33, 64, 70, 130};
@@ -59,17 +61,27 @@ void run_case(const LinearCase& c, uint32_t seed) {
   auto reference = make_reference_backend();
   const int64_t max_t = kTokenCounts.back(), x_stride = c.k + 3, out_stride = c.n_rows + 5;
   std::vector<float> x = random_bf16_values(rng, max_t * x_stride, 1.0f);
-  if (c.fp32_x) {
+  if (c.fp32_x || c.mixed_x) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (auto& v : x) v = u(rng);
+    for (int64_t t = 0; t < max_t; ++t) {
+      if (c.mixed_x && (t / 8) % 3 != 1) continue;
+      for (int64_t k = 0; k < x_stride; ++k) x[size_t(t * x_stride + k)] = u(rng);
+    }
   }
   std::vector<float> bias(size_t(max_t * c.n_rows));
   for (auto& b : bias) b = std::normal_distribution<float>(0.0f, 0.5f)(rng);
   const bool bf16_out = c.epilogue == Epilogue::kBf16;
-  std::vector<float> ref(size_t(max_t * out_stride), -7.0f);
-  LinearParams pr{x.data(), x_stride, max_t, &ow.w, c.row_begin, c.n_rows, c.epilogue, bias.data(), ref.data(), out_stride};
-  reference->linear(pr);
-  const std::vector<double> mass = l1_mass(pr);
+  // The reference outputs and bounds depend on the case alone: computed on the first path, kept for the others.
+  static std::map<std::string, std::pair<std::vector<float>, std::vector<double>>> reference_of;
+  auto [known, fresh] = reference_of.try_emplace(c.name + "/" + std::to_string(seed));
+  std::vector<float>& ref = known->second.first;
+  std::vector<double>& mass = known->second.second;
+  if (fresh) {
+    ref.assign(size_t(max_t * out_stride), -7.0f);
+    LinearParams pr{x.data(), x_stride, max_t, &ow.w, c.row_begin, c.n_rows, c.epilogue, bias.data(), ref.data(), out_stride};
+    reference->linear(pr);
+    mass = l1_mass(pr);
+  }
 
   // Every token in calls of at most 8 tokens: one token group, the register kernel on every path.
   std::vector<float> by8(size_t(max_t * out_stride), -7.0f);
@@ -163,6 +175,19 @@ TEST_P(LinearCuda, NonBf16Activations) {
   LinearCase c{"fp32 x, e4m3/128 [130x768] kF32", DType::kF8E4M3, 128, 130, 768, 0, 130, Epilogue::kF32};
   c.fp32_x = true;
   run_case(c, 51);
+  // fp32 and bf16 token groups in one call (the mid / lo terms of some groups only), over two K slices
+  LinearCase mixed{"mixed x, e4m3/128 [100x2100] kF32", DType::kF8E4M3, 128, 100, 2100, 0, 100, Epilogue::kF32};
+  mixed.mixed_x = true;
+  run_case(mixed, 52);
+}
+
+// K slices of unequal length (K 1100: 35 chunks, slices of 18 and 17), which the staged kernel folds at the
+// end of K rather than at a slice boundary.
+TEST_P(LinearCuda, UnevenKSlices) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths(GetParam());
+  run_case({"e4m3/128 K=1100 [100x1100]", DType::kF8E4M3, 128, 100, 1100, 0, 100}, 71);
+  run_case({"e2m1 K=3104 [70x3104] kF32", DType::kI8, 0, 70, 3104, 0, 70, Epilogue::kF32}, 72);
 }
 
 // One linears() batch as the MoE and the grouped launch see it: 5 FP4 experts' w1 / w3 pairs (each pair

@@ -83,8 +83,8 @@ cuda::UnpackRowsLaunch unpack_launch(const KvRowFormat& format, const uint8_t* r
 
 // The kernel choices of the environment (make_cuda_backend reads them).
 struct KernelPaths {
-  bool tensor_core_linear = true;  // DEEPINFER_CUDA_LINEAR=mma (the default) or mma_staged, not fma
-  cuda::MmaKernelChoice mma_choice = cuda::MmaKernelChoice::kFastest;  // mma_staged: kStagedFrom64Tokens
+  bool tensor_core_linear = true;  // DEEPINFER_CUDA_LINEAR=mma (the default), mma_staged or mma_split, not fma
+  cuda::MmaKernelChoice mma_choice = cuda::MmaKernelChoice::kFastest;  // mma_staged: kStaged, mma_split: kStagedSplit
   bool split_attention = false;    // DEEPINFER_CUDA_ATTENTION=split or fused (the default)
   bool packed_rows = false;        // DEEPINFER_CUDA_KV=packed or floats (the default)
 };
@@ -283,9 +283,18 @@ class CudaBackend final : public Backend {
                                   cudaMemcpyHostToDevice, stream_));
     auto same_shape = [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) { return a.kind == b.kind && a.k_pad == b.k_pad; };
     const std::span<const cuda::LinearLaunch> all(launches_);
+    // A lone op split over K sums its slices in partials_: sized for the largest first (the launches of the
+    // batch use it one after another, in stream order).
+    int64_t partial_floats = 0;
+    for_each_run(all, kMaxGridYZ, same_shape, [&](std::span<const cuda::LinearLaunch> run) {
+      if (run.size() == 1) partial_floats = std::max(partial_floats, cuda::linear_mma_partial_floats(run[0], mma_choice_));
+    });
+    if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * sizeof(float));
     for_each_run(all, kMaxGridYZ, same_shape, [&](std::span<const cuda::LinearLaunch> run) {
       if (run.size() == 1) {
-        cuda::launch_linear_mma(run[0], stream_, mma_choice_);
+        cuda::LinearLaunch l = run[0];
+        if (cuda::linear_mma_partial_floats(l, mma_choice_) > 0) l.partials = partials_.get<float>();
+        cuda::launch_linear_mma(l, stream_, mma_choice_);
         return;
       }
       int64_t max_rows = 0, max_tokens = 0;
@@ -516,6 +525,7 @@ class CudaBackend final : public Backend {
   cuda::PinnedBuffer staging_;  // batch_'s host mirror (and hc_mix's x, then its output)
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches
   DeviceBuffer descriptors_;                  // and their descriptors, on the device
+  DeviceBuffer partials_;                     // a lone launch's K slices' sums (split over K)
   cuda::PinnedBuffer descriptors_host_;
   // attend(): the rows its tokens read, and pinned staging for the copies.
   SlotGather gather_;
@@ -540,17 +550,19 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   }
   // DEEPINFER_CUDA_LINEAR: mma (default: tensor cores, 2-5x faster than the FMA kernel from 8 tokens up on an
   // H200) or fma (the portable FMA kernel). Both passed cuda_tests there; one path serves every token count,
-  // so a token's outputs do not depend on its batch. mma_staged (for cuda_tests): mma with the staged kernel
-  // from 64 tokens on even where its grid would leave the device idle.
+  // so a token's outputs do not depend on its batch. For cuda_tests: mma_staged (the tensor-core path with its
+  // staged kernel from 64 tokens on, even where its grid would leave the device idle) and mma_split (the same,
+  // split over K wherever K has several slices).
   KernelPaths paths;
   const char* linear_path = std::getenv("DEEPINFER_CUDA_LINEAR");
   const std::string path = linear_path ? linear_path : "mma";
-  if (path != "fma" && path != "mma" && path != "mma_staged") {
-    *error = "DEEPINFER_CUDA_LINEAR must be fma, mma or mma_staged, not '" + path + "'";
+  if (path != "fma" && path != "mma" && path != "mma_staged" && path != "mma_split") {
+    *error = "DEEPINFER_CUDA_LINEAR must be fma, mma, mma_staged or mma_split, not '" + path + "'";
     return nullptr;
   }
   paths.tensor_core_linear = path != "fma";
-  if (path == "mma_staged") paths.mma_choice = cuda::MmaKernelChoice::kStagedFrom64Tokens;
+  if (path == "mma_staged") paths.mma_choice = cuda::MmaKernelChoice::kStaged;
+  if (path == "mma_split") paths.mma_choice = cuda::MmaKernelChoice::kStagedSplit;
   // DEEPINFER_CUDA_ATTENTION: fused (default: one kernel, verified on an H200) or split (two kernels that read
   // each row once per 8 heads; written without a GPU at hand, see bench/cuda/NOTES.md).
   const char* attention_path = std::getenv("DEEPINFER_CUDA_ATTENTION");

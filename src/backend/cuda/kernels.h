@@ -31,18 +31,26 @@ struct LinearLaunch {
   LinearEpilogue epilogue = LinearEpilogue::kBf16;
   const float* bias = nullptr;     // [n_tokens, n_rows] for kF32AddBias
   float* out = nullptr;            // [n_tokens, n_rows]
+  float* partials = nullptr;       // device scratch of linear_mma_partial_floats floats (a split launch), or nullptr
 };
 void launch_linear(const LinearLaunch& p, cudaStream_t stream);
 // The same op on the tensor cores (the backend's default). Only for weights whose scaled values are exact
 // bf16s (DeviceWeight::mma_exact). Two kernels with the same bits, so a token's outputs never depend on which
 // ran: registers (linear_mma_kernel.cu: each warp loads and decodes its own operands; any token count) and
-// staged (linear_mma_staged_kernel.cu: 64 x 64 block tiles through shared memory, for 64 tokens and more).
-// launch_linear_mma picks staged where its grid still fills the device, or (kStagedFrom64Tokens, a test path)
-// wherever it is allowed.
-enum class MmaKernelChoice { kFastest, kStagedFrom64Tokens };
+// staged (linear_mma_staged_kernel.cu: 64 x 64 block tiles through shared memory, for 64 tokens and more),
+// which can also split K over blocks (one block per tile and K slice, the slices' sums in p.partials, then
+// added in slice order by a second kernel, as the register kernel's warps are).
+// kFastest: staged where its grid fills the device, split where only the slices' blocks do, else registers.
+// kStaged and kStagedSplit (test paths): staged, or split where K has several slices, from 64 tokens on.
+enum class MmaKernelChoice { kFastest, kStaged, kStagedSplit };
+// The floats launch_linear_mma needs in p.partials for this op (0: it will not split).
+int64_t linear_mma_partial_floats(const LinearLaunch& p, MmaKernelChoice choice);
 void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream, MmaKernelChoice choice = MmaKernelChoice::kFastest);
 void launch_linear_mma_registers(const LinearLaunch& p, cudaStream_t stream);
 void launch_linear_mma_staged(const LinearLaunch& p, cudaStream_t stream);
+// Split over K; p.partials holds linear_mma_staged_partial_floats(p) floats (> 0: K has several slices).
+int64_t linear_mma_staged_partial_floats(const LinearLaunch& p);
+void launch_linear_mma_staged_split(const LinearLaunch& p, cudaStream_t stream);
 // Several such ops in one launch (an MoE group's experts, which one at a time leave most multiprocessors
 // idle at decode's few tokens): `ops` is a device array of n_ops launches that share the weight kind and
 // k_pad, max_rows / max_tokens the largest n_rows / n_tokens among them. Each op's outputs are those of

@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_math.cuh"
@@ -209,18 +210,44 @@ void launch_kind_mma(const LinearLaunch& p, cudaStream_t stream) {
   DI_CUDA_CHECK_LAUNCH();
 }
 
-// The staged kernel (linear_mma_staged_kernel.cu, the same bits) where its 64 x 64 tiles still give every
-// multiprocessor a block: it decodes each weight once per 64 tokens instead of once per 32-token warp tile.
-bool use_staged(int64_t n_rows, int64_t n_tokens, int n_ops, MmaKernelChoice choice) {
-  if (n_tokens < 64) return false;
-  if (choice == MmaKernelChoice::kStagedFrom64Tokens) return true;
-  int device = 0, n_sms = 0;
+// The multiprocessors of the current device, looked up once per device.
+int sm_count() {
+  static std::atomic<int> counts[64] = {};
+  int device = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
-  return ((n_rows + 63) / 64) * ((n_tokens + 63) / 64) * n_ops >= n_sms;
+  if (device >= 64) {
+    int n = 0;
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }
+  int n = counts[device].load(std::memory_order_relaxed);
+  if (n == 0) {
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    counts[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// Which kernel runs an op (all give the same bits). The staged kernel decodes each weight once per 64 tokens
+// instead of once per 32-token warp tile, but a block walks all of K and an SM holds two: it is chosen where
+// its tiles give every SM two blocks, split over K where only the slices' blocks fill the device.
+enum class MmaPlan { kRegisters, kStaged, kStagedSplit };
+MmaPlan plan(const LinearLaunch& p, MmaKernelChoice choice) {
+  if (p.n_tokens < 64) return MmaPlan::kRegisters;
+  const bool can_split = linear_mma_staged_partial_floats(p) > 0;
+  if (choice == MmaKernelChoice::kStaged) return MmaPlan::kStaged;
+  if (choice == MmaKernelChoice::kStagedSplit) return can_split ? MmaPlan::kStagedSplit : MmaPlan::kStaged;
+  const int64_t blocks = ((p.n_rows + 63) / 64) * ((p.n_tokens + 63) / 64), n_sms = sm_count();
+  if (blocks >= 2 * n_sms) return MmaPlan::kStaged;
+  if (can_split && blocks * slice_split(p.k_pad).slices >= n_sms) return MmaPlan::kStagedSplit;
+  return MmaPlan::kRegisters;
 }
 
 }  // namespace
+
+int64_t linear_mma_partial_floats(const LinearLaunch& p, MmaKernelChoice choice) {
+  return plan(p, choice) == MmaPlan::kStagedSplit ? linear_mma_staged_partial_floats(p) : 0;
+}
 
 void launch_linear_mma_registers(const LinearLaunch& p, cudaStream_t stream) {
   DI_CHECK(p.k_pad % 32 == 0 && p.n_rows > 0 && p.n_tokens > 0);
@@ -233,14 +260,22 @@ void launch_linear_mma_registers(const LinearLaunch& p, cudaStream_t stream) {
 }
 
 void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream, MmaKernelChoice choice) {
-  if (use_staged(p.n_rows, p.n_tokens, 1, choice)) launch_linear_mma_staged(p, stream);
-  else launch_linear_mma_registers(p, stream);
+  switch (plan(p, choice)) {
+    case MmaPlan::kRegisters: launch_linear_mma_registers(p, stream); break;
+    case MmaPlan::kStaged: launch_linear_mma_staged(p, stream); break;
+    case MmaPlan::kStagedSplit: launch_linear_mma_staged_split(p, stream); break;
+  }
 }
 
 void launch_linear_mma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows,
                                int64_t max_tokens, cudaStream_t stream, MmaKernelChoice choice) {
   if (n_ops == 0) return;
-  if (use_staged(max_rows, max_tokens, n_ops, choice)) {
+  // The grouped launch does not split K: its ops' blocks share the device. Staged where its tiles of the
+  // largest op, times the ops, give every SM two blocks (fewer may have work: an op's tiles past its own
+  // tokens return at once).
+  const bool staged = max_tokens >= 64 && (choice != MmaKernelChoice::kFastest ||
+                                           ((max_rows + 63) / 64) * ((max_tokens + 63) / 64) * n_ops >= 2 * sm_count());
+  if (staged) {
     launch_linear_mma_staged_grouped(ops, n_ops, kind, k_pad, max_rows, max_tokens, stream);
     return;
   }

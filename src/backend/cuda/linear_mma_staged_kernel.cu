@@ -135,13 +135,17 @@ __device__ __forceinline__ void multiply_chunk(const StagedChunk& s, int warp_ro
   }
 }
 
-// One block's 64 x 64 tile (grid x: row tiles, y: token tiles). `s`: two StagedChunk buffers.
-template <WeightKind K>
-__device__ __forceinline__ void linear_mma_staged_tile(const LinearLaunch& p, SliceSplit split, StagedChunk* s) {
+// One block's 64 x 64 tile (grid x: row tiles, y: token tiles) over K chunks [c_begin, c_end). Unsplit
+// (kSplit false): every chunk, the slices folded as the register kernel's warp 0 adds them, and the outputs
+// written. Split: the chunks of slice `slice` alone, and their sum written raw to p.partials[slice].
+template <WeightKind K, bool kSplit>
+__device__ __forceinline__ void linear_mma_staged_tile(const LinearLaunch& p, SliceSplit split, int slice, StagedChunk* s) {
   const int warp = threadIdx.x >> 5;
   const int64_t row0 = int64_t(blockIdx.x) * kTileRows, t0 = int64_t(blockIdx.y) * kTileTokens;
   const int warp_row0 = 32 * (warp & 1), warp_t0 = 32 * (warp >> 1);
   const int n_chunks = int(p.k_pad / 32);
+  const int c_begin = kSplit ? min(n_chunks, slice * split.slice_chunks) : 0;
+  const int c_end = kSplit ? min(n_chunks, c_begin + split.slice_chunks) : n_chunks;
 
   float acc[2][4][4], total[2][4][4];
 #pragma unroll
@@ -165,21 +169,25 @@ __device__ __forceinline__ void linear_mma_staged_tile(const LinearLaunch& p, Sl
   };
 
   ChunkLoads loads;
-  load_chunk<K>(p, row0, t0, 0, loads);
-  stage_chunk<K>(loads, s[0]);
+  if (c_begin < c_end) {  // block-uniform; an idle slice (or no K at all) loads nothing
+    load_chunk<K>(p, row0, t0, c_begin, loads);
+    stage_chunk<K>(loads, s[c_begin & 1]);
+  }
   __syncthreads();
-  int slice = 0;
+  int folded = 0;
 #pragma unroll 1
-  for (int c = 0; c < n_chunks; ++c) {
-    const bool more = c + 1 < n_chunks;  // block-uniform
+  for (int c = c_begin; c < c_end; ++c) {
+    const bool more = c + 1 < c_end;  // block-uniform
     if (more) load_chunk<K>(p, row0, t0, c + 1, loads);
     multiply_chunk(s[c & 1], warp_row0, warp_t0, acc);
-    if ((c + 1) % split.slice_chunks == 0 || !more) fold_slice(slice++);
+    if (!kSplit && ((c + 1) % split.slice_chunks == 0 || !more)) fold_slice(folded++);
     // Buffer (c + 1) & 1 was last read in chunk c - 1's mmas, before the barrier that ended that chunk.
     if (more) stage_chunk<K>(loads, s[(c + 1) & 1]);
     __syncthreads();
   }
-  for (; slice < split.slices; ++slice) fold_slice(slice);  // idle slices: + 0, as their warps add
+  if (!kSplit) {
+    for (; folded < split.slices; ++folded) fold_slice(folded);  // idle slices: + 0, as their warps add
+  }
 
   const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
 #pragma unroll
@@ -193,7 +201,8 @@ __device__ __forceinline__ void linear_mma_staged_tile(const LinearLaunch& p, Sl
         const int64_t t = t0 + warp_t0 + 8 * j + 2 * tig + (i & 1);
         if (r < p.n_rows && t < p.n_tokens) {
           const int64_t o = t * p.n_rows + r;
-          p.out[o] = apply_epilogue(p.epilogue, total[m][j][i], p.bias ? p.bias[o] : 0.0f);
+          if constexpr (kSplit) p.partials[int64_t(slice) * p.n_tokens * p.n_rows + o] = acc[m][j][i];
+          else p.out[o] = apply_epilogue(p.epilogue, total[m][j][i], p.bias ? p.bias[o] : 0.0f);
         }
       }
 }
@@ -201,49 +210,92 @@ __device__ __forceinline__ void linear_mma_staged_tile(const LinearLaunch& p, Sl
 template <WeightKind K>
 __global__ void __launch_bounds__(kThreads, 2) linear_mma_staged_kernel(const LinearLaunch p, SliceSplit split) {
   __shared__ StagedChunk s[2];
-  linear_mma_staged_tile<K>(p, split, s);
+  linear_mma_staged_tile<K, false>(p, split, 0, s);
+}
+
+// Split over K: blockIdx.z is the slice. Without the slices' total it needs ~130 registers: three blocks an SM.
+template <WeightKind K>
+__global__ void __launch_bounds__(kThreads, 3) linear_mma_staged_split_kernel(const LinearLaunch p, SliceSplit split) {
+  __shared__ StagedChunk s[2];
+  linear_mma_staged_tile<K, true>(p, split, int(blockIdx.z), s);
+}
+
+// The split launch's second kernel: each output adds its slices' sums in slice order, from slice 0's.
+__global__ void linear_slices_sum_kernel(const LinearLaunch p, int slices) {
+  const int64_t n = p.n_tokens * p.n_rows;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    float total = p.partials[o];
+    for (int w = 1; w < slices; ++w) total += p.partials[w * n + o];
+    p.out[o] = apply_epilogue(p.epilogue, total, p.bias ? p.bias[o] : 0.0f);
+  }
 }
 
 // Grouped: blockIdx.z picks the op; a block past its own op's rows or tokens returns at once, whole.
 template <WeightKind K>
 __global__ void __launch_bounds__(kThreads, 2) linear_mma_staged_grouped_kernel(const LinearLaunch* ops, SliceSplit split) {
   __shared__ StagedChunk s[2];
-  const LinearLaunch& p = ops[blockIdx.z];
+  const LinearLaunch p = ops[blockIdx.z];  // a copy: the output stores cannot make its fields reload
   if (int64_t(blockIdx.x) * kTileRows >= p.n_rows || int64_t(blockIdx.y) * kTileTokens >= p.n_tokens) return;
-  linear_mma_staged_tile<K>(p, split, s);
+  linear_mma_staged_tile<K, false>(p, split, 0, s);
 }
 
+enum class Launch { kOne, kOneSplit, kGrouped };
+
 template <WeightKind K>
-void launch_kind(const LinearLaunch* one, const LinearLaunch* ops, int n_ops, int64_t k_pad, int64_t max_rows,
+void launch_kind(Launch how, const LinearLaunch* one, const LinearLaunch* ops, int n_ops, int64_t k_pad, int64_t max_rows,
                  int64_t max_tokens, cudaStream_t stream) {
-  const dim3 grid(unsigned((max_rows + kTileRows - 1) / kTileRows), unsigned((max_tokens + kTileTokens - 1) / kTileTokens),
-                  unsigned(n_ops));
-  if (one) linear_mma_staged_kernel<K><<<grid, kThreads, 0, stream>>>(*one, slice_split(k_pad));
-  else linear_mma_staged_grouped_kernel<K><<<grid, kThreads, 0, stream>>>(ops, slice_split(k_pad));
+  const SliceSplit split = slice_split(k_pad);
+  const unsigned row_tiles = unsigned((max_rows + kTileRows - 1) / kTileRows);
+  const unsigned token_tiles = unsigned((max_tokens + kTileTokens - 1) / kTileTokens);
+  switch (how) {
+    case Launch::kOne:
+      linear_mma_staged_kernel<K><<<dim3(row_tiles, token_tiles), kThreads, 0, stream>>>(*one, split);
+      break;
+    case Launch::kOneSplit: {
+      linear_mma_staged_split_kernel<K><<<dim3(row_tiles, token_tiles, unsigned(split.slices)), kThreads, 0, stream>>>(*one, split);
+      DI_CUDA_CHECK_LAUNCH();
+      const int64_t n = one->n_tokens * one->n_rows;
+      linear_slices_sum_kernel<<<unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, stream>>>(*one, split.slices);
+      break;
+    }
+    case Launch::kGrouped:
+      linear_mma_staged_grouped_kernel<K><<<dim3(row_tiles, token_tiles, unsigned(n_ops)), kThreads, 0, stream>>>(ops, split);
+      break;
+  }
   DI_CUDA_CHECK_LAUNCH();
 }
 
-void launch(const LinearLaunch* one, const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad,
+void launch(Launch how, const LinearLaunch* one, const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad,
             int64_t max_rows, int64_t max_tokens, cudaStream_t stream) {
-  DI_CHECK(k_pad % 32 == 0 && max_rows > 0 && max_tokens > 0 && n_ops > 0 && n_ops <= 65535);
+  DI_CHECK(k_pad > 0 && k_pad % 32 == 0 && max_rows > 0 && max_tokens > 0 && n_ops > 0 && n_ops <= 65535);
   DI_CHECK_MSG((max_tokens + kTileTokens - 1) / kTileTokens <= 65535, "too many tokens for one linear launch");
   switch (kind) {
-    case WeightKind::kBf16: launch_kind<WeightKind::kBf16>(one, ops, n_ops, k_pad, max_rows, max_tokens, stream); break;
-    case WeightKind::kFp8: launch_kind<WeightKind::kFp8>(one, ops, n_ops, k_pad, max_rows, max_tokens, stream); break;
-    case WeightKind::kFp4: launch_kind<WeightKind::kFp4>(one, ops, n_ops, k_pad, max_rows, max_tokens, stream); break;
+    case WeightKind::kBf16: launch_kind<WeightKind::kBf16>(how, one, ops, n_ops, k_pad, max_rows, max_tokens, stream); break;
+    case WeightKind::kFp8: launch_kind<WeightKind::kFp8>(how, one, ops, n_ops, k_pad, max_rows, max_tokens, stream); break;
+    case WeightKind::kFp4: launch_kind<WeightKind::kFp4>(how, one, ops, n_ops, k_pad, max_rows, max_tokens, stream); break;
   }
 }
 
 }  // namespace
 
 void launch_linear_mma_staged(const LinearLaunch& p, cudaStream_t stream) {
-  launch(&p, nullptr, 1, p.kind, p.k_pad, p.n_rows, p.n_tokens, stream);
+  launch(Launch::kOne, &p, nullptr, 1, p.kind, p.k_pad, p.n_rows, p.n_tokens, stream);
+}
+
+int64_t linear_mma_staged_partial_floats(const LinearLaunch& p) {
+  const SliceSplit split = slice_split(p.k_pad);
+  return split.slices > 1 ? split.slices * p.n_tokens * p.n_rows : 0;
+}
+
+void launch_linear_mma_staged_split(const LinearLaunch& p, cudaStream_t stream) {
+  DI_CHECK_MSG(p.partials != nullptr && linear_mma_staged_partial_floats(p) > 0, "a split launch needs K slices and partials");
+  launch(Launch::kOneSplit, &p, nullptr, 1, p.kind, p.k_pad, p.n_rows, p.n_tokens, stream);
 }
 
 void launch_linear_mma_staged_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad,
                                       int64_t max_rows, int64_t max_tokens, cudaStream_t stream) {
   if (n_ops == 0) return;
-  launch(nullptr, ops, n_ops, kind, k_pad, max_rows, max_tokens, stream);
+  launch(Launch::kGrouped, nullptr, ops, n_ops, kind, k_pad, max_rows, max_tokens, stream);
 }
 
 }  // namespace deepinfer::cuda
