@@ -135,6 +135,17 @@ __device__ __forceinline__ void multiply_chunk(const StagedChunk& s, int warp_ro
   }
 }
 
+// f(m, j, i) for every accumulator of a warp's tile: row group m, token group j, mma output i (unrolled).
+template <typename F>
+__device__ __forceinline__ void for_each_accumulator(F&& f) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f(m, j, i);
+}
+
 // One block's 64 x 64 tile (grid x: row tiles, y: token tiles) over K chunks [c_begin, c_end). Unsplit
 // (kSplit false): every chunk, the slices folded as the register kernel's warp 0 adds them, and the outputs
 // written. Split: the chunks of slice `slice` alone, and their sum written raw to p.partials[slice].
@@ -148,24 +159,14 @@ __device__ __forceinline__ void linear_mma_staged_tile(const LinearLaunch& p, Sl
   const int c_end = kSplit ? min(n_chunks, c_begin + split.slice_chunks) : n_chunks;
 
   float acc[2][4][4], total[2][4][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[m][j][i] = total[m][j][i] = 0.0f;
+  for_each_accumulator([&](int m, int j, int i) { acc[m][j][i] = total[m][j][i] = 0.0f; });
   // Slice w's sum joins the total: total = sum of slice 0, then + each later slice's, as the register
   // kernel's warp 0 adds its block's slices.
   auto fold_slice = [&](int w) {
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          total[m][j][i] = w == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
-          acc[m][j][i] = 0.0f;
-        }
+    for_each_accumulator([&](int m, int j, int i) {
+      total[m][j][i] = w == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
+      acc[m][j][i] = 0.0f;
+    });
   };
 
   ChunkLoads loads;
@@ -190,21 +191,16 @@ __device__ __forceinline__ void linear_mma_staged_tile(const LinearLaunch& p, Sl
   }
 
   const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        // i = 0, 1: row g, tokens 2 tig, 2 tig + 1; i = 2, 3: row g + 8, the same tokens.
-        const int64_t r = row0 + warp_row0 + 16 * m + g + (i >= 2 ? 8 : 0);
-        const int64_t t = t0 + warp_t0 + 8 * j + 2 * tig + (i & 1);
-        if (r < p.n_rows && t < p.n_tokens) {
-          const int64_t o = t * p.n_rows + r;
-          if constexpr (kSplit) p.partials[int64_t(slice) * p.n_tokens * p.n_rows + o] = acc[m][j][i];
-          else p.out[o] = apply_epilogue(p.epilogue, total[m][j][i], p.bias ? p.bias[o] : 0.0f);
-        }
-      }
+  for_each_accumulator([&](int m, int j, int i) {
+    // i = 0, 1: row g, tokens 2 tig, 2 tig + 1; i = 2, 3: row g + 8, the same tokens.
+    const int64_t r = row0 + warp_row0 + 16 * m + g + (i >= 2 ? 8 : 0);
+    const int64_t t = t0 + warp_t0 + 8 * j + 2 * tig + (i & 1);
+    if (r < p.n_rows && t < p.n_tokens) {
+      const int64_t o = t * p.n_rows + r;
+      if constexpr (kSplit) p.partials[int64_t(slice) * p.n_tokens * p.n_rows + o] = acc[m][j][i];
+      else p.out[o] = apply_epilogue(p.epilogue, total[m][j][i], p.bias ? p.bias[o] : 0.0f);
+    }
+  });
 }
 
 template <WeightKind K>
