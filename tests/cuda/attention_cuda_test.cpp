@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "cuda/cuda_util.h"
+#include "kernel/kernel_bounds.h"
 #include "kernel/kernel_test_util.h"
 #include "model/kv_format.h"
 #include "model/ops.h"
@@ -58,25 +59,7 @@ void run_attention(const AttentionCase& c, uint32_t seed) {
     reference->sparse_attention(p);
     p.out = got.data();
     gpu->sparse_attention(p);
-    int64_t n_bad = 0;
-    for (int64_t h = 0; h < H; ++h) {
-      float head_max = 0;
-      for (int64_t d = 0; d < D; ++d) head_max = std::max(head_max, std::fabs(ref[size_t(h * D + d)]));
-      for (int64_t d = 0; d < D; ++d) {
-        const float r = ref[size_t(h * D + d)], g = got[size_t(h * D + d)];
-        const double ulp = bf16_ulp(r);
-        const double bound = 2 * ulp + std::ldexp(double(head_max), -10);
-        if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
-          ADD_FAILURE() << c.name << " running=" << running << " h=" << h << " d=" << d << " ref=" << r << " cuda=" << g;
-        }
-      }
-    }
-    const Diff d = compare(ref, got, true);
-    EXPECT_TRUE(d.finite);
-    EXPECT_LT(d.calc_diff, 1e-5) << c.name;
-    if (!c.fp32_rows) {
-      EXPECT_LE(double(d.n_differ), 0.05 * double(d.n)) << c.name;
-    }
+    const Diff d = expect_attention_within_bounds(ref, got, H, D, c.fp32_rows, c.name + " running=" + std::to_string(running), "cuda");
     print_diff(std::string(gpu->name()) + " " + c.name + (running ? " [block max]" : " [global max]"), d);
   }
 }
@@ -303,23 +286,7 @@ void run_index(int64_t n_heads, int64_t dim, int64_t n_keys, bool fp32_inputs, u
   reference->index_scores(p);
   p.scores = got.data();
   gpu->index_scores(p);
-  int64_t n_bad = 0;
-  for (int64_t j = 0; j < n_keys; ++j) {
-    double mass = 0;
-    for (int64_t h = 0; h < n_heads; ++h) {
-      double s = 0;
-      for (int64_t d = 0; d < dim; ++d) s += double(q[size_t(h * dim + d)]) * keys[size_t(j * dim + d)];
-      mass += std::fabs(std::max(s, 0.0) * w[size_t(h)]);
-    }
-    const float r = ref[size_t(j)], g = got[size_t(j)];
-    const double ulp = bf16_ulp(r);
-    if (!(std::fabs(double(g) - double(r)) <= 2 * ulp + std::ldexp(mass, -7)) && ++n_bad <= 3) {
-      ADD_FAILURE() << "key " << j << " ref=" << r << " cuda=" << g << " mass=" << mass;
-    }
-  }
-  const Diff d = compare(ref, got, true);
-  EXPECT_TRUE(d.finite);
-  EXPECT_LT(d.calc_diff, 1e-5);
+  const Diff d = expect_index_scores_within_bounds(q, w, keys, n_heads, dim, n_keys, ref, got, "cuda");
   print_diff(std::string(gpu->name()) + " index " + std::to_string(n_heads) + " heads x " + std::to_string(dim) + ", " +
                  std::to_string(n_keys) + " keys" + (fp32_inputs ? " (fp32 keys)" : ""),
              d);

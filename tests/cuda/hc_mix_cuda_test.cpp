@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "cuda/cuda_util.h"
+#include "kernel/kernel_bounds.h"
 #include "kernel/kernel_test_util.h"
 
 namespace deepinfer::testing {
@@ -25,24 +26,7 @@ void run_case(int64_t width, int64_t n_mix, int64_t n_tokens, uint32_t seed) {
   reference->hc_mix(p);
   p.out = got.data();
   gpu->hc_mix(p);
-  int64_t n_bad = 0;
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    double sq = 0;
-    for (int64_t i = 0; i < width; ++i) sq += double(x[size_t(t * width + i)]) * x[size_t(t * width + i)];
-    const double rms = std::sqrt(sq / double(width) + 1e-6);
-    for (int64_t m = 0; m < n_mix; ++m) {
-      double mass = 0;
-      for (int64_t i = 0; i < width; ++i) mass += std::fabs(double(x[size_t(t * width + i)]) * fn[size_t(m * width + i)]);
-      const float r = ref[size_t(t * n_mix + m)], g = got[size_t(t * n_mix + m)];
-      const double bound = std::ldexp(mass / rms, -16) + 2 * std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30f)) - 23);
-      if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
-        ADD_FAILURE() << "t=" << t << " m=" << m << " ref=" << r << " cuda=" << g;
-      }
-    }
-  }
-  const Diff d = compare(ref, got, false);
-  EXPECT_TRUE(d.finite);
-  EXPECT_LT(d.calc_diff, 1e-9);
+  const Diff d = expect_hc_mix_within_bounds(x, fn, width, n_mix, n_tokens, ref, got, "cuda");
   print_diff(std::string(gpu->name()) + " hc_mix [" + std::to_string(n_mix) + " x " + std::to_string(width) + "], " +
                  std::to_string(n_tokens) + " tokens",
              d);

@@ -13,8 +13,8 @@
 #include <random>
 
 #include "backend/backend.h"
-#include "backend/cpu/weight_decode.h"
 #include "cuda/cuda_util.h"
+#include "kernel/kernel_bounds.h"
 #include "kernel/kernel_test_util.h"
 
 namespace deepinfer::testing {
@@ -33,20 +33,6 @@ struct LinearCase {
 };
 
 const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 16, 33, 64, 70, 130};
-
-std::vector<double> l1_mass(const LinearParams& p) {
-  const LinearWeight& w = *p.weight;
-  std::vector<double> row(size_t(w.n_in)), mass(size_t(p.n_tokens * p.n_rows));
-  for (int64_t n = 0; n < p.n_rows; ++n) {
-    decode_weight_row(w, p.row_begin + n, row.data());
-    for (int64_t t = 0; t < p.n_tokens; ++t) {
-      double m = 0;
-      for (int64_t k = 0; k < w.n_in; ++k) m += std::fabs(double(p.x[t * p.x_stride + k]) * row[size_t(k)]);
-      mass[size_t(t * p.n_rows + n)] = m;
-    }
-  }
-  return mass;
-}
 
 void run_case(const LinearCase& c, uint32_t seed) {
   DI_MAKE_CUDA_BACKEND(gpu);
@@ -80,7 +66,7 @@ void run_case(const LinearCase& c, uint32_t seed) {
     ref.assign(size_t(max_t * out_stride), -7.0f);
     LinearParams pr{x.data(), x_stride, max_t, &ow.w, c.row_begin, c.n_rows, c.epilogue, bias.data(), ref.data(), out_stride};
     reference->linear(pr);
-    mass = l1_mass(pr);
+    mass = linear_l1_mass(pr);
   }
 
   // Every token in calls of at most 8 tokens: one token group, the register kernel on every path.
@@ -96,35 +82,18 @@ void run_case(const LinearCase& c, uint32_t seed) {
     std::vector<float> got(size_t(T * out_stride), -7.0f);
     LinearParams p{x.data(), x_stride, T, &ow.w, c.row_begin, c.n_rows, c.epilogue, bias.data(), got.data(), out_stride};
     gpu->linear(p);
-    std::vector<float> ref_c, got_c;
-    int64_t n_bad = 0, n_unlike_by8 = 0;
+    int64_t n_unlike_by8 = 0;
     for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = 0; i < out_stride; ++i) {
-        const float r = ref[size_t(t * out_stride + i)], g = got[size_t(t * out_stride + i)];
-        if (i >= c.n_rows) {
-          EXPECT_EQ(g, -7.0f) << c.name << " T=" << T << " wrote past n_rows";
-          continue;
-        }
-        ref_c.push_back(r);
-        got_c.push_back(g);
-        const float small = by8[size_t(t * out_stride + i)];
+      for (int64_t i = 0; i < c.n_rows; ++i) {
+        const float g = got[size_t(t * out_stride + i)], small = by8[size_t(t * out_stride + i)];
         if (!(g == small || (std::isnan(g) && std::isnan(small))) && ++n_unlike_by8 <= 3) {
           ADD_FAILURE() << c.name << " T=" << T << " t=" << t << " row=" << i << ": " << g
                         << " differs from the same token in an 8-token call: " << small;
         }
-        const double ulp = bf16_out ? bf16_ulp(r) : 0.0;
-        const double bound = 2 * ulp + std::ldexp(mass[size_t(t * c.n_rows + i)], -16) + 1e-30;
-        if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
-          ADD_FAILURE() << c.name << " T=" << T << " t=" << t << " row=" << i << " ref=" << r << " cuda=" << g << " bound=" << bound;
-        }
       }
     }
-    const Diff d = compare(ref_c, got_c, bf16_out);
-    EXPECT_TRUE(d.finite) << c.name << " T=" << T;
-    EXPECT_LT(d.calc_diff, 1e-6) << c.name << " T=" << T;
-    if (bf16_out) {
-      EXPECT_LE(double(d.n_differ), 0.02 * double(d.n) + 2) << c.name << " T=" << T;
-    }
+    const Diff d = expect_linear_within_bounds(ref, got, mass, T, c.n_rows, out_stride, bf16_out,
+                                               c.name + " T=" + std::to_string(T), "cuda");
     if (d.calc_diff >= worst.calc_diff) worst = d;
   }
   const char* path = std::getenv("DEEPINFER_CUDA_LINEAR");
@@ -241,7 +210,7 @@ TEST_P(LinearCuda, BatchedOpsMatchSingleOps) {
   }
   gpu->linears(ps);
   for (size_t i = 0; i < n_ops; ++i) {
-    const std::vector<double> mass = l1_mass(ps[i]);
+    const std::vector<double> mass = linear_l1_mass(ps[i]);
     int64_t n_bad = 0;
     for (size_t j = 0; j < ref[i].size(); ++j) {
       EXPECT_EQ(batched[i][j], alone[i][j]) << "op " << i << " output " << j << ": batched differs from alone";

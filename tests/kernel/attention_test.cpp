@@ -10,6 +10,7 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "kernel/kernel_bounds.h"
 #include "kernel/kernel_test_util.h"
 
 namespace deepinfer::testing {
@@ -56,25 +57,7 @@ void run_case(SimdLevel level, const AttentionCase& c, uint32_t seed) {
     reference->sparse_attention(p);
     p.out = got.data();
     fast->sparse_attention(p);
-    int64_t n_bad = 0;
-    for (int64_t h = 0; h < H; ++h) {
-      float head_max = 0;
-      for (int64_t d = 0; d < D; ++d) head_max = std::max(head_max, std::fabs(ref[size_t(h * D + d)]));
-      for (int64_t d = 0; d < D; ++d) {
-        const float r = ref[size_t(h * D + d)], g = got[size_t(h * D + d)];
-        const double ulp = bf16_ulp(r);
-        const double bound = 2 * ulp + std::ldexp(double(head_max), -10);
-        if (!(std::fabs(double(g) - double(r)) <= bound) && ++n_bad <= 3) {
-          ADD_FAILURE() << c.name << " running=" << running << " h=" << h << " d=" << d << " ref=" << r << " fast=" << g;
-        }
-      }
-    }
-    const Diff d = compare(ref, got, true);
-    EXPECT_TRUE(d.finite);
-    EXPECT_LT(d.calc_diff, 1e-5) << c.name;
-    if (!c.fp32_rows) {
-      EXPECT_LE(double(d.n_differ), 0.05 * double(d.n)) << c.name;
-    }
+    const Diff d = expect_attention_within_bounds(ref, got, H, D, c.fp32_rows, c.name + " running=" + std::to_string(running), "fast");
     print_diff(std::string(simd_level_name(level)) + " " + c.name + (running ? " [block max]" : " [global max]"), d);
   }
 }

@@ -13,7 +13,7 @@
 #include <random>
 
 #include "backend/backend.h"
-#include "backend/cpu/weight_decode.h"
+#include "kernel/kernel_bounds.h"
 #include "kernel/kernel_test_util.h"
 
 namespace deepinfer::testing {
@@ -34,21 +34,6 @@ struct LinearCase {
 // panel; 5 to 24: the fused tile mode's one or two pairs of 6-token blocks (linear_family.h, fused_panels), full
 // and partial.
 const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 12, 16, 24, 33, 64, 70, 130};
-
-// sum_k |x_k| |w_k| per output, in double: the scale of an fp32 accumulation error.
-std::vector<double> l1_mass(const LinearParams& p) {
-  const LinearWeight& w = *p.weight;
-  std::vector<double> row(size_t(w.n_in)), mass(size_t(p.n_tokens * p.n_rows));
-  for (int64_t n = 0; n < p.n_rows; ++n) {
-    decode_weight_row(w, p.row_begin + n, row.data());
-    for (int64_t t = 0; t < p.n_tokens; ++t) {
-      double m = 0;
-      for (int64_t k = 0; k < w.n_in; ++k) m += std::fabs(double(p.x[t * p.x_stride + k]) * row[size_t(k)]);
-      mass[size_t(t * p.n_rows + n)] = m;
-    }
-  }
-  return mass;
-}
 
 class LinearKernel : public ::testing::TestWithParam<SimdLevel> {};
 
@@ -77,7 +62,7 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
   std::vector<float> ref(size_t(max_t * out_stride), -7.0f);
   LinearParams pr{x.data(), x_stride, max_t, &ow.w, c.row_begin, c.n_rows, c.epilogue, bias.data(), ref.data(), out_stride};
   reference->linear(pr);
-  const std::vector<double> mass = l1_mass(pr);
+  const std::vector<double> mass = linear_l1_mass(pr);
 
   Diff worst;
   std::vector<float> previous;  // the previous (smaller) call's outputs
@@ -87,24 +72,8 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
     // The bias of kF32AddBias is [n_tokens, n_rows]: the first T rows of the same buffer.
     LinearParams p{x.data(), x_stride, T, &ow.w, c.row_begin, c.n_rows, c.epilogue, bias.data(), got.data(), out_stride};
     fast->linear(p);
-    std::vector<float> ref_c, got_c;
-    int64_t n_bad = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = 0; i < out_stride; ++i) {
-        const float r = ref[size_t(t * out_stride + i)], g = got[size_t(t * out_stride + i)];
-        if (i >= c.n_rows) {  // padding past n_rows must be untouched
-          EXPECT_EQ(g, -7.0f) << c.name << " T=" << T << " wrote past n_rows";
-          continue;
-        }
-        ref_c.push_back(r);
-        got_c.push_back(g);
-        const double ulp = bf16_out ? bf16_ulp(r) : 0.0;
-        const double bound = 2 * ulp + std::ldexp(mass[size_t(t * c.n_rows + i)], -16) + 1e-30;
-        if (!(std::fabs(double(g) - double(r)) <= bound)) {
-          if (++n_bad <= 3) { ADD_FAILURE() << c.name << " T=" << T << " t=" << t << " row=" << i << " ref=" << r << " fast=" << g << " bound=" << bound; }
-        }
-      }
-    }
+    const Diff d = expect_linear_within_bounds(ref, got, mass, T, c.n_rows, out_stride, bf16_out,
+                                               c.name + " T=" + std::to_string(T), "fast");
     for (int64_t t = 0; t < previous_t; ++t) {
       EXPECT_TRUE(std::equal(previous.begin() + t * out_stride, previous.begin() + t * out_stride + c.n_rows,
                              got.begin() + t * out_stride))
@@ -112,12 +81,6 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
     }
     previous = got;
     previous_t = T;
-    const Diff d = compare(ref_c, got_c, bf16_out);
-    EXPECT_TRUE(d.finite) << c.name << " T=" << T;
-    EXPECT_LT(d.calc_diff, 1e-6) << c.name << " T=" << T;
-    if (bf16_out) {
-      EXPECT_LE(double(d.n_differ), 0.02 * double(d.n) + 2) << c.name << " T=" << T;
-    }
     if (d.calc_diff >= worst.calc_diff) worst = d;
   }
   print_diff(std::string(simd_level_name(level)) + " " + c.name + " (worst of T=1..130)", worst);
