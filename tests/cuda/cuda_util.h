@@ -39,9 +39,13 @@ class ScopedCudaPaths {
   ScopedCudaPaths& operator=(const ScopedCudaPaths&) = delete;
 };
 
-// The linear paths, as test parameters: fma, mma, mma_staged and mma_split (the tensor-core path with its
-// staged kernel, unsplit or split over K, wherever 64 tokens or more allow it, so that small test shapes reach
-// them too).
+// The linear paths a whole model runs on in the golden and op-by-op tests: fma and mma.
+inline const std::vector<std::string>& model_linear_paths() {
+  static const std::vector<std::string> paths = {"fma", "mma"};
+  return paths;
+}
+// The linear op tests' paths: those two, and mma_staged and mma_split (the tensor-core path with its staged
+// kernel, unsplit or split over K, wherever 64 tokens or more allow it, so that small test shapes reach them).
 inline const std::vector<std::string>& linear_paths() {
   static const std::vector<std::string> paths = {"fma", "mma", "mma_staged", "mma_split"};
   return paths;
@@ -77,11 +81,11 @@ inline std::string golden_case_name(const ::testing::TestParamInfo<GoldenCasePar
   return name;
 }
 
-// Every case on every linear path with the fused attention, on the tensor-core linear with the split one, and
+// Every case on each model linear path with the fused attention, on the tensor-core linear with the split one, and
 // (packed_kv) on the tensor-core linear and fused attention with the cache rows decoded on the device.
 inline std::vector<GoldenCaseParam> on_every_path(const std::vector<GoldenCaseParam>& cases, bool packed_kv = true) {
   std::vector<GoldenCaseParam> params;
-  for (const std::string& path : linear_paths()) {
+  for (const std::string& path : model_linear_paths()) {
     for (GoldenCaseParam p : cases) {
       p.linear_path = path;
       params.push_back(p);

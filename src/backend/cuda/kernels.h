@@ -43,7 +43,8 @@ void launch_linear(const LinearLaunch& p, cudaStream_t stream);
 // kFastest: staged where its grid fills the device, split where only the slices' blocks do, else registers.
 // kStaged and kStagedSplit (test paths): staged, or split where K has several slices, from 64 tokens on.
 enum class MmaKernelChoice { kFastest, kStaged, kStagedSplit };
-// The floats launch_linear_mma needs in p.partials for this op (0: it will not split).
+// The floats launch_linear_mma needs in p.partials for this op to split (0: it will not; without them it runs
+// the unsplit staged kernel).
 int64_t linear_mma_partial_floats(const LinearLaunch& p, MmaKernelChoice choice);
 void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream, MmaKernelChoice choice = MmaKernelChoice::kFastest);
 void launch_linear_mma_registers(const LinearLaunch& p, cudaStream_t stream);

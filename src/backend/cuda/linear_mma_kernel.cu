@@ -263,7 +263,10 @@ void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream, MmaKernelChoi
   switch (plan(p, choice)) {
     case MmaPlan::kRegisters: launch_linear_mma_registers(p, stream); break;
     case MmaPlan::kStaged: launch_linear_mma_staged(p, stream); break;
-    case MmaPlan::kStagedSplit: launch_linear_mma_staged_split(p, stream); break;
+    case MmaPlan::kStagedSplit:  // a caller without scratch gets the unsplit kernel: the same bits
+      if (p.partials) launch_linear_mma_staged_split(p, stream);
+      else launch_linear_mma_staged(p, stream);
+      break;
   }
 }
 
