@@ -53,9 +53,12 @@ struct HcMixParams {
 };
 
 // A packed cache row (model/kv_format.h) as an attention slot, for a backend that decodes cache rows itself.
+// The stamp is the row's write stamp (model/paged_rows.h): every row the model hands over with a given stamp has
+// the same bytes, in this call and every later one, so a device may keep the rows it has seen by stamp.
 struct PackedSlot {
   const uint8_t* row = nullptr;           // [format->row_bytes]; nullptr: no packed row
   const KvRowFormat* format = nullptr;    // format->n_values == head_dim
+  uint64_t stamp = 0;                     // nonzero for a packed row
 };
 
 // Sparse attention with sink for one query token (spec AT1-AT3): the slot list (window part, compressed
@@ -76,10 +79,11 @@ struct SparseAttentionParams {
   const PackedSlot* packed = nullptr;    // [n_slots] or nullptr (always nullptr unless takes_packed_rows())
 };
 
-// Consecutive packed cache rows (one page's run of index keys).
+// Consecutive packed cache rows (one page's run of index keys), with their write stamps (PackedSlot).
 struct PackedRowRun {
-  const uint8_t* rows = nullptr;  // [n_rows, row_bytes]
+  const uint8_t* rows = nullptr;      // [n_rows, row_bytes]
   int64_t n_rows = 0;
+  const uint64_t* stamps = nullptr;   // [n_rows], each nonzero
 };
 
 // Indexer scores for one query token (spec I7-I9):

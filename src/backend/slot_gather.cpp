@@ -69,6 +69,7 @@ std::pair<int32_t, int32_t> SlotGather::add_packed(const PackedSlot& packed, int
     it = groups_.end() - 1;
   }
   it->rows.push_back(packed.row);
+  it->stamps.push_back(packed.stamp);
   return {int32_t(it - groups_.begin()), int32_t(it->rows.size() - 1)};
 }
 

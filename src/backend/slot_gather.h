@@ -22,6 +22,7 @@ class SlotGather {
   struct PackedGroup {
     KvRowFormat format;
     std::vector<const uint8_t*> rows;       // in first-use order
+    std::vector<uint64_t> stamps;           // rows[k]'s write stamp (PackedSlot::stamp)
     int64_t first_row = 0;                  // the row index of rows[0]
     int64_t first_byte = 0;                 // its bytes' offset among all packed rows' bytes
   };

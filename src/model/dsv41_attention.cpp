@@ -407,14 +407,15 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
         rows.push(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);
       } else {
         const int64_t slot = ls.slot(p);
-        rows.push_cached(window_rows, slot, ls.window.data() + slot * ls.window_format.row_bytes, ls.window_format);
+        rows.push_cached(window_rows, slot, ls.window.data() + slot * ls.window_format.row_bytes, ls.window_format,
+                         ls.window_stamps[size_t(slot)]);
       }
     }
     if (ratio != 0) {
       const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
       for (int64_t j : scratch.selection[size_t(t)]) {
         DI_CHECK(j < cmp.n_rows());
-        rows.push_cached(compressed_rows, j, cmp.rows.row(j), cmp.row_format);
+        rows.push_cached(compressed_rows, j, cmp.rows.row(j), cmp.row_format, cmp.rows.stamp(j));
       }
     }
     row_begin.push_back(int64_t(rows.size()));

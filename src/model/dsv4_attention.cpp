@@ -271,15 +271,19 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
           slots.push(&kv[size_t((chunk_first_token + p - chunk_first_pos) * HD)]);  // fresh row of this call
         } else {
           const int64_t slot = ls.slot(p);
-          slots.push_cached(window_rows, slot, ls.window.data() + slot * ls.window_format.row_bytes, ls.window_format);
+          slots.push_cached(window_rows, slot, ls.window.data() + slot * ls.window_format.row_bytes, ls.window_format,
+                            ls.window_stamps[size_t(slot)]);
         }
       }
       const int64_t layout = batch.layout_tokens[size_t(t)];
       if (ratio == 128) {
         const int64_t n_slots = layout / 128, n_visible = (pos + 1) / 128;
         for (int64_t j = 0; j < n_slots; ++j) {
-          if (j < n_visible) slots.push_cached(compressed_rows, j, ls.compressor.rows.row(j), ls.compressor.row_format);
-          else slots.push(nullptr);
+          if (j < n_visible) {
+            slots.push_cached(compressed_rows, j, ls.compressor.rows.row(j), ls.compressor.row_format, ls.compressor.rows.stamp(j));
+          } else {
+            slots.push(nullptr);
+          }
         }
       } else if (ratio == 4) {
         const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_visible = (pos + 1) / 4;
@@ -296,7 +300,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
             continue;
           }
           const int64_t row = order[size_t(j)];
-          slots.push_cached(compressed_rows, row, ls.compressor.rows.row(row), ls.compressor.row_format);
+          slots.push_cached(compressed_rows, row, ls.compressor.rows.row(row), ls.compressor.row_format, ls.compressor.rows.stamp(row));
         }
       }
       while ((int64_t(slots.size()) - first_slot) % 64) slots.push(nullptr);

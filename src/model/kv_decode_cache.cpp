@@ -78,7 +78,7 @@ std::vector<PackedRowRun> packed_row_runs(const PagedRows& rows, int64_t n_rows)
   std::vector<PackedRowRun> runs;
   for (int64_t j = 0; j < n_rows;) {
     const int64_t n = std::min(rows.contiguous_rows(j), n_rows - j);
-    runs.push_back({rows.row(j), n});
+    runs.push_back({rows.row(j), n, rows.stamps(j)});
     j += n;
   }
   return runs;

@@ -66,12 +66,12 @@ class AttentionSlotRows {
     rows_.push_back(row);
     if (packed_) packed_rows_.push_back({});
   }
-  // Row j of the cache bound to `cache`, whose bytes are `row` in `format` (which must outlive the slots); as
-  // floats, call cache.decode_reserved() before the rows are read.
-  void push_cached(RowDecodeCache& cache, int64_t j, const uint8_t* row, const KvRowFormat& format) {
+  // Row j of the cache bound to `cache`, whose bytes are `row` in `format` (which must outlive the slots) and
+  // whose write stamp is `stamp`; as floats, call cache.decode_reserved() before the rows are read.
+  void push_cached(RowDecodeCache& cache, int64_t j, const uint8_t* row, const KvRowFormat& format, uint64_t stamp) {
     if (packed_) {
       rows_.push_back(nullptr);
-      packed_rows_.push_back({row, &format});
+      packed_rows_.push_back({row, &format, stamp});
     } else {
       rows_.push_back(cache.reserve(j));  // decoded by the cache's decode_reserved() before the rows are read
     }

@@ -2,10 +2,16 @@
 #include "model/paged_rows.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <utility>
 
 namespace deepinfer {
+
+uint64_t new_row_stamp() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 PagedRows::PagedRows(std::shared_ptr<PagePool> pool, int64_t row_bytes) : pool_(std::move(pool)), row_bytes_(row_bytes) {
   DI_CHECK(pool_ && row_bytes > 0 && row_bytes <= pool_->page_bytes());
@@ -14,7 +20,7 @@ PagedRows::PagedRows(std::shared_ptr<PagePool> pool, int64_t row_bytes) : pool_(
 
 PagedRows::PagedRows(const PagedRows& other)
     : pool_(other.pool_), row_bytes_(other.row_bytes_), rows_per_page_(other.rows_per_page_), n_rows_(other.n_rows_),
-      pages_(other.pages_), ptrs_(other.ptrs_) {
+      pages_(other.pages_), ptrs_(other.ptrs_), stamps_(other.stamps_) {
   for (int32_t page : pages_) pool_->retain(page);
 }
 
@@ -28,14 +34,17 @@ PagedRows& PagedRows::operator=(const PagedRows& other) {
   n_rows_ = other.n_rows_;
   pages_ = other.pages_;
   ptrs_ = other.ptrs_;
+  stamps_ = other.stamps_;
   return *this;
 }
 
 PagedRows::PagedRows(PagedRows&& other) noexcept
     : pool_(std::move(other.pool_)), row_bytes_(other.row_bytes_), rows_per_page_(other.rows_per_page_),
-      n_rows_(std::exchange(other.n_rows_, 0)), pages_(std::move(other.pages_)), ptrs_(std::move(other.ptrs_)) {
+      n_rows_(std::exchange(other.n_rows_, 0)), pages_(std::move(other.pages_)), ptrs_(std::move(other.ptrs_)),
+      stamps_(std::move(other.stamps_)) {
   other.pages_.clear();
   other.ptrs_.clear();
+  other.stamps_.clear();
 }
 
 PagedRows& PagedRows::operator=(PagedRows&& other) noexcept {
@@ -47,8 +56,10 @@ PagedRows& PagedRows::operator=(PagedRows&& other) noexcept {
   n_rows_ = std::exchange(other.n_rows_, 0);
   pages_ = std::move(other.pages_);
   ptrs_ = std::move(other.ptrs_);
+  stamps_ = std::move(other.stamps_);
   other.pages_.clear();
   other.ptrs_.clear();
+  other.stamps_.clear();
   return *this;
 }
 
@@ -58,6 +69,7 @@ void PagedRows::release_all() {
   for (int32_t page : pages_) pool_->release(page);
   pages_.clear();
   ptrs_.clear();
+  stamps_.clear();
   n_rows_ = 0;
 }
 
@@ -79,6 +91,7 @@ Result<uint8_t*> PagedRows::append() {
     ptrs_.back() = copy;
   }
   n_rows_ += 1;
+  stamps_.push_back(new_row_stamp());
   return ptrs_.back() + offset * row_bytes_;
 }
 
@@ -96,6 +109,7 @@ void PagedRows::truncate(int64_t n) {
   for (size_t i = keep; i < pages_.size(); ++i) pool_->release(pages_[i]);
   pages_.resize(keep);
   ptrs_.resize(keep);
+  stamps_.resize(size_t(n));
   n_rows_ = n;
 }
 

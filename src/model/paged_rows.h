@@ -3,7 +3,10 @@
 // no bytes copied): that is how prefix-cache snapshots and the sequences restored from them hold the same rows.
 // Appending into a tail page someone else also holds copies that page first (copy-on-write), so a sharer never
 // sees a row change; truncation (speculative rollback) drops the pages past the new end.
-// Invariant: pages_.size() == ceil(n_rows / rows_per_page); every page in pages_ has one reference from this object.
+// Each row also carries a write stamp (new_row_stamp() at append): two rows with one stamp hold the same bytes,
+// wherever they are, so a device that mirrors cache rows can key them by stamp and copy only rows it lacks.
+// Invariant: pages_.size() == ceil(n_rows / rows_per_page); every page in pages_ has one reference from this object;
+// stamps_.size() == n_rows.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +18,9 @@
 #include "model/page_pool.h"
 
 namespace deepinfer {
+
+// A stamp no row has had before in this process (never 0): given to every cache row as it is written.
+uint64_t new_row_stamp();
 
 class PagedRows {
  public:
@@ -36,10 +42,14 @@ class PagedRows {
   const uint8_t* row(int64_t j) const {
     return ptrs_[size_t(j / rows_per_page_)] + (j % rows_per_page_) * row_bytes_;
   }
+  // Row j's write stamp, and the stamps of rows j.. (stamps(j)[i] is row j + i's).
+  uint64_t stamp(int64_t j) const { return stamps_[size_t(j)]; }
+  const uint64_t* stamps(int64_t j) const { return stamps_.data() + j; }
   // Rows j.. that sit contiguously after row(j) in its page (at least 1 for j < n_rows).
   int64_t contiguous_rows(int64_t j) const { return std::min(rows_per_page_ - j % rows_per_page_, n_rows_ - j); }
-  // The [row_bytes] slot of row n_rows, which now counts as a row: a new page when the tail is full, a private
-  // copy of the tail page when it is shared. An error (nothing changed) when the pool has no page to give.
+  // The [row_bytes] slot of row n_rows, which now counts as a row with a new stamp (the caller writes its bytes
+  // before anything reads them): a new page when the tail is full, a private copy of the tail page when it is
+  // shared. An error (nothing changed) when the pool has no page to give.
   Result<uint8_t*> append();
   // Pages append() would take from the pool for n more rows: new pages, plus a copy of the tail page if it is
   // partly filled and shared.
@@ -54,6 +64,7 @@ class PagedRows {
   int64_t n_rows_ = 0;
   std::vector<int32_t> pages_;  // [n_pages] ids in pool_
   std::vector<uint8_t*> ptrs_;  // [n_pages] pool_->data(pages_[i]), cached: row() takes no lock
+  std::vector<uint64_t> stamps_;  // [n_rows] (a copy shares the rows, and so their stamps)
 };
 
 }  // namespace deepinfer

@@ -20,6 +20,7 @@ void CompressorState::truncate_rows(int64_t n) { rows.truncate(n); }
 void LayerState::store_window_row(int64_t pos, const float* values) {
   uint8_t* row = window.data() + slot(pos) * window_format.row_bytes;
   DI_CHECK_MSG(pack_kv_row(window_format, values, row), "a window row is not exactly representable in its packed format");
+  window_stamps[size_t(slot(pos))] = new_row_stamp();
 }
 
 SequenceState new_sequence_state(const ModelConfig& c, std::shared_ptr<PagePool> pool) {
@@ -30,6 +31,7 @@ SequenceState new_sequence_state(const ModelConfig& c, std::shared_ptr<PagePool>
     l.ring_slots = c.window_size + kSpecSlots;
     l.window_format = formats.window;
     l.window.assign(size_t(l.ring_slots * formats.window.row_bytes), 0);  // slots are written before they are read
+    l.window_stamps.assign(size_t(l.ring_slots), 0);
     const int ratio = c.compress_ratio(layer_id);
     if (c.is_v41()) {  // only KV sources own compressed rows and index keys (spec §5.1 "semantics trap")
       if (layer_id < c.n_layers && c.is_kv_source(layer_id)) {

@@ -42,12 +42,13 @@ struct CompressorState {
 struct LayerState {
   KvRowFormat window_format;
   std::vector<uint8_t> window;     // [ring_slots, window_format.row_bytes], slot = pos mod ring_slots
+  std::vector<uint64_t> window_stamps;  // [ring_slots] each slot's write stamp (PagedRows); 0: never written
   int64_t ring_slots = 0;          // window_size + kSpecSlots
   int64_t slot(int64_t pos) const { return pos % ring_slots; }
   // Positions below this were never written (an SWA bounded replay skipped them, spec §7.10): attention
   // over the window leaves them out. 0 on the exact path.
   int64_t window_valid_from = 0;
-  // Packs [window_format.n_values] QDQ'd floats into the slot of `pos`.
+  // Packs [window_format.n_values] QDQ'd floats into the slot of `pos`, with a new stamp.
   void store_window_row(int64_t pos, const float* values);
   CompressorState compressor;      // V4 ratio != 0 / V4.1 KV sources: compressed KV rows
   CompressorState index_compressor;  // V4 ratio 4: indexer keys; V4.1 KV sources: index keys in `rows`

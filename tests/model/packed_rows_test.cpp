@@ -3,13 +3,16 @@
 // cache rows and index keys over packed. Here a wrapper around the fast CPU backend says it takes them,
 // decodes every packed row with unpack_kv_row and passes the same op on: the logits must equal those of the
 // model that decodes the rows itself, bit for bit, for V4 and V4.1 prefills, decode steps and a batched decode
-// step, and packed rows must have been given.
+// step, and packed rows must have been given. The wrapper also holds the model to its row stamps (PackedSlot::stamp):
+// every packed row has one, and a stamp seen again names the same bytes, also across rollbacks (rows rewritten at
+// the same places), window rings that wrap, and copied sequences that then diverge (a shared tail page copied).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -20,9 +23,25 @@
 namespace deepinfer {
 namespace {
 
+// What a row stamp promises: one stamp, one row content, in every call of the model.
+struct StampLedger {
+  std::unordered_map<uint64_t, std::vector<uint8_t>> bytes;  // the first content seen with each stamp
+  int64_t n_repeats = 0;  // rows whose stamp was seen before (what a device mirror would not copy again)
+
+  void check(uint64_t stamp, const uint8_t* row, int64_t row_bytes) {
+    ASSERT_NE(stamp, 0u) << "a packed row without a stamp";
+    const auto [it, fresh] = bytes.try_emplace(stamp, row, row + row_bytes);
+    if (fresh) return;
+    ++n_repeats;
+    ASSERT_EQ(int64_t(it->second.size()), row_bytes) << "stamp " << stamp << " names rows of two formats";
+    EXPECT_TRUE(std::equal(it->second.begin(), it->second.end(), row)) << "stamp " << stamp << " names two row contents";
+  }
+};
+
 class DecodesPackedRows final : public Backend {
  public:
-  DecodesPackedRows(std::unique_ptr<Backend> inner, int64_t* n_packed) : inner_(std::move(inner)), n_packed_(n_packed) {}
+  DecodesPackedRows(std::unique_ptr<Backend> inner, int64_t* n_packed, StampLedger* ledger)
+      : inner_(std::move(inner)), n_packed_(n_packed), ledger_(ledger) {}
   const char* name() const override { return inner_->name(); }
   bool takes_packed_rows() const override { return true; }
   void linear(const LinearParams& p) override { inner_->linear(p); }
@@ -40,8 +59,11 @@ class DecodesPackedRows final : public Backend {
       keys[i].resize(size_t(p.n_keys * p.dim));
       int64_t j = 0;
       for (const PackedRowRun& run : p.key_runs) {
+        ASSERT_NE(run.stamps, nullptr) << "a key run without stamps";
         for (int64_t r = 0; r < run.n_rows && j < p.n_keys; ++r, ++j) {
-          unpack_kv_row(*p.key_format, run.rows + r * p.key_format->row_bytes, &keys[i][size_t(j * p.dim)]);
+          const uint8_t* row = run.rows + r * p.key_format->row_bytes;
+          ledger_->check(run.stamps[r], row, p.key_format->row_bytes);
+          unpack_kv_row(*p.key_format, row, &keys[i][size_t(j * p.dim)]);
         }
       }
       ASSERT_EQ(j, p.n_keys) << "the key runs hold fewer rows than n_keys";
@@ -72,6 +94,7 @@ class DecodesPackedRows final : public Backend {
           continue;
         }
         ASSERT_EQ(packed.format->n_values, p.head_dim);
+        ledger_->check(packed.stamp, packed.row, packed.format->row_bytes);
         float* row = &rows[i][size_t(j * p.head_dim)];
         unpack_kv_row(*packed.format, packed.row, row);
         slots[i].push_back(row);
@@ -86,13 +109,16 @@ class DecodesPackedRows final : public Backend {
  private:
   std::unique_ptr<Backend> inner_;
   int64_t* n_packed_;
+  StampLedger* ledger_;
 };
 
-std::unique_ptr<Model> open_model(const std::string& dir, int64_t* n_packed) {
+// n_packed: nullptr for the model that decodes rows itself, else the wrapped one (with its own ledger, or `ledger`).
+std::unique_ptr<Model> open_model(const std::string& dir, int64_t* n_packed, StampLedger* ledger = nullptr) {
   ModelOptions options;
   if (n_packed) {
-    options.wrap_backend = [n_packed](std::unique_ptr<Backend> fast) -> std::unique_ptr<Backend> {
-      return std::make_unique<DecodesPackedRows>(std::move(fast), n_packed);
+    auto own = std::make_shared<StampLedger>();
+    options.wrap_backend = [n_packed, ledger, own](std::unique_ptr<Backend> fast) -> std::unique_ptr<Backend> {
+      return std::make_unique<DecodesPackedRows>(std::move(fast), n_packed, ledger ? ledger : own.get());
     };
   }
   auto model = Model::open(dir, options);
@@ -154,6 +180,38 @@ TEST(PackedRows, BatchedDecodeMatchesDecodedRows) {
     EXPECT_GT(n_packed, 0) << name;
   }
 }
+
+// Row stamps through what rewrites cache rows: a prompt long enough for the window ring to wrap, decode steps,
+// a rollback and different tokens at the rolled-back positions, and a copied sequence (as a prefix-cache
+// snapshot) that then goes on apart from the original. Every stamp seen twice must name the same bytes.
+void expect_stamps_name_one_content(const std::string& dir, int case_index) {
+  const std::string path = dir + "/case-" + std::to_string(case_index) + ".safetensors";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "golden data not found: " << path;
+  auto gc = load_golden_case(path);
+  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  int64_t n_packed = 0;
+  StampLedger ledger;
+  auto model = open_model(dir, &n_packed, &ledger);
+  ASSERT_TRUE(model);
+  auto feed = [&](SequenceState& seq, std::vector<int32_t> ids, bool prompt) {
+    ForwardChunk chunk{&seq, ids, prompt ? int64_t(ids.size()) : 0};
+    model->forward(std::span<const ForwardChunk>(&chunk, 1));
+  };
+  SequenceState a = model->new_sequence();
+  feed(a, gc->prompt, true);
+  for (int32_t id : {5, 6, 7, 8, 9}) feed(a, {id}, false);
+  const int64_t n = int64_t(gc->prompt.size()) + 5;
+  model->rollback(a, n - 3);
+  for (int32_t id : {11, 12, 13, 14}) feed(a, {id}, false);  // positions n - 3 .. n: new rows where old ones were
+  SequenceState b = a;  // shares a's pages, tail included
+  for (int32_t id : {21, 22, 23, 24, 25, 26, 27, 28}) feed(a, {id}, false);
+  for (int32_t id : {31, 32, 33, 34, 35, 36, 37, 38}) feed(b, {id}, false);
+  EXPECT_GT(n_packed, 0);
+  EXPECT_GT(ledger.n_repeats, 0) << "no stamp was seen twice";
+}
+
+TEST(PackedRows, StampsNameOneContentV4) { expect_stamps_name_one_content(testing::golden_dir() + "/v4-flash/flash-tiny", 3); }
+TEST(PackedRows, StampsNameOneContentV41) { expect_stamps_name_one_content(testing::golden_dir() + "/v41-flash/tiny-a", 1); }
 
 }  // namespace
 }  // namespace deepinfer

@@ -1,5 +1,6 @@
 // The KV page pool and the paged row lists on it: reference counts, sharing on copy, copy-on-write of a shared
-// tail page, truncation releasing pages, exhaustion reported as an error (nothing changed) instead of a crash.
+// tail page, truncation releasing pages, exhaustion reported as an error (nothing changed) instead of a crash,
+// and the rows' write stamps.
 #include "model/page_pool.h"
 
 #include <gtest/gtest.h>
@@ -131,6 +132,31 @@ TEST(PagedRows, AssignmentAndMoveKeepCountsRight) {
   EXPECT_EQ(b.n_pages(), 0);  // NOLINT: moved-from is empty
   EXPECT_EQ(pool->stats().n_shared, 2);
   EXPECT_EQ(first_byte(c, 4), 4);
+}
+
+// Every appended row gets a stamp no row had before; copies (sharing the rows) keep them, through the copy of a
+// shared tail page too; a row appended where a truncated one was gets a new one.
+TEST(PagedRows, StampsNameEachWrittenRow) {
+  auto pool = std::make_shared<PagePool>(64, 16);
+  PagedRows a(pool, 16);
+  for (int i = 0; i < 5; ++i) append(a, uint8_t(i));
+  for (int64_t j = 0; j < 5; ++j) {
+    EXPECT_NE(a.stamp(j), 0u);
+    for (int64_t k = 0; k < j; ++k) EXPECT_NE(a.stamp(j), a.stamp(k));
+    EXPECT_EQ(a.stamps(0)[j], a.stamp(j));
+  }
+  PagedRows b = a;
+  append(b, 9);  // copies the shared tail page (rows 4, 5)
+  for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(b.stamp(j), a.stamp(j));
+  EXPECT_EQ(a.n_rows(), 5);
+  const uint64_t old = a.stamp(4);
+  a.truncate(4);
+  append(a, 7);
+  EXPECT_NE(a.stamp(4), old);
+  EXPECT_NE(a.stamp(4), b.stamp(5));
+  PagedRows c = std::move(a);
+  EXPECT_EQ(c.n_rows(), 5);
+  EXPECT_EQ(c.stamp(4), c.stamps(4)[0]);
 }
 
 }  // namespace

@@ -18,8 +18,8 @@ TEST(SlotGather, EverySlotLeadsBackToItsRow) {
   std::vector<uint8_t> window_bytes(size_t(4 * window.row_bytes)), compressed_bytes(size_t(6 * compressed.row_bytes));
   const float* f[5];
   for (int i = 0; i < 5; ++i) f[i] = &fresh[size_t(i * 64)];
-  auto w = [&](int i) { return PackedSlot{&window_bytes[size_t(i * window.row_bytes)], &window}; };
-  auto c = [&](int i) { return PackedSlot{&compressed_bytes[size_t(i * compressed.row_bytes)], &compressed}; };
+  auto w = [&](int i) { return PackedSlot{&window_bytes[size_t(i * window.row_bytes)], &window, uint64_t(100 + i)}; };
+  auto c = [&](int i) { return PackedSlot{&compressed_bytes[size_t(i * compressed.row_bytes)], &compressed, uint64_t(200 + i)}; };
   const PackedSlot none{};
   // Token lists: what each slot names (a float row, a packed row, or nothing).
   struct Slot {
@@ -83,6 +83,7 @@ TEST(SlotGather, EverySlotLeadsBackToItsRow) {
       } else {
         const SlotGather::PackedGroup& g = at < g1.first_row ? g0 : g1;
         EXPECT_EQ(g.rows[size_t(at - g.first_row)], s.packed.row) << "token " << t << " slot " << j;
+        EXPECT_EQ(g.stamps[size_t(at - g.first_row)], s.packed.stamp) << "token " << t << " slot " << j;
         distinct.insert(s.packed.row);
       }
     }

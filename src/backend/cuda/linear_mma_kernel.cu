@@ -1,6 +1,8 @@
 // The linear op on the tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulation; sm_80 and later,
 // so the same code runs on sm_89, sm_90a, sm_100a and sm_120). The backend's default linear since its tests
-// passed on an H200 (2026-12-04); DEEPINFER_CUDA_LINEAR=fma selects the portable FMA kernel instead.
+// passed on an H200 (2026-12-04); DEEPINFER_CUDA_LINEAR=fma selects the portable FMA kernel instead. From 64
+// tokens on, launch_linear_mma may run the staged kernel (linear_mma_staged_kernel.cu) instead: the same bits,
+// built from the same fragments (linear_mma_fragments.cuh).
 //
 // Exact operands. Each weight is decoded in registers to bf16 with its e8m0 scale applied: e4m3 and e2m1
 // values have at most 4 significant bits, so value * 2^e is a bf16 exactly while it stays in bf16's normal
