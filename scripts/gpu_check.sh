@@ -13,8 +13,8 @@
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
 #   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
-#      --op-times on the 4-layer benchmark model: the defaults, decode batch
-#      256, decode at 2048 tokens of context with the cache rows as floats and packed (DEEPINFER_CUDA_KV), half
+#      --op-times on the 4-layer benchmark model: the defaults, decode batch 256 and decode at 2048 tokens of
+#      context with the cache rows as floats, packed and mirrored on the device (DEEPINFER_CUDA_KV), half
 #      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the split attention, the FMA linear (E2E=0 skips it; each run is skipped once BUDGET=480 s are spent). The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
@@ -170,10 +170,13 @@ if [ "${E2E:-1}" = 1 ]; then
     bench_run "decode batch 256" 100 -- --prefill 16 --batch 256 --decode-steps 4
     # The same with the cache rows packed: the floats path decodes and gathers ~160k rows per layer on the host.
     bench_run "decode batch 256, DEEPINFER_CUDA_KV=packed" 100 DEEPINFER_CUDA_KV=packed -- --prefill 16 --batch 256 --decode-steps 4
+    # And kept on the device by stamp (DEEPINFER_CUDA_KV=mirror): a step copies only the rows written since.
+    bench_run "decode batch 256, DEEPINFER_CUDA_KV=mirror" 100 DEEPINFER_CUDA_KV=mirror -- --prefill 16 --batch 256 --decode-steps 4
     # Batch-1 decode after a 2048-token context, the cache rows handed over as floats, then packed (decoded on
     # the device): at long context the rows' copy is a step's largest transfer.
     bench_run "context 2048, DEEPINFER_CUDA_KV=floats" 90 DEEPINFER_CUDA_KV=floats -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
     bench_run "context 2048, DEEPINFER_CUDA_KV=packed" 90 DEEPINFER_CUDA_KV=packed -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
+    bench_run "context 2048, DEEPINFER_CUDA_KV=mirror" 90 DEEPINFER_CUDA_KV=mirror -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
     # Half the routed experts in host memory, their ops on the host's CPU kernels (place_experts): how a
     # checkpoint larger than the GPU (V4-Flash: 149 GB) runs.
     bench_run "DEEPINFER_CUDA_WEIGHT_GB=8" 100 DEEPINFER_CUDA_WEIGHT_GB=8 -- --prefill 128 --batch 1,8 --decode-steps 8

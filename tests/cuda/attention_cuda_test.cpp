@@ -258,6 +258,74 @@ TEST_P(SparseAttentionCuda, PackedRowsMatchTheirDecodedFloats) {
   }
 }
 
+// DEEPINFER_CUDA_KV=mirror: packed rows kept on the device by their stamps (PackedSlot::stamp). Four calls over
+// one pool of stamped rows: every row new, every row kept, a third of the rows rewritten with new stamps (as the
+// model's writes give them), and the first pool again; each output equal, bit for bit, to the same slots given
+// as decoded floats. With the default budget, with one that makes every call empty the arena first, and with
+// one too small for a call's rows (every row copied, as with packed).
+TEST_P(SparseAttentionCuda, MirroredRowsMatchTheirDecodedFloats) {
+  DI_SKIP_WITHOUT_CUDA();
+  for (const char* budget_gb : {"2", "0.0003", "0.00001"}) {
+    const ScopedCudaPaths paths("mma", GetParam(), "mirror");
+    setenv("DEEPINFER_CUDA_KV_MIRROR_GB", budget_gb, 1);
+    DI_MAKE_CUDA_BACKEND(gpu);
+    unsetenv("DEEPINFER_CUDA_KV_MIRROR_GB");
+    ASSERT_TRUE(gpu->takes_packed_rows());
+    for (const KvRowFormat& format : {kv_row_format(KvRowKind::kV4Kv, 512, 64), kv_row_format(KvRowKind::kV41Fp4, 512)}) {
+      std::mt19937 rng(31);
+      const int64_t H = 8, D = format.n_values, n_pool = 150, T = 3, n_slots = 192;
+      uint64_t next_stamp = 1;
+      std::vector<float> decoded(static_cast<size_t>(n_pool * D));
+      std::vector<uint8_t> bytes(static_cast<size_t>(n_pool * format.row_bytes));
+      std::vector<uint64_t> stamps(static_cast<size_t>(n_pool));
+      auto write_row = [&](int64_t r) {  // new content, new stamp
+        std::vector<float> v = random_bf16_values(rng, D, 1.0f);
+        if (format.kind == KvRowKind::kV4Kv) qdq_fp8(v.data(), D - 64, 64);
+        else qdq_fp4_e4m3_scale(v.data(), D, 16);
+        ASSERT_TRUE(pack_kv_row(format, v.data(), &bytes[size_t(r * format.row_bytes)]));
+        unpack_kv_row(format, &bytes[size_t(r * format.row_bytes)], &decoded[size_t(r * D)]);
+        stamps[size_t(r)] = next_stamp++;
+      };
+      for (int64_t r = 0; r < n_pool; ++r) write_row(r);
+      const std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
+      std::vector<float> sink(static_cast<size_t>(H));
+      for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+      for (int round = 0; round < 4; ++round) {
+        if (round == 2) {
+          for (int64_t r = 0; r < n_pool; r += 3) write_row(r);
+        }
+        std::vector<const float*> as_floats, none(size_t(T * n_slots), nullptr);
+        std::vector<PackedSlot> packed;
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t j = 0; j < n_slots; ++j) {
+            const int64_t r = (j * 7 + t * 5 + (round == 3 ? 0 : round)) % n_pool;
+            const bool empty = j % 11 == 3 || j > 150 + 10 * t;
+            as_floats.push_back(empty ? nullptr : &decoded[size_t(r * D)]);
+            packed.push_back(empty ? PackedSlot{} : PackedSlot{&bytes[size_t(r * format.row_bytes)], &format, stamps[size_t(r)]});
+          }
+        }
+        std::vector<float> want(size_t(T * H * D), -7.0f), got(size_t(T * H * D), -9.0f);
+        std::vector<SparseAttentionParams> float_ps, packed_ps;
+        for (int64_t t = 0; t < T; ++t) {
+          SparseAttentionParams p{&q[size_t(t * H * D)], H, D, &as_floats[size_t(t * n_slots)], n_slots, sink.data(),
+                                  1.0 / std::sqrt(double(D)), true, &want[size_t(t * H * D)]};
+          float_ps.push_back(p);
+          p.slots = &none[size_t(t * n_slots)];
+          p.packed = &packed[size_t(t * n_slots)];
+          p.out = &got[size_t(t * H * D)];
+          packed_ps.push_back(p);
+        }
+        gpu->sparse_attentions(float_ps);
+        gpu->sparse_attentions(packed_ps);
+        int64_t n_differ = 0;
+        for (size_t i = 0; i < want.size(); ++i) n_differ += std::memcmp(&want[i], &got[i], 4) != 0;
+        EXPECT_EQ(n_differ, 0) << "budget " << budget_gb << " GB, row kind " << int(format.kind) << ", call " << round
+                               << ": " << n_differ << " outputs differ from the decoded-floats run";
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, SparseAttentionCuda, ::testing::ValuesIn(attention_paths()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

@@ -16,8 +16,10 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -28,6 +30,7 @@
 #include "backend/cuda/weight_cache.h"
 #include "backend/expert_placement.h"
 #include "backend/linear_batch_layout.h"
+#include "backend/row_mirror.h"
 #include "backend/slot_gather.h"
 #include "model/kv_format.h"
 
@@ -86,14 +89,17 @@ struct KernelPaths {
   bool tensor_core_linear = true;  // DEEPINFER_CUDA_LINEAR=mma (the default), mma_staged or mma_split, not fma
   cuda::MmaKernelChoice mma_choice = cuda::MmaKernelChoice::kFastest;  // mma_staged: kStaged, mma_split: kStagedSplit
   bool split_attention = false;    // DEEPINFER_CUDA_ATTENTION=split or fused (the default)
-  bool packed_rows = false;        // DEEPINFER_CUDA_KV=packed or floats (the default)
+  bool packed_rows = false;        // DEEPINFER_CUDA_KV=packed or mirror, not floats (the default)
+  bool mirror_rows = false;        // DEEPINFER_CUDA_KV=mirror: the attention's packed rows kept on the device
+  double mirror_gb = 2;            // DEEPINFER_CUDA_KV_MIRROR_GB: the device memory the kept rows may take
 };
 
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, std::unique_ptr<Backend> host, double weight_budget_gb, const KernelPaths& paths)
       : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(paths.packed_rows),
-        tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention) {
+        tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention),
+        mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb) {
     bind_device();
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -427,6 +433,62 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // DEEPINFER_CUDA_KV=mirror: the packed rows of one size that the device keeps.
+  struct RowArena {
+    RowMirror mirror;
+    DeviceBuffer bytes;  // [mirror.capacity(), row_bytes]
+  };
+  // How a packed group of attend() goes over: the rows whose bytes are staged (all of them, or those its
+  // arena lacks), and with an arena every row's slot there followed by the staged rows' slots.
+  struct PackedUpload {
+    RowArena* arena = nullptr;
+    std::vector<int64_t> staged;  // indices into the group's rows
+    std::vector<int64_t> slots;   // arena: [n rows] their slots, then [staged.size()] the staged rows' slots
+    size_t byte_at = 0;           // the staged bytes' offset among all staged packed bytes
+    int64_t slot_at = 0;          // arena: slots' offset among all slot words
+  };
+  // The arena of packed rows of row_bytes, made on first use with half the mirror's budget (a model has at most
+  // two attention row sizes: V4 584 B, V4.1 528 and 288 B); nullptr when the device had no room for it.
+  RowArena* arena_for(int64_t row_bytes) {
+    auto [it, fresh] = arenas_.try_emplace(row_bytes);
+    if (fresh) {
+      const int64_t capacity = int64_t(mirror_gb_ * 1e9 / 2) / row_bytes;
+      DeviceBuffer bytes = capacity > 0 ? DeviceBuffer::try_allocate(size_t(capacity * row_bytes)) : DeviceBuffer();
+      if (bytes.get()) it->second = std::make_unique<RowArena>(RowArena{RowMirror(capacity), std::move(bytes)});
+      else std::fprintf(stderr, "%s: no device memory for the row mirror (%lld B rows); they are copied each call\n",
+                        name_.c_str(), (long long)row_bytes);
+    }
+    return it->second.get();
+  }
+
+  // A packed group's upload: with the mirror (every row stamped, the group no larger than its arena) the rows
+  // its arena lacks, else all of them.
+  void plan_upload(const SlotGather::PackedGroup& g, PackedUpload& u) {
+    const int64_t n = int64_t(g.rows.size());
+    u.arena = mirror_rows_ ? arena_for(g.format.row_bytes) : nullptr;
+    const bool stamped = std::find(g.stamps.begin(), g.stamps.end(), uint64_t(0)) == g.stamps.end();
+    if (!u.arena || !stamped || n > u.arena->mirror.capacity()) {
+      u.arena = nullptr;
+      u.staged.resize(size_t(n));
+      std::iota(u.staged.begin(), u.staged.end(), int64_t(0));
+      u.slots.clear();
+      return;
+    }
+    u.staged.clear();
+    u.slots.resize(size_t(n));
+    u.arena->mirror.begin_call(n);
+    std::vector<int64_t> copy_slots;
+    for (int64_t k = 0; k < n; ++k) {
+      const RowMirror::Place place = u.arena->mirror.place(g.stamps[size_t(k)]);
+      u.slots[size_t(k)] = place.slot;
+      if (place.copy) {
+        u.staged.push_back(k);
+        copy_slots.push_back(place.slot);
+      }
+    }
+    u.slots.insert(u.slots.end(), copy_slots.begin(), copy_slots.end());
+  }
+
   // Tokens per attention launch: a prefill block (the model's 256) or a batched decode step's 256 sequences
   // in one launch and one wait, not four. The split path's scores scratch is then up to 256 x 64 heads x 1152
   // slots x 4 B = 75 MB.
@@ -442,8 +504,25 @@ class CudaBackend final : public Backend {
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, D = p0.head_dim;
     gather_.gather(batch);
     const int64_t n_slots = gather_.n_slots(), n_float = int64_t(gather_.float_rows().size());
-    const int64_t n_rows = gather_.n_rows(), packed_bytes = gather_.packed_bytes();
-    rows_host_.reserve(size_t(n_float * D + T * H * D + H) * 4 + size_t(packed_bytes));
+    const int64_t n_rows = gather_.n_rows();
+    const std::vector<SlotGather::PackedGroup>& groups = gather_.packed_groups();
+    uploads_.resize(groups.size());
+    size_t packed_bytes = 0;
+    int64_t n_slot_words = 0;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      PackedUpload& u = uploads_[i];
+      plan_upload(groups[i], u);
+      u.byte_at = packed_bytes;
+      packed_bytes += u.staged.size() * size_t(groups[i].format.row_bytes);
+      u.slot_at = n_slot_words;
+      n_slot_words += int64_t(u.slots.size());
+    }
+    // The slots after the packed bytes, at an 8-byte aligned device address (the packed bytes start 4-byte aligned,
+    // behind the rows, q and sink, from the 256-byte aligned rows_).
+    const size_t misalign = size_t(n_rows * D + T * H * D + H) * 4 % 8;
+    const size_t slot_words_at = (packed_bytes + misalign + 7) / 8 * 8 - misalign;
+    const size_t packed_and_slots = slot_words_at + size_t(n_slot_words) * 8;
+    rows_host_.reserve(size_t(n_float * D + T * H * D + H) * 4 + packed_and_slots);
     float* rows = rows_host_.get<float>();
     // The rows' copies into staging on the host's threads: a 256-sequence decode step gathers ~160k rows
     // (335 MB as floats) per layer, more than one thread copies in a few milliseconds.
@@ -453,21 +532,30 @@ class CudaBackend final : public Backend {
     float* q_host = rows + n_float * D;  // [T, H, D] after the float rows
     for (int64_t t = 0; t < T; ++t) std::memcpy(q_host + t * H * D, batch[size_t(t)].q, size_t(H * D) * 4);
     std::memcpy(q_host + T * H * D, p0.sink, size_t(H) * 4);  // then the sink
-    auto* packed_host = reinterpret_cast<uint8_t*>(q_host + T * H * D + H);  // then the packed rows' bytes
-    for (const SlotGather::PackedGroup& g : gather_.packed_groups()) {
-      host_->for_rows(int64_t(g.rows.size()), [&](int64_t k0, int64_t k1) {
-        for (int64_t k = k0; k < k1; ++k) {
-          std::memcpy(packed_host + g.first_byte + k * g.format.row_bytes, g.rows[size_t(k)], size_t(g.format.row_bytes));
+    auto* packed_host = reinterpret_cast<uint8_t*>(q_host + T * H * D + H);  // then the staged rows' bytes
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const SlotGather::PackedGroup& g = groups[i];
+      const PackedUpload& u = uploads_[i];
+      host_->for_rows(int64_t(u.staged.size()), [&](int64_t s0, int64_t s1) {
+        for (int64_t s = s0; s < s1; ++s) {
+          std::memcpy(packed_host + u.byte_at + s * g.format.row_bytes, g.rows[size_t(u.staged[size_t(s)])],
+                      size_t(g.format.row_bytes));
         }
       });
+    }
+    for (const PackedUpload& u : uploads_) {  // then the arenas' slots (host side possibly unaligned: memcpy)
+      if (!u.slots.empty()) {
+        std::memcpy(packed_host + slot_words_at + size_t(u.slot_at) * 8, u.slots.data(), u.slots.size() * 8);
+      }
     }
     slot_host_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
     int32_t* slot_row = slot_host_.get<int32_t>();
     std::memcpy(slot_row, gather_.slot_rows().data(), size_t(T * n_slots) * 4);
 
-    // Device: the float rows and the decoded packed rows, then q, then sink, then the packed bytes; slot
-    // indices; outputs. The host's [float rows][q, sink, packed bytes] go over in two copies.
-    const size_t staged = size_t(T * H * D + H) * 4 + size_t(packed_bytes);
+    // Device: the float rows and the decoded packed rows, then q, then sink, then the staged packed bytes and the
+    // arenas' slots; slot indices; outputs. The host's [float rows][q, sink, packed bytes, slots] go over in two
+    // copies.
+    const size_t staged = size_t(T * H * D + H) * 4 + packed_and_slots;
     rows_.reserve(size_t(n_rows * D) * 4 + staged);
     index_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
     out_.reserve(size_t(T * H * D) * 4);
@@ -475,11 +563,26 @@ class CudaBackend final : public Backend {
     float* q_dev = rows_dev + n_rows * D;
     float* sink_dev = q_dev + T * H * D;
     const auto* packed_dev = reinterpret_cast<const uint8_t*>(sink_dev + H);
+    const auto* slots_dev = reinterpret_cast<const int64_t*>(packed_dev + slot_words_at);
     if (n_float) DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_float * D) * 4, cudaMemcpyHostToDevice, stream_));
     DI_CUDA_CHECK(cudaMemcpyAsync(q_dev, q_host, staged, cudaMemcpyHostToDevice, stream_));
-    for (const SlotGather::PackedGroup& g : gather_.packed_groups()) {
-      cuda::launch_unpack_rows(unpack_launch(g.format, packed_dev + g.first_byte, int64_t(g.rows.size()), rows_dev + g.first_row * D),
-                               stream_);
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const SlotGather::PackedGroup& g = groups[i];
+      const PackedUpload& u = uploads_[i];
+      const int64_t n = int64_t(g.rows.size());
+      float* out = rows_dev + g.first_row * D;
+      if (!u.arena) {
+        cuda::launch_unpack_rows(unpack_launch(g.format, packed_dev + u.byte_at, n, out), stream_);
+        continue;
+      }
+      // The rows the arena lacked into their slots, then every row decoded from its slot (stream order keeps an
+      // earlier group's reads of a slot before a later group's write to it).
+      uint8_t* arena = u.arena->bytes.get<uint8_t>();
+      cuda::launch_scatter_rows(packed_dev + u.byte_at, int64_t(u.staged.size()), g.format.row_bytes, slots_dev + u.slot_at + n,
+                                arena, stream_);
+      cuda::UnpackRowsLaunch l = unpack_launch(g.format, arena, n, out);
+      l.row_slots = slots_dev + u.slot_at;
+      cuda::launch_unpack_rows(l, stream_);
     }
     if (n_slots) {
       DI_CUDA_CHECK(cudaMemcpyAsync(index_.get(), slot_row, size_t(T * n_slots) * 4, cudaMemcpyHostToDevice, stream_));
@@ -513,6 +616,8 @@ class CudaBackend final : public Backend {
   bool tensor_core_linear_ = true;
   cuda::MmaKernelChoice mma_choice_ = cuda::MmaKernelChoice::kFastest;
   bool split_attention_ = false;
+  bool mirror_rows_ = false;
+  double mirror_gb_ = 2;
   size_t max_shared_bytes_ = 0;     // per block, opted in
   cudaStream_t stream_ = nullptr;
   cuda::WeightCache weights_;
@@ -529,6 +634,9 @@ class CudaBackend final : public Backend {
   cuda::PinnedBuffer descriptors_host_;
   // attend(): the rows its tokens read, and pinned staging for the copies.
   SlotGather gather_;
+  // DEEPINFER_CUDA_KV=mirror: per packed row size, the rows the device keeps (nullptr: no room was left).
+  std::unordered_map<int64_t, std::unique_ptr<RowArena>> arenas_;
+  std::vector<PackedUpload> uploads_;
   cuda::PinnedBuffer rows_host_, slot_host_, out_host_;
   // score(): its key arrays and each token's; q and weights, the per-token offsets and the keys (pinned), and
   // the offsets on the device.
@@ -572,15 +680,26 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
     return nullptr;
   }
   paths.split_attention = attention == "split";
-  // DEEPINFER_CUDA_KV: floats (default: the model decodes cache rows and the backend copies 4 bytes a value) or
-  // packed (the cache rows' own bytes are copied and decoded on the device; written without a GPU at hand).
+  // DEEPINFER_CUDA_KV: floats (default: the model decodes cache rows and the backend copies 4 bytes a value),
+  // packed (the cache rows' own bytes are copied and decoded on the device) or mirror (packed, and the device
+  // keeps the attention's rows by their stamps, so a call copies only rows written since it last saw them; up to
+  // DEEPINFER_CUDA_KV_MIRROR_GB, default 2). packed and mirror were written without a GPU at hand.
   const char* kv_path = std::getenv("DEEPINFER_CUDA_KV");
   const std::string kv = kv_path ? kv_path : "floats";
-  if (kv != "floats" && kv != "packed") {
-    *error = "DEEPINFER_CUDA_KV must be floats or packed, not '" + kv + "'";
+  if (kv != "floats" && kv != "packed" && kv != "mirror") {
+    *error = "DEEPINFER_CUDA_KV must be floats, packed or mirror, not '" + kv + "'";
     return nullptr;
   }
-  paths.packed_rows = kv == "packed";
+  paths.packed_rows = kv != "floats";
+  paths.mirror_rows = kv == "mirror";
+  if (const char* gb = std::getenv("DEEPINFER_CUDA_KV_MIRROR_GB")) {
+    char* end = nullptr;
+    paths.mirror_gb = std::strtod(gb, &end);
+    if (end == gb || *end != '\0' || !(paths.mirror_gb > 0)) {
+      *error = std::string("DEEPINFER_CUDA_KV_MIRROR_GB must be a number of GB > 0, not '") + gb + "'";
+      return nullptr;
+    }
+  }
   // DEEPINFER_CUDA_WEIGHT_GB: how many GB of device memory the weights may take (every weight but the routed
   // experts always goes on the device; experts beyond it run on the host's CPU kernels). Unset: the free memory
   // less a reserve.

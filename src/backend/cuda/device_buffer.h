@@ -31,6 +31,18 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
+  // `bytes` of device memory, or an empty buffer when the device has no room for them (the error is cleared).
+  static DeviceBuffer try_allocate(size_t bytes) {
+    DeviceBuffer b;
+    if (cudaMalloc(&b.ptr_, bytes) != cudaSuccess) {
+      b.ptr_ = nullptr;
+      (void)cudaGetLastError();
+      return b;
+    }
+    b.bytes_ = bytes;
+    return b;
+  }
+
   template <typename T = void> T* get() const { return static_cast<T*>(ptr_); }
   size_t bytes() const { return bytes_; }
   // Grows to at least `bytes` (contents are not kept).

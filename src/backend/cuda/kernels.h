@@ -106,11 +106,16 @@ enum class PackedRowKind { kE4m3, kE2m1E4m3Scales, kE2m1E8m0Scales };
 struct UnpackRowsLaunch {
   PackedRowKind kind = PackedRowKind::kE4m3;
   int64_t n_values = 0, n_rope = 0, block = 0, row_bytes = 0;
-  const uint8_t* rows = nullptr;  // [n_rows, row_bytes]
+  const uint8_t* rows = nullptr;  // [n_rows, row_bytes], or an arena of rows that row_slots index
   int64_t n_rows = 0;
   float* out = nullptr;           // [n_rows, n_values]
+  const int64_t* row_slots = nullptr;  // [n_rows]: row i is rows + row_slots[i] * row_bytes (nullptr: i)
 };
 void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream);
+// Copies n_rows packed rows of row_bytes (a multiple of 4) from src [n_rows, row_bytes] into the arena's slots:
+// row i to arena + slots[i] * row_bytes (a RowMirror's new rows).
+void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
+                         cudaStream_t stream);
 
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
 // n_tokens query tokens score against keys, token t against token_keys[t] rows from row token_keys_at[t]

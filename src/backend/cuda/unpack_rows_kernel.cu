@@ -20,7 +20,8 @@ __device__ __forceinline__ float e4m3_or_nan(uint32_t code) {
 
 // One block per row, one value per thread and step.
 __global__ void __launch_bounds__(kThreads) unpack_rows_kernel(const UnpackRowsLaunch p) {
-  const uint8_t* row = p.rows + int64_t(blockIdx.x) * p.row_bytes;
+  const int64_t at = p.row_slots ? p.row_slots[blockIdx.x] : int64_t(blockIdx.x);
+  const uint8_t* row = p.rows + at * p.row_bytes;
   float* out = p.out + int64_t(blockIdx.x) * p.n_values;
   const int64_t n = p.n_values - p.n_rope;  // the coded values
   for (int64_t i = threadIdx.x; i < p.n_values; i += kThreads) {
@@ -39,7 +40,23 @@ __global__ void __launch_bounds__(kThreads) unpack_rows_kernel(const UnpackRowsL
   }
 }
 
+// One block per row: 4-byte words (every packed row format is a multiple of 4 bytes long).
+__global__ void __launch_bounds__(kThreads) scatter_rows_kernel(const uint8_t* src, int64_t row_bytes, const int64_t* slots,
+                                                                uint8_t* arena) {
+  const auto* from = reinterpret_cast<const uint32_t*>(src + int64_t(blockIdx.x) * row_bytes);
+  auto* to = reinterpret_cast<uint32_t*>(arena + slots[blockIdx.x] * row_bytes);
+  for (int64_t i = threadIdx.x; i < row_bytes / 4; i += kThreads) to[i] = from[i];
+}
+
 }  // namespace
+
+void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
+                         cudaStream_t stream) {
+  if (n_rows == 0) return;
+  DI_CHECK(row_bytes % 4 == 0 && n_rows <= 0x7fffffff);
+  scatter_rows_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(src, row_bytes, slots, arena);
+  DI_CUDA_CHECK_LAUNCH();
+}
 
 void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream) {
   if (p.n_rows == 0) return;
