@@ -1,42 +1,49 @@
 // RowMirror: which packed cache rows a device already holds, by write stamp (PackedSlot::stamp: one stamp, one
-// row content), in an arena of `capacity` fixed-size slots (one arena per row size). A call places its rows
-// first: each gets a slot, and only the rows the arena did not hold are copied. Window rows are rewritten every
-// step, compressed rows and index keys once per 4 or 128 positions, and a decode step's attention reads the same
-// rows again and again: at decode batch 256 with 2048 tokens of context, the rows a V4 layer reads are ~95 MB of
-// packed bytes, of which a step writes a few hundred KB. Free of any device API so that the CPU tests cover it.
-// When a call needs more free slots than are left, the arena is emptied first (every later row is copied again):
-// a call's own rows are never evicted while it places them.
+// row content), in an arena of `capacity` fixed-size slots (one arena per row size). Window rows are rewritten
+// every step, compressed rows and index keys once per 4 or 128 positions, and a decode step's attention reads
+// the same rows again and again: at decode batch 256 with 2048 tokens of context the rows a V4 layer reads are
+// ~95 MB of packed bytes, of which a step writes a few hundred KB. A call looks its rows up (find(), read-only,
+// so the lookups may run on several threads), then place_missing() gives the missing ones slots and says which
+// to copy. When fewer slots are free than rows are missing, the arena is emptied first and every row of the call
+// is copied: rows are never evicted one by one, and never while a call places its rows. Free of any device API
+// so that the CPU tests cover it.
 #pragma once
 
 #include <cstdint>
-#include <unordered_map>
+#include <span>
+#include <vector>
 
 namespace deepinfer {
 
 class RowMirror {
  public:
-  explicit RowMirror(int64_t capacity) : capacity_(capacity) {}
+  explicit RowMirror(int64_t capacity);
 
   int64_t capacity() const { return capacity_; }
-  // Starts placing a call's `n_rows` rows (at most capacity()): empties the arena unless that many slots are
-  // free (the call may need a new slot for each of them).
-  void begin_call(int64_t n_rows);
-  struct Place {
-    int64_t slot = 0;   // where the row sits in the arena
-    bool copy = false;  // its bytes must be copied there first
-  };
-  // The slot of the row with `stamp` (nonzero): held already, or a new one to copy into.
-  Place place(uint64_t stamp);
-
   int64_t n_held() const { return next_free_; }
   int64_t n_flushes() const { return n_flushes_; }
 
+  // The slot holding the row with `stamp` (nonzero), or -1.
+  int64_t find(uint64_t stamp) const;
+  // A call's rows (at most capacity()) after find(): slots[k] is find(stamps[k]). Every row with slot -1 gets
+  // one (the same for rows of one stamp); the indices of the rows whose bytes must be copied into their slots
+  // go to `copies`. Empties the arena first when the missing rows do not fit its free slots.
+  void place_missing(std::span<const uint64_t> stamps, std::span<int64_t> slots, std::vector<int64_t>& copies);
+
  private:
+  // Open addressing, linear probing, at most half full; key 0 = empty (a stamp is never 0).
+  struct Entry {
+    uint64_t stamp = 0;
+    int64_t slot = 0;
+  };
+  size_t home(uint64_t stamp) const { return size_t((stamp * 0x9E3779B97F4A7C15ull) >> shift_); }
+  void clear();
+
   int64_t capacity_;
   int64_t next_free_ = 0;  // slots [0, next_free_) hold rows
   int64_t n_flushes_ = 0;
-  int64_t call_rows_left_ = 0;  // rows begin_call() made room for that place() has not placed yet
-  std::unordered_map<uint64_t, int64_t> slot_of_;
+  int shift_ = 63;         // 64 - log2(table size): home() keeps the product's top bits
+  std::vector<Entry> table_;
 };
 
 }  // namespace deepinfer

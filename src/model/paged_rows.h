@@ -42,7 +42,8 @@ class PagedRows {
   const uint8_t* row(int64_t j) const {
     return ptrs_[size_t(j / rows_per_page_)] + (j % rows_per_page_) * row_bytes_;
   }
-  // Row j's write stamp, and the stamps of rows j.. (stamps(j)[i] is row j + i's).
+  // Row j's write stamp, and the stamps of rows j.. (stamps(j)[i] is row j + i's; valid until the next append or
+  // truncate, unlike row(), whose bytes stay put).
   uint64_t stamp(int64_t j) const { return stamps_[size_t(j)]; }
   const uint64_t* stamps(int64_t j) const { return stamps_.data() + j; }
   // Rows j.. that sit contiguously after row(j) in its page (at least 1 for j < n_rows).

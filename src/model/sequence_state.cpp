@@ -72,7 +72,7 @@ int64_t SequenceState::fixed_bytes() const {
   int64_t bytes = 0;
   auto add = [&](const std::vector<LayerState>& layers) {
     for (const auto& l : layers) {
-      bytes += int64_t(l.window.size());
+      bytes += int64_t(l.window.size() + l.window_stamps.size() * sizeof(uint64_t));
       bytes += int64_t(l.compressor.kv.size() + l.compressor.score.size() + l.index_compressor.kv.size() +
                        l.index_compressor.score.size()) * int64_t(sizeof(float));
     }

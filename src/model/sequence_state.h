@@ -65,7 +65,7 @@ struct SequenceState {
   // Bytes held by this sequence's caches: fixed_bytes() plus n_pages() whole pages (a page shared with a
   // snapshot or another sequence counts here too: this is what the sequence holds, not what it alone owns).
   int64_t cache_bytes() const;
-  int64_t fixed_bytes() const;  // packed window rings, fp32 compressor rings (not Engram ids: a few ints)
+  int64_t fixed_bytes() const;  // packed window rings and their stamps, fp32 compressor rings (not Engram ids: a few ints)
   int64_t n_pages() const;      // pool pages of the rows and keys
   int64_t page_bytes() const;   // 0 when the state has no paged rows
   // Pool pages the main model takes processing n_new more tokens (rows of finished groups; copies of shared

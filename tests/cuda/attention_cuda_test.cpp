@@ -261,11 +261,12 @@ TEST_P(SparseAttentionCuda, PackedRowsMatchTheirDecodedFloats) {
 // DEEPINFER_CUDA_KV=mirror: packed rows kept on the device by their stamps (PackedSlot::stamp). Four calls over
 // one pool of stamped rows: every row new, every row kept, a third of the rows rewritten with new stamps (as the
 // model's writes give them), and the first pool again; each output equal, bit for bit, to the same slots given
-// as decoded floats. With the default budget, with one that makes every call empty the arena first, and with
-// one too small for a call's rows (every row copied, as with packed).
+// as decoded floats. With the default budget, with one of 160 584-byte rows (the rewritten rows do not fit the
+// 10 slots left: the arena is emptied and the call copies every row), and with one too small for a call's rows
+// (every row copied, as with packed).
 TEST_P(SparseAttentionCuda, MirroredRowsMatchTheirDecodedFloats) {
   DI_SKIP_WITHOUT_CUDA();
-  for (const char* budget_gb : {"2", "0.0003", "0.00001"}) {
+  for (const char* budget_gb : {"2", "0.000187", "0.00001"}) {
     const ScopedCudaPaths paths("mma", GetParam(), "mirror");
     setenv("DEEPINFER_CUDA_KV_MIRROR_GB", budget_gb, 1);
     DI_MAKE_CUDA_BACKEND(gpu);
@@ -324,6 +325,83 @@ TEST_P(SparseAttentionCuda, MirroredRowsMatchTheirDecodedFloats) {
       }
     }
   }
+}
+
+// DEEPINFER_CUDA_KV=mirror, as V4.1 calls it: two row sizes (528 B window rows, 288 B compressed rows, two
+// arenas) and float rows in one call, 5 heads (the device's slot words behind an odd number of floats). The
+// second call proves the rows were kept: their host bytes are changed under the same stamps (which the model
+// never does), and the outputs must stay those of the first call, while the same slots as floats now differ.
+TEST_P(SparseAttentionCuda, MirrorKeepsRowsOfTwoSizesAcrossCalls) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma", GetParam(), "mirror");
+  DI_MAKE_CUDA_BACKEND(gpu);
+  const KvRowFormat formats[2] = {kv_row_format(KvRowKind::kV41Kv, 512), kv_row_format(KvRowKind::kV41Fp4, 512)};
+  std::mt19937 rng(41);
+  const int64_t H = 5, D = 512, n_pool = 60, n_float = 20, T = 2, n_slots = 128;
+  std::vector<float> decoded[2], floats = random_bf16_values(rng, n_float * D, 1.0f);
+  std::vector<uint8_t> bytes[2];
+  auto fill = [&](int f) {  // fresh contents for pool f (the stamps are not the test's to change)
+    decoded[f] = random_bf16_values(rng, n_pool * D, 1.0f);
+    bytes[f].assign(size_t(n_pool * formats[f].row_bytes), 0);
+    for (int64_t r = 0; r < n_pool; ++r) {
+      float* row = &decoded[f][size_t(r * D)];
+      if (f == 0) qdq_fp8_v41(row, D, 32);
+      else qdq_fp4_e4m3_scale(row, D, 16);
+      ASSERT_TRUE(pack_kv_row(formats[f], row, &bytes[f][size_t(r * formats[f].row_bytes)]));
+      unpack_kv_row(formats[f], &bytes[f][size_t(r * formats[f].row_bytes)], row);
+    }
+  };
+  fill(0);
+  fill(1);
+  const std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
+  std::vector<float> sink(static_cast<size_t>(H));
+  for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+  // The slots, and the attention as floats and as (mostly) packed rows.
+  auto run = [&](bool packed_rows, std::vector<float>& out) {
+    std::vector<const float*> rows;
+    std::vector<PackedSlot> packed;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < n_slots; ++j) {
+        const int kind = int(j % 3);
+        const int64_t r = (j * 5 + t) % n_pool;
+        if (j % 13 == 4) {
+          rows.push_back(nullptr);
+          packed.push_back({});
+        } else if (kind == 2) {
+          rows.push_back(&floats[size_t((r % n_float) * D)]);
+          packed.push_back({});
+        } else if (packed_rows) {
+          rows.push_back(nullptr);
+          packed.push_back({&bytes[kind][size_t(r * formats[kind].row_bytes)], &formats[kind], uint64_t(1000 * (kind + 1) + r)});
+        } else {
+          rows.push_back(&decoded[kind][size_t(r * D)]);
+          packed.push_back({});
+        }
+      }
+    }
+    out.assign(size_t(T * H * D), -7.0f);
+    std::vector<SparseAttentionParams> ps;
+    for (int64_t t = 0; t < T; ++t) {
+      ps.push_back({&q[size_t(t * H * D)], H, D, &rows[size_t(t * n_slots)], n_slots, sink.data(), 1.0 / std::sqrt(double(D)),
+                    false, &out[size_t(t * H * D)], &packed[size_t(t * n_slots)]});
+    }
+    gpu->sparse_attentions(ps);
+  };
+  auto n_differ = [](const std::vector<float>& a, const std::vector<float>& b) {
+    int64_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0;
+    return n;
+  };
+  std::vector<float> want, got, changed, kept;
+  run(false, want);
+  run(true, got);
+  EXPECT_EQ(n_differ(want, got), 0) << "first call: packed rows differ from their decoded floats";
+  fill(0);
+  fill(1);
+  run(false, changed);
+  run(true, kept);
+  EXPECT_GT(n_differ(want, changed), 0) << "the new contents change nothing: the test proves nothing";
+  EXPECT_EQ(n_differ(want, kept), 0) << "second call: the device did not use the rows it kept under their stamps";
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, SparseAttentionCuda, ::testing::ValuesIn(attention_paths()),

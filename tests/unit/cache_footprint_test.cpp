@@ -52,9 +52,9 @@ TEST(CacheFootprint, V41FlashHolds890BytesPerToken) {
   // 16 KiB pages: 56 rows of 288 B, 240 keys of 68 B. 1024 tokens: 512 rows per ratio-2 source, 1024 for ratio 1.
   EXPECT_EQ(f.pages_at(1024), 3 * (10 + 3) + (19 + 5));
   EXPECT_EQ(f.bytes_at(1024) - f.bytes_at(0), f.pages_at(1024) * kDefaultPageBytes);
-  // Fixed: 43 window rings (40 layers + 3 DSpark stages) of 144 slots x 528 B, plus the fp32 kv / score
-  // rings (2 + 16 rows x 512) of the three ratio-2 sources.
-  EXPECT_EQ(f.fixed_bytes, 43 * 144 * 528 + 3 * (18 * 512 * 4 * 2));
+  // Fixed: 43 window rings (40 layers + 3 DSpark stages) of 144 slots x 528 B and an 8-byte write stamp, plus
+  // the fp32 kv / score rings (2 + 16 rows x 512) of the three ratio-2 sources.
+  EXPECT_EQ(f.fixed_bytes, 43 * 144 * (528 + 8) + 3 * (18 * 512 * 4 * 2));
 }
 
 TEST(CacheFootprint, V4FlashHoldsAbout3500BytesPerToken) {
@@ -65,9 +65,9 @@ TEST(CacheFootprint, V4FlashHoldsAbout3500BytesPerToken) {
   // 16 KiB pages: 28 rows of 584 B, 240 keys of 68 B. 512 tokens: 128 rows (5 pages) + 128 keys (1 page) per
   // ratio-4 layer, 4 rows (1 page) per ratio-128 layer.
   EXPECT_EQ(f.pages_at(512), 21 * (5 + 1) + 20 * 1);
-  // Fixed: 44 window rings of 144 x 584 B; ratio-4 layers hold kv / score rings of 24 rows x 1024 (main)
-  // and 24 x 256 (indexer), ratio-128 layers 144 x 512, all fp32.
-  EXPECT_EQ(f.fixed_bytes, 44 * 144 * 584 + 21 * (24 * 1024 + 24 * 256) * 8 + 20 * (144 * 512) * 8);
+  // Fixed: 44 window rings of 144 x 584 B and an 8-byte write stamp per slot; ratio-4 layers hold kv / score
+  // rings of 24 rows x 1024 (main) and 24 x 256 (indexer), ratio-128 layers 144 x 512, all fp32.
+  EXPECT_EQ(f.fixed_bytes, 44 * 144 * (584 + 8) + 21 * (24 * 1024 + 24 * 256) * 8 + 20 * (144 * 512) * 8);
 }
 
 TEST(CacheFootprint, MatchesAGrownSequenceState) {

@@ -1,58 +1,72 @@
-// RowMirror: a row is copied the first time its stamp is placed and found in its slot after; a call that does
-// not fit the free slots empties the arena first, never a row the call has placed.
+// RowMirror: a row is copied the first time its stamp is placed and found in its slot after; rows of one stamp
+// share a slot; a call whose missing rows do not fit the free slots empties the arena first (and copies all of
+// its rows), never otherwise.
 #include "backend/row_mirror.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
+#include <vector>
 
 namespace deepinfer {
 namespace {
 
+// One call: find() for every row, then place_missing(); the slots, and which rows were copied.
+std::vector<int64_t> place(RowMirror& m, const std::vector<uint64_t>& stamps, std::vector<int64_t>& copies) {
+  std::vector<int64_t> slots;
+  for (uint64_t s : stamps) slots.push_back(m.find(s));
+  m.place_missing(stamps, slots, copies);
+  return slots;
+}
+
 TEST(RowMirror, CopiesARowOnceThenFindsItsSlot) {
   RowMirror m(8);
-  m.begin_call(3);
-  const RowMirror::Place a = m.place(11), b = m.place(12), a_again = m.place(11);
-  EXPECT_TRUE(a.copy);
-  EXPECT_TRUE(b.copy);
-  EXPECT_FALSE(a_again.copy);
-  EXPECT_EQ(a_again.slot, a.slot);
-  EXPECT_NE(a.slot, b.slot);
-  m.begin_call(2);
-  EXPECT_FALSE(m.place(12).copy);
-  const RowMirror::Place c = m.place(13);
-  EXPECT_TRUE(c.copy);
+  std::vector<int64_t> copies;
+  const std::vector<int64_t> first = place(m, {11, 12, 11}, copies);
+  EXPECT_EQ(copies, (std::vector<int64_t>{0, 1}));  // the second 11 shares the first's slot
+  EXPECT_EQ(first[2], first[0]);
+  EXPECT_NE(first[0], first[1]);
+  const std::vector<int64_t> second = place(m, {12, 13}, copies);
+  EXPECT_EQ(second[0], first[1]);
+  EXPECT_EQ(copies, (std::vector<int64_t>{1}));
+  EXPECT_EQ(m.find(13), second[1]);
+  EXPECT_EQ(m.find(14), -1);
   EXPECT_EQ(m.n_held(), 3);
   EXPECT_EQ(m.n_flushes(), 0);
 }
 
-TEST(RowMirror, ACallThatDoesNotFitEmptiesTheArenaFirst) {
+TEST(RowMirror, EmptiesTheArenaOnlyWhenTheMissingRowsDoNotFit) {
   RowMirror m(4);
-  m.begin_call(3);
-  for (uint64_t s : {1, 2, 3}) EXPECT_TRUE(m.place(s).copy);
-  m.begin_call(2);  // one slot free, two may be needed: emptied
+  std::vector<int64_t> copies;
+  place(m, {1, 2, 3}, copies);
+  place(m, {1, 2, 3, 4}, copies);  // three held, one missing, one free: no flush
+  EXPECT_EQ(m.n_flushes(), 0);
+  EXPECT_EQ(copies, (std::vector<int64_t>{3}));
+  const std::vector<int64_t> slots = place(m, {4, 5}, copies);  // one missing, none free: emptied
   EXPECT_EQ(m.n_flushes(), 1);
-  std::set<int64_t> slots;
-  for (uint64_t s : {3, 4}) {
-    const RowMirror::Place p = m.place(s);
-    EXPECT_TRUE(p.copy) << "stamp " << s << " was dropped with the arena";
-    EXPECT_TRUE(slots.insert(p.slot).second);
-    EXPECT_LT(p.slot, m.capacity());
-  }
-  m.begin_call(4);  // 2 held, 2 free: emptied again, so that 4 new rows fit
-  EXPECT_EQ(m.n_flushes(), 2);
-  slots.clear();
-  for (uint64_t s : {5, 6, 7, 8}) EXPECT_TRUE(slots.insert(m.place(s).slot).second);
-  EXPECT_EQ(int64_t(slots.size()), m.capacity());
+  EXPECT_EQ(copies, (std::vector<int64_t>{0, 1})) << "a flush drops the held rows of the call too";
+  EXPECT_NE(slots[0], slots[1]);
+  for (int64_t s : slots) EXPECT_LT(s, m.capacity());
+  EXPECT_EQ(m.find(1), -1);
+  EXPECT_EQ(m.n_held(), 2);
 }
 
-TEST(RowMirror, RefusesACallLargerThanTheArenaAndRowsBeyondTheCall) {
+TEST(RowMirror, ManyStampsKeepDistinctSlots) {
+  RowMirror m(1000);
+  std::vector<uint64_t> stamps;
+  for (uint64_t s = 1; s <= 1000; ++s) stamps.push_back(s * 1024);  // stamps that share low bits
+  std::vector<int64_t> copies;
+  const std::vector<int64_t> slots = place(m, stamps, copies);
+  EXPECT_EQ(copies.size(), 1000u);
+  EXPECT_EQ(std::set<int64_t>(slots.begin(), slots.end()).size(), 1000u);
+  for (size_t k = 0; k < stamps.size(); ++k) EXPECT_EQ(m.find(stamps[k]), slots[k]);
+}
+
+TEST(RowMirror, RefusesACallLargerThanTheArenaAndAnUnstampedRow) {
   RowMirror m(2);
-  EXPECT_DEATH(m.begin_call(3), "do not fit");
-  m.begin_call(1);
-  m.place(1);
-  EXPECT_DEATH(m.place(2), "more rows placed");
-  EXPECT_DEATH({ m.begin_call(1); m.place(0); }, "needs a stamp");
+  std::vector<int64_t> copies, slots = {-1, -1, -1};
+  EXPECT_DEATH(m.place_missing(std::vector<uint64_t>{1, 2, 3}, slots, copies), "do not fit");
+  EXPECT_DEATH(m.find(0), "needs a stamp");
 }
 
 }  // namespace

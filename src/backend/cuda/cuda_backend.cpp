@@ -128,7 +128,9 @@ class CudaBackend final : public Backend {
     size_t free_bytes = 0, total_bytes = 0;
     DI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const double reserve = std::max(4.0 * (1 << 30), 0.08 * double(total_bytes));
-    const double budget = weight_budget_gb_ >= 0 ? weight_budget_gb_ * 1e9 : double(free_bytes) - reserve;
+    // The row mirror's arenas (DEEPINFER_CUDA_KV=mirror) come out of the free memory too.
+    const double mirror = mirror_rows_ ? mirror_gb_ * 1e9 : 0.0;
+    const double budget = weight_budget_gb_ >= 0 ? weight_budget_gb_ * 1e9 : double(free_bytes) - reserve - mirror;
     const ExpertPlacement placement = place_experts_within(budget, other_weight_bytes, experts);
     if (!placement.other_weights_fit) {
       char message[256];
@@ -461,11 +463,13 @@ class CudaBackend final : public Backend {
     return it->second.get();
   }
 
-  // A packed group's upload: with the mirror (every row stamped, the group no larger than its arena) the rows
-  // its arena lacks, else all of them.
+  // A packed group's upload: with the mirror (every row stamped, rows a multiple of 4 bytes for the scatter,
+  // the group no larger than its arena) the rows its arena lacks, else all of them. The lookups run on the
+  // host's threads (a 256-sequence decode step reads ~160k rows a layer); the placing of the missing rows, few
+  // in a decode step, on this one.
   void plan_upload(const SlotGather::PackedGroup& g, PackedUpload& u) {
     const int64_t n = int64_t(g.rows.size());
-    u.arena = mirror_rows_ ? arena_for(g.format.row_bytes) : nullptr;
+    u.arena = mirror_rows_ && g.format.row_bytes % 4 == 0 ? arena_for(g.format.row_bytes) : nullptr;
     const bool stamped = std::find(g.stamps.begin(), g.stamps.end(), uint64_t(0)) == g.stamps.end();
     if (!u.arena || !stamped || n > u.arena->mirror.capacity()) {
       u.arena = nullptr;
@@ -474,19 +478,13 @@ class CudaBackend final : public Backend {
       u.slots.clear();
       return;
     }
-    u.staged.clear();
     u.slots.resize(size_t(n));
-    u.arena->mirror.begin_call(n);
-    std::vector<int64_t> copy_slots;
-    for (int64_t k = 0; k < n; ++k) {
-      const RowMirror::Place place = u.arena->mirror.place(g.stamps[size_t(k)]);
-      u.slots[size_t(k)] = place.slot;
-      if (place.copy) {
-        u.staged.push_back(k);
-        copy_slots.push_back(place.slot);
-      }
-    }
-    u.slots.insert(u.slots.end(), copy_slots.begin(), copy_slots.end());
+    const RowMirror& mirror = u.arena->mirror;
+    host_->for_rows(n, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) u.slots[size_t(k)] = mirror.find(g.stamps[size_t(k)]);
+    });
+    u.arena->mirror.place_missing(g.stamps, std::span<int64_t>(u.slots.data(), size_t(n)), u.staged);
+    for (int64_t k : u.staged) u.slots.push_back(u.slots[size_t(k)]);  // the copied rows' slots, for the scatter
   }
 
   // Tokens per attention launch: a prefill block (the model's 256) or a batched decode step's 256 sequences
@@ -512,8 +510,8 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < groups.size(); ++i) {
       PackedUpload& u = uploads_[i];
       plan_upload(groups[i], u);
-      u.byte_at = packed_bytes;
-      packed_bytes += u.staged.size() * size_t(groups[i].format.row_bytes);
+      u.byte_at = packed_bytes;  // 16-byte aligned for the scatter's 4-byte words, whatever the rows before
+      packed_bytes += (u.staged.size() * size_t(groups[i].format.row_bytes) + 15) / 16 * 16;
       u.slot_at = n_slot_words;
       n_slot_words += int64_t(u.slots.size());
     }

@@ -112,8 +112,10 @@ struct UnpackRowsLaunch {
   const int64_t* row_slots = nullptr;  // [n_rows]: row i is rows + row_slots[i] * row_bytes (nullptr: i)
 };
 void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream);
-// Copies n_rows packed rows of row_bytes (a multiple of 4) from src [n_rows, row_bytes] into the arena's slots:
-// row i to arena + slots[i] * row_bytes (a RowMirror's new rows).
+// Copies n_rows packed rows of row_bytes from src [n_rows, row_bytes] into the arena's slots: row i to arena +
+// slots[i] * row_bytes (a RowMirror's new rows). In 4-byte words: row_bytes a multiple of 4 (V4's 584, V4.1's
+// 528 and 288 at head_dim 512; another head_dim may not be, and its rows are then copied whole every call), src
+// and arena 4-byte aligned.
 void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
                          cudaStream_t stream);
 
