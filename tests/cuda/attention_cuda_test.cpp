@@ -192,6 +192,35 @@ TEST_P(SparseAttentionCuda, BatchedTokensShareRowsAndMatchSingleRuns) {
   }
 }
 
+// The outputs whose bits differ.
+int64_t n_differing(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0;
+  return n;
+}
+
+// T tokens' attention on `gpu` twice: over as_floats (n_slots float rows each), and over `slots` beside `packed`
+// (the same rows, some of them packed); how many outputs differ in their bits.
+int64_t packed_outputs_differing(Backend& gpu, const std::vector<float>& q, const std::vector<float>& sink, int64_t H,
+                                 int64_t D, int64_t n_slots, bool running, const std::vector<const float*>& as_floats,
+                                 const std::vector<const float*>& slots, const std::vector<PackedSlot>& packed) {
+  const int64_t T = int64_t(as_floats.size()) / n_slots;
+  std::vector<float> want(size_t(T * H * D), -7.0f), got(size_t(T * H * D), -9.0f);
+  std::vector<SparseAttentionParams> float_ps, packed_ps;
+  for (int64_t t = 0; t < T; ++t) {
+    SparseAttentionParams p{&q[size_t(t * H * D)], H, D, &as_floats[size_t(t * n_slots)], n_slots, sink.data(),
+                            1.0 / std::sqrt(double(D)), running, &want[size_t(t * H * D)]};
+    float_ps.push_back(p);
+    p.slots = &slots[size_t(t * n_slots)];
+    p.packed = &packed[size_t(t * n_slots)];
+    p.out = &got[size_t(t * H * D)];
+    packed_ps.push_back(p);
+  }
+  gpu.sparse_attentions(float_ps);
+  gpu.sparse_attentions(packed_ps);
+  return n_differing(want, got);
+}
+
 // DEEPINFER_CUDA_KV=packed: cache rows handed over packed (SparseAttentionParams::packed) are decoded on the
 // device to the floats unpack_kv_row gives, so every output equals, bit for bit, that of the same slots given
 // as those floats. Every row format, 3 tokens sharing rows, float and packed slots mixed, empty slots.
@@ -237,21 +266,7 @@ TEST_P(SparseAttentionCuda, PackedRowsMatchTheirDecodedFloats) {
       }
     }
     for (bool running : {true, false}) {
-      std::vector<float> want(size_t(T * H * D), -7.0f), got(size_t(T * H * D), -9.0f);
-      std::vector<SparseAttentionParams> float_ps, packed_ps;
-      for (int64_t t = 0; t < T; ++t) {
-        SparseAttentionParams p{&q[size_t(t * H * D)], H, D, &as_floats[size_t(t * n_slots)], n_slots, sink.data(),
-                                1.0 / std::sqrt(double(D)), running, &want[size_t(t * H * D)]};
-        float_ps.push_back(p);
-        p.slots = &mixed[size_t(t * n_slots)];
-        p.packed = &packed[size_t(t * n_slots)];
-        p.out = &got[size_t(t * H * D)];
-        packed_ps.push_back(p);
-      }
-      gpu->sparse_attentions(float_ps);
-      gpu->sparse_attentions(packed_ps);
-      int64_t n_differ = 0;
-      for (size_t i = 0; i < want.size(); ++i) n_differ += std::memcmp(&want[i], &got[i], 4) != 0;
+      const int64_t n_differ = packed_outputs_differing(*gpu, q, sink, H, D, n_slots, running, as_floats, mixed, packed);
       EXPECT_EQ(n_differ, 0) << "row kind " << int(f.format.kind) << " running=" << running << ": " << n_differ
                              << " outputs differ from the decoded-floats run";
     }
@@ -305,21 +320,7 @@ TEST_P(SparseAttentionCuda, MirroredRowsMatchTheirDecodedFloats) {
             packed.push_back(empty ? PackedSlot{} : PackedSlot{&bytes[size_t(r * format.row_bytes)], &format, stamps[size_t(r)]});
           }
         }
-        std::vector<float> want(size_t(T * H * D), -7.0f), got(size_t(T * H * D), -9.0f);
-        std::vector<SparseAttentionParams> float_ps, packed_ps;
-        for (int64_t t = 0; t < T; ++t) {
-          SparseAttentionParams p{&q[size_t(t * H * D)], H, D, &as_floats[size_t(t * n_slots)], n_slots, sink.data(),
-                                  1.0 / std::sqrt(double(D)), true, &want[size_t(t * H * D)]};
-          float_ps.push_back(p);
-          p.slots = &none[size_t(t * n_slots)];
-          p.packed = &packed[size_t(t * n_slots)];
-          p.out = &got[size_t(t * H * D)];
-          packed_ps.push_back(p);
-        }
-        gpu->sparse_attentions(float_ps);
-        gpu->sparse_attentions(packed_ps);
-        int64_t n_differ = 0;
-        for (size_t i = 0; i < want.size(); ++i) n_differ += std::memcmp(&want[i], &got[i], 4) != 0;
+        const int64_t n_differ = packed_outputs_differing(*gpu, q, sink, H, D, n_slots, true, as_floats, none, packed);
         EXPECT_EQ(n_differ, 0) << "budget " << budget_gb << " GB, row kind " << int(format.kind) << ", call " << round
                                << ": " << n_differ << " outputs differ from the decoded-floats run";
       }
@@ -387,21 +388,16 @@ TEST_P(SparseAttentionCuda, MirrorKeepsRowsOfTwoSizesAcrossCalls) {
     }
     gpu->sparse_attentions(ps);
   };
-  auto n_differ = [](const std::vector<float>& a, const std::vector<float>& b) {
-    int64_t n = 0;
-    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0;
-    return n;
-  };
   std::vector<float> want, got, changed, kept;
   run(false, want);
   run(true, got);
-  EXPECT_EQ(n_differ(want, got), 0) << "first call: packed rows differ from their decoded floats";
+  EXPECT_EQ(n_differing(want, got), 0) << "first call: packed rows differ from their decoded floats";
   fill(0);
   fill(1);
   run(false, changed);
   run(true, kept);
-  EXPECT_GT(n_differ(want, changed), 0) << "the new contents change nothing: the test proves nothing";
-  EXPECT_EQ(n_differ(want, kept), 0) << "second call: the device did not use the rows it kept under their stamps";
+  EXPECT_GT(n_differing(want, changed), 0) << "the new contents change nothing: the test proves nothing";
+  EXPECT_EQ(n_differing(want, kept), 0) << "second call: the device did not use the rows it kept under their stamps";
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, SparseAttentionCuda, ::testing::ValuesIn(attention_paths()),
