@@ -95,5 +95,37 @@ TEST(GoldenCudaOffload, HalfTheExpertsOnTheHost) {
   }
 }
 
+// DEEPINFER_CUDA_KV=mirror end to end: the rows the device keeps by stamp are the bytes the packed path copies each
+// call, so the logits (main, MTP, DSpark) equal the packed path's bit for bit, through a prefill and the teacher-
+// forced decode steps whose cache rows are mostly kept from the steps before.
+TEST(GoldenCudaMirror, EqualsThePackedPathBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  for (const testing::GoldenCaseParam& param : std::vector<testing::GoldenCaseParam>{
+           {"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}) {
+    if (!std::filesystem::exists(param.case_path())) GTEST_SKIP() << "golden case not found: " << param.case_path();
+    SCOPED_TRACE(param.case_path());
+    auto gc = load_golden_case(param.case_path());
+    ASSERT_TRUE(gc.ok()) << gc.status().message();
+    const bool v41 = param.family == "v41-flash";
+    TeacherForcedOptions tf{.prefill_chunk = 0, .mtp = !v41, .dspark = v41};
+    if (v41) {
+      tf.forced_dspark_anchor = &gc->dspark_anchor;
+      tf.forced_dspark_tokens = &gc->dspark_tokens;
+    }
+    std::vector<float> logits[2], side_logits[2];
+    for (int mirror = 0; mirror < 2; ++mirror) {
+      const testing::ScopedCudaPaths paths("mma", "fused", mirror ? "mirror" : "packed");
+      auto model = Model::open(param.model_dir(), ModelOptions{.exact = false, .cuda = true});
+      ASSERT_TRUE(model.ok()) << model.status().message();
+      auto r = run_teacher_forced(*model.value(), gc->prompt, gc->continuation, tf);
+      logits[mirror] = r.logits;
+      side_logits[mirror] = v41 ? r.dspark_logits : r.mtp_logits;
+    }
+    EXPECT_EQ(logits[0], logits[1]);
+    EXPECT_EQ(side_logits[0], side_logits[1]);
+    EXPECT_FALSE(logits[0].empty());
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer
