@@ -13,6 +13,8 @@
 #include <span>
 #include <vector>
 
+#include "core/flat_index.h"
+
 namespace deepinfer {
 
 class RowMirror {
@@ -31,19 +33,10 @@ class RowMirror {
   void place_missing(std::span<const uint64_t> stamps, std::span<int64_t> slots, std::vector<int64_t>& copies);
 
  private:
-  // Open addressing, linear probing, at most half full; key 0 = empty (a stamp is never 0).
-  struct Entry {
-    uint64_t stamp = 0;
-    int64_t slot = 0;
-  };
-  size_t home(uint64_t stamp) const { return size_t((stamp * 0x9E3779B97F4A7C15ull) >> shift_); }
-  void clear();
-
   int64_t capacity_;
   int64_t next_free_ = 0;  // slots [0, next_free_) hold rows
   int64_t n_flushes_ = 0;
-  int shift_ = 63;         // 64 - log2(table size): home() keeps the product's top bits
-  std::vector<Entry> table_;
+  FlatIndex slot_of_;      // stamp -> slot
 };
 
 }  // namespace deepinfer

@@ -17,7 +17,7 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
   slot_rows_.assign(size_t(n_tokens_ * n_slots_), -1);
   float_rows_.clear();
   groups_.clear();
-  index_.clear();
+  index_.reset(n_tokens_ * n_slots_);
   packed_at_.clear();
   for (int64_t t = 0; t < n_tokens_; ++t) {
     const SparseAttentionParams& p = batch[size_t(t)];
@@ -27,13 +27,13 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
       const PackedSlot packed = p.packed ? p.packed[j] : PackedSlot{};
       int32_t& at = slot_rows_[size_t(t * n_slots_ + j)];
       if (row) {
-        const auto [it, inserted] = index_.try_emplace(row, int32_t(float_rows_.size()));
+        const auto [index, inserted] = index_.try_emplace(reinterpret_cast<uintptr_t>(row), int32_t(float_rows_.size()));
         if (inserted) float_rows_.push_back(row);
-        at = it->second;
+        at = int32_t(index);
       } else if (packed.row) {  // -2 - k for the k-th packed row, made a row index below
-        const auto [it, inserted] = index_.try_emplace(packed.row, -2 - int32_t(packed_at_.size()));
+        const auto [index, inserted] = index_.try_emplace(reinterpret_cast<uintptr_t>(packed.row), -2 - int32_t(packed_at_.size()));
         if (inserted) packed_at_.push_back(add_packed(packed, head_dim));
-        at = it->second;
+        at = int32_t(index);
       }
     }
   }

@@ -8,11 +8,11 @@
 
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/flat_index.h"
 #include "model/kv_format.h"
 
 namespace deepinfer {
@@ -45,7 +45,7 @@ class SlotGather {
   std::vector<int32_t> slot_rows_;
   std::vector<const float*> float_rows_;
   std::vector<PackedGroup> groups_;
-  std::unordered_map<const void*, int32_t> index_;     // a row's index (a packed row's: -2 - k until placed)
+  FlatIndex index_{6};  // a row's address -> its index (a packed row's: -2 - k until placed); rows are >= 68 B apart
   std::vector<std::pair<int32_t, int32_t>> packed_at_;  // the k-th packed row: its group and place there
 };
 
