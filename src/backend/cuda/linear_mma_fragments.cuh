@@ -28,6 +28,18 @@ __device__ __forceinline__ void split3(float x, float& hi, float& mid, float& lo
   lo = __uint_as_float(__float_as_uint(r - mid) & 0xffff0000u);
 }
 
+// A lane's 8 x values split (split3); true when any has low bits (a nonzero mid term, which any nonzero lo term
+// implies): the warp's vote over that (__any_sync) decides whether its mid and lo mmas run.
+__device__ __forceinline__ bool split8(const float x[8], float hi[8], float mid[8], float lo[8]) {
+  bool low_bits = false;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    split3(x[i], hi[i], mid[i], lo[i]);
+    low_bits |= mid[i] != 0.0f;
+  }
+  return low_bits;
+}
+
 __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "

@@ -84,15 +84,9 @@ __device__ __forceinline__ void linear_mma_tile(const LinearLaunch& p, int slice
         xv[0] = x0.x, xv[1] = x0.y, xv[2] = x0.z, xv[3] = x0.w, xv[4] = x1.x, xv[5] = x1.y, xv[6] = x1.z, xv[7] = x1.w;
       }
       float hi[8], mid[8], lo[8];
-      bool low_bits = false;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        split3(xv[i], hi[i], mid[i], lo[i]);
-        low_bits |= mid[i] != 0.0f;  // lo != 0 implies mid != 0
-      }
       // The mid and lo mmas only add zeros (leaving the accumulators as they are) unless some x of this
       // chunk and n-tile has low bits: skipped then, warp-uniformly, without changing any result.
-      const bool exact_terms = __any_sync(0xffffffffu, low_bits);
+      const bool exact_terms = __any_sync(0xffffffffu, split8(xv, hi, mid, lo));
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
         mma_bf16(acc[j], a[s], pack_bf16(hi[4 * s], hi[4 * s + 1]), pack_bf16(hi[4 * s + 2], hi[4 * s + 3]));

@@ -83,13 +83,7 @@ __device__ __forceinline__ void stage_chunk(const ChunkLoads& l, StagedChunk& s)
     const float v[8] = {l.x[i][0].x, l.x[i][0].y, l.x[i][0].z, l.x[i][0].w,
                         l.x[i][1].x, l.x[i][1].y, l.x[i][1].z, l.x[i][1].w};
     float hi[8], mid[8], lo[8];
-    bool low_bits = false;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      split3(v[j], hi[j], mid[j], lo[j]);
-      low_bits |= mid[j] != 0.0f;  // lo != 0 implies mid != 0
-    }
-    const bool group_low_bits = __any_sync(0xffffffffu, low_bits);  // the register kernel's exact_terms
+    const bool group_low_bits = __any_sync(0xffffffffu, split8(v, hi, mid, lo));  // the register kernel's exact_terms
     s.x[0][t][q] = pack8(hi);
     if (group_low_bits) {
       s.x[1][t][q] = pack8(mid);
