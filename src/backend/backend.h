@@ -39,6 +39,10 @@ struct LinearParams {
   const float* bias = nullptr;    // [n_tokens, n_rows] for kF32AddBias
   float* out = nullptr;           // [n_tokens, out_stride]
   int64_t out_stride = 0;
+  // > 0: the caller applied the activation QDQ (qdq_fp8 / qdq_fp8_v41) to x in blocks of this many columns, so
+  // every block of a token's first W.n_in values is e4m3 values times one power of two. A backend may then run
+  // the op on FP8 operands (the CUDA backend's prompt path); the reference backend checks the promise.
+  int64_t x_e4m3_block = 0;
 };
 
 // mHC mixes (spec B1/H1): out[t, m] = f32( (x_t . fn[m]) / sqrt(mean(x_t^2) + eps) ).

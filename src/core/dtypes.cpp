@@ -1,6 +1,8 @@
 // Dtype names and the code tables of the small float formats.
 #include "core/dtypes.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace deepinfer {
@@ -37,6 +39,21 @@ bool dtype_from_name(const char* name, DType* out) {
     if (std::strcmp(info.name, name) == 0) { *out = info.dtype; return true; }
   }
   return false;
+}
+
+bool is_scaled_e4m3_block(const float* x, int64_t n) {
+  double amax = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return false;
+    amax = std::max(amax, std::fabs(double(x[i])));
+  }
+  if (amax == 0) return true;
+  const double s = pow2_scale_at_least(amax, 448.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const double q = double(x[i]) / s;  // exact: s is a power of two
+    if (e4m3_round(q) != q) return false;
+  }
+  return true;
 }
 
 uint8_t e4m3_code(double grid_value) {

@@ -130,6 +130,11 @@ inline double e2m1_round(double v) {
 }
 uint8_t e2m1_code(double grid_value);
 
+// True when the n values are e4m3 grid values times one power of two, as a block of an activation QDQ is:
+// divided by the smallest power of two that brings their largest magnitude to at most 448, each lands on the
+// e4m3 grid (any larger power of two that does so leaves the same codes shifted, so this one always works).
+bool is_scaled_e4m3_block(const float* x, int64_t n);
+
 // Smallest power of two s with s * q_max >= a (exact comparison), for a > 0.
 inline double pow2_scale_at_least(double a, double q_max) {
   int exp2 = 0;

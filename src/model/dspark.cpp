@@ -21,14 +21,15 @@ void Model::dspark_seed(SequenceState& seq, int64_t first_pos, std::span<const f
   std::vector<float> x(taps.begin(), taps.end()), mx(static_cast<size_t>(n * D)), kv(static_cast<size_t>(n * HD));
   act_qdq_rows(x, n, width);  // D1: main_x = main_norm(main_proj(main_hidden))
   backend_->linear({.x = x.data(), .x_stride = width, .n_tokens = n, .weight = &weights_.dspark.main_proj, .row_begin = 0,
-                    .n_rows = D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = mx.data(), .out_stride = D});
+                    .n_rows = D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = mx.data(), .out_stride = D,
+                    .x_e4m3_block = c.act_block});
   for (int64_t i = 0; i < n; ++i) rmsnorm(&mx[size_t(i * D)], weights_.dspark.main_norm, D, eps, &mx[size_t(i * D)]);
   act_qdq_rows(mx, n, D);
   for (int s = 0; s < c.n_mtp_layers; ++s) {  // D2: each stage's ring takes the main KV of these positions
     const BlockWeights& w = weights_.mtp[size_t(s)].block;
     const RopeTable& rope = layer_rope_[size_t(c.n_layers + s)];
     backend_->linear({.x = mx.data(), .x_stride = D, .n_tokens = n, .weight = &w.wkv, .row_begin = 0, .n_rows = HD,
-                      .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(), .out_stride = HD});
+                      .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(), .out_stride = HD, .x_e4m3_block = c.act_block});
     for (int64_t i = 0; i < n; ++i) {
       float* row = &kv[size_t(i * HD)];
       rmsnorm(row, w.kv_norm, HD, eps, row);

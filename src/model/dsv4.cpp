@@ -350,8 +350,8 @@ std::vector<ChunkOutput> Model::forward_mtp_pass(std::span<const MtpChunk> chunk
   act_qdq_rows(e, T, D);  // T3
   act_qdq_rows(hh, T * 4, D);
   const LinearParams projections[] = {
-      {e.data(), D, T, &mw.e_proj, 0, D, Epilogue::kBf16, nullptr, ep.data(), D},
-      {hh.data(), D, T * 4, &mw.h_proj, 0, D, Epilogue::kBf16, nullptr, hp.data(), D},
+      {e.data(), D, T, &mw.e_proj, 0, D, Epilogue::kBf16, nullptr, ep.data(), D, c.act_block},
+      {hh.data(), D, T * 4, &mw.h_proj, 0, D, Epilogue::kBf16, nullptr, hp.data(), D, c.act_block},
   };
   backend_->linears(projections);  // independent: one batch (one wait on a GPU)
   for (int64_t i = 0; i < T; ++i) {  // T4

@@ -48,7 +48,8 @@ void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std
   });
   act_qdq_rows(emb, T, width);
   backend_->linear({.x = emb.data(), .x_stride = width, .n_tokens = T, .weight = &w.engram.wkv, .row_begin = 0,
-                    .n_rows = 5 * D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(), .out_stride = 5 * D});
+                    .n_rows = 5 * D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(), .out_stride = 5 * D,
+                    .x_e4m3_block = config_.act_block});
   const double sqrt_d = std::sqrt(double(D));
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

@@ -144,9 +144,9 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
   out.kv.resize(size_t(T * HD));
   std::vector<LinearParams> projections = {  // independent: one batch (one wait on a GPU)
       {.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wq_a, .row_begin = 0, .n_rows = QL,
-       .epilogue = Epilogue::kBf16, .bias = nullptr, .out = qr.data(), .out_stride = QL},
+       .epilogue = Epilogue::kBf16, .bias = nullptr, .out = qr.data(), .out_stride = QL, .x_e4m3_block = c.act_block},
       {.x = uq.data(), .x_stride = D, .n_tokens = T, .weight = &w.wkv, .row_begin = 0, .n_rows = HD,
-       .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.kv.data(), .out_stride = HD},
+       .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.kv.data(), .out_stride = HD, .x_e4m3_block = c.act_block},
   };
   projections.insert(projections.end(), with_u.begin(), with_u.end());
   backend_->linears(projections);
@@ -157,11 +157,12 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
   act_qdq_rows(out.qr_quantized, T, QL);
   projections.clear();
   projections.push_back({.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = &w.wq_b, .row_begin = 0,
-                         .n_rows = H * HD, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.q.data(), .out_stride = H * HD});
+                         .n_rows = H * HD, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.q.data(), .out_stride = H * HD,
+                         .x_e4m3_block = c.act_block});
   if (index_wq_b) {  // step 20, on the same input
     projections.push_back({.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = index_wq_b, .row_begin = 0,
                            .n_rows = index_wq_b->n_out, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iq,
-                           .out_stride = index_wq_b->n_out});
+                           .out_stride = index_wq_b->n_out, .x_e4m3_block = c.act_block});
   }
   backend_->linears(projections);
   // Ranges of query heads; a token's last range also takes its kv row.
@@ -226,7 +227,7 @@ void Model::output_projection_v41(const BlockWeights& w, const std::vector<float
   backend_->linears(wo_a);
   act_qdq_rows(z, T, G * OL);  // step 31
   backend_->linear({.x = z.data(), .x_stride = G * OL, .n_tokens = T, .weight = &w.wo_b, .row_begin = 0, .n_rows = D,
-                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.data(), .out_stride = D});
+                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.data(), .out_stride = D, .x_e4m3_block = c.act_block});
 }
 
 // Query tokens whose index scores are held at once (their selections run on the backend's threads).

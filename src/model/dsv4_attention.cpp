@@ -130,8 +130,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   // C2, and the indexer's I5 for all the call's tokens.
   std::vector<float> qr(static_cast<size_t>(T * QL)), kv(size_t(T * HD)), index_w_all;
   std::vector<LinearParams> projections = {
-      {uq.data(), D, T, &w.wq_a, 0, QL, Epilogue::kBf16, nullptr, qr.data(), QL},  // A1
-      {uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD},   // A10
+      {uq.data(), D, T, &w.wq_a, 0, QL, Epilogue::kBf16, nullptr, qr.data(), QL, c.act_block},  // A1
+      {uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD, c.act_block},   // A10
   };
   CompressorProjections compressed, index_compressed;
   if (ratio != 0) compressed.add_ops(w.compressor, ratio, HD, batch.pos, u, D, projections);
@@ -185,8 +185,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     if (ratio == 4) buf.iq.resize(size_t(nb * IH * ID));
     // A3, with the indexer's I1 in the same batch where the layer has an indexer (both read qrq).
     const LinearParams q_ops[] = {
-        {&qrq[size_t(b0 * QL)], QL, nb, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q, H * HD},                         // A3
-        {&qrq[size_t(b0 * QL)], QL, nb, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, buf.iq.data(), IH * ID},  // I1
+        {&qrq[size_t(b0 * QL)], QL, nb, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q, H * HD, c.act_block},                         // A3
+        {&qrq[size_t(b0 * QL)], QL, nb, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, buf.iq.data(), IH * ID, c.act_block},  // I1
     };
     backend_->linears(std::span(q_ops, ratio == 4 ? 2 : 1));
     for_token_ranges(*backend_, nb, H, kHeadRange, [&](int64_t i, int64_t h0, int64_t h1) {
@@ -331,7 +331,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     }
     backend_->linears(wo_a);
     act_qdq_rows(buf.z, nb, G * OL);
-    backend_->linear({buf.z.data(), G * OL, nb, &w.wo_b, 0, D, Epilogue::kBf16, nullptr, &out[size_t(b0 * D)], D});
+    backend_->linear({buf.z.data(), G * OL, nb, &w.wo_b, 0, D, Epilogue::kBf16, nullptr, &out[size_t(b0 * D)], D, c.act_block});
   }
 
   // The window ring takes this call's rows only now: earlier tokens of the call still needed the old ones.

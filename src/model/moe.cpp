@@ -48,8 +48,8 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   shared_y.resize(size_t(T * D));
   const LinearParams m1_m7[] = {
       {u.data(), D, T, &w.gate, 0, E, Epilogue::kSqrtSoftplus, nullptr, gate.data(), E},                 // M1
-      {uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, shared_a.data(), IS},             // M7
-      {uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, shared_b.data(), IS},
+      {uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, shared_a.data(), IS, c.act_block},  // M7
+      {uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, shared_b.data(), IS, c.act_block},
   };
   backend_->linears(m1_m7);
   const double shared_limit = v41 ? limit : INFINITY;  // M7: no clamp in V4; V4.1 clamps the shared expert too
@@ -57,7 +57,7 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     swiglu(&shared_a[size_t(t0 * IS)], &shared_b[size_t(t0 * IS)], (t1 - t0) * IS, shared_limit, 1.0, &shared_a[size_t(t0 * IS)]);
   });
   act_qdq_rows(shared_a, T, IS);
-  const LinearParams shared_w2{shared_a.data(), IS, T, &w.shared.w2, 0, D, Epilogue::kBf16, nullptr, shared_y.data(), D};
+  const LinearParams shared_w2{shared_a.data(), IS, T, &w.shared.w2, 0, D, Epilogue::kBf16, nullptr, shared_y.data(), D, c.act_block};
 
   // M2/M3: per token the chosen experts and their weights.
   std::vector<int64_t> chosen(static_cast<size_t>(T * K));
@@ -126,8 +126,8 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     for (const Routed& g : group) {
       const ExpertWeights& ew = w.experts[size_t(g.expert)];
       const float* xg = &x[size_t(g.first_row * D)];
-      ps.push_back({xg, D, g.n_rows, &ew.w1, 0, I, Epilogue::kBf16, nullptr, &a[size_t(g.first_row * I)], I});  // M4
-      ps.push_back({xg, D, g.n_rows, &ew.w3, 0, I, Epilogue::kBf16, nullptr, &b[size_t(g.first_row * I)], I});
+      ps.push_back({xg, D, g.n_rows, &ew.w1, 0, I, Epilogue::kBf16, nullptr, &a[size_t(g.first_row * I)], I, c.act_block});  // M4
+      ps.push_back({xg, D, g.n_rows, &ew.w3, 0, I, Epilogue::kBf16, nullptr, &b[size_t(g.first_row * I)], I, c.act_block});
     }
     backend_->linears(ps);
     backend_->for_rows(n, [&](int64_t r0, int64_t r1) {
@@ -139,7 +139,7 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
     ps.clear();
     for (const Routed& g : group) {
       ps.push_back({&a[size_t(g.first_row * I)], I, g.n_rows, &w.experts[size_t(g.expert)].w2, 0, D, Epilogue::kBf16,
-                    nullptr, &y[size_t(g.first_row * D)], D});  // M6
+                    nullptr, &y[size_t(g.first_row * D)], D, c.act_block});  // M6
     }
     if (last) ps.push_back(shared_w2);
     backend_->linears(ps);

@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include "model/ops.h"
+
 namespace deepinfer {
 namespace {
 
@@ -145,6 +147,36 @@ TEST(DTypesE4M3, RoundMatchesBruteForceOnRandomValues) {
     const double v = random_double(&s, -14, 11);
     ASSERT_EQ(e4m3_round(v), nearest_on_grid(grid, v)) << "v = " << v;
   }
+}
+
+// The promise LinearParams::x_e4m3_block makes (what the activation QDQ leaves), as the reference backend checks it.
+TEST(DTypesE4M3, QdqBlocksAreScaledE4m3AndOthersAreNot) {
+  uint64_t s = 7;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int lo = -30 + int(splitmix(&s) % 40);  // blocks of many magnitudes, some with values below e4m3's reach
+    std::vector<float> x(256);
+    for (float& v : x) v = float(random_double(&s, lo, lo + 12));
+    if (trial % 7 == 0) x[5] = 0.0f;
+    std::vector<float> q128 = x, q32 = x;
+    qdq_fp8(q128.data(), 256, 128);
+    qdq_fp8_v41(q32.data(), 256, 32);
+    for (int b = 0; b < 2; ++b) ASSERT_TRUE(is_scaled_e4m3_block(&q128[size_t(b * 128)], 128)) << trial;
+    for (int b = 0; b < 8; ++b) ASSERT_TRUE(is_scaled_e4m3_block(&q32[size_t(b * 32)], 32)) << trial;
+    EXPECT_FALSE(is_scaled_e4m3_block(x.data(), 128)) << trial;  // 24-bit mantissas
+    std::vector<float> nudged = q128;
+    const size_t i = size_t(splitmix(&s) % 128);
+    if (nudged[i] != 0.0f) {
+      nudged[i] = std::nextafter(nudged[i], 2 * nudged[i]);
+      EXPECT_FALSE(is_scaled_e4m3_block(nudged.data(), 128)) << trial;
+    }
+  }
+  const std::vector<float> zeros(32, 0.0f);
+  EXPECT_TRUE(is_scaled_e4m3_block(zeros.data(), 32));
+  const float mixed[4] = {448.0f, 1.0f, 0.5f, std::numeric_limits<float>::quiet_NaN()};
+  EXPECT_TRUE(is_scaled_e4m3_block(mixed, 3));
+  EXPECT_FALSE(is_scaled_e4m3_block(mixed, 4));
+  const float apart[2] = {448.0f, 0x1p-20f};  // 2^-20 is below e4m3's smallest subnormal (2^-9) at scale 1
+  EXPECT_FALSE(is_scaled_e4m3_block(apart, 2));
 }
 
 // ---- e2m1 ----

@@ -1,7 +1,9 @@
 // The reference backend: every op computed exactly (double accumulation; products of bf16/fp8/fp4 values
 // are exact in double) and rounded once to its output dtype, as the golden precision contract demands.
 // It is the test oracle of the fast backend; speed is not a goal here.
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -19,6 +21,7 @@ class ReferenceBackend final : public Backend {
 
   void linear(const LinearParams& p) override {
     const LinearWeight& w = *p.weight;
+    if (p.x_e4m3_block > 0) check_x_e4m3_blocks(p);
     std::vector<double> row(static_cast<size_t>(w.n_in));
     for (int64_t n = 0; n < p.n_rows; ++n) {
       decode_weight_row(w, p.row_begin + n, row.data());
@@ -96,6 +99,21 @@ class ReferenceBackend final : public Backend {
         total += round_bf16(std::max(s, 0.0) * double(p.weights[h]));
       }
       p.scores[j] = round_bf16(total);
+    }
+  }
+
+ private:
+  // LinearParams::x_e4m3_block is a promise that a backend may compute on (FP8 operands); the oracle holds
+  // every caller to it, so a model call site that claims it wrongly fails the tests.
+  static void check_x_e4m3_blocks(const LinearParams& p) {
+    const int64_t n_in = p.weight->n_in, block = p.x_e4m3_block;
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      for (int64_t k0 = 0; k0 < n_in; k0 += block) {
+        if (is_scaled_e4m3_block(p.x + t * p.x_stride + k0, std::min(block, n_in - k0))) continue;
+        const std::string what = "linear x_e4m3_block = " + std::to_string(block) + ": token " + std::to_string(t) +
+                                 ", columns " + std::to_string(k0) + ".. are not e4m3 values times one power of two";
+        DI_CHECK_MSG(false, what);
+      }
     }
   }
 };
