@@ -284,9 +284,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
     });
     // Index keys decoded once per block and key cache (the cache a token scores against can vary by token).
     IndexKeySet index_keys(backend_->takes_packed_rows());
-    std::vector<size_t> key_handle;  // a block's token b0 + i scores against index_keys' key_handle[i]
     std::vector<int64_t> score_begin;  // a block's token b0 + i has its scores at [score_begin[i], score_begin[i + 1])
-    std::vector<IndexScoreParams> score_ops;
+    std::vector<IndexQuery> score_queries;
     for (int64_t b0 = 0; b0 < T; b0 += kSelectionBlock) {  // blocks bound the scores' memory (T^2 / 2 at ratio 1)
       const int64_t b1 = std::min(T, b0 + kSelectionBlock);
       score_begin.assign(1, 0);
@@ -299,25 +298,15 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
         return options_.index_owner_keys ? owner : published_keys_layer(layer, batch.pos[size_t(t)], batch.is_prompt[size_t(t)] != 0,
                                                                        batch.layout_tokens[size_t(t)]);
       };
-      index_keys.clear();
-      key_handle.resize(size_t(b1 - b0));
+      score_queries.resize(size_t(b1 - b0));
       for (int64_t t = b0; t < b1; ++t) {
         const int64_t n_visible = score_begin[size_t(t - b0 + 1)] - score_begin[size_t(t - b0)];
-        if (n_visible == 0) continue;
         const CompressorState& keys = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(keys_layer_of(t))].index_compressor;
         DI_CHECK(keys.n_rows() >= n_visible);
-        key_handle[size_t(t - b0)] = index_keys.need(keys.row_format, keys.rows, &keys, n_visible);
+        score_queries[size_t(t - b0)] = {&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], &keys.row_format, &keys.rows, &keys,
+                                         n_visible, &scores[size_t(score_begin[size_t(t - b0)])]};
       }
-      index_keys.prepare();
-      score_ops.clear();
-      for (int64_t t = b0; t < b1; ++t) {
-        const int64_t n_visible = score_begin[size_t(t - b0 + 1)] - score_begin[size_t(t - b0)];
-        if (n_visible == 0) continue;
-        IndexScoreParams& op = score_ops.emplace_back();
-        op = {&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], IH, ID, nullptr, n_visible, &scores[size_t(score_begin[size_t(t - b0)])]};
-        index_keys.set_keys(key_handle[size_t(t - b0)], op);
-      }
-      if (!score_ops.empty()) backend_->index_scores_batch(score_ops);
+      index_keys.score(*backend_, score_queries, IH, ID);
       backend_->for_rows(b1 - b0, [&](int64_t i0, int64_t i1) {
         std::vector<int64_t> order, block_order;
         std::vector<float> block_score;

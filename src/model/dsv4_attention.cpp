@@ -169,12 +169,11 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   std::vector<SparseAttentionParams> pending;
   std::vector<float> scores;                 // a block's index scores, token i's at score_at[i]
   std::vector<int64_t> score_at;
-  std::vector<IndexScoreParams> score_ops;
+  std::vector<IndexQuery> score_queries;
   std::vector<int64_t> order;
   // Packed rows decoded for this call: per chunk, only the slots its tokens read, each once.
   RowDecodeCache window_rows, compressed_rows;
   IndexKeySet index_keys(backend_->takes_packed_rows());
-  std::vector<size_t> key_handle;  // a block's token i scores against index_keys' key_handle[i]
   int bound_chunk = -1;
   for (int64_t b0 = 0; b0 < T; b0 += kAttentionBlock) {
     const int64_t nb = std::min(kAttentionBlock, T - b0);  // tokens b0 .. b0 + nb of the call
@@ -213,24 +212,13 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       score_at.assign(1, 0);
       for (int64_t i = 0; i < nb; ++i) score_at.push_back(score_at.back() + (batch.pos[size_t(b0 + i)] + 1) / 4);
       scores.resize(size_t(score_at.back()));
-      index_keys.clear();
-      key_handle.resize(size_t(nb));
+      score_queries.resize(size_t(nb));
       for (int64_t i = 0; i < nb; ++i) {
-        const int64_t n_visible = score_at[size_t(i + 1)] - score_at[size_t(i)];
-        if (n_visible == 0) continue;
-        const CompressorState& key_rows = layer_state(batch.states[size_t(batch.chunk[size_t(b0 + i)])], is_mtp, layer_index).index_compressor;
-        key_handle[size_t(i)] = index_keys.need(key_rows.row_format, key_rows.rows, &key_rows, n_visible);
+        const CompressorState& keys = layer_state(batch.states[size_t(batch.chunk[size_t(b0 + i)])], is_mtp, layer_index).index_compressor;
+        score_queries[size_t(i)] = {&iq[size_t(i * IH * ID)], &index_w[size_t(i * IH)], &keys.row_format, &keys.rows, &keys,
+                                    score_at[size_t(i + 1)] - score_at[size_t(i)], &scores[size_t(score_at[size_t(i)])]};
       }
-      index_keys.prepare();
-      score_ops.clear();
-      for (int64_t i = 0; i < nb; ++i) {
-        const int64_t n_visible = score_at[size_t(i + 1)] - score_at[size_t(i)];
-        if (n_visible == 0) continue;
-        IndexScoreParams& op = score_ops.emplace_back();
-        op = {&iq[size_t(i * IH * ID)], &index_w[size_t(i * IH)], IH, ID, nullptr, n_visible, &scores[size_t(score_at[size_t(i)])]};
-        index_keys.set_keys(key_handle[size_t(i)], op);
-      }
-      if (!score_ops.empty()) backend_->index_scores_batch(score_ops);
+      index_keys.score(*backend_, score_queries, IH, ID);
     }
 
     // Sparse attention (AT0-AT3) of the block's tokens, run together (Backend::sparse_attentions: a token per

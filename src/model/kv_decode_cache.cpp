@@ -116,16 +116,37 @@ const float* KeyDecodeCache::keys(int64_t n_keys) {
   return decoded_.get();
 }
 
-size_t IndexKeySet::need(const KvRowFormat& format, const PagedRows& rows, const void* owner, int64_t n_keys) {
-  for (size_t i = 0; i < needs_.size(); ++i) {
-    Need& n = needs_[i];
-    if (n.rows == &rows && n.owner == owner) {
-      n.n_keys = std::max(n.n_keys, n_keys);
-      return i;
-    }
+void IndexKeySet::score(Backend& backend, std::span<const IndexQuery> queries, int64_t n_heads, int64_t dim) {
+  needs_.clear();
+  cache_index_.reset(int64_t(queries.size()));
+  handles_.resize(queries.size());
+  for (size_t i = 0; i < queries.size(); ++i) {
+    const IndexQuery& q = queries[i];
+    if (q.n_keys > 0) handles_[i] = need(*q.format, *q.rows, q.owner, q.n_keys);
   }
-  needs_.push_back({&format, &rows, owner, n_keys});
-  return needs_.size() - 1;
+  prepare();
+  ops_.clear();
+  for (size_t i = 0; i < queries.size(); ++i) {
+    const IndexQuery& q = queries[i];
+    if (q.n_keys == 0) continue;
+    IndexScoreParams& op = ops_.emplace_back();
+    op = {q.q, q.weights, n_heads, dim, nullptr, q.n_keys, q.scores};
+    set_keys(handles_[i], op);
+  }
+  if (!ops_.empty()) backend.index_scores_batch(ops_);
+}
+
+size_t IndexKeySet::need(const KvRowFormat& format, const PagedRows& rows, const void* owner, int64_t n_keys) {
+  // A decode step at batch 256 has 256 caches: looked up by address, not by a scan of those seen before.
+  const auto [i, fresh] = cache_index_.try_emplace(reinterpret_cast<uintptr_t>(&rows), int32_t(needs_.size()));
+  if (fresh) {
+    needs_.push_back({&format, &rows, owner, n_keys});
+    return needs_.size() - 1;
+  }
+  Need& n = needs_[size_t(i)];
+  DI_CHECK_MSG(n.owner == owner, "IndexKeySet: one key cache under two owners");
+  n.n_keys = std::max(n.n_keys, n_keys);
+  return size_t(i);
 }
 
 void IndexKeySet::prepare() {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/flat_index.h"
 #include "model/kv_format.h"
 #include "model/paged_rows.h"
 
@@ -108,24 +109,37 @@ class KeyDecodeCache {
   int64_t n_decoded_ = 0;
 };
 
+// One query token's index scores (spec I7-I9): q [n_heads, dim] and head weights [n_heads] against rows
+// [0, n_keys) of a key cache (`rows` in `format`, the cache of `owner`), written to scores [n_keys].
+struct IndexQuery {
+  const float* q = nullptr;
+  const float* weights = nullptr;
+  const KvRowFormat* format = nullptr;
+  const PagedRows* rows = nullptr;
+  const void* owner = nullptr;
+  int64_t n_keys = 0;
+  float* scores = nullptr;
+};
+
 // The index keys that a block of query tokens scores against, for one index_scores_batch over the whole block
-// (a batched decode step's sequences: one wait on a GPU, not one per sequence). need() for each token, then
-// prepare(), then set_keys() on each token's op. Each distinct key cache is decoded once, up to the most keys
-// any token of the block reads of it, or handed over as packed row runs (Backend::takes_packed_rows).
+// (a batched decode step's sequences: one wait on a GPU, not one per sequence). Each distinct key cache is
+// decoded once, up to the most keys any token of the block reads of it, or handed over as packed row runs
+// (Backend::takes_packed_rows).
 class IndexKeySet {
  public:
   explicit IndexKeySet(bool packed) : packed_(packed) {}
-  // A new block. Decoded keys stay for a later block that reads the same cache (a prefill's blocks).
-  void clear() { needs_.clear(); }
-  // A token reads rows [0, n_keys) of `rows` (in `format`, which must outlive the set), the key cache of
-  // `owner`; returns the cache's handle for set_keys.
+  // Scores the block's queries (those with n_keys > 0) in one index_scores_batch. Decoded keys stay for a later
+  // block that reads the same cache (a prefill's blocks); the queries' formats must outlive the set.
+  void score(Backend& backend, std::span<const IndexQuery> queries, int64_t n_heads, int64_t dim);
+
+ private:
+  // A token reads rows [0, n_keys) of `rows`, the key cache of `owner`; returns the cache's index in needs_.
   size_t need(const KvRowFormat& format, const PagedRows& rows, const void* owner, int64_t n_keys);
   // Decodes (or lists the packed runs of) every needed cache; call after the last need().
   void prepare();
   // Sets p.keys, or p.key_format and p.key_runs, to cache `handle`'s keys, valid until the next prepare().
   void set_keys(size_t handle, IndexScoreParams& p) const;
 
- private:
   struct Need {
     const KvRowFormat* format;
     const PagedRows* rows;
@@ -137,6 +151,9 @@ class IndexKeySet {
   std::vector<KeyDecodeCache> decoded_;  // [i] holds needs_[i]'s keys (not packed)
   std::vector<const float*> keys_;
   std::vector<std::vector<PackedRowRun>> runs_;  // [i] needs_[i]'s runs (packed)
+  FlatIndex cache_index_{4};                      // a cache's address -> its index in needs_
+  std::vector<size_t> handles_;                   // score(): query i's cache in needs_
+  std::vector<IndexScoreParams> ops_;
 };
 
 }  // namespace deepinfer
