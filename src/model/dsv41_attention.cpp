@@ -304,7 +304,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
         const CompressorState& keys = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(keys_layer_of(t))].index_compressor;
         DI_CHECK(keys.n_rows() >= n_visible);
         score_queries[size_t(t - b0)] = {&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], &keys.row_format, &keys.rows, &keys,
-                                         n_visible, &scores[size_t(score_begin[size_t(t - b0)])]};
+                                         n_visible, scores.data() + score_begin[size_t(t - b0)]};
       }
       index_keys.score(*backend_, score_queries, IH, ID);
       backend_->for_rows(b1 - b0, [&](int64_t i0, int64_t i1) {

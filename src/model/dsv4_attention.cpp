@@ -216,7 +216,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       for (int64_t i = 0; i < nb; ++i) {
         const CompressorState& keys = layer_state(batch.states[size_t(batch.chunk[size_t(b0 + i)])], is_mtp, layer_index).index_compressor;
         score_queries[size_t(i)] = {&iq[size_t(i * IH * ID)], &index_w[size_t(i * IH)], &keys.row_format, &keys.rows, &keys,
-                                    score_at[size_t(i + 1)] - score_at[size_t(i)], &scores[size_t(score_at[size_t(i)])]};
+                                    score_at[size_t(i + 1)] - score_at[size_t(i)], scores.data() + score_at[size_t(i)]};
       }
       index_keys.score(*backend_, score_queries, IH, ID);
     }
