@@ -9,7 +9,8 @@
 #      fma) with the fused attention, and on mma with the split attention (DEEPINFER_CUDA_ATTENTION=split, not
 #      yet run on a GPU); the golden models also with the cache rows decoded on the device (DEEPINFER_CUDA_KV=
 #      packed, the same); the linear tests also on mma_staged and mma_split (the staged tensor-core kernel,
-#      unsplit and split over K, not yet run);
+#      unsplit and split over K, not yet run); the FP8-operand prompt linear (LinearFp8Cuda, GoldenCudaFp8Prompt,
+#      not yet run);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
 #   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
@@ -124,7 +125,7 @@ SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ] && [ "$(limit_for 150)" -ge 30 ]; then
   step "compute-sanitizer memcheck: the mma linear and the attention tests"
   timeout "$(limit_for 150)" "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
-    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*' \
+    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights' \
     >"$OUT_DIR/sanitizer.log" 2>&1
   sanitizer_rc=$?
   grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8
@@ -196,6 +197,8 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     # Half the routed experts in host memory, their ops on the host's CPU kernels (place_experts): how a
     # checkpoint larger than the GPU (V4-Flash: 149 GB) runs.
     bench_run "DEEPINFER_CUDA_WEIGHT_GB=8" 100 DEEPINFER_CUDA_WEIGHT_GB=8 -- --prefill 128 --batch 1,8 --decode-steps 8
+    # Prompt tokens' linears on FP8 operands (DEEPINFER_CUDA_PROMPT_LINEAR=fp8, not yet run on a GPU): the prefill rows.
+    bench_run "DEEPINFER_CUDA_PROMPT_LINEAR=fp8" 100 DEEPINFER_CUDA_PROMPT_LINEAR=fp8 -- --prefill 128,512 --batch 1 --decode-steps 4
     bench_run "DEEPINFER_CUDA_ATTENTION=split" 100 DEEPINFER_CUDA_ATTENTION=split -- --prefill 128,512 --batch 1,8 --decode-steps 8
     bench_run "DEEPINFER_CUDA_LINEAR=fma" 100 DEEPINFER_CUDA_LINEAR=fma -- --prefill 128 --batch 1,8 --decode-steps 8
   else

@@ -180,8 +180,11 @@ struct Row {
 };
 
 // Which linear kernel a row times: the portable FMA kernel, the tensor-core path as the backend launches it
-// (launch_linear_mma: registers, staged or split over K, by the grid), or one of those three.
-enum class LinearKernel { kFma, kMma, kMmaRegisters, kMmaStaged, kMmaStagedSplit };
+// (launch_linear_mma: registers, staged or split over K, by the grid), or one of those three; or the prompt
+// tokens' FP8-operand linear (DEEPINFER_CUDA_PROMPT_LINEAR=fp8) with its x prepass in every timed launch (kFp8,
+// as the backend runs it; kFp8Big / kFp8Small through one block tile) or its main kernel alone (kFp8Main). Its x
+// is random bf16 values in 128-blocks (not QDQ'd: the codes are rounded, which changes no timing).
+enum class LinearKernel { kFma, kMma, kMmaRegisters, kMmaStaged, kMmaStagedSplit, kFp8, kFp8Main, kFp8Big, kFp8Small };
 
 Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, int64_t K, int64_t T,
                 LinearKernel kernel = LinearKernel::kFma) {
@@ -214,6 +217,16 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
                                           kernel == LinearKernel::kMmaStagedSplit ? linear_mma_staged_partial_floats(l) : 0);
   DeviceBuffer partials(size_t(std::max<int64_t>(partial_floats, 1)) * 4);
   if (partial_floats > 0) l.partials = partials.get<float>();
+  const bool fp8 = kernel >= LinearKernel::kFp8;
+  DeviceBuffer fp8_scratch(fp8 ? size_t(linear_fp8_scratch_bytes(T, k_pad, 128)) : 1);
+  if (fp8) {
+    l.x_e4m3_block = 128;
+    set_linear_fp8_scratch(l, fp8_scratch.get<uint8_t>());
+    if (kernel == LinearKernel::kFp8Main) {  // the codes once, outside the timed launches
+      launch_linear_fp8_codes(l, nullptr);
+      DI_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+  }
   const double ms = median_ms([&](int i, cudaStream_t st) {
     l.w = w[size_t(i % n_sets)].get<uint8_t>();
     l.scale = s[size_t(i % n_sets)].get<uint8_t>();
@@ -223,6 +236,19 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
       case LinearKernel::kMmaRegisters: launch_linear_mma_registers(l, st); break;
       case LinearKernel::kMmaStaged: launch_linear_mma_staged(l, st); break;
       case LinearKernel::kMmaStagedSplit: launch_linear_mma_staged_split(l, st); break;
+      case LinearKernel::kFp8:
+        launch_linear_fp8_codes(l, st);
+        launch_linear_fp8(l, st);
+        break;
+      case LinearKernel::kFp8Main: launch_linear_fp8(l, st); break;
+      case LinearKernel::kFp8Big:
+        launch_linear_fp8_codes(l, st);
+        launch_linear_fp8(l, st, Fp8TileChoice::kBig);
+        break;
+      case LinearKernel::kFp8Small:
+        launch_linear_fp8_codes(l, st);
+        launch_linear_fp8(l, st, Fp8TileChoice::kSmall);
+        break;
     }
   });
   const double bytes = double(w_bytes + s_bytes) + double(T * K) * 4 + double(T * n_out) * 4;
@@ -230,7 +256,7 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   const int64_t t16 = (T + 15) / 16 * 16;
   const double lt = cublaslt_tflops_once(kind != WeightKind::kBf16, n_out, t16, k_pad);
   char name[160];
-  const char* prefix[] = {"", "mma ", "mma registers ", "mma staged ", "mma split "};
+  const char* prefix[] = {"", "mma ", "mma registers ", "mma staged ", "mma split ", "fp8 ", "fp8 main only ", "fp8 big tile ", "fp8 small tile "};
   std::snprintf(name, sizeof(name), "%s%s [%lldx%lld] T=%lld", prefix[int(kernel)], label, (long long)n_out, (long long)K,
                 (long long)T);
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, lt};
@@ -374,6 +400,15 @@ int run() {
   }
   rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, 256, registers));
   rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, 256, staged));
+  // The prompt tokens' FP8-operand linear beside them: prepass + main kernel per timed launch, and the main
+  // kernel alone at 1024 tokens.
+  for (int64_t T : {64, 256, 1024}) rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, LinearKernel::kFp8));
+  rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, 1024, LinearKernel::kFp8Main));
+  for (int64_t T : {256, 1024}) {  // its two tiles apart (the same bits; the launcher picks by the grid)
+    rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, LinearKernel::kFp8Big));
+    rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, LinearKernel::kFp8Small));
+  }
+  rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, 256, LinearKernel::kFp8));
   rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 256, registers));
   rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 256, staged));
   // A decode step's routed-expert group (6 experts' w1 and w3), one launch per op and grouped.

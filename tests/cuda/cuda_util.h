@@ -39,6 +39,16 @@ class ScopedCudaPaths {
   ScopedCudaPaths& operator=(const ScopedCudaPaths&) = delete;
 };
 
+// The CUDA backend's linear path for prompt tokens (DEEPINFER_CUDA_PROMPT_LINEAR: mma, the default, or fp8; or
+// fp8_big / fp8_small, the FP8 path through one block tile always) for the backends made while it lives.
+class ScopedPromptLinear {
+ public:
+  explicit ScopedPromptLinear(const std::string& path) { setenv("DEEPINFER_CUDA_PROMPT_LINEAR", path.c_str(), 1); }
+  ~ScopedPromptLinear() { unsetenv("DEEPINFER_CUDA_PROMPT_LINEAR"); }
+  ScopedPromptLinear(const ScopedPromptLinear&) = delete;
+  ScopedPromptLinear& operator=(const ScopedPromptLinear&) = delete;
+};
+
 // The linear paths a whole model runs on in the golden and op-by-op tests: fma and mma.
 inline const std::vector<std::string>& model_linear_paths() {
   static const std::vector<std::string> paths = {"fma", "mma"};

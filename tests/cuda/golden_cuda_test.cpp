@@ -95,6 +95,20 @@ TEST(GoldenCudaOffload, HalfTheExpertsOnTheHost) {
   }
 }
 
+// DEEPINFER_CUDA_PROMPT_LINEAR=fp8: the prompt tokens' linears whose x the model quantised run on FP8 operands
+// (kernels.h), the generated tokens' as before, so the model runs the two kinds as separate passes; the cases stay
+// within the same bounds.
+TEST(GoldenCudaFp8Prompt, WithinFastPathBounds) {
+  DI_SKIP_WITHOUT_CUDA();
+  const testing::ScopedPromptLinear fp8("fp8");
+  for (const testing::GoldenCaseParam& param : std::vector<testing::GoldenCaseParam>{
+           {"v4-flash", "flash-tiny", 3, "mma"}, {"v4-flash", "pro-tiny", 2, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}) {
+    if (!std::filesystem::exists(param.case_path())) GTEST_SKIP() << "golden case not found: " << param.case_path();
+    SCOPED_TRACE(param.case_path());
+    expect_within_fast_path_bounds(param);
+  }
+}
+
 // DEEPINFER_CUDA_KV=mirror end to end: the rows the device keeps by stamp are the bytes the packed path copies each
 // call, so the logits (main, MTP, DSpark) equal the packed path's bit for bit, through a prefill and the teacher-
 // forced decode steps whose cache rows are mostly kept from the steps before.

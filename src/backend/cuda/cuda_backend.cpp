@@ -92,6 +92,8 @@ struct KernelPaths {
   bool packed_rows = false;        // DEEPINFER_CUDA_KV=packed or mirror, not floats (the default)
   bool mirror_rows = false;        // DEEPINFER_CUDA_KV=mirror: the attention's packed rows kept on the device
   double mirror_gb = 2;            // DEEPINFER_CUDA_KV_MIRROR_GB: the device memory the kept rows may take
+  bool fp8_prompt_linear = false;  // DEEPINFER_CUDA_PROMPT_LINEAR=fp8, fp8_big or fp8_small (not mma, the default)
+  cuda::Fp8TileChoice fp8_tile = cuda::Fp8TileChoice::kFastest;  // fp8_big: kBig, fp8_small: kSmall
 };
 
 class CudaBackend final : public Backend {
@@ -99,7 +101,8 @@ class CudaBackend final : public Backend {
   CudaBackend(int device, std::unique_ptr<Backend> host, double weight_budget_gb, const KernelPaths& paths)
       : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(paths.packed_rows),
         tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention),
-        mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb) {
+        mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb), fp8_prompt_linear_(paths.fp8_prompt_linear),
+        fp8_tile_(paths.fp8_tile) {
     bind_device();
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -115,9 +118,15 @@ class CudaBackend final : public Backend {
   const char* name() const override { return name_.c_str(); }
   bool takes_packed_rows() const override { return packed_rows_; }
   bool each_call_waits() const override { return true; }
-  // The host's CPU kernels run the experts kept off the device, whose sums may differ by token kind.
-  bool kernels_differ_by_token_kind() const override { return !host_experts_.empty() && host_->kernels_differ_by_token_kind(); }
-  void set_token_kind(TokenKind kind) override { host_->set_token_kind(kind); }
+  // The FP8-operand linear runs prompt tokens only (its sums differ from the tensor-core path's in the last
+  // bits), and the host's CPU kernels run the experts kept off the device, whose sums may differ by token kind.
+  bool kernels_differ_by_token_kind() const override {
+    return fp8_prompt_linear_ || (!host_experts_.empty() && host_->kernels_differ_by_token_kind());
+  }
+  void set_token_kind(TokenKind kind) override {
+    token_kind_ = kind;
+    host_->set_token_kind(kind);
+  }
 
   // Every weight but the routed experts goes on the device; then experts in the model's order while the
   // weight budget lasts (DEEPINFER_CUDA_WEIGHT_GB, else the free memory less a reserve for the activations,
@@ -248,6 +257,7 @@ class CudaBackend final : public Backend {
     layout_.stage_inputs(ps, host);
     if (in_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(base, host, in_bytes, cudaMemcpyHostToDevice, stream_));
     launches_.clear();
+    fp8_launches_.clear();
     for (size_t i = 0; i < ps.size(); ++i) {
       const LinearBatchLayout::Place& at = layout_.places()[i];
       if (at.empty) continue;
@@ -268,10 +278,17 @@ class CudaBackend final : public Backend {
       l.n_rows = p.n_rows;
       l.epilogue = to_launch(p.epilogue);
       l.out = reinterpret_cast<float*>(base + at.out);
-      if (tensor_core_linear_ && w.mma_exact) launches_.push_back(l);
-      else cuda::launch_linear(l, stream_);
+      if (takes_fp8_path(p, w)) {
+        l.x_e4m3_block = p.x_e4m3_block;
+        fp8_launches_.push_back(l);
+      } else if (tensor_core_linear_ && w.mma_exact) {
+        launches_.push_back(l);
+      } else {
+        cuda::launch_linear(l, stream_);
+      }
     }
     launch_mma_groups();
+    launch_fp8_groups();
     DI_CUDA_CHECK(cudaMemcpyAsync(host + in_bytes, base + in_bytes, bytes - in_bytes, cudaMemcpyDeviceToHost, stream_));
     return true;
   }
@@ -313,6 +330,80 @@ class CudaBackend final : public Backend {
       const cuda::LinearLaunch* run_descriptors = descriptors_.get<cuda::LinearLaunch>() + (run.data() - all.data());
       cuda::launch_linear_mma_grouped(run_descriptors, int(run.size()), run[0].kind, run[0].k_pad, max_rows, max_tokens, stream_,
                                       mma_choice_);
+    });
+  }
+
+  // DEEPINFER_CUDA_PROMPT_LINEAR=fp8: a prompt token's op whose x the caller quantised to e4m3 blocks
+  // (x_e4m3_block) and whose FP8 or FP4 weights have tensor-core-exact scales runs on FP8 operands; every other
+  // op goes where it goes without it.
+  bool takes_fp8_path(const LinearParams& p, const cuda::DeviceWeight& w) const {
+    return fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt && p.x_e4m3_block > 0 && w.mma_exact &&
+           cuda::linear_fp8_supports(w.kind, w.block, p.x_e4m3_block);
+  }
+
+  // The FP8-operand launches of a linears() batch. Each distinct x (an expert's w1 and w3 share theirs) gets
+  // its codes and scales in fp8_scratch_, from one grouped prepass; then ops of one weight kind run as one
+  // grouped launch, a lone op as a plain launch. All of it follows the batch's input copy on the one stream.
+  void launch_fp8_groups() {
+    if (fp8_launches_.empty()) return;
+    std::stable_sort(fp8_launches_.begin(), fp8_launches_.end(),
+                     [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) { return int(a.kind) < int(b.kind); });
+    const size_t n = fp8_launches_.size();
+    fp8_code_at_.assign(n, 0);
+    fp8_code_of_.assign(n, n);  // n: this op's x is the first of its kind
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const cuda::LinearLaunch& l = fp8_launches_[i];
+      for (size_t j = 0; j < i; ++j) {
+        const cuda::LinearLaunch& o = fp8_launches_[j];
+        if (o.x == l.x && o.x_e4m3_block == l.x_e4m3_block && o.n_tokens == l.n_tokens && o.k_pad == l.k_pad) {
+          fp8_code_of_[i] = j;
+          break;
+        }
+      }
+      if (fp8_code_of_[i] != n) {
+        fp8_code_at_[i] = fp8_code_at_[fp8_code_of_[i]];
+        continue;
+      }
+      fp8_code_at_[i] = bytes;
+      bytes += size_t(cuda::linear_fp8_scratch_bytes(l.n_tokens, l.k_pad, l.x_e4m3_block));
+    }
+    fp8_scratch_.reserve(bytes);
+    fp8_codes_.clear();
+    int64_t max_items = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cuda::set_linear_fp8_scratch(fp8_launches_[i], fp8_scratch_.get<uint8_t>() + fp8_code_at_[i]);
+      if (fp8_code_of_[i] == n) {
+        fp8_codes_.push_back(fp8_launches_[i]);
+        max_items = std::max(max_items, cuda::linear_fp8_code_items(fp8_launches_[i]));
+      }
+    }
+    // Descriptors: the main launches, then the prepass's (one per distinct x), in one copy.
+    const size_t n_codes = fp8_codes_.size(), desc_bytes = (n + n_codes) * sizeof(cuda::LinearLaunch);
+    fp8_descriptors_host_.reserve(desc_bytes);
+    fp8_descriptors_.reserve(desc_bytes);
+    auto* host = fp8_descriptors_host_.get<cuda::LinearLaunch>();
+    std::memcpy(host, fp8_launches_.data(), n * sizeof(cuda::LinearLaunch));
+    std::memcpy(host + n, fp8_codes_.data(), n_codes * sizeof(cuda::LinearLaunch));
+    DI_CUDA_CHECK(cudaMemcpyAsync(fp8_descriptors_.get(), host, desc_bytes, cudaMemcpyHostToDevice, stream_));
+    const cuda::LinearLaunch* device = fp8_descriptors_.get<cuda::LinearLaunch>();
+    for (size_t i = 0; i < n_codes; i += kMaxGridYZ) {
+      cuda::launch_linear_fp8_codes_grouped(device + n + i, int(std::min(kMaxGridYZ, n_codes - i)), max_items, stream_);
+    }
+    auto same_kind = [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) { return a.kind == b.kind; };
+    const std::span<const cuda::LinearLaunch> all(fp8_launches_);
+    for_each_run(all, kMaxGridYZ, same_kind, [&](std::span<const cuda::LinearLaunch> run) {
+      if (run.size() == 1) {
+        cuda::launch_linear_fp8(run[0], stream_, fp8_tile_);
+        return;
+      }
+      int64_t max_rows = 0, max_tokens = 0;
+      for (const cuda::LinearLaunch& l : run) {
+        max_rows = std::max(max_rows, l.n_rows);
+        max_tokens = std::max(max_tokens, l.n_tokens);
+      }
+      cuda::launch_linear_fp8_grouped(device + (run.data() - all.data()), int(run.size()), run[0].kind, max_rows, max_tokens,
+                                      stream_, fp8_tile_);
     });
   }
 
@@ -628,6 +719,15 @@ class CudaBackend final : public Backend {
   cuda::PinnedBuffer staging_;  // batch_'s host mirror (and hc_mix's x, then its output)
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches
   DeviceBuffer descriptors_;                  // and their descriptors, on the device
+  // Its FP8-operand launches (launch_fp8_groups): per launch the byte offset of its x's codes in fp8_scratch_
+  // and the earlier launch whose codes it shares; the prepass's launches; their descriptors.
+  bool fp8_prompt_linear_ = false;
+  cuda::Fp8TileChoice fp8_tile_ = cuda::Fp8TileChoice::kFastest;
+  TokenKind token_kind_ = TokenKind::kGenerated;
+  std::vector<cuda::LinearLaunch> fp8_launches_, fp8_codes_;
+  std::vector<size_t> fp8_code_at_, fp8_code_of_;
+  DeviceBuffer fp8_scratch_, fp8_descriptors_;
+  cuda::PinnedBuffer fp8_descriptors_host_;
   DeviceBuffer partials_;                     // a lone launch's K slices' sums (split over K)
   cuda::PinnedBuffer descriptors_host_;
   // attend(): the rows its tokens read, and pinned staging for the copies.
@@ -690,6 +790,19 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   }
   paths.packed_rows = kv != "floats";
   paths.mirror_rows = kv == "mirror";
+  // DEEPINFER_CUDA_PROMPT_LINEAR: mma (default: prompt tokens' linears as generated tokens' are) or fp8 (prompt
+  // tokens' ops whose x the model quantised to e4m3 blocks run on FP8 operands, kernels.h; written without a
+  // GPU at hand, see bench/cuda/NOTES.md). With fp8 the model runs prompt and generated tokens as separate passes.
+  // For cuda_tests: fp8_big and fp8_small (the same bits through one block tile always).
+  const char* prompt_linear_path = std::getenv("DEEPINFER_CUDA_PROMPT_LINEAR");
+  const std::string prompt_linear = prompt_linear_path ? prompt_linear_path : "mma";
+  if (prompt_linear != "mma" && prompt_linear != "fp8" && prompt_linear != "fp8_big" && prompt_linear != "fp8_small") {
+    *error = "DEEPINFER_CUDA_PROMPT_LINEAR must be mma, fp8, fp8_big or fp8_small, not '" + prompt_linear + "'";
+    return nullptr;
+  }
+  paths.fp8_prompt_linear = prompt_linear != "mma";
+  if (prompt_linear == "fp8_big") paths.fp8_tile = cuda::Fp8TileChoice::kBig;
+  if (prompt_linear == "fp8_small") paths.fp8_tile = cuda::Fp8TileChoice::kSmall;
   if (const char* gb = std::getenv("DEEPINFER_CUDA_KV_MIRROR_GB")) {
     char* end = nullptr;
     paths.mirror_gb = std::strtod(gb, &end);

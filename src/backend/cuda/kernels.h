@@ -32,6 +32,11 @@ struct LinearLaunch {
   const float* bias = nullptr;     // [n_tokens, n_rows] for kF32AddBias
   float* out = nullptr;            // [n_tokens, n_rows]
   float* partials = nullptr;       // device scratch of linear_mma_partial_floats floats (a split launch), or nullptr
+  // The FP8-operand linear only (section below): LinearParams::x_e4m3_block, and where the prepass puts x's
+  // codes [n_tokens, k_pad] and scales [n_tokens, ceil(k_pad / x_e4m3_block)] (set_linear_fp8_scratch).
+  int64_t x_e4m3_block = 0;
+  uint8_t* x_codes = nullptr;
+  float* x_scales = nullptr;
 };
 void launch_linear(const LinearLaunch& p, cudaStream_t stream);
 // The same op on the tensor cores (the backend's default). Only for weights whose scaled values are exact
@@ -61,6 +66,42 @@ void launch_linear_mma_grouped(const LinearLaunch* ops, int n_ops, WeightKind ki
                                MmaKernelChoice choice = MmaKernelChoice::kFastest);
 void launch_linear_mma_staged_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad,
                                       int64_t max_rows, int64_t max_tokens, cudaStream_t stream);
+
+// ---- The FP8-operand linear for prompt tokens (linear_fp8_kernel.cu; DEEPINFER_CUDA_PROMPT_LINEAR=fp8) ----
+// For an op whose caller applied the activation QDQ in blocks of B = x_e4m3_block columns (a multiple of 32), so
+// that each block of a token's x is e4m3 values times a power of two, with e4m3 weights (scale blocks a multiple
+// of 32) or e2m1 weights, both with DeviceWeight::mma_exact scales. Per output (token t, row n), exactly:
+//   sx[t, b]  = the smallest power of two s with max |x[t, bB .. bB + B - 1]| / s <= 448 (1 for an all-zero
+//               block); xq[t, k] = e4m3(x[t, k] / sx[t, k / B]), exact by the promise (subnormals included);
+//   wq[n, k]  = the stored e4m3 code of W[row_begin + n, k] (e2m1: the e4m3 code of the same value, exact);
+//   sw[n, j]  = W's e8m0 scale for row row_begin + n at k = 32 j (fp8: block (row / block, 32 j / block); fp4:
+//               (row, j));
+//   acc = +0; for j = 0, 1, .., k_pad / 32 - 1 in this order:
+//     p   = the tensor core's fp32 sum of the 32 products xq[t, 32 j + i] * wq[n, 32 j + i] (one
+//           mma.sync.m16n8k32.row.col.f32.e4m3.e4m3.f32 from a zero accumulator; its k-slot order is fixed);
+//     acc = fmaf(p, sx[t, 32 j / B] * sw[n, j], acc)   (a product of powers of two: exact while it stays >=
+//           2^-126, which the model's QDQ floor and real scale bytes keep; the padding's steps add +0);
+//   out[t, n] = epilogue(acc), apply_epilogue as every linear kernel applies it.
+// Nothing there depends on n_tokens, the other tokens, the tile a token lands in or the op's group: a token's
+// outputs are batch invariant. They differ from launch_linear_mma's (p rounds inside the tensor core), which is
+// why the backend runs this for prompt tokens only (Backend::kernels_differ_by_token_kind).
+// Launch: the prepass writes p.x_codes / p.x_scales from p.x (launch_linear_fp8_codes, once per distinct x), then
+// the main kernel reads them (launch_linear_fp8, or grouped like launch_linear_mma_grouped, grouped by kind only).
+bool linear_fp8_supports(WeightKind kind, int weight_block, int64_t x_block);
+// Device scratch for one x's codes and scales, and the pointers into it.
+int64_t linear_fp8_scratch_bytes(int64_t n_tokens, int64_t k_pad, int64_t x_block);
+void set_linear_fp8_scratch(LinearLaunch& p, uint8_t* scratch);
+// The prepass's work items (token, x block) of an op: a grouped prepass covers the largest op's.
+int64_t linear_fp8_code_items(const LinearLaunch& p);
+void launch_linear_fp8_codes(const LinearLaunch& p, cudaStream_t stream);
+void launch_linear_fp8_codes_grouped(const LinearLaunch* ops, int n_ops, int64_t max_items, cudaStream_t stream);
+// Two block tiles, 128 rows x 128 tokens (8 warps) and 64 x 64 (4 warps); neither changes a bit of any output.
+// kFastest: the big one where the tokens fill more than half of it and its grid gives every SM a block; kBig and
+// kSmall (test paths, so that small test shapes reach the big tile): that tile always.
+enum class Fp8TileChoice { kFastest, kBig, kSmall };
+void launch_linear_fp8(const LinearLaunch& p, cudaStream_t stream, Fp8TileChoice choice = Fp8TileChoice::kFastest);
+void launch_linear_fp8_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t max_rows, int64_t max_tokens,
+                               cudaStream_t stream, Fp8TileChoice choice = Fp8TileChoice::kFastest);
 
 // mHC mixes: out[t, m] = f32((x_t . fn[m]) / sqrt(mean(x_t^2) + eps)).
 struct HcMixLaunch {
