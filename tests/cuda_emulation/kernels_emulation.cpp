@@ -3,6 +3,8 @@
 // fast CPU backend over the buffers as they are then. What this checks is the host code around the kernels:
 // the layouts, offsets and sizes it hands them, the copies before and after, and their order. The kernels
 // themselves are checked only on a GPU (cuda_tests).
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/epilogue.h"
 #include "backend/cuda/kernels.h"
 #include "core/dtypes.h"
 #include "core/status.h"
@@ -119,6 +122,55 @@ void attention_now(const AttentionLaunch& p) {
   }
 }
 
+// The FP8-operand linear's prepass (kernels.h): per (token, x block) the smallest power of two s with
+// amax / s <= 448 (never below 2^-126), and the e4m3 codes of x / s (round to nearest, saturating).
+void fp8_codes_now(const LinearLaunch& p) {
+  const int64_t xb = p.x_e4m3_block, n_xb = (p.k_pad + xb - 1) / xb;
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    for (int64_t b = 0; b < n_xb; ++b) {
+      const int64_t k0 = b * xb, k1 = std::min(p.k_pad, k0 + xb);
+      const float* x = p.x + t * p.k_pad;
+      double amax = 0;
+      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(double(x[k])));
+      const double s = amax > 0 ? std::max(pow2_scale_at_least(amax, 448.0), 0x1p-126) : 1.0;
+      for (int64_t k = k0; k < k1; ++k) p.x_codes[t * p.k_pad + k] = e4m3_code(e4m3_round(double(x[k]) / s));
+      p.x_scales[t * n_xb + b] = float(s);
+    }
+  }
+}
+
+// Its main kernel: per 32-wide step the step's exact sum of code products rounded to fp32 (where the tensor
+// core rounds in its own way), then acc = fmaf(p, sx * sw, acc), then the epilogue.
+void fp8_linear_now(const LinearLaunch& p) {
+  const int64_t n_xb = (p.k_pad + p.x_e4m3_block - 1) / p.x_e4m3_block;
+  std::vector<double> w(size_t(p.k_pad));
+  std::vector<float> sw(size_t(p.k_pad / 32));
+  for (int64_t n = 0; n < p.n_rows; ++n) {
+    const int64_t row = p.row_begin + n;
+    const uint8_t* r = p.w + row * p.row_pitch;
+    for (int64_t k = 0; k < p.k_pad; ++k) {
+      w[size_t(k)] = p.kind == WeightKind::kFp8 ? double(e4m3_to_float(r[k])) : double(kE2M1Values[(k % 2) ? r[k / 2] >> 4 : r[k / 2] & 15]);
+    }
+    for (int64_t j = 0; j < p.k_pad / 32; ++j) {
+      const uint8_t code = p.kind == WeightKind::kFp8 ? p.scale[(row / p.block) * p.scale_pitch + std::min(32 * j / p.block, p.scale_pitch - 1)]
+                                                      : p.scale[row * p.scale_pitch + std::min(j, p.scale_pitch - 1)];
+      sw[size_t(j)] = e8m0_to_float(code);
+    }
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const uint8_t* xq = p.x_codes + t * p.k_pad;
+      float acc = 0.0f;
+      for (int64_t j = 0; j < p.k_pad / 32; ++j) {
+        double step = 0;
+        for (int64_t k = 32 * j; k < 32 * j + 32; ++k) step += double(e4m3_to_float(xq[k])) * w[size_t(k)];
+        const float sx = p.x_scales[t * n_xb + 32 * j / p.x_e4m3_block];
+        acc = std::fmaf(float(step), sx * sw[size_t(j)], acc);
+      }
+      const float bias = p.bias ? p.bias[t * p.n_rows + n] : 0.0f;
+      p.out[t * p.n_rows + n] = apply_epilogue(Epilogue(int(p.epilogue)), double(acc), bias);
+    }
+  }
+}
+
 }  // namespace
 
 void launch_linear(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
@@ -136,6 +188,33 @@ void launch_linear_mma_grouped(const LinearLaunch* ops, int n_ops, WeightKind ki
 void launch_linear_mma_staged_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows,
                                       int64_t max_tokens, cudaStream_t stream) {
   queue_grouped(ops, n_ops, kind, k_pad, max_rows, max_tokens, stream);
+}
+
+void launch_linear_fp8_codes(const LinearLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] { fp8_codes_now(p); });
+}
+void launch_linear_fp8_codes_grouped(const LinearLaunch* ops, int n_ops, int64_t max_items, cudaStream_t stream) {
+  enqueue(stream, [=] {
+    for (int i = 0; i < n_ops; ++i) {
+      DI_CHECK_MSG(linear_fp8_code_items(ops[i]) <= max_items, "a grouped prepass launch covers fewer items than an op has");
+      fp8_codes_now(ops[i]);
+    }
+  });
+}
+void launch_linear_fp8(const LinearLaunch& p, cudaStream_t stream, Fp8TileChoice) {
+  DI_CHECK(p.x_codes && p.x_scales && linear_fp8_supports(p.kind, p.block, p.x_e4m3_block));
+  enqueue(stream, [p] { fp8_linear_now(p); });
+}
+void launch_linear_fp8_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t max_rows, int64_t max_tokens,
+                               cudaStream_t stream, Fp8TileChoice) {
+  enqueue(stream, [=] {
+    for (int i = 0; i < n_ops; ++i) {
+      const LinearLaunch& op = ops[i];
+      DI_CHECK_MSG(op.kind == kind && op.n_rows <= max_rows && op.n_tokens <= max_tokens,
+                   "a grouped FP8 launch's descriptor disagrees with the launch");
+      fp8_linear_now(op);
+    }
+  });
 }
 
 void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream) {

@@ -395,7 +395,7 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (int64_t t = 0; t < T; ++t) {
       const IndexScoreParams& p = batch[size_t(t)];
-      std::memcpy(p.scores, out_host_.get<float>() + meta_host[T + t], size_t(p.n_keys) * 4);
+      if (p.n_keys > 0) std::memcpy(p.scores, out_host_.get<float>() + meta_host[T + t], size_t(p.n_keys) * 4);
     }
   }
 
