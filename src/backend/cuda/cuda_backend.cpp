@@ -29,6 +29,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weight_cache.h"
 #include "backend/expert_placement.h"
+#include "backend/index_key_arrays.h"
 #include "backend/linear_batch_layout.h"
 #include "backend/row_mirror.h"
 #include "backend/slot_gather.h"
@@ -407,74 +408,37 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // One key array of a score() batch: floats, or packed rows that a kernel decodes on the device.
-  struct KeyArray {
-    const float* keys = nullptr;
-    const KvRowFormat* format = nullptr;  // packed: the rows' format, and the rows in runs
-    std::span<const PackedRowRun> runs;
-    int64_t n_keys = 0;     // the most any of the batch's tokens reads
-    int64_t first_row = 0;  // where its rows sit in the device's decoded keys
-    size_t first_byte = 0;  // packed: where its bytes sit among the staged packed bytes
-  };
-
   // Query tokens of one n_heads and dim: q and weights gathered into pinned staging, each token's key count,
-  // output offset and first key row, then the keys of every distinct key array (float arrays first, then the
-  // packed arrays' bytes, which a kernel decodes on the device behind the float rows); one launch, the scores
-  // back in one copy.
+  // output offset and first key row, then the keys of every distinct key array (IndexKeyArrays: float arrays
+  // first, then the packed arrays' bytes, which a kernel decodes on the device behind the float rows); one
+  // launch, the scores back in one copy.
   void score(std::span<const IndexScoreParams> batch) {
     const IndexScoreParams& p0 = batch[0];
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, dim = p0.dim;
-    key_arrays_.clear();
-    token_array_.resize(size_t(T));
-    int64_t max_keys = 0, total = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      const IndexScoreParams& p = batch[size_t(t)];
-      DI_CHECK(!p.key_format || p.key_format->n_values == dim);
-      size_t k = 0;
-      while (k < key_arrays_.size() && !(key_arrays_[k].keys == p.keys && key_arrays_[k].format == p.key_format &&
-                                         key_arrays_[k].runs.data() == p.key_runs.data())) {
-        ++k;
-      }
-      if (k == key_arrays_.size()) key_arrays_.push_back({p.keys, p.key_format, p.key_runs});
-      key_arrays_[k].n_keys = std::max(key_arrays_[k].n_keys, p.n_keys);
-      token_array_[size_t(t)] = k;
-      max_keys = std::max(max_keys, p.n_keys);
-      total += p.n_keys;
-    }
+    key_arrays_.plan(batch);
+    const int64_t max_keys = key_arrays_.max_keys(), total = key_arrays_.total_keys(), n_rows = key_arrays_.n_rows();
     if (max_keys == 0) return;
-    int64_t n_rows = 0, n_float_rows = 0;
-    size_t packed_bytes = 0;
-    for (bool packed : {false, true}) {
-      for (KeyArray& a : key_arrays_) {
-        if ((a.format != nullptr) != packed) continue;
-        a.first_row = n_rows;
-        n_rows += a.n_keys;
-        if (packed) {
-          a.first_byte = packed_bytes;
-          packed_bytes += size_t(a.n_keys * a.format->row_bytes);
-        }
-      }
-      if (!packed) n_float_rows = n_rows;
-    }
+    const size_t packed_bytes = size_t(key_arrays_.packed_bytes());
     const int64_t qw = T * H * dim + T * H;  // q, then weights
     const int64_t qw_even = qw + (qw & 1);
-    const size_t float_key_bytes = size_t(n_float_rows * dim) * 4;
+    const size_t float_key_bytes = size_t(key_arrays_.n_float_rows() * dim) * 4;
     index_host_.reserve(size_t(qw_even) * 4 + size_t(3 * T) * 8 + float_key_bytes + packed_bytes);
     float* q_host = index_host_.get<float>();
     auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw_even);  // [T] key counts, output offsets, first key rows
     auto* float_keys_host = reinterpret_cast<float*>(meta_host + 3 * T);
     auto* packed_host = reinterpret_cast<uint8_t*>(float_keys_host) + float_key_bytes;
     // The arrays' copies on the host's threads (a 256-sequence decode step stages 256 of them per layer).
-    host_->for_rows(int64_t(key_arrays_.size()), [&](int64_t a0, int64_t a1) {
+    const std::vector<IndexKeyArrays::Array>& arrays = key_arrays_.arrays();
+    host_->for_rows(int64_t(arrays.size()), [&](int64_t a0, int64_t a1) {
       for (int64_t i = a0; i < a1; ++i) {
-        const KeyArray& a = key_arrays_[size_t(i)];
+        const IndexKeyArrays::Array& a = arrays[size_t(i)];
         if (a.n_keys == 0) continue;
         if (!a.format) {
           std::memcpy(float_keys_host + a.first_row * dim, a.keys, size_t(a.n_keys * dim) * 4);
           continue;
         }
-        const size_t end = a.first_byte + size_t(a.n_keys * a.format->row_bytes);
-        size_t at = a.first_byte;
+        const size_t end = size_t(a.first_byte + a.n_keys * a.format->row_bytes);
+        size_t at = size_t(a.first_byte);
         for (const PackedRowRun& run : a.runs) {
           const size_t n = std::min(size_t(run.n_rows) * size_t(a.format->row_bytes), end - at);
           std::memcpy(packed_host + at, run.rows, n);
@@ -491,7 +455,7 @@ class CudaBackend final : public Backend {
       std::memcpy(q_host + T * H * dim + t * H, p.weights, size_t(H) * 4);
       meta_host[t] = p.n_keys;
       meta_host[T + t] = at;
-      meta_host[2 * T + t] = key_arrays_[token_array_[size_t(t)]].first_row;
+      meta_host[2 * T + t] = arrays[size_t(key_arrays_.array_of(t))].first_row;
       at += p.n_keys;
     }
     x_.reserve(size_t(qw) * 4);
@@ -504,7 +468,7 @@ class CudaBackend final : public Backend {
     if (packed_bytes) {
       uint8_t* packed_dev = rows_.get<uint8_t>() + size_t(n_rows * dim) * 4;
       DI_CUDA_CHECK(cudaMemcpyAsync(packed_dev, packed_host, packed_bytes, cudaMemcpyHostToDevice, stream_));
-      for (const KeyArray& a : key_arrays_) {
+      for (const IndexKeyArrays::Array& a : arrays) {
         if (a.format && a.n_keys) {
           cuda::launch_unpack_rows(unpack_launch(*a.format, packed_dev + a.first_byte, a.n_keys, rows_.get<float>() + a.first_row * dim),
                                    stream_);
@@ -522,7 +486,7 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (int64_t t = 0; t < T; ++t) {
       const IndexScoreParams& p = batch[size_t(t)];
-      std::memcpy(p.scores, out_host_.get<float>() + meta_host[T + t], size_t(p.n_keys) * 4);
+      if (p.n_keys > 0) std::memcpy(p.scores, out_host_.get<float>() + meta_host[T + t], size_t(p.n_keys) * 4);
     }
   }
 
@@ -738,8 +702,7 @@ class CudaBackend final : public Backend {
   cuda::PinnedBuffer rows_host_, slot_host_, out_host_;
   // score(): its key arrays and each token's; q and weights, the per-token offsets and the keys (pinned), and
   // the offsets on the device.
-  std::vector<KeyArray> key_arrays_;
-  std::vector<size_t> token_array_;
+  IndexKeyArrays key_arrays_;
   cuda::PinnedBuffer index_host_;
   DeviceBuffer index_meta_;
 };

@@ -1,0 +1,207 @@
+// The emulated CUDA runtime (include/cuda_runtime.h says what it is for). Ordering rules kept from the real
+// runtime, because the backend's correctness depends on them:
+//   - an operation on a stream runs after the ones queued before it on that stream, and at the latest when
+//     the stream is synchronised (here: exactly then, the latest moment the real runtime allows; or, with
+//     DEEPINFER_CUDA_EMULATION=eager, as soon as it is queued, the earliest);
+//   - a copy from pageable host memory to the device takes the source bytes when it is queued (the driver
+//     stages them), while a copy from pinned memory (cudaMallocHost) reads them when it runs;
+//   - a copy from the device into pageable host memory returns only once it has landed (the stream is run);
+//   - cudaMemcpy, cudaFree and cudaFreeHost wait for all queued work.
+#include "cuda_emulation.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+struct CUstream_st {
+  std::vector<std::function<void()>> queue;
+};
+
+namespace deepinfer::cuda_emulation {
+namespace {
+
+struct State {
+  std::recursive_mutex mutex;
+  std::vector<CUstream_st*> streams;
+  std::map<uintptr_t, size_t> pinned;  // start -> bytes of each cudaMallocHost block
+  CUstream_st legacy;                  // stream 0
+};
+
+State& state() {
+  static State* s = new State;  // never destroyed: buffers freed at exit still find it
+  return *s;
+}
+
+void run(CUstream_st* stream) {
+  // Work may enqueue nothing more, but a copy's function may be large: move the queue out first.
+  std::vector<std::function<void()>> work;
+  work.swap(stream->queue);
+  for (auto& w : work) w();
+}
+
+void run_all() {
+  State& s = state();
+  run(&s.legacy);
+  for (CUstream_st* stream : s.streams) run(stream);
+}
+
+CUstream_st* resolve(cudaStream_t stream) { return stream ? stream : &state().legacy; }
+
+bool is_pinned(const void* p) {
+  State& s = state();
+  const auto at = uintptr_t(p);
+  auto it = s.pinned.upper_bound(at);
+  if (it == s.pinned.begin()) return false;
+  --it;
+  return at < it->first + it->second;
+}
+
+}  // namespace
+
+void enqueue(cudaStream_t stream, std::function<void()> work) {
+  std::lock_guard lock(state().mutex);
+  // DEEPINFER_CUDA_EMULATION=eager: every operation runs as it is queued, the earliest moment the real runtime
+  // allows (host code that fills a staging buffer after queuing its copy then reads stale bytes); by default
+  // at the stream's next synchronisation, the latest (host code that refills a buffer a queued copy still reads
+  // then sends the new bytes).
+  static const bool eager = [] {
+    const char* mode = std::getenv("DEEPINFER_CUDA_EMULATION");
+    return mode && std::string(mode) == "eager";
+  }();
+  if (eager) {
+    work();
+    return;
+  }
+  resolve(stream)->queue.push_back(std::move(work));
+}
+
+}  // namespace deepinfer::cuda_emulation
+
+using namespace deepinfer::cuda_emulation;
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  *prop = {};
+  std::strncpy(prop->name, "emulated device", sizeof prop->name - 1);
+  prop->totalGlobalMem = size_t(16) << 30;
+  prop->sharedMemPerBlockOptin = 227 * 1024;  // an H100's / H200's opt-in limit
+  prop->multiProcessorCount = 132;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *total_bytes = size_t(16) << 30;
+  *free_bytes = *total_bytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  // Not zeroed, as device memory is not: a kernel that reads what nothing wrote reads garbage here too.
+  *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  std::lock_guard lock(state().mutex);
+  run_all();
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
+  std::lock_guard lock(state().mutex);
+  *ptr = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  if (!*ptr) return cudaErrorMemoryAllocation;
+  state().pinned[uintptr_t(*ptr)] = bytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  std::lock_guard lock(state().mutex);
+  run_all();
+  state().pinned.erase(uintptr_t(ptr));
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags*/) {
+  std::lock_guard lock(state().mutex);
+  *stream = new CUstream_st;
+  state().streams.push_back(*stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  std::lock_guard lock(state().mutex);
+  run(stream);
+  std::erase(state().streams, stream);
+  delete stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  std::lock_guard lock(state().mutex);
+  run(resolve(stream));
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind /*kind*/) {
+  std::lock_guard lock(state().mutex);
+  run_all();
+  std::memcpy(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream) {
+  if (width > dst_pitch || width > src_pitch) return cudaErrorInvalidValue;
+  std::lock_guard lock(state().mutex);
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  if (kind == cudaMemcpyHostToDevice && !is_pinned(src)) {  // pageable: staged now
+    auto staged = std::make_shared<std::vector<uint8_t>>(width * height);
+    for (size_t r = 0; r < height; ++r) std::memcpy(staged->data() + r * width, s + r * src_pitch, width);
+    enqueue(stream, [=] {
+      for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dst_pitch, staged->data() + r * width, width);
+    });
+    return cudaSuccess;
+  }
+  enqueue(stream, [=] {
+    for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dst_pitch, s + r * src_pitch, width);
+  });
+  if (kind == cudaMemcpyDeviceToHost && !is_pinned(dst)) run(resolve(stream));
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  return cudaMemcpy2DAsync(dst, bytes, src, bytes, bytes, 1, kind, stream);
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
+  enqueue(stream, [=] { std::memset(dst, value, bytes); });
+  return cudaSuccess;
+}

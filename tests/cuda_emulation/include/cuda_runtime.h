@@ -1,0 +1,46 @@
+// The part of the CUDA runtime API that the CUDA backend's host code (src/backend/cuda/*.cpp) calls, emulated
+// on the CPU for the `cuda_emulated_tests` build (tests/cuda_emulation/README.md): "device" memory is host
+// memory, and every stream keeps its copies and kernel launches queued until a synchronisation runs them, so
+// host code that touches a buffer a queued operation still reads or writes shows up as a wrong result. Not a
+// device: nothing here is ever part of deepinfer itself.
+#pragma once
+
+#include <cstddef>
+
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidDevice = 101 };
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4
+};
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+constexpr unsigned int cudaStreamNonBlocking = 1;
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  size_t sharedMemPerBlockOptin;
+  int multiProcessorCount;
+};
+
+const char* cudaGetErrorString(cudaError_t error);
+cudaError_t cudaGetLastError();
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMallocHost(void** ptr, size_t bytes);
+cudaError_t cudaFreeHost(void* ptr);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);

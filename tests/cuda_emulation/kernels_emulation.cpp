@@ -1,0 +1,279 @@
+// The CUDA kernels' launchers (src/backend/cuda/kernels.h) emulated on the CPU for `cuda_emulated_tests`:
+// each launch is queued on its stream (cuda_emulation.h) and, when the stream runs it, computes its op on the
+// fast CPU backend over the buffers as they are then. What this checks is the host code around the kernels:
+// the layouts, offsets and sizes it hands them, the copies before and after, and their order. The kernels
+// themselves are checked only on a GPU (cuda_tests).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/epilogue.h"
+#include "backend/cuda/kernels.h"
+#include "core/dtypes.h"
+#include "core/status.h"
+#include "cuda_emulation.h"
+#include "model/kv_format.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+using cuda_emulation::enqueue;
+
+// The ops run on the fast CPU backend (one thread: the model's host work has the machine's cores), whose sums
+// are batch-invariant and within the bounds the tests hold the kernels to, as the real kernels' are.
+Backend& device_ops() {
+  static const std::unique_ptr<Backend> backend = [] {
+    std::string error;
+    std::unique_ptr<Backend> b = make_fast_backend(1, &error);
+    DI_CHECK_MSG(b != nullptr, error);
+    return b;
+  }();
+  return *backend;
+}
+// The exact reference, for the attention shapes the fast backend's tiles do not take (odd test widths).
+Backend& reference() {
+  static const std::unique_ptr<Backend> backend = make_reference_backend();
+  return *backend;
+}
+
+// A device weight (weight_cache.cpp's layout: rows padded with zero codes to k_pad values, scales as stored)
+// read as a checkpoint weight of k_pad columns: the padding adds exact zeros against x's zero padding.
+void linear_now(const LinearLaunch& p) {
+  LinearWeight w;
+  w.n_in = p.k_pad;
+  w.n_out = p.row_begin + p.n_rows;
+  w.data = p.w;
+  w.scale = p.scale;
+  w.block = p.block;
+  switch (p.kind) {
+    case WeightKind::kBf16: w.dtype = DType::kBF16; break;
+    case WeightKind::kFp8:
+      w.dtype = DType::kF8E4M3;
+      DI_CHECK_MSG((p.k_pad + p.block - 1) / p.block == p.scale_pitch, "emulated linear: k_pad reaches past the scale blocks");
+      break;
+    case WeightKind::kFp4: w.dtype = DType::kI8; break;
+  }
+  DI_CHECK_MSG(w.row_bytes() == p.row_pitch, "a linear launch's row pitch is not its k_pad's");
+  LinearParams l;
+  l.x = p.x;
+  l.x_stride = p.k_pad;
+  l.n_tokens = p.n_tokens;
+  l.weight = &w;
+  l.row_begin = p.row_begin;
+  l.n_rows = p.n_rows;
+  l.epilogue = Epilogue(int(p.epilogue));
+  l.bias = p.bias;
+  l.out = p.out;
+  l.out_stride = p.n_rows;
+  device_ops().linear(l);
+}
+
+void queue_linear(const LinearLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] { linear_now(p); });
+}
+
+void queue_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows, int64_t max_tokens,
+                   cudaStream_t stream) {
+  enqueue(stream, [=] {  // the descriptors are read when the launch runs, after their upload
+    for (int i = 0; i < n_ops; ++i) {
+      const LinearLaunch& op = ops[i];
+      DI_CHECK_MSG(op.kind == kind && op.k_pad == k_pad && op.n_rows <= max_rows && op.n_tokens <= max_tokens,
+                   "a grouped linear launch's descriptor disagrees with the launch");
+      linear_now(op);
+    }
+  });
+}
+
+KvRowFormat format_of(const UnpackRowsLaunch& p) {
+  KvRowKind kind = KvRowKind::kV4Kv;
+  switch (p.kind) {
+    case PackedRowKind::kE4m3: kind = p.n_rope > 0 ? KvRowKind::kV4Kv : KvRowKind::kV41Kv; break;
+    case PackedRowKind::kE2m1E4m3Scales: kind = KvRowKind::kV41Fp4; break;
+    case PackedRowKind::kE2m1E8m0Scales: kind = KvRowKind::kFp4Key; break;
+  }
+  const KvRowFormat f = kv_row_format(kind, p.n_values, p.n_rope);
+  DI_CHECK_MSG(f.block == p.block && f.row_bytes == p.row_bytes, "an unpack launch's row layout matches no cache row format");
+  return f;
+}
+
+void attention_now(const AttentionLaunch& p) {
+  std::vector<const float*> slots(size_t(p.n_slots));
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    for (int64_t j = 0; j < p.n_slots; ++j) {
+      const int32_t r = p.slot_row[t * p.n_slots + j];
+      slots[size_t(j)] = r < 0 ? nullptr : p.rows + int64_t(r) * p.head_dim;
+    }
+    SparseAttentionParams a;
+    a.q = p.q + t * p.n_heads * p.head_dim;
+    a.n_heads = p.n_heads;
+    a.head_dim = p.head_dim;
+    a.slots = slots.data();
+    a.n_slots = p.n_slots;
+    a.sink = p.sink;
+    a.softmax_scale = p.softmax_scale;
+    a.block_running_max = p.block_running_max;
+    a.out = p.out + t * p.n_heads * p.head_dim;
+    (p.head_dim % 64 == 0 ? device_ops() : reference()).sparse_attention(a);
+  }
+}
+
+// The FP8-operand linear's prepass (kernels.h): per (token, x block) the smallest power of two s with
+// amax / s <= 448 (never below 2^-126), and the e4m3 codes of x / s (round to nearest, saturating).
+void fp8_codes_now(const LinearLaunch& p) {
+  const int64_t xb = p.x_e4m3_block, n_xb = (p.k_pad + xb - 1) / xb;
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    for (int64_t b = 0; b < n_xb; ++b) {
+      const int64_t k0 = b * xb, k1 = std::min(p.k_pad, k0 + xb);
+      const float* x = p.x + t * p.k_pad;
+      double amax = 0;
+      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(double(x[k])));
+      const double s = amax > 0 ? std::max(pow2_scale_at_least(amax, 448.0), 0x1p-126) : 1.0;
+      for (int64_t k = k0; k < k1; ++k) p.x_codes[t * p.k_pad + k] = e4m3_code(e4m3_round(double(x[k]) / s));
+      p.x_scales[t * n_xb + b] = float(s);
+    }
+  }
+}
+
+// Its main kernel: per 32-wide step the step's exact sum of code products rounded to fp32 (where the tensor
+// core rounds in its own way), then acc = fmaf(p, sx * sw, acc), then the epilogue.
+void fp8_linear_now(const LinearLaunch& p) {
+  static const std::vector<double> e4m3 = [] {  // every code's value: the inner loop below is this test's cost
+    std::vector<double> v(256);
+    for (int c = 0; c < 256; ++c) v[size_t(c)] = e4m3_to_float(uint8_t(c));
+    return v;
+  }();
+  const int64_t n_xb = (p.k_pad + p.x_e4m3_block - 1) / p.x_e4m3_block;
+  std::vector<double> w(size_t(p.k_pad));
+  std::vector<float> sw(size_t(p.k_pad / 32));
+  for (int64_t n = 0; n < p.n_rows; ++n) {
+    const int64_t row = p.row_begin + n;
+    const uint8_t* r = p.w + row * p.row_pitch;
+    for (int64_t k = 0; k < p.k_pad; ++k) {
+      w[size_t(k)] = p.kind == WeightKind::kFp8 ? double(e4m3_to_float(r[k])) : double(kE2M1Values[(k % 2) ? r[k / 2] >> 4 : r[k / 2] & 15]);
+    }
+    for (int64_t j = 0; j < p.k_pad / 32; ++j) {
+      const uint8_t code = p.kind == WeightKind::kFp8 ? p.scale[(row / p.block) * p.scale_pitch + std::min(32 * j / p.block, p.scale_pitch - 1)]
+                                                      : p.scale[row * p.scale_pitch + std::min(j, p.scale_pitch - 1)];
+      sw[size_t(j)] = e8m0_to_float(code);
+    }
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const uint8_t* xq = p.x_codes + t * p.k_pad;
+      float acc = 0.0f;
+      for (int64_t j = 0; j < p.k_pad / 32; ++j) {
+        double step = 0;
+        for (int64_t k = 32 * j; k < 32 * j + 32; ++k) step += e4m3[xq[k]] * w[size_t(k)];
+        const float sx = p.x_scales[t * n_xb + 32 * j / p.x_e4m3_block];
+        acc = std::fmaf(float(step), sx * sw[size_t(j)], acc);
+      }
+      const float bias = p.bias ? p.bias[t * p.n_rows + n] : 0.0f;
+      p.out[t * p.n_rows + n] = apply_epilogue(Epilogue(int(p.epilogue)), double(acc), bias);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_linear(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
+// The emulation never splits over K: the backend then gives no partials scratch, as for an unsplit kernel.
+int64_t linear_mma_partial_floats(const LinearLaunch&, MmaKernelChoice) { return 0; }
+void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream, MmaKernelChoice) { queue_linear(p, stream); }
+void launch_linear_mma_registers(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
+void launch_linear_mma_staged(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
+int64_t linear_mma_staged_partial_floats(const LinearLaunch&) { return 0; }
+void launch_linear_mma_staged_split(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
+void launch_linear_mma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows,
+                               int64_t max_tokens, cudaStream_t stream, MmaKernelChoice) {
+  queue_grouped(ops, n_ops, kind, k_pad, max_rows, max_tokens, stream);
+}
+void launch_linear_mma_staged_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows,
+                                      int64_t max_tokens, cudaStream_t stream) {
+  queue_grouped(ops, n_ops, kind, k_pad, max_rows, max_tokens, stream);
+}
+
+void launch_linear_fp8_codes(const LinearLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] { fp8_codes_now(p); });
+}
+void launch_linear_fp8_codes_grouped(const LinearLaunch* ops, int n_ops, int64_t max_items, cudaStream_t stream) {
+  enqueue(stream, [=] {
+    for (int i = 0; i < n_ops; ++i) {
+      DI_CHECK_MSG(linear_fp8_code_items(ops[i]) <= max_items, "a grouped prepass launch covers fewer items than an op has");
+      fp8_codes_now(ops[i]);
+    }
+  });
+}
+void launch_linear_fp8(const LinearLaunch& p, cudaStream_t stream, Fp8TileChoice) {
+  DI_CHECK(p.x_codes && p.x_scales && linear_fp8_supports(p.kind, p.block, p.x_e4m3_block));
+  enqueue(stream, [p] { fp8_linear_now(p); });
+}
+void launch_linear_fp8_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t max_rows, int64_t max_tokens,
+                               cudaStream_t stream, Fp8TileChoice) {
+  enqueue(stream, [=] {
+    for (int i = 0; i < n_ops; ++i) {
+      const LinearLaunch& op = ops[i];
+      DI_CHECK_MSG(op.kind == kind && op.n_rows <= max_rows && op.n_tokens <= max_tokens,
+                   "a grouped FP8 launch's descriptor disagrees with the launch");
+      fp8_linear_now(op);
+    }
+  });
+}
+
+void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] { device_ops().hc_mix({p.x, p.n_tokens, p.width, p.fn, p.n_mix, p.eps, p.out}); });
+}
+
+void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] { attention_now(p); });
+}
+// The real kernels' shared memory grows with the slots (attention_kernels.cu); here a size that fits the
+// emulated device's limit for every slot count the tests use.
+size_t sparse_attention_shared_bytes(int64_t n_slots) { return size_t(n_slots) * 4; }
+size_t sparse_attention_split_shared_bytes(int64_t n_slots) { return size_t(n_slots) * 32; }
+void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cudaStream_t stream) {
+  enqueue(stream, [p, scores] {
+    // The scores scratch must hold [n_tokens, n_heads, n_slots] floats: touched end to end.
+    std::memset(scores, 0, size_t(p.n_tokens * p.n_heads * p.n_slots) * sizeof(float));
+    attention_now(p);
+  });
+}
+
+void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    const KvRowFormat f = format_of(p);
+    for (int64_t i = 0; i < p.n_rows; ++i) {
+      const int64_t at = p.row_slots ? p.row_slots[i] : i;
+      unpack_kv_row(f, p.rows + at * p.row_bytes, p.out + i * p.n_values);
+    }
+  });
+}
+
+void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
+                         cudaStream_t stream) {
+  DI_CHECK_MSG(row_bytes % 4 == 0, "launch_scatter_rows: rows must be whole 4-byte words");
+  enqueue(stream, [=] {
+    for (int64_t i = 0; i < n_rows; ++i) std::memcpy(arena + slots[i] * row_bytes, src + i * row_bytes, size_t(row_bytes));
+  });
+}
+
+void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      IndexScoreParams s;
+      s.q = p.q + t * p.n_heads * p.dim;
+      s.weights = p.weights + t * p.n_heads;
+      s.n_heads = p.n_heads;
+      s.dim = p.dim;
+      s.keys = p.keys + (p.token_keys_at ? p.token_keys_at[t] : 0) * p.dim;
+      s.n_keys = p.token_keys ? p.token_keys[t] : p.n_keys;
+      DI_CHECK_MSG(s.n_keys <= p.n_keys, "an index-score token reads more keys than the launch's n_keys");
+      s.scores = p.scores + (p.token_scores_at ? p.token_scores_at[t] : t * p.n_keys);
+      device_ops().index_scores(s);
+    }
+  });
+}
+
+}  // namespace deepinfer::cuda
