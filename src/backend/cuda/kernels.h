@@ -71,14 +71,17 @@ void launch_linear_mma_staged_grouped(const LinearLaunch* ops, int n_ops, Weight
 // For an op whose caller applied the activation QDQ in blocks of B = x_e4m3_block columns (a multiple of 32), so
 // that each block of a token's x is e4m3 values times a power of two, with e4m3 weights (scale blocks a multiple
 // of 32) or e2m1 weights, both with DeviceWeight::mma_exact scales. Per output (token t, row n), exactly:
-//   sx[t, b]  = the smallest power of two s with max |x[t, bB .. bB + B - 1]| / s <= 448 (1 for an all-zero
-//               block); xq[t, k] = e4m3(x[t, k] / sx[t, k / B]), exact by the promise (subnormals included);
+//   sx[t, b]  = the smallest power of two s with max |x[t, bB .. bB + B - 1]| / s <= 448, never below 2^-126
+//               (1 for an all-zero block); xq[t, k] = e4m3(x[t, k] / sx[t, k / B]), exact by the promise
+//               (subnormals included; a block under 2^-118, which the model's QDQ never makes, would round);
 //   wq[n, k]  = the stored e4m3 code of W[row_begin + n, k] (e2m1: the e4m3 code of the same value, exact);
 //   sw[n, j]  = W's e8m0 scale for row row_begin + n at k = 32 j (fp8: block (row / block, 32 j / block); fp4:
 //               (row, j));
 //   acc = +0; for j = 0, 1, .., k_pad / 32 - 1 in this order:
 //     p   = the tensor core's fp32 sum of the 32 products xq[t, 32 j + i] * wq[n, 32 j + i] (one
-//           mma.sync.m16n8k32.row.col.f32.e4m3.e4m3.f32 from a zero accumulator; its k-slot order is fixed);
+//           mma.sync.m16n8k32.row.col.f32.e4m3.e4m3.f32 from a zero accumulator). The sum is not exactly
+//           associative, so which k feeds which k-slot is part of the bits: lane (g, c) feeds k = 32 j + 8 c + i
+//           to slots 4 c + i and k = 32 j + 8 c + 4 + i to slots 16 + 4 c + i (i < 4), for A and B alike;
 //     acc = fmaf(p, sx[t, 32 j / B] * sw[n, j], acc)   (a product of powers of two: exact while it stays >=
 //           2^-126, which the model's QDQ floor and real scale bytes keep; the padding's steps add +0);
 //   out[t, n] = epilogue(acc), apply_epilogue as every linear kernel applies it.
