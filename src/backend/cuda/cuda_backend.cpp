@@ -16,7 +16,9 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <initializer_list>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -83,6 +85,20 @@ cuda::UnpackRowsLaunch unpack_launch(const KvRowFormat& format, const uint8_t* r
   u.n_rows = n_rows;
   u.out = out;
   return u;
+}
+
+// The value of environment variable `name`, the first of `allowed` when it is unset; nullopt with *error set when
+// it is none of them.
+std::optional<std::string> env_choice(const char* name, std::initializer_list<const char*> allowed, std::string* error) {
+  const char* set = std::getenv(name);
+  const std::string value = set ? set : *allowed.begin();
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return value;
+    list += std::string(list.empty() ? "" : ", ") + a;
+  }
+  *error = std::string(name) + " must be one of " + list + ", not '" + value + "'";
+  return std::nullopt;
 }
 
 // The kernel choices of the environment (make_cuda_backend reads them).
@@ -723,49 +739,34 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   // staged kernel from 64 tokens on, even where its grid would leave the device idle) and mma_split (the same,
   // split over K wherever K has several slices).
   KernelPaths paths;
-  const char* linear_path = std::getenv("DEEPINFER_CUDA_LINEAR");
-  const std::string path = linear_path ? linear_path : "mma";
-  if (path != "fma" && path != "mma" && path != "mma_staged" && path != "mma_split") {
-    *error = "DEEPINFER_CUDA_LINEAR must be fma, mma, mma_staged or mma_split, not '" + path + "'";
-    return nullptr;
-  }
-  paths.tensor_core_linear = path != "fma";
-  if (path == "mma_staged") paths.mma_choice = cuda::MmaKernelChoice::kStaged;
-  if (path == "mma_split") paths.mma_choice = cuda::MmaKernelChoice::kStagedSplit;
+  const std::optional<std::string> path = env_choice("DEEPINFER_CUDA_LINEAR", {"mma", "fma", "mma_staged", "mma_split"}, error);
+  if (!path) return nullptr;
+  paths.tensor_core_linear = *path != "fma";
+  if (*path == "mma_staged") paths.mma_choice = cuda::MmaKernelChoice::kStaged;
+  if (*path == "mma_split") paths.mma_choice = cuda::MmaKernelChoice::kStagedSplit;
   // DEEPINFER_CUDA_ATTENTION: fused (default: one kernel, verified on an H200) or split (two kernels that read
   // each row once per 8 heads; written without a GPU at hand, see bench/cuda/NOTES.md).
-  const char* attention_path = std::getenv("DEEPINFER_CUDA_ATTENTION");
-  const std::string attention = attention_path ? attention_path : "fused";
-  if (attention != "fused" && attention != "split") {
-    *error = "DEEPINFER_CUDA_ATTENTION must be fused or split, not '" + attention + "'";
-    return nullptr;
-  }
-  paths.split_attention = attention == "split";
+  const std::optional<std::string> attention = env_choice("DEEPINFER_CUDA_ATTENTION", {"fused", "split"}, error);
+  if (!attention) return nullptr;
+  paths.split_attention = *attention == "split";
   // DEEPINFER_CUDA_KV: floats (default: the model decodes cache rows and the backend copies 4 bytes a value),
   // packed (the cache rows' own bytes are copied and decoded on the device) or mirror (packed, and the device
   // keeps the attention's rows by their stamps, so a call copies only rows written since it last saw them; up to
   // DEEPINFER_CUDA_KV_MIRROR_GB, default 2). packed and mirror were written without a GPU at hand.
-  const char* kv_path = std::getenv("DEEPINFER_CUDA_KV");
-  const std::string kv = kv_path ? kv_path : "floats";
-  if (kv != "floats" && kv != "packed" && kv != "mirror") {
-    *error = "DEEPINFER_CUDA_KV must be floats, packed or mirror, not '" + kv + "'";
-    return nullptr;
-  }
-  paths.packed_rows = kv != "floats";
-  paths.mirror_rows = kv == "mirror";
+  const std::optional<std::string> kv = env_choice("DEEPINFER_CUDA_KV", {"floats", "packed", "mirror"}, error);
+  if (!kv) return nullptr;
+  paths.packed_rows = *kv != "floats";
+  paths.mirror_rows = *kv == "mirror";
   // DEEPINFER_CUDA_PROMPT_LINEAR: mma (default: prompt tokens' linears as generated tokens' are) or fp8 (prompt
   // tokens' ops whose x the model quantised to e4m3 blocks run on FP8 operands, kernels.h; written without a
   // GPU at hand, see bench/cuda/NOTES.md). With fp8 the model runs prompt and generated tokens as separate passes.
   // For cuda_tests: fp8_big and fp8_small (the same bits through one block tile always).
-  const char* prompt_linear_path = std::getenv("DEEPINFER_CUDA_PROMPT_LINEAR");
-  const std::string prompt_linear = prompt_linear_path ? prompt_linear_path : "mma";
-  if (prompt_linear != "mma" && prompt_linear != "fp8" && prompt_linear != "fp8_big" && prompt_linear != "fp8_small") {
-    *error = "DEEPINFER_CUDA_PROMPT_LINEAR must be mma, fp8, fp8_big or fp8_small, not '" + prompt_linear + "'";
-    return nullptr;
-  }
-  paths.fp8_prompt_linear = prompt_linear != "mma";
-  if (prompt_linear == "fp8_big") paths.fp8_tile = cuda::Fp8TileChoice::kBig;
-  if (prompt_linear == "fp8_small") paths.fp8_tile = cuda::Fp8TileChoice::kSmall;
+  const std::optional<std::string> prompt_linear =
+      env_choice("DEEPINFER_CUDA_PROMPT_LINEAR", {"mma", "fp8", "fp8_big", "fp8_small"}, error);
+  if (!prompt_linear) return nullptr;
+  paths.fp8_prompt_linear = *prompt_linear != "mma";
+  if (*prompt_linear == "fp8_big") paths.fp8_tile = cuda::Fp8TileChoice::kBig;
+  if (*prompt_linear == "fp8_small") paths.fp8_tile = cuda::Fp8TileChoice::kSmall;
   if (const char* gb = std::getenv("DEEPINFER_CUDA_KV_MIRROR_GB")) {
     char* end = nullptr;
     paths.mirror_gb = std::strtod(gb, &end);
