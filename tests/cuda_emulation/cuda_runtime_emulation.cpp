@@ -38,7 +38,7 @@ State& state() {
 }
 
 void run(CUstream_st* stream) {
-  // Work may enqueue nothing more, but a copy's function may be large: move the queue out first.
+  // Moved out first, so that the queue may take new work while this runs (none of it queues more today).
   std::vector<std::function<void()>> work;
   work.swap(stream->queue);
   for (auto& w : work) w();
