@@ -359,12 +359,17 @@ class CudaBackend final : public Backend {
   }
 
   // The FP8-operand launches of a linears() batch. Each distinct x (an expert's w1 and w3 share theirs) gets
-  // its codes and scales in fp8_scratch_, from one grouped prepass; then ops of one weight kind run as one
-  // grouped launch, a lone op as a plain launch. All of it follows the batch's input copy on the one stream.
+  // its codes and scales in fp8_scratch_, from one grouped prepass; then ops of one weight kind and token class
+  // (below) run as one grouped launch, a lone op as a plain launch. All of it follows the batch's input copy on
+  // the one stream.
   void launch_fp8_groups() {
     if (fp8_launches_.empty()) return;
+    // Grouped by weight kind and by whether the big tile's 128 tokens could be half full: a grouped launch picks
+    // its tile by its longest op, so a prefill's short experts would otherwise ride in mostly empty big tiles
+    // beside one long one (the tile never changes a bit).
+    auto group_of = [](const cuda::LinearLaunch& l) { return 2 * int(l.kind) + (l.n_tokens > 64 ? 1 : 0); };
     std::stable_sort(fp8_launches_.begin(), fp8_launches_.end(),
-                     [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) { return int(a.kind) < int(b.kind); });
+                     [&](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) { return group_of(a) < group_of(b); });
     const size_t n = fp8_launches_.size();
     fp8_code_at_.assign(n, 0);
     fp8_code_of_.assign(n, n);  // n: this op's x is the first of its kind
@@ -407,9 +412,9 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < n_codes; i += kMaxGridYZ) {
       cuda::launch_linear_fp8_codes_grouped(device + n + i, int(std::min(kMaxGridYZ, n_codes - i)), max_items, stream_);
     }
-    auto same_kind = [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) { return a.kind == b.kind; };
+    auto same_group = [&](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) { return group_of(a) == group_of(b); };
     const std::span<const cuda::LinearLaunch> all(fp8_launches_);
-    for_each_run(all, kMaxGridYZ, same_kind, [&](std::span<const cuda::LinearLaunch> run) {
+    for_each_run(all, kMaxGridYZ, same_group, [&](std::span<const cuda::LinearLaunch> run) {
       if (run.size() == 1) {
         cuda::launch_linear_fp8(run[0], stream_, fp8_tile_);
         return;
