@@ -49,6 +49,18 @@ class ScopedPromptLinear {
   ScopedPromptLinear& operator=(const ScopedPromptLinear&) = delete;
 };
 
+// The batched-linears tests' per-op setup: op p (its out ignored) on the reference into ref and alone on the
+// device into alone, then queued for the batch call, which writes batched.
+inline void run_alone_and_queue(LinearParams p, Backend& reference, Backend& device, float* ref, float* alone, float* batched,
+                                std::vector<LinearParams>& batch) {
+  p.out = ref;
+  reference.linear(p);
+  p.out = alone;
+  device.linear(p);
+  p.out = batched;
+  batch.push_back(p);
+}
+
 // The linear paths a whole model runs on in the golden and op-by-op tests: fma and mma.
 inline const std::vector<std::string>& model_linear_paths() {
   static const std::vector<std::string> paths = {"fma", "mma"};

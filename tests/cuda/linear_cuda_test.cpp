@@ -221,12 +221,7 @@ TEST_P(LinearCuda, BatchedOpsMatchSingleOps) {
     ref[i].assign(size_t(T * n_rows), -7.0f);
     alone[i].assign(size_t(T * n_rows), -7.0f);
     batched[i].assign(size_t(T * n_rows), -7.0f);
-    p.out = ref[i].data();
-    reference->linear(p);
-    p.out = alone[i].data();
-    gpu->linear(p);
-    p.out = batched[i].data();
-    ps.push_back(p);
+    run_alone_and_queue(p, *reference, *gpu, ref[i].data(), alone[i].data(), batched[i].data(), ps);
   }
   gpu->linears(ps);
   for (size_t i = 0; i < n_ops; ++i) {

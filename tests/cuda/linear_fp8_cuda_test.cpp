@@ -298,12 +298,7 @@ TEST(LinearFp8Cuda, BatchedOpsMatchSingleOps) {
     const float* x = o.shares_x ? ps.back().x : xs[i].data();
     LinearParams p{x, o.w.w.n_in + 3, o.tokens, &o.w.w, o.row_begin, n_rows, o.epilogue, biases[i].data(), nullptr, n_rows};
     p.x_e4m3_block = o.x_block;
-    p.out = ref[i].data();
-    reference->linear(p);
-    p.out = alone[i].data();
-    gpu->linear(p);
-    p.out = batched[i].data();
-    ps.push_back(p);
+    run_alone_and_queue(p, *reference, *gpu, ref[i].data(), alone[i].data(), batched[i].data(), ps);
   }
   // The batch on each path (the launcher's tiles, then each tile always), every output as the op alone.
   double worst_ratio = 0;
