@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "cuda/cuda_util.h"
+#include "kernel/attention_case.h"
 #include "kernel/kernel_bounds.h"
 #include "kernel/kernel_test_util.h"
 #include "model/kv_format.h"
@@ -20,42 +21,15 @@
 namespace deepinfer::testing {
 namespace {
 
-struct AttentionCase {
-  std::string name;
-  int64_t n_heads = 64, head_dim = 512;
-  int64_t n_window = 128, n_window_filled = 128;
-  int64_t n_compressed = 512, n_compressed_filled = 512;
-  int64_t empty_block = -1;
-  bool fp32_rows = false;
-  float score_scale = 1.0f;
-  double softmax_scale = 0;  // 0: f32(head_dim^-0.5) (V4)
-};
-
 void run_attention(const AttentionCase& c, uint32_t seed) {
   DI_MAKE_CUDA_BACKEND(gpu);
   std::mt19937 rng(seed);
   const int64_t H = c.n_heads, D = c.head_dim;
-  const int64_t n_rows = c.n_window_filled + c.n_compressed_filled;
-  std::vector<float> kv = random_bf16_values(rng, n_rows * D, 1.0f);
-  if (c.fp32_rows) {
-    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-    for (auto& v : kv) v = u(rng);
-  }
-  std::vector<float> q = random_bf16_values(rng, H * D, c.score_scale);
-  std::vector<float> sink(static_cast<size_t>(H));
-  for (auto& s : sink) s = std::normal_distribution<float>(0.0f, 0.8f)(rng);
-  std::vector<const float*> slots;
-  for (int64_t i = 0; i < c.n_window; ++i) slots.push_back(i < c.n_window_filled ? &kv[size_t(i * D)] : nullptr);
-  for (int64_t i = 0; i < c.n_compressed; ++i) {
-    const bool filled = i < c.n_compressed_filled && i / 64 != c.empty_block;
-    slots.push_back(filled ? &kv[size_t((c.n_window_filled + i) * D)] : nullptr);
-  }
-  while (slots.size() % 64) slots.push_back(nullptr);
-  const double softmax_scale = c.softmax_scale ? c.softmax_scale : double(float(1.0 / std::sqrt(double(D))));
+  const AttentionInputs in = make_attention_inputs(c, rng);
   auto reference = make_reference_backend();
   for (bool running : {true, false}) {
     std::vector<float> ref(size_t(H * D)), got(size_t(H * D), -7.0f);
-    SparseAttentionParams p{q.data(), H, D, slots.data(), int64_t(slots.size()), sink.data(), softmax_scale, running, ref.data()};
+    SparseAttentionParams p{in.q.data(), H, D, in.slots.data(), int64_t(in.slots.size()), in.sink.data(), in.softmax_scale, running, ref.data()};
     reference->sparse_attention(p);
     p.out = got.data();
     gpu->sparse_attention(p);
@@ -402,16 +376,6 @@ TEST_P(SparseAttentionCuda, MirrorKeepsRowsOfTwoSizesAcrossCalls) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, SparseAttentionCuda, ::testing::ValuesIn(attention_paths()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
-
-std::vector<float> fp4_grid_values(std::mt19937& rng, int64_t n) {
-  std::uniform_int_distribution<int> code(0, 15), scale(-6, 2);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t b = 0; b < n; b += 32) {
-    const float s = std::ldexp(1.0f, scale(rng));
-    for (int64_t i = b; i < std::min(n, b + 32); ++i) v[size_t(i)] = e2m1_to_float(uint8_t(code(rng))) * s;
-  }
-  return v;
-}
 
 void run_index(int64_t n_heads, int64_t dim, int64_t n_keys, bool fp32_inputs, uint32_t seed) {
   DI_MAKE_CUDA_BACKEND(gpu);

@@ -46,13 +46,7 @@ bool same_bits(float a, float b) {
 void run_case(const LinearCase& c, uint32_t seed) {
   DI_MAKE_CUDA_BACKEND(gpu);
   std::mt19937 rng(seed);
-  OwnedWeight ow;
-  if (c.dtype == DType::kBF16) ow = random_bf16_weight(rng, c.n_out, c.k);
-  else if (c.dtype == DType::kF8E4M3)
-    ow = c.scale_lo ? random_fp8_weight(rng, c.n_out, c.k, c.block, c.scale_lo, c.scale_hi)
-                    : random_fp8_weight(rng, c.n_out, c.k, c.block);
-  else
-    ow = c.scale_lo ? random_fp4_weight(rng, c.n_out, c.k, c.scale_lo, c.scale_hi) : random_fp4_weight(rng, c.n_out, c.k);
+  OwnedWeight ow = random_linear_weight(rng, c.dtype, c.n_out, c.k, c.block, c.scale_lo, c.scale_hi);
   auto reference = make_reference_backend();
   const int64_t max_t = kTokenCounts.back(), x_stride = c.k + 3, out_stride = c.n_rows + 5;
   std::vector<float> x = random_bf16_values(rng, max_t * x_stride, 1.0f);

@@ -10,50 +10,25 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "kernel/attention_case.h"
 #include "kernel/kernel_bounds.h"
 #include "kernel/kernel_test_util.h"
 
 namespace deepinfer::testing {
 namespace {
 
-struct AttentionCase {
-  std::string name;
-  int64_t n_heads = 64, head_dim = 512;
-  int64_t n_window = 128, n_window_filled = 128;  // window part: the first n_window_filled slots hold rows
-  int64_t n_compressed = 512, n_compressed_filled = 512;
-  int64_t empty_block = -1;                        // a compressed 64-block left entirely empty
-  bool fp32_rows = false;
-  float score_scale = 1.0f;                        // spreads the scores (sharper softmax)
-};
-
 class SparseAttentionKernel : public ::testing::TestWithParam<SimdLevel> {};
 
 void run_case(SimdLevel level, const AttentionCase& c, uint32_t seed) {
   std::mt19937 rng(seed);
   const int64_t H = c.n_heads, D = c.head_dim;
-  const int64_t n_rows = c.n_window_filled + c.n_compressed_filled;
-  std::vector<float> kv = random_bf16_values(rng, n_rows * D, 1.0f);
-  if (c.fp32_rows) {
-    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-    for (auto& v : kv) v = u(rng);
-  }
-  std::vector<float> q = random_bf16_values(rng, H * D, c.score_scale);
-  std::vector<float> sink(static_cast<size_t>(H));
-  for (auto& s : sink) s = std::normal_distribution<float>(0.0f, 0.8f)(rng);
-  std::vector<const float*> slots;
-  for (int64_t i = 0; i < c.n_window; ++i) slots.push_back(i < c.n_window_filled ? &kv[size_t(i * D)] : nullptr);
-  for (int64_t i = 0; i < c.n_compressed; ++i) {
-    const bool filled = i < c.n_compressed_filled && i / 64 != c.empty_block;
-    slots.push_back(filled ? &kv[size_t((c.n_window_filled + i) * D)] : nullptr);
-  }
-  while (slots.size() % 64) slots.push_back(nullptr);
-  const float softmax_scale = float(1.0 / std::sqrt(double(D)));
+  const AttentionInputs in = make_attention_inputs(c, rng);
 
   auto reference = make_reference_backend();
   auto fast = make_fast_backend_with_level(2, level);
   for (bool running : {true, false}) {
     std::vector<float> ref(size_t(H * D)), got(size_t(H * D));
-    SparseAttentionParams p{q.data(), H, D, slots.data(), int64_t(slots.size()), sink.data(), softmax_scale, running, ref.data()};
+    SparseAttentionParams p{in.q.data(), H, D, in.slots.data(), int64_t(in.slots.size()), in.sink.data(), in.softmax_scale, running, ref.data()};
     reference->sparse_attention(p);
     p.out = got.data();
     fast->sparse_attention(p);

@@ -16,17 +16,6 @@ namespace {
 
 class IndexScoresKernel : public ::testing::TestWithParam<SimdLevel> {};
 
-// Values on the QDQ4 grid of 32-blocks (e2m1 times a power of two), as the indexer's q and keys are.
-std::vector<float> fp4_grid_values(std::mt19937& rng, int64_t n) {
-  std::uniform_int_distribution<int> code(0, 15), scale(-6, 2);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t b = 0; b < n; b += 32) {
-    const float s = std::ldexp(1.0f, scale(rng));
-    for (int64_t i = b; i < std::min(n, b + 32); ++i) v[size_t(i)] = e2m1_to_float(uint8_t(code(rng))) * s;
-  }
-  return v;
-}
-
 void run_case(SimdLevel level, int64_t n_heads, int64_t dim, int64_t n_keys, bool fp32_inputs, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<float> q = fp4_grid_values(rng, n_heads * dim), keys = fp4_grid_values(rng, n_keys * dim);

@@ -96,6 +96,28 @@ inline std::vector<float> random_bf16_values(std::mt19937& rng, int64_t n, float
   return v;
 }
 
+// A stored weight of the given type: random_bf16_weight, random_fp8_weight (scale blocks of `block`) or
+// random_fp4_weight (any other dtype: packed e2m1), with scale bytes in [scale_lo, scale_hi] (0: the generator's
+// default range).
+inline OwnedWeight random_linear_weight(std::mt19937& rng, DType dtype, int64_t n, int64_t k, int block,
+                                        int scale_lo = 0, int scale_hi = 0) {
+  if (dtype == DType::kBF16) return random_bf16_weight(rng, n, k);
+  if (dtype == DType::kF8E4M3)
+    return scale_lo ? random_fp8_weight(rng, n, k, block, scale_lo, scale_hi) : random_fp8_weight(rng, n, k, block);
+  return scale_lo ? random_fp4_weight(rng, n, k, scale_lo, scale_hi) : random_fp4_weight(rng, n, k);
+}
+
+// Values on the QDQ4 grid of 32-blocks (e2m1 times a power of two), as the indexer's q and keys are.
+inline std::vector<float> fp4_grid_values(std::mt19937& rng, int64_t n) {
+  std::uniform_int_distribution<int> code(0, 15), scale(-6, 2);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; b += 32) {
+    const float s = std::ldexp(1.0f, scale(rng));
+    for (int64_t i = b; i < std::min(n, b + 32); ++i) v[size_t(i)] = e2m1_to_float(uint8_t(code(rng))) * s;
+  }
+  return v;
+}
+
 // Comparison of a fast result with the reference.
 struct Diff {
   double calc_diff = 0, max_abs = 0, max_rel = 0;
