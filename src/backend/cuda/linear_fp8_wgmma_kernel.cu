@@ -9,7 +9,9 @@
 // warpgroups read the same x codes). K goes through shared memory in 128-wide chunks, kStages stages: the copies
 // of chunks c + 1 .. c + 3 are in flight while chunk c's wgmmas run. Per 32-wide step: one wgmma from a zero
 // accumulator (scale-d = 0) into registers d, then acc = fmaf(d, sx * sw, acc); one warpgroup scales while the
-// other's wgmma runs.
+// other's wgmma runs. That scaling is one FMA per output per step, as much issue as the wgmma's tensor time, so
+// it is kept to that where it can be: where the block's rows share an e4m3 scale block (RowScales::kPerBlock, V4's
+// 128-row blocks) the staging stores sx * sw, and each thread's x scales are one 16-byte load per 16 tokens.
 //
 // Shared layout (the canonical K-major layout without swizzle): a [R][128] tile of codes is core matrices of 8
 // rows x 16 bytes (128 contiguous bytes, row r at 16 r), core matrix (r / 8, k / 16) at ((r / 8) * 8 + k / 16) *
@@ -47,6 +49,12 @@ struct RegisterLoads {
   uint4 w4[kW4 > 0 ? kW4 : 1];
   float w_scale[kWScales], x_scale[kXScales];
 };
+
+// How a block's rows get their weight scales (each choice gives the same products sx * sw, exact powers of two):
+// kPerRow (e2m1, or a warp across an e4m3 scale-block edge): each row its own; kPerWarp: the warp's 16 rows share
+// one; kPerBlock: all of the block's rows share one (e4m3 blocks of 128 rows, the block's rows inside one), which
+// the staging multiplies into the staged x scales, so that a step's scaling is one FMA per output.
+enum class RowScales { kPerRow, kPerWarp, kPerBlock };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -106,11 +114,17 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t a, uin
 }
 #undef DI_D8
 
+// Where token tt's x scale sits in a step's row of kTokens: token 16 m + 8 h + 2 c + e at 16 m + 4 c + 2 h + e, so
+// that the four a thread scales with (D columns 8 q + 2 c + e, q = 2 m, 2 m + 1) are one 16-byte load.
+__device__ __forceinline__ int scale_slot(int tt) {
+  return (tt & ~15) | ((tt & 6) << 1) | ((tt >> 2) & 2) | (tt & 1);
+}
+
 // Issues chunk c's copies into `stage` (cp.async, core-matrix tiled: 8 consecutive threads fill one core
 // matrix) and its register loads into `r`.
 template <WeightKind K>
 __device__ __forceinline__ void load_chunk(const LinearLaunch& p, int64_t row0, int64_t t0, int c, uint8_t* stage,
-                                           RegisterLoads<K>& r) {
+                                           RegisterLoads<K>& r, bool per_block) {
   const int tid = threadIdx.x;
   const int64_t kc = int64_t(c) * kChunk;
   if constexpr (K == WeightKind::kFp8) {  // 8 pieces of 16 codes a row
@@ -156,7 +170,10 @@ __device__ __forceinline__ void load_chunk(const LinearLaunch& p, int64_t row0, 
     const int item = tid + i * kThreads, s = item / kTokens, tt = item % kTokens;
     const int64_t j = int64_t(c) * kSteps + s, t = t0 + tt;
     r.x_scale[i] = 0.0f;  // a spare token's outputs are never written
-    if (32 * j < p.k_pad && t < p.n_tokens) r.x_scale[i] = __ldg(p.x_scales + t * n_xb + 32 * j / p.x_e4m3_block);
+    if (32 * j < p.k_pad && t < p.n_tokens) {
+      r.x_scale[i] = __ldg(p.x_scales + t * n_xb + 32 * j / p.x_e4m3_block);
+      if (per_block) r.x_scale[i] *= weight_scale<K>(p, p.row_begin + row0, j);  // sx * sw, as kPerRow multiplies
+    }
   }
 }
 
@@ -176,38 +193,49 @@ __device__ __forceinline__ void store_chunk(const RegisterLoads<K>& r, uint8_t* 
     }
   }
   float* w_scales = reinterpret_cast<float*>(stage + kWBytes + kXBytes);  // [kSteps][kRows]
-  float* x_scales = w_scales + kSteps * kRows;                            // [kSteps][kTokens]
+  float* x_scales = w_scales + kSteps * kRows;                            // [kSteps][kTokens], tokens permuted
 #pragma unroll
   for (int i = 0; i < RegisterLoads<K>::kWScales; ++i) w_scales[tid + i * kThreads] = r.w_scale[i];
 #pragma unroll
-  for (int i = 0; i < RegisterLoads<K>::kXScales; ++i) x_scales[tid + i * kThreads] = r.x_scale[i];
+  for (int i = 0; i < RegisterLoads<K>::kXScales; ++i) {
+    const int item = tid + i * kThreads, s = item / kTokens, tt = item % kTokens;
+    x_scales[s * kTokens + scale_slot(tt)] = r.x_scale[i];
+  }
 }
 
 // acc += one finished step's d, scaled: acc = fmaf(d, sx * sw, acc) per register, in step order. The thread's
-// rows are r0 and r0 + 8 of the block; kOneRowScale: both have the same scale (fp8 weights whose scale block
-// holds the warp's 16 rows), the same products with half the multiplies.
-template <bool kOneRowScale>
+// rows are r0 and r0 + 8 of the block (registers 4 q + 0, 1 and 4 q + 2, 3), its tokens 8 q + 2 (lane % 4) + 0, 1.
+template <RowScales kScales>
 __device__ __forceinline__ void scale_step(const float (&d)[64], float (&acc)[64], const uint8_t* stage, int s, int r0) {
   const int lane = threadIdx.x & 31;
   const float* w_scales = reinterpret_cast<const float*>(stage + kWBytes + kXBytes) + s * kRows;
   const float* x_scales = reinterpret_cast<const float*>(stage + kWBytes + kXBytes) + kSteps * kRows + s * kTokens;
-  const float sw0 = w_scales[r0], sw1 = kOneRowScale ? sw0 : w_scales[r0 + 8];
+  const float sw0 = kScales == RowScales::kPerBlock ? 1.0f : w_scales[r0];
+  const float sw1 = kScales == RowScales::kPerRow ? w_scales[r0 + 8] : sw0;
 #pragma unroll
-  for (int q = 0; q < 16; ++q) {
-    const float2 sx = *reinterpret_cast<const float2*>(x_scales + 8 * q + 2 * (lane & 3));  // tokens 8q + 2(l%4) + 0, 1
-    const float s00 = sx.x * sw0, s01 = sx.y * sw0;
-    const float s10 = kOneRowScale ? s00 : sx.x * sw1, s11 = kOneRowScale ? s01 : sx.y * sw1;
-    acc[4 * q + 0] = fmaf(d[4 * q + 0], s00, acc[4 * q + 0]);
-    acc[4 * q + 1] = fmaf(d[4 * q + 1], s01, acc[4 * q + 1]);
-    acc[4 * q + 2] = fmaf(d[4 * q + 2], s10, acc[4 * q + 2]);
-    acc[4 * q + 3] = fmaf(d[4 * q + 3], s11, acc[4 * q + 3]);
+  for (int m = 0; m < 8; ++m) {
+    const float4 sx = *reinterpret_cast<const float4*>(x_scales + 16 * m + 4 * (lane & 3));  // scale_slot's order
+    const float sx_q[2][2] = {{sx.x, sx.y}, {sx.z, sx.w}};  // [q - 2 m][e]
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = 2 * m + h;
+      // kPerBlock: the staged scale is already sx * sw.
+      const float s00 = kScales == RowScales::kPerBlock ? sx_q[h][0] : sx_q[h][0] * sw0;
+      const float s01 = kScales == RowScales::kPerBlock ? sx_q[h][1] : sx_q[h][1] * sw0;
+      const float s10 = kScales == RowScales::kPerRow ? sx_q[h][0] * sw1 : s00;
+      const float s11 = kScales == RowScales::kPerRow ? sx_q[h][1] * sw1 : s01;
+      acc[4 * q + 0] = fmaf(d[4 * q + 0], s00, acc[4 * q + 0]);
+      acc[4 * q + 1] = fmaf(d[4 * q + 1], s01, acc[4 * q + 1]);
+      acc[4 * q + 2] = fmaf(d[4 * q + 2], s10, acc[4 * q + 2]);
+      acc[4 * q + 3] = fmaf(d[4 * q + 3], s11, acc[4 * q + 3]);
+    }
   }
 }
 
 // Chunk c's steps: per step one wgmma from a zero accumulator into d, wait for it, then d into acc. Within a
 // warpgroup nothing overlaps; the other warpgroup's wgmma runs on the tensor cores while this one scales (a
 // second register set per warpgroup, to overlap within it, made ptxas serialize the wgmmas: its C7514 warning).
-template <bool kOneRowScale>
+template <RowScales kScales>
 __device__ __forceinline__ void multiply_chunk(int c, int n_steps_total, const uint8_t* stage, int warpgroup, int r0,
                                                float (&acc)[64], float (&d)[64]) {
 #pragma unroll
@@ -220,7 +248,7 @@ __device__ __forceinline__ void multiply_chunk(int c, int n_steps_total, const u
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(d);
-    scale_step<kOneRowScale>(d, acc, stage, s, r0);
+    scale_step<kScales>(d, acc, stage, s, r0);
   }
 }
 
@@ -234,18 +262,20 @@ __device__ __forceinline__ void linear_wgmma_tile(const LinearLaunch& p, uint8_t
   float acc[64], d[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f, d[i] = 0.0f;
-  // Warp-uniform: the warp's 16 rows lie in one e4m3 scale block.
-  bool one_row_scale = false;
+  // Block-uniform: the block's real rows lie in one e4m3 scale block; else warp-uniform: the warp's 16 rows do.
+  bool per_block = false, per_warp = false;
   if constexpr (K == WeightKind::kFp8) {
-    const int64_t first = p.row_begin + row0 + (r0 & ~15);
-    one_row_scale = first / p.block == (first + 15) / p.block;
+    const int64_t first = p.row_begin + row0, last = p.row_begin + min(row0 + kRows, p.n_rows) - 1;
+    per_block = first / p.block == last / p.block;
+    const int64_t warp_first = first + (r0 & ~15);
+    per_warp = warp_first / p.block == (warp_first + 15) / p.block;
   }
 
   RegisterLoads<K> r;
 #pragma unroll
   for (int c = 0; c < kAhead; ++c) {
     if (c < n_chunks) {
-      load_chunk<K>(p, row0, t0, c, smem + c * kStageBytes, r);
+      load_chunk<K>(p, row0, t0, c, smem + c * kStageBytes, r, per_block);
       store_chunk<K>(r, smem + c * kStageBytes);
     }
     cp_async_commit();
@@ -260,11 +290,12 @@ __device__ __forceinline__ void linear_wgmma_tile(const LinearLaunch& p, uint8_t
     __syncthreads();
     const int next = c + kAhead;  // block-uniform
     uint8_t* next_stage = smem + (next % kStages) * kStageBytes;
-    if (next < n_chunks) load_chunk<K>(p, row0, t0, next, next_stage, r);
+    if (next < n_chunks) load_chunk<K>(p, row0, t0, next, next_stage, r, per_block);
     cp_async_commit();
     const uint8_t* stage = smem + (c % kStages) * kStageBytes;
-    if (K == WeightKind::kFp8 && one_row_scale) multiply_chunk<true>(c, n_steps, stage, warpgroup, r0, acc, d);
-    else multiply_chunk<false>(c, n_steps, stage, warpgroup, r0, acc, d);
+    if (K == WeightKind::kFp8 && per_block) multiply_chunk<RowScales::kPerBlock>(c, n_steps, stage, warpgroup, r0, acc, d);
+    else if (K == WeightKind::kFp8 && per_warp) multiply_chunk<RowScales::kPerWarp>(c, n_steps, stage, warpgroup, r0, acc, d);
+    else multiply_chunk<RowScales::kPerRow>(c, n_steps, stage, warpgroup, r0, acc, d);
     if (next < n_chunks) store_chunk<K>(r, next_stage);
   }
 
