@@ -118,8 +118,8 @@ void launch_linear_fp8_grouped(const LinearLaunch* ops, int n_ops, WeightKind ki
 //   out[t, n] = epilogue(acc).
 // Only the inner sum's hardware differs from the fp8 path's (wgmma's k32 sum against mma.sync's, whose k-slot
 // order is another permutation too); whether the two give the same bits is unmeasured (cuda_tests prints how many
-// outputs differ). A step's p of -0 (scale-d = 0 keeps the sign of an all-zero sum) changes nothing: acc starts at
-// +0 and fmaf(-0, s, acc) is acc. Batch invariant as above: a token's outputs depend on nothing but its own x, the
+// outputs differ). A step's p of -0, should the tensor core give one for an all-zero sum, changes nothing: acc
+// starts at +0 and fmaf(-0, s, acc) is acc. Batch invariant as above: a token's outputs depend on nothing but its own x, the
 // weight and the op, never on n_tokens, the other tokens, its tile position or the op's group.
 // Launch: after the prepass, one op, or grouped like launch_linear_fp8_grouped (128 rows x 128 tokens a block).
 bool linear_fp8_wgmma_runs_on(int cc_major, int cc_minor);
