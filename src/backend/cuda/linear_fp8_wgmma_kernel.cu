@@ -235,9 +235,10 @@ __device__ __forceinline__ void scale_step(const float (&d)[64], float (&acc)[64
 // Chunk c's steps: per step one wgmma from a zero accumulator into d, wait for it, then d into acc. Within a
 // warpgroup nothing overlaps; the other warpgroup's wgmma runs on the tensor cores while this one scales (a
 // second register set per warpgroup, to overlap within it, made ptxas serialize the wgmmas: its C7514 warning).
-template <RowScales kScales>
+// Every warp of a warpgroup must run the same wgmma instructions (.sync.aligned), so only the scaling branches
+// on `scales`, which may differ between the warps (RowScales::kPerWarp is warp-uniform).
 __device__ __forceinline__ void multiply_chunk(int c, int n_steps_total, const uint8_t* stage, int warpgroup, int r0,
-                                               float (&acc)[64], float (&d)[64]) {
+                                               RowScales scales, float (&acc)[64], float (&d)[64]) {
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
     if (c * kSteps + s >= n_steps_total) break;  // block-uniform: only the last chunk of a K not a multiple of 128 is short
@@ -248,7 +249,9 @@ __device__ __forceinline__ void multiply_chunk(int c, int n_steps_total, const u
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(d);
-    scale_step<kScales>(d, acc, stage, s, r0);
+    if (scales == RowScales::kPerBlock) scale_step<RowScales::kPerBlock>(d, acc, stage, s, r0);
+    else if (scales == RowScales::kPerWarp) scale_step<RowScales::kPerWarp>(d, acc, stage, s, r0);
+    else scale_step<RowScales::kPerRow>(d, acc, stage, s, r0);
   }
 }
 
@@ -263,12 +266,14 @@ __device__ __forceinline__ void linear_wgmma_tile(const LinearLaunch& p, uint8_t
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f, d[i] = 0.0f;
   // Block-uniform: the block's real rows lie in one e4m3 scale block; else warp-uniform: the warp's 16 rows do.
-  bool per_block = false, per_warp = false;
+  bool per_block = false;
+  RowScales scales = RowScales::kPerRow;
   if constexpr (K == WeightKind::kFp8) {
     const int64_t first = p.row_begin + row0, last = p.row_begin + min(row0 + kRows, p.n_rows) - 1;
     per_block = first / p.block == last / p.block;
     const int64_t warp_first = first + (r0 & ~15);
-    per_warp = warp_first / p.block == (warp_first + 15) / p.block;
+    if (per_block) scales = RowScales::kPerBlock;
+    else if (warp_first / p.block == (warp_first + 15) / p.block) scales = RowScales::kPerWarp;
   }
 
   RegisterLoads<K> r;
@@ -293,9 +298,7 @@ __device__ __forceinline__ void linear_wgmma_tile(const LinearLaunch& p, uint8_t
     if (next < n_chunks) load_chunk<K>(p, row0, t0, next, next_stage, r, per_block);
     cp_async_commit();
     const uint8_t* stage = smem + (c % kStages) * kStageBytes;
-    if (K == WeightKind::kFp8 && per_block) multiply_chunk<RowScales::kPerBlock>(c, n_steps, stage, warpgroup, r0, acc, d);
-    else if (K == WeightKind::kFp8 && per_warp) multiply_chunk<RowScales::kPerWarp>(c, n_steps, stage, warpgroup, r0, acc, d);
-    else multiply_chunk<RowScales::kPerRow>(c, n_steps, stage, warpgroup, r0, acc, d);
+    multiply_chunk(c, n_steps, stage, warpgroup, r0, scales, acc, d);
     if (next < n_chunks) store_chunk<K>(r, next_stage);
   }
 
