@@ -10,7 +10,7 @@
 #      yet run on a GPU); the golden models also with the cache rows decoded on the device (DEEPINFER_CUDA_KV=
 #      packed, the same); the linear tests also on mma_staged and mma_split (the staged tensor-core kernel,
 #      unsplit and split over K, not yet run); the FP8-operand prompt linear (LinearFp8Cuda, GoldenCudaFp8Prompt,
-#      not yet run);
+#      not yet run; its wgmma kernel too: the LinearFp8Cuda.Wgmma* tests and GoldenCudaWgmmaPrompt);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
 #   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
@@ -199,6 +199,8 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     bench_run "DEEPINFER_CUDA_WEIGHT_GB=8" 100 DEEPINFER_CUDA_WEIGHT_GB=8 -- --prefill 128 --batch 1,8 --decode-steps 8
     # Prompt tokens' linears on FP8 operands (DEEPINFER_CUDA_PROMPT_LINEAR=fp8, not yet run on a GPU): the prefill rows.
     bench_run "DEEPINFER_CUDA_PROMPT_LINEAR=fp8" 100 DEEPINFER_CUDA_PROMPT_LINEAR=fp8 -- --prefill 128,512 --batch 1 --decode-steps 4
+    # The same on the wgmma kernel (DEEPINFER_CUDA_PROMPT_LINEAR=wgmma, sm_90a only, not yet run on a GPU).
+    bench_run "DEEPINFER_CUDA_PROMPT_LINEAR=wgmma" 100 DEEPINFER_CUDA_PROMPT_LINEAR=wgmma -- --prefill 128,512 --batch 1 --decode-steps 4
     bench_run "DEEPINFER_CUDA_ATTENTION=split" 100 DEEPINFER_CUDA_ATTENTION=split -- --prefill 128,512 --batch 1,8 --decode-steps 8
     bench_run "DEEPINFER_CUDA_LINEAR=fma" 100 DEEPINFER_CUDA_LINEAR=fma -- --prefill 128 --batch 1,8 --decode-steps 8
   else

@@ -182,9 +182,12 @@ struct Row {
 // Which linear kernel a row times: the portable FMA kernel, the tensor-core path as the backend launches it
 // (launch_linear_mma: registers, staged or split over K, by the grid), or one of those three; or the prompt
 // tokens' FP8-operand linear (DEEPINFER_CUDA_PROMPT_LINEAR=fp8) with its x prepass in every timed launch (kFp8,
-// as the backend runs it; kFp8Big / kFp8Small through one block tile) or its main kernel alone (kFp8Main). Its x
-// is random bf16 values in 128-blocks (not QDQ'd: the codes are rounded, which changes no timing).
-enum class LinearKernel { kFma, kMma, kMmaRegisters, kMmaStaged, kMmaStagedSplit, kFp8, kFp8Main, kFp8Big, kFp8Small };
+// as the backend runs it; kFp8Big / kFp8Small through one block tile) or its main kernel alone (kFp8Main), and
+// the same on the wgmma kernel (DEEPINFER_CUDA_PROMPT_LINEAR=wgmma, sm_90a only: kWgmma, kWgmmaMain). Its x is
+// random bf16 values in 128-blocks (not QDQ'd: the codes are rounded, which changes no timing).
+enum class LinearKernel {
+  kFma, kMma, kMmaRegisters, kMmaStaged, kMmaStagedSplit, kFp8, kFp8Main, kFp8Big, kFp8Small, kWgmma, kWgmmaMain
+};
 
 Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, int64_t K, int64_t T,
                 LinearKernel kernel = LinearKernel::kFma) {
@@ -222,7 +225,7 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   if (fp8) {
     l.x_e4m3_block = 128;
     set_linear_fp8_scratch(l, fp8_scratch.get<uint8_t>());
-    if (kernel == LinearKernel::kFp8Main) {  // the codes once, outside the timed launches
+    if (kernel == LinearKernel::kFp8Main || kernel == LinearKernel::kWgmmaMain) {  // the codes once, outside the timed launches
       launch_linear_fp8_codes(l, nullptr);
       DI_CUDA_CHECK(cudaDeviceSynchronize());
     }
@@ -249,6 +252,11 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
         launch_linear_fp8_codes(l, st);
         launch_linear_fp8(l, st, Fp8TileChoice::kSmall);
         break;
+      case LinearKernel::kWgmma:
+        launch_linear_fp8_codes(l, st);
+        launch_linear_fp8_wgmma(l, st);
+        break;
+      case LinearKernel::kWgmmaMain: launch_linear_fp8_wgmma(l, st); break;
     }
   });
   const double bytes = double(w_bytes + s_bytes) + double(T * K) * 4 + double(T * n_out) * 4;
@@ -256,7 +264,8 @@ Row time_linear(const char* label, WeightKind kind, int block, int64_t n_out, in
   const int64_t t16 = (T + 15) / 16 * 16;
   const double lt = cublaslt_tflops_once(kind != WeightKind::kBf16, n_out, t16, k_pad);
   char name[160];
-  const char* prefix[] = {"", "mma ", "mma registers ", "mma staged ", "mma split ", "fp8 ", "fp8 main only ", "fp8 big tile ", "fp8 small tile "};
+  const char* prefix[] = {"", "mma ", "mma registers ", "mma staged ", "mma split ", "fp8 ", "fp8 main only ", "fp8 big tile ", "fp8 small tile ",
+                          "wgmma ", "wgmma main only "};
   std::snprintf(name, sizeof(name), "%s%s [%lldx%lld] T=%lld", prefix[int(kernel)], label, (long long)n_out, (long long)K,
                 (long long)T);
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, lt};
@@ -409,6 +418,20 @@ int run() {
     rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, LinearKernel::kFp8Small));
   }
   rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, 256, LinearKernel::kFp8));
+  // The same on the wgmma kernel (sm_90a only: elsewhere it traps, so its rows are left out).
+  if (prop.major == 9 && prop.minor == 0) {
+    for (int64_t T : {64, 256, 1024, 4096}) {
+      rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, LinearKernel::kWgmma));
+    }
+    rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, 4096, LinearKernel::kFp8));
+    for (int64_t T : {1024, 4096}) {
+      rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, T, LinearKernel::kWgmmaMain));
+    }
+    rows.push_back(time_linear("e4m3/128", WeightKind::kFp8, 128, 4096, 4096, 4096, LinearKernel::kFp8Main));
+    rows.push_back(time_linear("e2m1 expert", WeightKind::kFp4, 0, 2048, 4096, 256, LinearKernel::kWgmma));
+  } else {
+    std::printf("(no wgmma rows: compute capability %d.%d is not 9.0)\n", prop.major, prop.minor);
+  }
   rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 256, registers));
   rows.push_back(time_linear("bf16", WeightKind::kBf16, 0, 4096, 4096, 256, staged));
   // A decode step's routed-expert group (6 experts' w1 and w3), one launch per op and grouped.

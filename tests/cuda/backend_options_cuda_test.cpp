@@ -2,6 +2,7 @@
 // names the variable, the value and the choices, not a silent default.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -24,6 +25,25 @@ TEST(CudaBackendOptions, AnUnknownChoiceIsAnErrorNamingIt) {
   }
   std::string error;
   EXPECT_NE(make_cuda_backend(0, 0, &error), nullptr) << error;  // every variable unset: the defaults
+}
+
+// DEEPINFER_CUDA_PROMPT_LINEAR=wgmma is a known value: a backend on a compute capability 9.0 device, elsewhere an
+// error that names the variable and the capability it needs (no CUDA header here to ask the device first).
+TEST(CudaBackendOptions, WgmmaPromptLinearIsKnownAndNeedsComputeCapability90) {
+  DI_SKIP_WITHOUT_CUDA();
+  setenv("DEEPINFER_CUDA_PROMPT_LINEAR", "wgmma", 1);
+  std::string error;
+  const std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
+  unsetenv("DEEPINFER_CUDA_PROMPT_LINEAR");
+  if (backend) {
+    EXPECT_TRUE(backend->kernels_differ_by_token_kind());  // prompt tokens' ops run on FP8 operands
+    std::printf("    wgmma accepted on %s\n", backend->name());
+  } else {
+    EXPECT_EQ(error.find("must be one of"), std::string::npos) << error;
+    EXPECT_NE(error.find("DEEPINFER_CUDA_PROMPT_LINEAR=wgmma"), std::string::npos) << error;
+    EXPECT_NE(error.find("compute capability 9.0"), std::string::npos) << error;
+    std::printf("    wgmma refused: %s\n", error.c_str());
+  }
 }
 
 }  // namespace

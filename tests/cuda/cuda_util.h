@@ -39,7 +39,7 @@ class ScopedCudaPaths {
   ScopedCudaPaths& operator=(const ScopedCudaPaths&) = delete;
 };
 
-// The CUDA backend's linear path for prompt tokens (DEEPINFER_CUDA_PROMPT_LINEAR: mma, the default, or fp8; or
+// The CUDA backend's linear path for prompt tokens (DEEPINFER_CUDA_PROMPT_LINEAR: mma, the default, fp8 or wgmma; or
 // fp8_big / fp8_small, the FP8 path through one block tile always) for the backends made while it lives.
 class ScopedPromptLinear {
  public:

@@ -109,6 +109,20 @@ TEST(GoldenCudaFp8Prompt, WithinFastPathBounds) {
   }
 }
 
+// DEEPINFER_CUDA_PROMPT_LINEAR=wgmma: the same on the wgmma kernel (compute capability 9.0 devices only).
+TEST(GoldenCudaWgmmaPrompt, WithinFastPathBounds) {
+  DI_SKIP_WITHOUT_CUDA();
+  const testing::ScopedPromptLinear wgmma("wgmma");
+  std::string error;
+  if (!make_cuda_backend(0, 0, &error)) GTEST_SKIP() << error;
+  for (const testing::GoldenCaseParam& param : std::vector<testing::GoldenCaseParam>{
+           {"v4-flash", "flash-tiny", 3, "mma"}, {"v4-flash", "pro-tiny", 2, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}) {
+    if (!std::filesystem::exists(param.case_path())) GTEST_SKIP() << "golden case not found: " << param.case_path();
+    SCOPED_TRACE(param.case_path());
+    expect_within_fast_path_bounds(param);
+  }
+}
+
 // DEEPINFER_CUDA_KV=mirror end to end: the rows the device keeps by stamp are the bytes the packed path copies each
 // call, so the logits (main, MTP, DSpark) equal the packed path's bit for bit, through a prefill and the teacher-
 // forced decode steps whose cache rows are mostly kept from the steps before.

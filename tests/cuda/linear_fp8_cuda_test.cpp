@@ -1,11 +1,12 @@
 // The CUDA backend's FP8-operand linear for prompt tokens (DEEPINFER_CUDA_PROMPT_LINEAR=fp8,
-// linear_fp8_kernel.cu) against the exact reference backend: e4m3 weights with 128- and 32-blocks and e2m1
+// linear_fp8_kernel.cu; and =wgmma, linear_fp8_wgmma_kernel.cu, on compute capability 9.0 devices) against the exact reference backend: e4m3 weights with 128- and 32-blocks and e2m1
 // expert weights, x made by the model's activation QDQ (qdq_fp8 in 128-blocks, V4; qdq_fp8_v41 in 32-blocks,
 // V4.1) with x_e4m3_block set, edges (n_rows not a multiple of 64 or 16, K padded to k_pad, row_begin > 0,
 // partial last K chunk, all-zero and tiny x blocks), every epilogue, 1..130 tokens. Also: each token's bits
 // equal in every batch, at every position and through either block tile (fp8_big / fp8_small: the tile the
 // launcher picks depends on the device's SM count, so it must not change a bit), ops that must not take the
-// path keep the default path's bits, and a linears() batch equals its ops alone.
+// path keep the default path's bits, and a linears() batch equals its ops alone. The wgmma cases also print how
+// many outputs differ in bits from the fp8 path's (the two tensor-core sums may round apart; kernels.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,11 +80,19 @@ OwnedWeight make_weight(std::mt19937& rng, const Fp8Case& c) {
   return c.dtype == DType::kF8E4M3 ? random_fp8_weight(rng, c.n_out, c.k, c.block) : random_fp4_weight(rng, c.n_out, c.k);
 }
 
+// The wgmma path where the device runs it (compute capability 9.0), else a skip that says why.
+#define DI_SKIP_WITHOUT_WGMMA()                                                            \
+  do {                                                                                     \
+    std::string wgmma_error_;                                                              \
+    if (!backend_on("wgmma", &wgmma_error_)) GTEST_SKIP() << wgmma_error_;                 \
+  } while (0)
+
 const std::vector<int64_t> kTokenCounts = {1, 7, 64, 130};
 
-void run_case(const Fp8Case& c, uint32_t seed) {
+// `path`: fp8 (also through each of its block tiles) or wgmma (also against the fp8 path's bits, reported).
+void run_case(const Fp8Case& c, uint32_t seed, const std::string& path = "fp8") {
   std::string error;
-  std::unique_ptr<Backend> gpu = backend_on("fp8", &error), plain = backend_on("mma", &error);
+  std::unique_ptr<Backend> gpu = backend_on(path, &error), plain = backend_on("mma", &error);
   ASSERT_TRUE(gpu && plain) << error;
   ASSERT_TRUE(gpu->kernels_differ_by_token_kind());
   gpu->set_token_kind(TokenKind::kPrompt);
@@ -151,7 +160,9 @@ void run_case(const Fp8Case& c, uint32_t seed) {
   for (int64_t t = 0; t < max_t; ++t) expect_token_bits(rev, max_t - 1 - t, t, by1, "reversed order", n_unlike);
 
   // Through each block tile alone (at these shapes the launcher's own choice is the small one).
-  for (const char* tile_path : {"fp8_big", "fp8_small"}) {
+  const std::vector<const char*> tile_paths = path == "fp8" ? std::vector<const char*>{"fp8_big", "fp8_small"}
+                                                             : std::vector<const char*>{};
+  for (const char* tile_path : tile_paths) {
     std::unique_ptr<Backend> tiled = backend_on(tile_path, &error);
     ASSERT_TRUE(tiled) << error;
     tiled->set_token_kind(TokenKind::kPrompt);
@@ -171,9 +182,28 @@ void run_case(const Fp8Case& c, uint32_t seed) {
   plain->linear(op(x.data(), bias.data(), max_t, mma.data()));
   int64_t n_differ_mma = 0;
   for (size_t i = 0; i < mma.size(); ++i) n_differ_mma += !same_bits(mma[i], by1[i]);
-  print_diff(std::string(gpu->name()) + " fp8 " + c.name + " (worst of T=1..130)", worst);
+  print_diff(std::string(gpu->name()) + " " + path + " " + c.name + " (worst of T=1..130)", worst);
   std::printf("    worst |err| / l1 mass %.3e (bound 2^-%d = %.3e); outputs unlike the mma path's: %lld of %lld\n", worst_ratio,
               kMassBits, std::ldexp(1.0, -kMassBits), (long long)n_differ_mma, (long long)(max_t * c.n_rows));
+  if (path == "wgmma") {  // reported, not asserted: whether wgmma's k32 sum rounds as mma.sync's does
+    std::unique_ptr<Backend> fp8 = backend_on("fp8", &error);
+    ASSERT_TRUE(fp8) << error;
+    fp8->set_token_kind(TokenKind::kPrompt);
+    std::vector<float> by_fp8(size_t(max_t * out_stride), -7.0f);
+    fp8->linear(op(x.data(), bias.data(), max_t, by_fp8.data()));
+    int64_t n_differ_fp8 = 0;
+    double worst_rel = 0;
+    for (int64_t t = 0; t < max_t; ++t) {
+      for (int64_t i = 0; i < c.n_rows; ++i) {
+        const float a = by_fp8[size_t(t * out_stride + i)], b = by1[size_t(t * out_stride + i)];
+        if (same_bits(a, b)) continue;
+        ++n_differ_fp8;
+        worst_rel = std::max(worst_rel, std::fabs(double(a) - double(b)) / std::max(1e-30, std::fabs(double(a))));
+      }
+    }
+    std::printf("    wgmma vs fp8 path: %lld of %lld outputs differ in bits (worst rel diff %.3e)\n", (long long)n_differ_fp8,
+                (long long)(max_t * c.n_rows), worst_rel);
+  }
 }
 
 TEST(LinearFp8Cuda, Fp8Block128WeightsV4Activations) {
@@ -197,6 +227,35 @@ TEST(LinearFp8Cuda, Fp4ExpertWeights) {
   run_case({"e2m1 w1-like [256x4096] rows 3..253, V4 x", DType::kI8, 0, 256, 4096, 3, 250, Epilogue::kBf16, 128}, 121);
   run_case({"e2m1 w2-like [300x2048], V4.1 x", DType::kI8, 0, 300, 2048, 0, 300, Epilogue::kBf16, 32}, 122);
   run_case({"e2m1 K=3104 [70x3104] kF32", DType::kI8, 0, 70, 3104, 0, 70, Epilogue::kF32, 128}, 123);
+}
+
+// The same cases on the wgmma kernel (compute capability 9.0 only).
+TEST(LinearFp8Cuda, WgmmaFp8Block128WeightsV4Activations) {
+  DI_SKIP_WITHOUT_CUDA();
+  DI_SKIP_WITHOUT_WGMMA();
+  run_case({"e4m3/128 wq_a-like [1024x4096] rows 37..337", DType::kF8E4M3, 128, 1024, 4096, 37, 300, Epilogue::kBf16, 128}, 101,
+           "wgmma");
+  run_case({"e4m3/128 K=1100 [200x1100] kF32", DType::kF8E4M3, 128, 200, 1100, 0, 200, Epilogue::kF32, 128}, 102, "wgmma");
+  run_case({"e4m3/128 [300x2048] rows 100..300 kF32AddBias", DType::kF8E4M3, 128, 300, 2048, 100, 200, Epilogue::kF32AddBias, 128},
+           103, "wgmma");
+  run_case({"e4m3/128 [256x1024] kSqrtSoftplus", DType::kF8E4M3, 128, 256, 1024, 0, 256, Epilogue::kSqrtSoftplus, 128}, 104,
+           "wgmma");
+  run_case({"e4m3/128 odd rows [37x512]", DType::kF8E4M3, 128, 37, 512, 0, 37, Epilogue::kBf16, 128}, 105, "wgmma");
+}
+
+TEST(LinearFp8Cuda, WgmmaFp8Block32WeightsV41Activations) {
+  DI_SKIP_WITHOUT_CUDA();
+  DI_SKIP_WITHOUT_WGMMA();
+  run_case({"e4m3/32 V4.1-like [320x5120] rows 5..293", DType::kF8E4M3, 32, 320, 5120, 5, 288, Epilogue::kBf16, 32}, 111, "wgmma");
+  run_case({"e4m3/32 K=1000 [100x1000] kF32", DType::kF8E4M3, 32, 100, 1000, 0, 100, Epilogue::kF32, 32}, 112, "wgmma");
+}
+
+TEST(LinearFp8Cuda, WgmmaFp4ExpertWeights) {
+  DI_SKIP_WITHOUT_CUDA();
+  DI_SKIP_WITHOUT_WGMMA();
+  run_case({"e2m1 w1-like [256x4096] rows 3..253, V4 x", DType::kI8, 0, 256, 4096, 3, 250, Epilogue::kBf16, 128}, 121, "wgmma");
+  run_case({"e2m1 w2-like [300x2048], V4.1 x", DType::kI8, 0, 300, 2048, 0, 300, Epilogue::kBf16, 32}, 122, "wgmma");
+  run_case({"e2m1 K=3104 [70x3104] kF32", DType::kI8, 0, 70, 3104, 0, 70, Epilogue::kF32, 128}, 123, "wgmma");
 }
 
 // With the FP8 path on, what must not take it gives the default path's bits exactly: a generated-token call,
@@ -251,11 +310,12 @@ TEST(LinearFp8Cuda, OtherOpsKeepTheDefaultBits) {
 // other shapes, blocks and x blocks in the same kind's group (one with the bias epilogue and a row offset), and
 // a bf16 op and an op without the promise, which stay on the tensor-core path. Each output must be bit for bit
 // the same op's alone through linear(), and within the reference bound.
-TEST(LinearFp8Cuda, BatchedOpsMatchSingleOps) {
-  DI_SKIP_WITHOUT_CUDA();
+// `path`: fp8 (the batch also through each block tile) or wgmma.
+void expect_batched_ops_match_single_ops(const std::string& path) {
   std::string error;
-  std::unique_ptr<Backend> gpu = backend_on("fp8", &error), big = backend_on("fp8_big", &error),
-                           small = backend_on("fp8_small", &error);
+  const bool fp8 = path == "fp8";
+  std::unique_ptr<Backend> gpu = backend_on(path, &error), big = backend_on(fp8 ? "fp8_big" : path, &error),
+                           small = backend_on(fp8 ? "fp8_small" : path, &error);
   ASSERT_TRUE(gpu && big && small) << error;
   for (Backend* b : {gpu.get(), big.get(), small.get()}) b->set_token_kind(TokenKind::kPrompt);
   auto reference = make_reference_backend();
@@ -302,14 +362,15 @@ TEST(LinearFp8Cuda, BatchedOpsMatchSingleOps) {
   }
   // The batch on each path (the launcher's tiles, then each tile always), every output as the op alone.
   double worst_ratio = 0;
-  for (Backend* b : {big.get(), small.get(), gpu.get()}) {
+  const std::vector<Backend*> paths = fp8 ? std::vector<Backend*>{big.get(), small.get(), gpu.get()} : std::vector<Backend*>{gpu.get()};
+  for (Backend* b : paths) {
     for (auto& v : batched) std::fill(v.begin(), v.end(), -7.0f);
     b->linears(ps);
     for (size_t i = 0; i < n_ops; ++i) {
       int64_t n_unlike = 0;
       for (size_t j = 0; j < ref[i].size(); ++j) {
         if (!same_bits(batched[i][j], alone[i][j]) && ++n_unlike <= 3) {
-          ADD_FAILURE() << (b == big.get() ? "fp8_big" : b == small.get() ? "fp8_small" : "fp8") << " op " << i << " output "
+          ADD_FAILURE() << (b == big.get() ? "fp8_big" : b == small.get() ? "fp8_small" : path) << " op " << i << " output "
                         << j << ": batched " << batched[i][j] << " differs from alone " << alone[i][j];
         }
       }
@@ -320,7 +381,18 @@ TEST(LinearFp8Cuda, BatchedOpsMatchSingleOps) {
     expect_fp8_within_bounds(ref[i], batched[i], mass, ps[i].n_tokens, ps[i].n_rows, ps[i].n_rows,
                              ps[i].epilogue == Epilogue::kBf16, "op " + std::to_string(i), worst_ratio);
   }
-  std::printf("    batched ops: worst |err| / l1 mass %.3e\n", worst_ratio);
+  std::printf("    batched ops (%s): worst |err| / l1 mass %.3e\n", path.c_str(), worst_ratio);
+}
+
+TEST(LinearFp8Cuda, BatchedOpsMatchSingleOps) {
+  DI_SKIP_WITHOUT_CUDA();
+  expect_batched_ops_match_single_ops("fp8");
+}
+
+TEST(LinearFp8Cuda, WgmmaBatchedOpsMatchSingleOps) {
+  DI_SKIP_WITHOUT_CUDA();
+  DI_SKIP_WITHOUT_WGMMA();
+  expect_batched_ops_match_single_ops("wgmma");
 }
 
 }  // namespace

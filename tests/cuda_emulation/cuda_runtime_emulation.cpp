@@ -110,6 +110,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->totalGlobalMem = size_t(16) << 30;
   prop->sharedMemPerBlockOptin = 227 * 1024;  // an H100's / H200's opt-in limit
   prop->multiProcessorCount = 132;
+  prop->major = 9;  // an H100's / H200's compute capability (the wgmma path's)
+  prop->minor = 0;
   return cudaSuccess;
 }
 

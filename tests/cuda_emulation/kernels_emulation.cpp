@@ -222,6 +222,14 @@ void launch_linear_fp8_grouped(const LinearLaunch* ops, int n_ops, WeightKind ki
   });
 }
 
+// The wgmma kernel's sequence is the fp8 kernel's but for the hardware that sums a step (kernels.h), which this
+// emulation computes exactly and rounds once for both.
+void launch_linear_fp8_wgmma(const LinearLaunch& p, cudaStream_t stream) { launch_linear_fp8(p, stream, Fp8TileChoice::kFastest); }
+void launch_linear_fp8_wgmma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t max_rows,
+                                     int64_t max_tokens, cudaStream_t stream) {
+  launch_linear_fp8_grouped(ops, n_ops, kind, max_rows, max_tokens, stream, Fp8TileChoice::kFastest);
+}
+
 void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] { device_ops().hc_mix({p.x, p.n_tokens, p.width, p.fn, p.n_mix, p.eps, p.out}); });
 }

@@ -109,8 +109,9 @@ struct KernelPaths {
   bool packed_rows = false;        // DEEPINFER_CUDA_KV=packed or mirror, not floats (the default)
   bool mirror_rows = false;        // DEEPINFER_CUDA_KV=mirror: the attention's packed rows kept on the device
   double mirror_gb = 2;            // DEEPINFER_CUDA_KV_MIRROR_GB: the device memory the kept rows may take
-  bool fp8_prompt_linear = false;  // DEEPINFER_CUDA_PROMPT_LINEAR=fp8, fp8_big or fp8_small (not mma, the default)
+  bool fp8_prompt_linear = false;  // DEEPINFER_CUDA_PROMPT_LINEAR=fp8, fp8_big, fp8_small or wgmma (not mma, the default)
   cuda::Fp8TileChoice fp8_tile = cuda::Fp8TileChoice::kFastest;  // fp8_big: kBig, fp8_small: kSmall
+  bool fp8_wgmma = false;          // wgmma: the same ops on the wgmma kernel (sm_90a)
 };
 
 class CudaBackend final : public Backend {
@@ -119,7 +120,7 @@ class CudaBackend final : public Backend {
       : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(paths.packed_rows),
         tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention),
         mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb), fp8_prompt_linear_(paths.fp8_prompt_linear),
-        fp8_tile_(paths.fp8_tile) {
+        fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma) {
     bind_device();
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -416,7 +417,8 @@ class CudaBackend final : public Backend {
     const std::span<const cuda::LinearLaunch> all(fp8_launches_);
     for_each_run(all, kMaxGridYZ, same_group, [&](std::span<const cuda::LinearLaunch> run) {
       if (run.size() == 1) {
-        cuda::launch_linear_fp8(run[0], stream_, fp8_tile_);
+        if (fp8_wgmma_) cuda::launch_linear_fp8_wgmma(run[0], stream_);
+        else cuda::launch_linear_fp8(run[0], stream_, fp8_tile_);
         return;
       }
       int64_t max_rows = 0, max_tokens = 0;
@@ -424,8 +426,9 @@ class CudaBackend final : public Backend {
         max_rows = std::max(max_rows, l.n_rows);
         max_tokens = std::max(max_tokens, l.n_tokens);
       }
-      cuda::launch_linear_fp8_grouped(device + (run.data() - all.data()), int(run.size()), run[0].kind, max_rows, max_tokens,
-                                      stream_, fp8_tile_);
+      const cuda::LinearLaunch* ops = device + (run.data() - all.data());
+      if (fp8_wgmma_) cuda::launch_linear_fp8_wgmma_grouped(ops, int(run.size()), run[0].kind, max_rows, max_tokens, stream_);
+      else cuda::launch_linear_fp8_grouped(ops, int(run.size()), run[0].kind, max_rows, max_tokens, stream_, fp8_tile_);
     });
   }
 
@@ -708,6 +711,7 @@ class CudaBackend final : public Backend {
   // and the earlier launch whose codes it shares; the prepass's launches; their descriptors.
   bool fp8_prompt_linear_ = false;
   cuda::Fp8TileChoice fp8_tile_ = cuda::Fp8TileChoice::kFastest;
+  bool fp8_wgmma_ = false;
   TokenKind token_kind_ = TokenKind::kGenerated;
   std::vector<cuda::LinearLaunch> fp8_launches_, fp8_codes_;
   std::vector<size_t> fp8_code_at_, fp8_code_of_;
@@ -765,13 +769,24 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   // DEEPINFER_CUDA_PROMPT_LINEAR: mma (default: prompt tokens' linears as generated tokens' are) or fp8 (prompt
   // tokens' ops whose x the model quantised to e4m3 blocks run on FP8 operands, kernels.h; written without a
   // GPU at hand, see bench/cuda/NOTES.md). With fp8 the model runs prompt and generated tokens as separate passes.
-  // For cuda_tests: fp8_big and fp8_small (the same bits through one block tile always).
+  // For cuda_tests: fp8_big and fp8_small (the same bits through one block tile always). wgmma: the same ops on
+  // Hopper's warpgroup MMA (kernels.h; compute capability 9.0 only, written without a GPU at hand).
   const std::optional<std::string> prompt_linear =
-      env_choice("DEEPINFER_CUDA_PROMPT_LINEAR", {"mma", "fp8", "fp8_big", "fp8_small"}, error);
+      env_choice("DEEPINFER_CUDA_PROMPT_LINEAR", {"mma", "fp8", "fp8_big", "fp8_small", "wgmma"}, error);
   if (!prompt_linear) return nullptr;
   paths.fp8_prompt_linear = *prompt_linear != "mma";
   if (*prompt_linear == "fp8_big") paths.fp8_tile = cuda::Fp8TileChoice::kBig;
   if (*prompt_linear == "fp8_small") paths.fp8_tile = cuda::Fp8TileChoice::kSmall;
+  paths.fp8_wgmma = *prompt_linear == "wgmma";
+  if (paths.fp8_wgmma) {
+    cudaDeviceProp prop{};
+    DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    if (!cuda::linear_fp8_wgmma_runs_on(prop.major, prop.minor)) {
+      *error = "DEEPINFER_CUDA_PROMPT_LINEAR=wgmma needs a compute capability 9.0 device (sm_90a); CUDA device " +
+               std::to_string(device) + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor);
+      return nullptr;
+    }
+  }
   if (const char* gb = std::getenv("DEEPINFER_CUDA_KV_MIRROR_GB")) {
     char* end = nullptr;
     paths.mirror_gb = std::strtod(gb, &end);

@@ -106,6 +106,27 @@ void launch_linear_fp8(const LinearLaunch& p, cudaStream_t stream, Fp8TileChoice
 void launch_linear_fp8_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t max_rows, int64_t max_tokens,
                                cudaStream_t stream, Fp8TileChoice choice = Fp8TileChoice::kFastest);
 
+// ---- The FP8-operand linear on wgmma (linear_fp8_wgmma_kernel.cu; DEEPINFER_CUDA_PROMPT_LINEAR=wgmma) ----
+// The same ops, the same prepass (launch_linear_fp8_codes: sx, xq) and the same per-output sequence as the section
+// above, on Hopper's warpgroup MMA; sm_90a only (linear_fp8_wgmma_runs_on; elsewhere the kernel traps). Per
+// output (token t, row n), with sx, xq, wq and sw as above, exactly:
+//   acc = +0; for j = 0, 1, .., k_pad / 32 - 1 in this order:
+//     p   = the tensor core's fp32 sum of the 32 products xq[t, 32 j + i] * wq[n, 32 j + i] (one
+//           wgmma.mma_async.m64n128k32.f32.e4m3.e4m3 with scale-d = 0: from no accumulator), k = 32 j + i fed to
+//           the instruction's k-slot i (A and B alike);
+//     acc = fmaf(p, sx[t, 32 j / B] * sw[n, j], acc);
+//   out[t, n] = epilogue(acc).
+// Only the inner sum's hardware differs from the fp8 path's (wgmma's k32 sum against mma.sync's, whose k-slot
+// order is another permutation too); whether the two give the same bits is unmeasured (cuda_tests prints how many
+// outputs differ). A step's p of -0, should the tensor core give one for an all-zero sum, changes nothing: acc
+// starts at +0 and fmaf(-0, s, acc) is acc. Batch invariant as above: a token's outputs depend on nothing but its own x, the
+// weight and the op, never on n_tokens, the other tokens, its tile position or the op's group.
+// Launch: after the prepass, one op, or grouped like launch_linear_fp8_grouped (128 rows x 128 tokens a block).
+bool linear_fp8_wgmma_runs_on(int cc_major, int cc_minor);
+void launch_linear_fp8_wgmma(const LinearLaunch& p, cudaStream_t stream);
+void launch_linear_fp8_wgmma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t max_rows,
+                                     int64_t max_tokens, cudaStream_t stream);
+
 // mHC mixes: out[t, m] = f32((x_t . fn[m]) / sqrt(mean(x_t^2) + eps)).
 struct HcMixLaunch {
   const float* x = nullptr;   // [n_tokens, width]

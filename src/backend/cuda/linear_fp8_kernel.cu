@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/linear_fp8_common.cuh"
 
 namespace deepinfer::cuda {
 
@@ -53,17 +54,6 @@ using BigTile = TileShape<2, 4, 4, 4>;
 // 64 x 64, 4 warps of 32 x 32: for grids the big tile would leave mostly idle (a few hundred tokens).
 using SmallTile = TileShape<2, 2, 2, 4>;
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-// 16 zero bytes (src-size 0: nothing is read).
-__device__ __forceinline__ void cp_async16_zero(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(0) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
 // p = A . B for one m16n8k32 tile of e4m3 codes, from a zero accumulator (the step's own fp32 sum). Not
 // volatile: a pure function of its operands, which the compiler may schedule among the staging loads.
 __device__ __forceinline__ void mma_e4m3(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -72,15 +62,6 @@ __device__ __forceinline__ void mma_e4m3(float d[4], const uint32_t a[4], uint32
       "{%10, %10, %10, %10};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
-// Four e2m1 codes (the low 16 bits of v, code i in bits 4i..4i+3) -> four e4m3 codes (byte i). The magnitude
-// through a byte-permute LUT (e2m1 0, 0.5, 1, 1.5, 2, 3, 4, 6 = e4m3 0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48,
-// 0x4c), the sign bit (3 of each nibble) to bit 7 of its byte by a second permute over {0x00, 0x80}.
-__device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t v) {
-  const uint32_t magnitude = __byte_perm(0x3c383000u, 0x4c484440u, v & 0x7777u);
-  const uint32_t sign = __byte_perm(0x00008000u, 0u, (v >> 3) & 0x1111u);
-  return magnitude | sign;
 }
 
 // The smallest power of two s with amax / s <= 448 (1 for an all-zero block): every x / s of a block the
@@ -123,19 +104,6 @@ __global__ void __launch_bounds__(kPrepassWarps * 32) x_codes_kernel(const Linea
 // Grouped: blockIdx.y picks the op.
 __global__ void __launch_bounds__(kPrepassWarps * 32) x_codes_grouped_kernel(const LinearLaunch* ops) {
   x_codes_block(ops[blockIdx.y]);
-}
-
-// The weight scale of row n for step j (k = 32 j .. 32 j + 31). A step wholly in the padding may pass the
-// last scale column: it reads that one (its codes are zero).
-template <WeightKind K>
-__device__ __forceinline__ float weight_scale(const LinearLaunch& p, int64_t n, int64_t j) {
-  if constexpr (K == WeightKind::kFp8) {
-    const int64_t kb = min(32 * j / p.block, p.scale_pitch - 1);
-    return e8m0_value(__ldg(p.scale + (n / p.block) * p.scale_pitch + kb));
-  } else {
-    const int64_t kb = min(j, p.scale_pitch - 1);
-    return e8m0_value(__ldg(p.scale + n * p.scale_pitch + kb));
-  }
 }
 
 // What a chunk stages through registers: FP4 weight bytes (decoded at the store) and both scale rows.
@@ -369,18 +337,6 @@ int device_sm_count() {
     if (device < 64) counts[device].store(n, std::memory_order_relaxed);
   }
   return n;
-}
-
-// The big tile's dynamic shared memory (88 KB) needs the opt-in: set once per kernel and device, `done` being
-// that kernel's own record (a bit per device; devices past 63 set it every launch).
-template <class Kernel>
-void allow_shared_bytes(Kernel kernel, int bytes, std::atomic<uint64_t>& done) {
-  int device = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-  if (bit && (done.load(std::memory_order_relaxed) & bit)) return;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done.fetch_or(bit, std::memory_order_relaxed);
 }
 
 template <WeightKind K, class T>

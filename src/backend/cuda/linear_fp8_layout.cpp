@@ -1,6 +1,7 @@
-// The host side of the FP8-operand linear (kernels.h): which ops it takes and where the prepass puts an x's
-// codes and scales. Plain C++ apart from the kernels (linear_fp8_kernel.cu), so that the emulated-device tests
-// (tests/cuda_emulation) check the backend's scratch plan with these very functions.
+// The host side of the FP8-operand linear (kernels.h): which ops it takes, where the prepass puts an x's
+// codes and scales, and which devices run the wgmma kernel. Plain C++ apart from the kernels
+// (linear_fp8_kernel.cu, linear_fp8_wgmma_kernel.cu), so that the emulated-device tests (tests/cuda_emulation)
+// check the backend's scratch plan with these very functions.
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
@@ -28,5 +29,8 @@ void set_linear_fp8_scratch(LinearLaunch& p, uint8_t* scratch) {
 }
 
 int64_t linear_fp8_code_items(const LinearLaunch& p) { return p.n_tokens * x_blocks(p.k_pad, p.x_e4m3_block); }
+
+// wgmma with e4m3 operands is sm_90a's alone (Blackwell's tensor cores take tcgen05, not wgmma).
+bool linear_fp8_wgmma_runs_on(int cc_major, int cc_minor) { return cc_major == 9 && cc_minor == 0; }
 
 }  // namespace deepinfer::cuda

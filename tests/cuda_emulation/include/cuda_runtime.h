@@ -24,6 +24,7 @@ struct cudaDeviceProp {
   size_t totalGlobalMem;
   size_t sharedMemPerBlockOptin;
   int multiProcessorCount;
+  int major, minor;
 };
 
 const char* cudaGetErrorString(cudaError_t error);
