@@ -2,7 +2,8 @@
 // each launch is queued on its stream (cuda_emulation.h) and, when the stream runs it, computes its op on the
 // fast CPU backend over the buffers as they are then. What this checks is the host code around the kernels:
 // the layouts, offsets and sizes it hands them, the copies before and after, and their order. The kernels
-// themselves are checked only on a GPU (cuda_tests).
+// themselves are checked on a GPU (cuda_tests) and, their real bodies on the CPU, by cuda_device_emulated_tests,
+// which takes from here only the launchers of the .cu files it does not compile (the groups at the end).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
