@@ -1,6 +1,7 @@
-// The inline PTX of the kernels, one __device__ function per instruction, and the only asm in src/backend/cuda:
-// so that the device emulation (DEEPINFER_DEVICE_EMULATION, tests/cuda_device_emulation) can put its CPU models
-// of these instructions' PTX ISA semantics in their place and run the kernels' real bodies on the CPU.
+// The inline PTX of the kernels that the device emulation compiles (DEEPINFER_DEVICE_EMULATION,
+// tests/cuda_device_emulation), one __device__ function per instruction, so that the emulation can put its CPU
+// models of these instructions' PTX ISA semantics in their place and run the kernels' real bodies on the CPU.
+// Asm elsewhere in those files would not compile there; a kernel file the emulation leaves out may keep its own.
 #pragma once
 
 #include <cuda_runtime.h>
