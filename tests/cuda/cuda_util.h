@@ -18,6 +18,13 @@
 
 namespace deepinfer::testing {
 
+// DEEPINFER_CUDA_TEST_SHAPES=small (ctest sets it for cuda_device_emulated_tests, whose kernels run on the CPU):
+// the token sweeps that a GPU runs in milliseconds trimmed to counts that still reach every tile shape and edge.
+inline bool small_test_shapes() {
+  const char* shapes = std::getenv("DEEPINFER_CUDA_TEST_SHAPES");
+  return shapes && std::string(shapes) == "small";
+}
+
 inline std::unique_ptr<Backend> cuda_backend_or_null(std::string* error) { return make_cuda_backend(0, 0, error); }
 
 // The CUDA backend's kernel choices for the backends made while it lives: the linear path

@@ -33,7 +33,12 @@ struct LinearCase {
   bool mixed_x = false;     // fp32 values in every third 8-token group, bf16 values elsewhere
 };
 
-const std::vector<int64_t> kTokenCounts = {1, 2, 3, 4, 5, 7, 16, 33, 64, 70, 130};
+// Small shapes (cuda_util.h): one count per register tile shape (1, 2, 5: one 8-token tile; 16: a 32-token tile)
+// and staged tiling (64: one tile; 70: two, the second partial).
+const std::vector<int64_t>& token_counts() {
+  static const std::vector<int64_t> all = {1, 2, 3, 4, 5, 7, 16, 33, 64, 70, 130}, small = {1, 2, 5, 16, 64, 70};
+  return small_test_shapes() ? small : all;
+}
 
 // The same float bits (+0 and -0 differ), or both NaN.
 bool same_bits(float a, float b) {
@@ -48,7 +53,7 @@ void run_case(const LinearCase& c, uint32_t seed) {
   std::mt19937 rng(seed);
   OwnedWeight ow = random_linear_weight(rng, c.dtype, c.n_out, c.k, c.block, c.scale_lo, c.scale_hi);
   auto reference = make_reference_backend();
-  const int64_t max_t = kTokenCounts.back(), x_stride = c.k + 3, out_stride = c.n_rows + 5;
+  const int64_t max_t = token_counts().back(), x_stride = c.k + 3, out_stride = c.n_rows + 5;
   std::vector<float> x = random_bf16_values(rng, max_t * x_stride, 1.0f);
   if (c.fp32_x || c.mixed_x) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -86,7 +91,7 @@ void run_case(const LinearCase& c, uint32_t seed) {
   }
 
   Diff worst;
-  for (int64_t T : kTokenCounts) {
+  for (int64_t T : token_counts()) {
     std::vector<float> got(size_t(T * out_stride), -7.0f);
     LinearParams p{x.data(), x_stride, T, &ow.w, c.row_begin, c.n_rows, c.epilogue, bias.data(), got.data(), out_stride};
     gpu->linear(p);
@@ -105,7 +110,9 @@ void run_case(const LinearCase& c, uint32_t seed) {
     if (d.calc_diff >= worst.calc_diff) worst = d;
   }
   const char* path = std::getenv("DEEPINFER_CUDA_LINEAR");
-  print_diff(std::string(gpu->name()) + " " + (path ? path : "default path") + " " + c.name + " (worst of T=1..130)", worst);
+  print_diff(std::string(gpu->name()) + " " + (path ? path : "default path") + " " + c.name + " (worst of T=1.." +
+                 std::to_string(max_t) + ")",
+             worst);
 }
 
 // Every case on each linear path: fma (portable FMA), mma (tensor cores; weights whose scale bytes are too

@@ -4,10 +4,14 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <functional>
 
 namespace deepinfer::cuda_emulation {
 
 void enqueue(cudaStream_t stream, std::function<void()> work);
+
+// The dynamic shared memory a kernel may be launched with: its cudaFuncSetAttribute opt-in, else 48 KB.
+size_t max_dynamic_shared_bytes(const void* kernel);
 
 }  // namespace deepinfer::cuda_emulation

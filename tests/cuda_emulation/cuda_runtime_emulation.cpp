@@ -29,6 +29,7 @@ struct State {
   std::recursive_mutex mutex;
   std::vector<CUstream_st*> streams;
   std::map<uintptr_t, size_t> pinned;  // start -> bytes of each cudaMallocHost block
+  std::map<const void*, int> max_dynamic_shared;  // kernel -> its opt-in (cudaFuncSetAttribute)
   CUstream_st legacy;                  // stream 0
 };
 
@@ -80,6 +81,12 @@ void enqueue(cudaStream_t stream, std::function<void()> work) {
   resolve(stream)->queue.push_back(std::move(work));
 }
 
+size_t max_dynamic_shared_bytes(const void* kernel) {
+  std::lock_guard lock(state().mutex);
+  const auto it = state().max_dynamic_shared.find(kernel);
+  return it == state().max_dynamic_shared.end() ? size_t(48) * 1024 : size_t(it->second);
+}
+
 }  // namespace deepinfer::cuda_emulation
 
 using namespace deepinfer::cuda_emulation;
@@ -112,6 +119,30 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->multiProcessorCount = 132;
   prop->major = 9;  // an H100's / H200's compute capability (the wgmma path's)
   prop->minor = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return cudaErrorInvalidDevice;
+  if (attr != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
+  *value = prop.multiProcessorCount;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value) {
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || size_t(value) > prop.sharedMemPerBlockOptin) {
+    return cudaErrorInvalidValue;
+  }
+  std::lock_guard lock(state().mutex);
+  state().max_dynamic_shared[kernel] = value;
   return cudaSuccess;
 }
 

@@ -2,7 +2,8 @@
 // each launch is queued on its stream (cuda_emulation.h) and, when the stream runs it, computes its op on the
 // fast CPU backend over the buffers as they are then. What this checks is the host code around the kernels:
 // the layouts, offsets and sizes it hands them, the copies before and after, and their order. The kernels
-// themselves are checked only on a GPU (cuda_tests).
+// themselves are checked on a GPU (cuda_tests) and, their real bodies on the CPU, by cuda_device_emulated_tests,
+// which takes from here only the launchers of the .cu files it does not compile (the groups at the end).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,7 +27,7 @@ using cuda_emulation::enqueue;
 
 // The ops run on the fast CPU backend (one thread: the model's host work has the machine's cores), whose sums
 // are batch-invariant and within the bounds the tests hold the kernels to, as the real kernels' are.
-Backend& device_ops() {
+[[maybe_unused]] Backend& device_ops() {
   static const std::unique_ptr<Backend> backend = [] {
     std::string error;
     std::unique_ptr<Backend> b = make_fast_backend(1, &error);
@@ -36,14 +37,14 @@ Backend& device_ops() {
   return *backend;
 }
 // The exact reference, for the attention shapes the fast backend's tiles do not take (odd test widths).
-Backend& reference() {
+[[maybe_unused]] Backend& reference() {
   static const std::unique_ptr<Backend> backend = make_reference_backend();
   return *backend;
 }
 
 // A device weight (weight_cache.cpp's layout: rows padded with zero codes to k_pad values, scales as stored)
 // read as a checkpoint weight of k_pad columns: the padding adds exact zeros against x's zero padding.
-void linear_now(const LinearLaunch& p) {
+[[maybe_unused]] void linear_now(const LinearLaunch& p) {
   LinearWeight w;
   w.n_in = p.k_pad;
   w.n_out = p.row_begin + p.n_rows;
@@ -73,11 +74,11 @@ void linear_now(const LinearLaunch& p) {
   device_ops().linear(l);
 }
 
-void queue_linear(const LinearLaunch& p, cudaStream_t stream) {
+[[maybe_unused]] void queue_linear(const LinearLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] { linear_now(p); });
 }
 
-void queue_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows, int64_t max_tokens,
+[[maybe_unused]] void queue_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows, int64_t max_tokens,
                    cudaStream_t stream) {
   enqueue(stream, [=] {  // the descriptors are read when the launch runs, after their upload
     for (int i = 0; i < n_ops; ++i) {
@@ -89,7 +90,7 @@ void queue_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t 
   });
 }
 
-KvRowFormat format_of(const UnpackRowsLaunch& p) {
+[[maybe_unused]] KvRowFormat format_of(const UnpackRowsLaunch& p) {
   KvRowKind kind = KvRowKind::kV4Kv;
   switch (p.kind) {
     case PackedRowKind::kE4m3: kind = p.n_rope > 0 ? KvRowKind::kV4Kv : KvRowKind::kV41Kv; break;
@@ -101,7 +102,7 @@ KvRowFormat format_of(const UnpackRowsLaunch& p) {
   return f;
 }
 
-void attention_now(const AttentionLaunch& p) {
+[[maybe_unused]] void attention_now(const AttentionLaunch& p) {
   std::vector<const float*> slots(size_t(p.n_slots));
   for (int64_t t = 0; t < p.n_tokens; ++t) {
     for (int64_t j = 0; j < p.n_slots; ++j) {
@@ -124,7 +125,7 @@ void attention_now(const AttentionLaunch& p) {
 
 // The FP8-operand linear's prepass (kernels.h): per (token, x block) the smallest power of two s with
 // amax / s <= 448 (never below 2^-126), and the e4m3 codes of x / s (round to nearest, saturating).
-void fp8_codes_now(const LinearLaunch& p) {
+[[maybe_unused]] void fp8_codes_now(const LinearLaunch& p) {
   const int64_t xb = p.x_e4m3_block, n_xb = (p.k_pad + xb - 1) / xb;
   for (int64_t t = 0; t < p.n_tokens; ++t) {
     for (int64_t b = 0; b < n_xb; ++b) {
@@ -141,7 +142,7 @@ void fp8_codes_now(const LinearLaunch& p) {
 
 // Its main kernel: per 32-wide step the step's exact sum of code products rounded to fp32 (where the tensor
 // core rounds in its own way), then acc = fmaf(p, sx * sw, acc), then the epilogue.
-void fp8_linear_now(const LinearLaunch& p) {
+[[maybe_unused]] void fp8_linear_now(const LinearLaunch& p) {
   static const std::vector<double> e4m3 = [] {  // every code's value: the inner loop below is this test's cost
     std::vector<double> v(256);
     for (int c = 0; c < 256; ++c) v[size_t(c)] = e4m3_to_float(uint8_t(c));
@@ -178,23 +179,36 @@ void fp8_linear_now(const LinearLaunch& p) {
 
 }  // namespace
 
+// One group per .cu file of src/backend/cuda that defines these launchers: `cuda_device_emulated_tests` compiles
+// some of those files for real (tests/cuda_device_emulation) and defines DEEPINFER_REAL_KERNELS_<FILE> for each,
+// so that only the launchers of the files it does not compile come from here. A launcher of a new .cu file goes
+// in a group of its own.
+#ifndef DEEPINFER_REAL_KERNELS_LINEAR_KERNELS  // linear_kernels.cu
 void launch_linear(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
+#endif
+
+#ifndef DEEPINFER_REAL_KERNELS_LINEAR_MMA_KERNEL  // linear_mma_kernel.cu
 // The emulation never splits over K: the backend then gives no partials scratch, as for an unsplit kernel.
 int64_t linear_mma_partial_floats(const LinearLaunch&, MmaKernelChoice) { return 0; }
 void launch_linear_mma(const LinearLaunch& p, cudaStream_t stream, MmaKernelChoice) { queue_linear(p, stream); }
 void launch_linear_mma_registers(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
-void launch_linear_mma_staged(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
-int64_t linear_mma_staged_partial_floats(const LinearLaunch&) { return 0; }
-void launch_linear_mma_staged_split(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
 void launch_linear_mma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows,
                                int64_t max_tokens, cudaStream_t stream, MmaKernelChoice) {
   queue_grouped(ops, n_ops, kind, k_pad, max_rows, max_tokens, stream);
 }
+#endif
+
+#ifndef DEEPINFER_REAL_KERNELS_LINEAR_MMA_STAGED_KERNEL  // linear_mma_staged_kernel.cu
+void launch_linear_mma_staged(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
+int64_t linear_mma_staged_partial_floats(const LinearLaunch&) { return 0; }
+void launch_linear_mma_staged_split(const LinearLaunch& p, cudaStream_t stream) { queue_linear(p, stream); }
 void launch_linear_mma_staged_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t k_pad, int64_t max_rows,
                                       int64_t max_tokens, cudaStream_t stream) {
   queue_grouped(ops, n_ops, kind, k_pad, max_rows, max_tokens, stream);
 }
+#endif
 
+#ifndef DEEPINFER_REAL_KERNELS_LINEAR_FP8_KERNEL  // linear_fp8_kernel.cu
 void launch_linear_fp8_codes(const LinearLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] { fp8_codes_now(p); });
 }
@@ -221,19 +235,24 @@ void launch_linear_fp8_grouped(const LinearLaunch* ops, int n_ops, WeightKind ki
     }
   });
 }
+#endif
 
-// The wgmma kernel's sequence is the fp8 kernel's but for the hardware that sums a step (kernels.h), which this
-// emulation computes exactly and rounds once for both.
+// linear_fp8_wgmma_kernel.cu, which the device emulation never compiles (it has no CPU model of wgmma): always
+// emulated here. The wgmma kernel's sequence is the fp8 kernel's but for the hardware that sums a step
+// (kernels.h), which both emulations compute exactly and round once.
 void launch_linear_fp8_wgmma(const LinearLaunch& p, cudaStream_t stream) { launch_linear_fp8(p, stream, Fp8TileChoice::kFastest); }
 void launch_linear_fp8_wgmma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t max_rows,
                                      int64_t max_tokens, cudaStream_t stream) {
   launch_linear_fp8_grouped(ops, n_ops, kind, max_rows, max_tokens, stream, Fp8TileChoice::kFastest);
 }
 
+#ifndef DEEPINFER_REAL_KERNELS_HC_MIX_KERNEL  // hc_mix_kernel.cu
 void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] { device_ops().hc_mix({p.x, p.n_tokens, p.width, p.fn, p.n_mix, p.eps, p.out}); });
 }
+#endif
 
+#ifndef DEEPINFER_REAL_KERNELS_ATTENTION_KERNELS  // attention_kernels.cu
 void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] { attention_now(p); });
 }
@@ -246,24 +265,6 @@ void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cuda
     // The scores scratch must hold [n_tokens, n_heads, n_slots] floats: touched end to end.
     std::memset(scores, 0, size_t(p.n_tokens * p.n_heads * p.n_slots) * sizeof(float));
     attention_now(p);
-  });
-}
-
-void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream) {
-  enqueue(stream, [p] {
-    const KvRowFormat f = format_of(p);
-    for (int64_t i = 0; i < p.n_rows; ++i) {
-      const int64_t at = p.row_slots ? p.row_slots[i] : i;
-      unpack_kv_row(f, p.rows + at * p.row_bytes, p.out + i * p.n_values);
-    }
-  });
-}
-
-void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
-                         cudaStream_t stream) {
-  DI_CHECK_MSG(row_bytes % 4 == 0, "launch_scatter_rows: rows must be whole 4-byte words");
-  enqueue(stream, [=] {
-    for (int64_t i = 0; i < n_rows; ++i) std::memcpy(arena + slots[i] * row_bytes, src + i * row_bytes, size_t(row_bytes));
   });
 }
 
@@ -283,5 +284,26 @@ void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream) {
     }
   });
 }
+#endif
+
+#ifndef DEEPINFER_REAL_KERNELS_UNPACK_ROWS_KERNEL  // unpack_rows_kernel.cu
+void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    const KvRowFormat f = format_of(p);
+    for (int64_t i = 0; i < p.n_rows; ++i) {
+      const int64_t at = p.row_slots ? p.row_slots[i] : i;
+      unpack_kv_row(f, p.rows + at * p.row_bytes, p.out + i * p.n_values);
+    }
+  });
+}
+
+void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
+                         cudaStream_t stream) {
+  DI_CHECK_MSG(row_bytes % 4 == 0, "launch_scatter_rows: rows must be whole 4-byte words");
+  enqueue(stream, [=] {
+    for (int64_t i = 0; i < n_rows; ++i) std::memcpy(arena + slots[i] * row_bytes, src + i * row_bytes, size_t(row_bytes));
+  });
+}
+#endif
 
 }  // namespace deepinfer::cuda

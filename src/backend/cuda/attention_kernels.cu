@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -20,7 +21,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const AttentionLaunch p) {
-  extern __shared__ float smem[];
+  DI_DYNAMIC_SHARED(float, smem);
   const int64_t n_slots = p.n_slots, n_blocks = n_slots / 64, D = p.head_dim;
   float* s = smem;                   // [n_slots] scores, then the weights exp(m_b - M) * P_j
   float* block_max = s + n_slots;    // [n_blocks] running (prefix) maxima
@@ -167,7 +168,7 @@ size_t pv_shared_bytes(int64_t n_slots) {
 }
 
 __global__ void __launch_bounds__(kThreads) attention_pv_kernel(const AttentionLaunch p, const float* scores) {
-  extern __shared__ float smem[];
+  DI_DYNAMIC_SHARED(float, smem);
   const int64_t n_slots = p.n_slots, n_blocks = n_slots / 64, D = p.head_dim;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* weight = smem + warp * n_slots;                          // [kPvHeads][n_slots]
@@ -242,7 +243,7 @@ constexpr int kIndexKeysPerWarp = 4;
 constexpr int kIndexKeysPerBlock = kIndexKeysPerWarp * kThreads / 32;
 
 __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScoreLaunch p) {
-  extern __shared__ float q_s[];
+  DI_DYNAMIC_SHARED(float, q_s);
   const int64_t t = blockIdx.y;
   const int64_t n_keys = p.token_keys ? p.token_keys[t] : p.n_keys;  // this token's keys
   if (int64_t(blockIdx.x) * kIndexKeysPerBlock >= n_keys) return;    // the whole block: no barrier waits
@@ -302,7 +303,8 @@ void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
   const unsigned d_blocks = unsigned((p.head_dim + kThreads - 1) / kThreads);
-  sparse_attention_kernel<<<dim3(unsigned(p.n_heads), d_blocks, unsigned(p.n_tokens)), kThreads, smem, stream>>>(p);
+  launch_kernel(sparse_attention_kernel, dim3(unsigned(p.n_heads), d_blocks, unsigned(p.n_tokens)), kThreads, smem, stream,
+                p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -315,8 +317,8 @@ void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cuda
     return;
   }
   const unsigned head_groups = unsigned((p.n_heads + kScoreHeads - 1) / kScoreHeads);
-  attention_scores_kernel<<<dim3(unsigned(p.n_slots / kScoreSlots), head_groups, unsigned(p.n_tokens)), kThreads, 0, stream>>>(
-      p, scores);
+  launch_kernel(attention_scores_kernel, dim3(unsigned(p.n_slots / kScoreSlots), head_groups, unsigned(p.n_tokens)), kThreads,
+                0, stream, p, scores);
   DI_CUDA_CHECK_LAUNCH();
   const size_t smem = pv_shared_bytes(p.n_slots);
   if (smem > 48 * 1024) {
@@ -324,7 +326,8 @@ void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cuda
   }
   const unsigned pv_head_groups = unsigned((p.n_heads + kPvHeads - 1) / kPvHeads);
   const unsigned col_blocks = unsigned((p.head_dim + kPvCols - 1) / kPvCols);
-  attention_pv_kernel<<<dim3(pv_head_groups, col_blocks, unsigned(p.n_tokens)), kThreads, smem, stream>>>(p, scores);
+  launch_kernel(attention_pv_kernel, dim3(pv_head_groups, col_blocks, unsigned(p.n_tokens)), kThreads, smem, stream, p,
+                scores);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -337,7 +340,7 @@ void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream) {
   DI_CHECK_MSG(p.n_heads * p.dim < (int64_t(1) << 31), "index scores: q too large");
   DI_CHECK(p.n_tokens > 0 && p.n_tokens <= 65535);
   const unsigned key_blocks = unsigned((p.n_keys + kIndexKeysPerBlock - 1) / kIndexKeysPerBlock);
-  index_scores_kernel<<<dim3(key_blocks, unsigned(p.n_tokens)), kThreads, smem, stream>>>(p);
+  launch_kernel(index_scores_kernel, dim3(key_blocks, unsigned(p.n_tokens)), kThreads, smem, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -35,7 +36,7 @@ __global__ void __launch_bounds__(kThreads) hc_mix_kernel(const HcMixLaunch p) {
 void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
   DI_CHECK_MSG(p.n_mix <= 65535 && p.n_tokens < (int64_t(1) << 31), "hc_mix: too many mixes or tokens for one launch");
-  hc_mix_kernel<<<dim3(unsigned(p.n_tokens), unsigned(p.n_mix)), kThreads, 0, stream>>>(p);
+  launch_kernel(hc_mix_kernel, dim3(unsigned(p.n_tokens), unsigned(p.n_mix)), kThreads, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 

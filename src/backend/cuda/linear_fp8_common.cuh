@@ -1,6 +1,7 @@
 // Device helpers shared by the two FP8-operand linear kernels (linear_fp8_kernel.cu, mma.sync; and
-// linear_fp8_wgmma_kernel.cu, wgmma): 16-byte cp.async copies, the e2m1 -> e4m3 code LUT and the per-step
-// weight scale, so that both read operands and scales the same way. Included by .cu files only.
+// linear_fp8_wgmma_kernel.cu, wgmma): the e2m1 -> e4m3 code LUT, the per-step weight scale and the shared-memory
+// opt-in, so that both read operands and scales the same way (their cp.async copies are ptx_instructions.cuh's).
+// Included by .cu files only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,20 +12,10 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/ptx_instructions.cuh"
 
 namespace deepinfer::cuda {
 namespace {
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-// 16 zero bytes (src-size 0: nothing is read).
-__device__ __forceinline__ void cp_async16_zero(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(0) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // Four e2m1 codes (the low 16 bits of v, code i in bits 4i..4i+3) -> four e4m3 codes (byte i). The magnitude
 // through a byte-permute LUT (e2m1 0, 0.5, 1, 1.5, 2, 3, 4, 6 = e4m3 0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48,

@@ -24,6 +24,7 @@
 #include <atomic>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/linear_fp8_common.cuh"
@@ -53,16 +54,6 @@ struct TileShape {
 using BigTile = TileShape<2, 4, 4, 4>;
 // 64 x 64, 4 warps of 32 x 32: for grids the big tile would leave mostly idle (a few hundred tokens).
 using SmallTile = TileShape<2, 2, 2, 4>;
-
-// p = A . B for one m16n8k32 tile of e4m3 codes, from a zero accumulator (the step's own fp32 sum). Not
-// volatile: a pure function of its operands, which the compiler may schedule among the staging loads.
-__device__ __forceinline__ void mma_e4m3(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%10, %10, %10, %10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
-}
 
 // The smallest power of two s with amax / s <= 448 (1 for an all-zero block): every x / s of a block the
 // activation QDQ made is then an e4m3 value (kernels.h). amax = m 2^e with m in [1, 2): s = 2^(e-8) while
@@ -313,14 +304,14 @@ __device__ __forceinline__ void linear_fp8_tile(const LinearLaunch& p, uint8_t* 
 
 template <WeightKind K, class T>
 __global__ void __launch_bounds__(T::kThreads, 1) linear_fp8_kernel(const LinearLaunch p) {
-  extern __shared__ uint4 fp8_smem[];  // 16-byte aligned for cp.async
+  DI_DYNAMIC_SHARED(uint4, fp8_smem);  // 16-byte aligned for cp.async
   linear_fp8_tile<K, T>(p, reinterpret_cast<uint8_t*>(fp8_smem));
 }
 
 // Grouped: blockIdx.z picks the op; a block past its own op's rows or tokens returns at once, whole.
 template <WeightKind K, class T>
 __global__ void __launch_bounds__(T::kThreads, 1) linear_fp8_grouped_kernel(const LinearLaunch* ops) {
-  extern __shared__ uint4 fp8_smem[];
+  DI_DYNAMIC_SHARED(uint4, fp8_smem);
   const LinearLaunch p = ops[blockIdx.z];  // a copy: the output stores cannot make its fields reload
   if (int64_t(blockIdx.x) * T::kRows >= p.n_rows || int64_t(blockIdx.y) * T::kTokens >= p.n_tokens) return;
   linear_fp8_tile<K, T>(p, reinterpret_cast<uint8_t*>(fp8_smem));
@@ -349,10 +340,10 @@ void launch_tiles(const LinearLaunch* one, const LinearLaunch* ops, int n_ops, i
   static std::atomic<uint64_t> one_done{0}, grouped_done{0};  // per K and T: this instantiation's kernels
   if (one) {
     allow_shared_bytes(linear_fp8_kernel<K, T>, smem, one_done);
-    linear_fp8_kernel<K, T><<<grid, T::kThreads, smem, stream>>>(*one);
+    launch_kernel(linear_fp8_kernel<K, T>, grid, T::kThreads, smem, stream, *one);
   } else {
     allow_shared_bytes(linear_fp8_grouped_kernel<K, T>, smem, grouped_done);
-    linear_fp8_grouped_kernel<K, T><<<grid, T::kThreads, smem, stream>>>(ops);
+    launch_kernel(linear_fp8_grouped_kernel<K, T>, grid, T::kThreads, smem, stream, ops);
   }
   DI_CUDA_CHECK_LAUNCH();
 }
@@ -387,7 +378,7 @@ void launch_linear_fp8_codes(const LinearLaunch& p, cudaStream_t stream) {
   const int64_t blocks = (linear_fp8_code_items(p) + kPrepassWarps - 1) / kPrepassWarps;
   if (blocks == 0) return;
   DI_CHECK_MSG(blocks < (int64_t(1) << 31), "too many tokens for one prepass launch");
-  x_codes_kernel<<<unsigned(blocks), kPrepassWarps * 32, 0, stream>>>(p);
+  launch_kernel(x_codes_kernel, unsigned(blocks), kPrepassWarps * 32, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -396,7 +387,7 @@ void launch_linear_fp8_codes_grouped(const LinearLaunch* ops, int n_ops, int64_t
   DI_CHECK(n_ops <= 65535);
   const int64_t blocks = (max_items + kPrepassWarps - 1) / kPrepassWarps;
   DI_CHECK_MSG(blocks < (int64_t(1) << 31), "too many tokens for one prepass launch");
-  x_codes_grouped_kernel<<<dim3(unsigned(blocks), unsigned(n_ops)), kPrepassWarps * 32, 0, stream>>>(ops);
+  launch_kernel(x_codes_grouped_kernel, dim3(unsigned(blocks), unsigned(n_ops)), kPrepassWarps * 32, 0, stream, ops);
   DI_CUDA_CHECK_LAUNCH();
 }
 

@@ -22,6 +22,7 @@
 #include <atomic>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/linear_fp8_common.cuh"
@@ -346,10 +347,10 @@ void launch_kind(const LinearLaunch* one, const LinearLaunch* ops, int n_ops, in
   static std::atomic<uint64_t> one_done{0}, grouped_done{0};  // per K: this instantiation's kernels
   if (one) {
     allow_shared_bytes(linear_wgmma_kernel<K>, kSharedBytes, one_done);
-    linear_wgmma_kernel<K><<<grid, kThreads, kSharedBytes, stream>>>(*one);
+    launch_kernel(linear_wgmma_kernel<K>, grid, kThreads, kSharedBytes, stream, *one);
   } else {
     allow_shared_bytes(linear_wgmma_grouped_kernel<K>, kSharedBytes, grouped_done);
-    linear_wgmma_grouped_kernel<K><<<grid, kThreads, kSharedBytes, stream>>>(ops);
+    launch_kernel(linear_wgmma_grouped_kernel<K>, grid, kThreads, kSharedBytes, stream, ops);
   }
   DI_CUDA_CHECK_LAUNCH();
 }

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -159,10 +160,10 @@ void launch_kind(const LinearLaunch& p, cudaStream_t stream) {
   const unsigned grid_x = unsigned((p.n_rows + rows_per_block - 1) / rows_per_block);
   const dim3 block(kWarps * 32);
   auto grid = [&](int tt) { return dim3(grid_x, unsigned((p.n_tokens + tt - 1) / tt)); };
-  if (p.n_tokens == 1) linear_kernel<K, 1><<<grid(1), block, 0, stream>>>(p);
-  else if (p.n_tokens == 2) linear_kernel<K, 2><<<grid(2), block, 0, stream>>>(p);
-  else if (p.n_tokens <= 4) linear_kernel<K, 4><<<grid(4), block, 0, stream>>>(p);
-  else linear_kernel<K, 8><<<grid(8), block, 0, stream>>>(p);
+  if (p.n_tokens == 1) launch_kernel(linear_kernel<K, 1>, grid(1), block, 0, stream, p);
+  else if (p.n_tokens == 2) launch_kernel(linear_kernel<K, 2>, grid(2), block, 0, stream, p);
+  else if (p.n_tokens <= 4) launch_kernel(linear_kernel<K, 4>, grid(4), block, 0, stream, p);
+  else launch_kernel(linear_kernel<K, 8>, grid(8), block, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 

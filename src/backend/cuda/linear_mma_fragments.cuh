@@ -11,6 +11,7 @@
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/ptx_instructions.cuh"
 
 namespace deepinfer::cuda {
 
@@ -38,14 +39,6 @@ __device__ __forceinline__ bool split8(const float x[8], float hi[8], float mid[
     low_bits |= mid[i] != 0.0f;
   }
   return low_bits;
-}
-
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // The stored bytes of 8 weights of row n at k = k0 .. k0 + 7 (k0 a multiple of 8) and their scale: bf16 16

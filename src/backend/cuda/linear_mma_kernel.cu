@@ -28,6 +28,7 @@
 #include <atomic>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/linear_mma_fragments.cuh"
@@ -160,7 +161,7 @@ __device__ __forceinline__ void linear_mma_tile(const LinearLaunch& p, int slice
 
 template <WeightKind K, int NT>
 __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const LinearLaunch p, int slice_chunks) {
-  extern __shared__ float partial[];
+  DI_DYNAMIC_SHARED(float, partial);
   linear_mma_tile<K, NT>(p, slice_chunks, partial);
 }
 
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_kernel(const Li
 // tokens returns at once (the whole block: no barrier is left waiting).
 template <WeightKind K, int NT>
 __global__ void __launch_bounds__(kMaxSlices * 32, 1) linear_mma_grouped_kernel(const LinearLaunch* ops, int slice_chunks) {
-  extern __shared__ float partial[];
+  DI_DYNAMIC_SHARED(float, partial);
   const LinearLaunch& p = ops[blockIdx.z];
   if (int64_t(blockIdx.x) * 16 >= p.n_rows || int64_t(blockIdx.y) * 8 * NT >= p.n_tokens) return;
   linear_mma_tile<K, NT>(p, slice_chunks, partial);
@@ -181,12 +182,12 @@ void launch_kind_mma_grouped(const LinearLaunch* ops, int n_ops, int64_t k_pad, 
   const unsigned row_tiles = unsigned((max_rows + 15) / 16);
   if (max_tokens <= 8) {  // the tile shape does not change any sum (file comment): chosen by the largest op
     const size_t smem = size_t(split.slices) * 32 * 4 * 1 * sizeof(float);
-    linear_mma_grouped_kernel<K, 1><<<dim3(row_tiles, unsigned((max_tokens + 7) / 8), unsigned(n_ops)), split.slices * 32, smem,
-                                      stream>>>(ops, split.slice_chunks);
+    launch_kernel(linear_mma_grouped_kernel<K, 1>, dim3(row_tiles, unsigned((max_tokens + 7) / 8), unsigned(n_ops)),
+                  split.slices * 32, smem, stream, ops, split.slice_chunks);
   } else {
     const size_t smem = size_t(split.slices) * 32 * 4 * 4 * sizeof(float);
-    linear_mma_grouped_kernel<K, 4><<<dim3(row_tiles, unsigned((max_tokens + 31) / 32), unsigned(n_ops)), split.slices * 32,
-                                      smem, stream>>>(ops, split.slice_chunks);
+    launch_kernel(linear_mma_grouped_kernel<K, 4>, dim3(row_tiles, unsigned((max_tokens + 31) / 32), unsigned(n_ops)),
+                  split.slices * 32, smem, stream, ops, split.slice_chunks);
   }
   DI_CUDA_CHECK_LAUNCH();
 }
@@ -198,10 +199,12 @@ void launch_kind_mma(const LinearLaunch& p, cudaStream_t stream) {
   const unsigned row_tiles = unsigned((p.n_rows + 15) / 16);
   if (p.n_tokens <= 8) {
     const size_t smem = size_t(slices) * 32 * 4 * 1 * sizeof(float);
-    linear_mma_kernel<K, 1><<<dim3(row_tiles, unsigned((p.n_tokens + 7) / 8)), slices * 32, smem, stream>>>(p, slice_chunks);
+    launch_kernel(linear_mma_kernel<K, 1>, dim3(row_tiles, unsigned((p.n_tokens + 7) / 8)), slices * 32, smem, stream, p,
+                  slice_chunks);
   } else {
     const size_t smem = size_t(slices) * 32 * 4 * 4 * sizeof(float);
-    linear_mma_kernel<K, 4><<<dim3(row_tiles, unsigned((p.n_tokens + 31) / 32)), slices * 32, smem, stream>>>(p, slice_chunks);
+    launch_kernel(linear_mma_kernel<K, 4>, dim3(row_tiles, unsigned((p.n_tokens + 31) / 32)), slices * 32, smem, stream, p,
+                  slice_chunks);
   }
   DI_CUDA_CHECK_LAUNCH();
 }

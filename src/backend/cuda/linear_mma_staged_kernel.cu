@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/linear_mma_fragments.cuh"
 
 namespace deepinfer::cuda {
@@ -239,17 +240,20 @@ void launch_kind(Launch how, const LinearLaunch* one, const LinearLaunch* ops, i
   const unsigned token_tiles = unsigned((max_tokens + kTileTokens - 1) / kTileTokens);
   switch (how) {
     case Launch::kOne:
-      linear_mma_staged_kernel<K><<<dim3(row_tiles, token_tiles), kThreads, 0, stream>>>(*one, split);
+      launch_kernel(linear_mma_staged_kernel<K>, dim3(row_tiles, token_tiles), kThreads, 0, stream, *one, split);
       break;
     case Launch::kOneSplit: {
-      linear_mma_staged_split_kernel<K><<<dim3(row_tiles, token_tiles, unsigned(split.slices)), kThreads, 0, stream>>>(*one, split);
+      launch_kernel(linear_mma_staged_split_kernel<K>, dim3(row_tiles, token_tiles, unsigned(split.slices)), kThreads, 0,
+                    stream, *one, split);
       DI_CUDA_CHECK_LAUNCH();
       const int64_t n = one->n_tokens * one->n_rows;
-      linear_slices_sum_kernel<<<unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, stream>>>(*one, split.slices);
+      launch_kernel(linear_slices_sum_kernel, unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, stream, *one,
+                    split.slices);
       break;
     }
     case Launch::kGrouped:
-      linear_mma_staged_grouped_kernel<K><<<dim3(row_tiles, token_tiles, unsigned(n_ops)), kThreads, 0, stream>>>(ops, split);
+      launch_kernel(linear_mma_staged_grouped_kernel<K>, dim3(row_tiles, token_tiles, unsigned(n_ops)), kThreads, 0, stream,
+                    ops, split);
       break;
   }
   DI_CUDA_CHECK_LAUNCH();

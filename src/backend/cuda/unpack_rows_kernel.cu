@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -54,7 +55,7 @@ void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, 
                          cudaStream_t stream) {
   if (n_rows == 0) return;
   DI_CHECK(row_bytes % 4 == 0 && n_rows <= 0x7fffffff);
-  scatter_rows_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(src, row_bytes, slots, arena);
+  launch_kernel(scatter_rows_kernel, unsigned(n_rows), kThreads, 0, stream, src, row_bytes, slots, arena);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -62,7 +63,7 @@ void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream) {
   if (p.n_rows == 0) return;
   DI_CHECK(p.n_values > 0 && p.block > 0 && p.n_rows <= 0x7fffffff);
   DI_CHECK(p.kind == PackedRowKind::kE4m3 || p.n_rope == 0);  // e2m1 rows code every value
-  unpack_rows_kernel<<<unsigned(p.n_rows), kThreads, 0, stream>>>(p);
+  launch_kernel(unpack_rows_kernel, unsigned(p.n_rows), kThreads, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 

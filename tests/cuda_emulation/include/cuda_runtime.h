@@ -19,6 +19,9 @@ struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 constexpr unsigned int cudaStreamNonBlocking = 1;
 
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
 struct cudaDeviceProp {
   char name[256];
   size_t totalGlobalMem;
@@ -32,6 +35,15 @@ cudaError_t cudaGetLastError();
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+// The kernels' launchers (src/backend/cuda/*.cu, in the device-emulated build) opt in to large dynamic shared
+// memory: recorded per kernel, and checked at each launch.
+cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value);
+template <class T>
+cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaMalloc(void** ptr, size_t bytes);
 cudaError_t cudaFree(void* ptr);

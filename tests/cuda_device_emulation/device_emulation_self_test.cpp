@@ -1,0 +1,220 @@
+// The device emulation checked on its own: mma.sync against the PTX ISA's per-element fragment formulas, the
+// e4m3 and bf16 conversions against their definitions, and the rules it enforces (shared memory starts as
+// NaN, cp.async lands at the wait, a skipped barrier or shuffle fails loudly).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "device_emulation.h"
+#include "ptx_emulation.h"
+#include "cuda_bf16.h"
+#include "cuda_fp8.h"
+#include "launch_emulation.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+// ---- mma.sync: fragments gathered by the ISA's formulas for element a_i, b_i, c_i of lane (g, t) ----
+struct MmaCase {
+  std::vector<uint8_t> a_codes;   // [16][32] e4m3 (k32) or unused
+  std::vector<uint16_t> a_bf16;   // [16][16] (k16)
+  std::vector<uint16_t> b_bf16;   // [16][8] (k, n)
+  std::vector<uint8_t> b_codes;   // [32][8]
+  float c[16][8];
+  float d[16][8];
+};
+
+__global__ void mma_bf16_kernel(MmaCase* m) {
+  const int lane = threadIdx.x, g = lane >> 2, t = lane % 4;
+  uint16_t a[8], b[4];
+  for (int i = 0; i < 8; ++i) {
+    const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+    const int col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+    a[i] = m->a_bf16[size_t(row * 16 + col)];
+  }
+  for (int i = 0; i < 4; ++i) b[i] = m->b_bf16[size_t((t * 2 + (i & 1) + (i >= 2 ? 8 : 0)) * 8 + g)];
+  uint32_t ar[4];
+  for (int r = 0; r < 4; ++r) ar[r] = uint32_t(a[2 * r]) | uint32_t(a[2 * r + 1]) << 16;
+  float c[4];
+  for (int i = 0; i < 4; ++i) c[i] = m->c[i < 2 ? g : g + 8][t * 2 + (i & 1)];
+  mma_bf16(c, ar, uint32_t(b[0]) | uint32_t(b[1]) << 16, uint32_t(b[2]) | uint32_t(b[3]) << 16);
+  for (int i = 0; i < 4; ++i) m->d[i < 2 ? g : g + 8][t * 2 + (i & 1)] = c[i];
+}
+
+__global__ void mma_e4m3_kernel(MmaCase* m) {
+  const int lane = threadIdx.x, g = lane >> 2, t = lane % 4;
+  uint32_t ar[4] = {0, 0, 0, 0}, br[2] = {0, 0};
+  for (int i = 0; i < 16; ++i) {
+    const int row = (i < 4 || (i >= 8 && i < 12)) ? g : g + 8;
+    const int col = t * 4 + (i & 3) + (i >= 8 ? 16 : 0);
+    ar[i / 4] |= uint32_t(m->a_codes[size_t(row * 32 + col)]) << (8 * (i % 4));
+  }
+  for (int i = 0; i < 8; ++i) br[i / 4] |= uint32_t(m->b_codes[size_t((t * 4 + (i & 3) + (i >= 4 ? 16 : 0)) * 8 + g)]) << (8 * (i % 4));
+  float d[4];
+  mma_e4m3(d, ar, br[0], br[1]);
+  for (int i = 0; i < 4; ++i) m->d[i < 2 ? g : g + 8][t * 2 + (i & 1)] = d[i];
+}
+
+double e4m3(uint8_t code) {  // the e4m3fn definition, finite codes only
+  const int e = (code >> 3) & 15, m = code & 7;
+  const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
+  return (code & 0x80) ? -v : v;
+}
+
+void run(void (*kernel)(MmaCase*), MmaCase* m) {
+  launch_kernel(kernel, dim3(1), dim3(32), 0, nullptr, m);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+}
+
+TEST(DeviceEmulation, MmaBf16MatchesTheIsaFragmentLayout) {
+  std::mt19937 rng(7);
+  MmaCase m;
+  m.a_bf16.resize(16 * 16);
+  m.b_bf16.resize(16 * 8);
+  // Small integers: every sum is exact, so the emulation's one rounding cannot hide a misplaced element.
+  auto small = [&] { return uint16_t(std::bit_cast<uint32_t>(float(int(rng() % 33) - 16)) >> 16); };
+  for (auto& v : m.a_bf16) v = small();
+  for (auto& v : m.b_bf16) v = small();
+  for (auto& row : m.c) for (float& v : row) v = float(int(rng() % 1001) - 500);
+  run(mma_bf16_kernel, &m);
+  for (int r = 0; r < 16; ++r) {
+    for (int n = 0; n < 8; ++n) {
+      double want = m.c[r][n];
+      for (int k = 0; k < 16; ++k) {
+        want += double(std::bit_cast<float>(uint32_t(m.a_bf16[size_t(r * 16 + k)]) << 16)) *
+                double(std::bit_cast<float>(uint32_t(m.b_bf16[size_t(k * 8 + n)]) << 16));
+      }
+      EXPECT_EQ(m.d[r][n], float(want)) << "row " << r << " col " << n;
+    }
+  }
+}
+
+TEST(DeviceEmulation, MmaE4m3MatchesTheIsaFragmentLayout) {
+  std::mt19937 rng(8);
+  MmaCase m;
+  m.a_codes.resize(16 * 32);
+  m.b_codes.resize(32 * 8);
+  auto finite = [&] {
+    uint8_t c;
+    do c = uint8_t(rng()); while ((c & 0x7f) == 0x7f);
+    return c;
+  };
+  for (auto& v : m.a_codes) v = finite();
+  for (auto& v : m.b_codes) v = finite();
+  run(mma_e4m3_kernel, &m);
+  for (int r = 0; r < 16; ++r) {
+    for (int n = 0; n < 8; ++n) {
+      double want = 0;
+      for (int k = 0; k < 32; ++k) want += e4m3(m.a_codes[size_t(r * 32 + k)]) * e4m3(m.b_codes[size_t(k * 8 + n)]);
+      EXPECT_EQ(m.d[r][n], float(want)) << "row " << r << " col " << n;
+    }
+  }
+}
+
+// ---- Conversions ----
+TEST(DeviceEmulation, E4m3ConversionRoundsToNearestEvenAndSaturates) {
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f) continue;
+    EXPECT_EQ(__nv_cvt_float_to_fp8(float(e4m3(uint8_t(code))), __NV_SATFINITE, __NV_E4M3), code) << code;
+    // The midpoint to the next code up rounds to the even one of the two.
+    if ((code & 0x7f) < 0x7e) {
+      const double mid = (e4m3(uint8_t(code)) + e4m3(uint8_t(code + 1))) / 2;
+      EXPECT_EQ(__nv_cvt_float_to_fp8(float(mid), __NV_SATFINITE, __NV_E4M3), (code & 1) ? code + 1 : code) << code;
+    }
+  }
+  EXPECT_EQ(__nv_cvt_float_to_fp8(464.0f, __NV_SATFINITE, __NV_E4M3), 0x7e);
+  EXPECT_EQ(__nv_cvt_float_to_fp8(-INFINITY, __NV_SATFINITE, __NV_E4M3), 0xfe);
+  EXPECT_EQ(__nv_cvt_float_to_fp8(NAN, __NV_SATFINITE, __NV_E4M3), 0x7f);
+  EXPECT_EQ(__nv_cvt_float_to_fp8(0x1p-10f, __NV_SATFINITE, __NV_E4M3), 0x00);  // half the smallest step: even
+  EXPECT_EQ(__nv_cvt_float_to_fp8(0x1.8p-10f, __NV_SATFINITE, __NV_E4M3), 0x01);
+}
+
+TEST(DeviceEmulation, Bf16ConversionRoundsToNearestEven) {
+  EXPECT_EQ(__float2bfloat16_rn(std::bit_cast<float>(0x3f808000u)).bits, 0x3f80);  // tie, even below
+  EXPECT_EQ(__float2bfloat16_rn(std::bit_cast<float>(0x3f818000u)).bits, 0x3f82);  // tie, even above
+  EXPECT_EQ(__float2bfloat16_rn(std::bit_cast<float>(0x3f808001u)).bits, 0x3f81);
+  EXPECT_EQ(__float2bfloat16_rn(NAN).bits, 0x7fff);
+  EXPECT_EQ(__bfloat162float(__float2bfloat16_rn(0x1p-130f)), 0x1p-130f);  // subnormals kept
+}
+
+// ---- Shared memory and cp.async ----
+__global__ void shared_kernel(float* out, const uint4* src) {
+  __shared__ float scratch[64];
+  DI_DYNAMIC_SHARED(uint4, dynamic);
+  if (threadIdx.x == 0) scratch[0] = 1.0f;
+  cp_async16(&dynamic[threadIdx.x], &src[threadIdx.x]);
+  float early;
+  std::memcpy(&early, &dynamic[threadIdx.x], 4);  // before the wait: not landed
+  cp_async_wait_all();
+  __syncthreads();
+  float landed;
+  std::memcpy(&landed, &dynamic[(threadIdx.x + 1) % 32], 4);
+  out[threadIdx.x * 4 + 0] = scratch[0];
+  out[threadIdx.x * 4 + 1] = scratch[1];  // never written
+  out[threadIdx.x * 4 + 2] = early;
+  out[threadIdx.x * 4 + 3] = landed;
+}
+
+TEST(DeviceEmulation, SharedMemoryStartsAsNanAndCpAsyncLandsAtTheWait) {
+  std::vector<float> out(32 * 4);
+  std::vector<uint4> src(32);
+  for (unsigned i = 0; i < 32; ++i) src[i] = make_uint4(std::bit_cast<uint32_t>(float(i)), 0, 0, 0);
+  launch_kernel(shared_kernel, dim3(2), dim3(32), 32 * sizeof(uint4), nullptr, out.data(), src.data());
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  for (int t = 0; t < 32; ++t) {
+    EXPECT_EQ(out[size_t(t * 4)], 1.0f);
+    EXPECT_TRUE(std::isnan(out[size_t(t * 4 + 1)]));
+    EXPECT_TRUE(std::isnan(out[size_t(t * 4 + 2)]));
+    EXPECT_EQ(out[size_t(t * 4 + 3)], float((t + 1) % 32));
+  }
+}
+
+// ---- Divergence fails loudly ----
+__global__ void skipped_barrier_kernel(int* out) {
+  if (threadIdx.x == 5) return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+__global__ void partial_shuffle_kernel(float* out) {
+  float v = float(threadIdx.x);
+  if (threadIdx.x < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
+  out[threadIdx.x] = v;
+}
+__global__ void two_barriers_kernel(int* out) {
+  if (threadIdx.x < 32) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1;
+}
+
+TEST(DeviceEmulationDeathTest, DivergentSynchronisationFails) {
+  std::vector<int> ints(64);
+  std::vector<float> floats(32);
+  EXPECT_DEATH(
+      {
+        launch_kernel(skipped_barrier_kernel, dim3(1), dim3(64), 0, nullptr, ints.data());
+        cudaStreamSynchronize(nullptr);
+      },
+      "exited while others wait at __syncthreads");
+  EXPECT_DEATH(
+      {
+        launch_kernel(partial_shuffle_kernel, dim3(1), dim3(32), 0, nullptr, floats.data());
+        cudaStreamSynchronize(nullptr);
+      },
+      "exited while its warp waits");
+  EXPECT_DEATH(
+      {
+        launch_kernel(two_barriers_kernel, dim3(1), dim3(64), 0, nullptr, ints.data());
+        cudaStreamSynchronize(nullptr);
+      },
+      "different barriers");
+}
+
+}  // namespace
+}  // namespace deepinfer::cuda
