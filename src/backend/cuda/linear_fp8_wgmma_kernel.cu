@@ -26,6 +26,7 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/linear_fp8_common.cuh"
+#include "backend/cuda/ptx_wgmma_instructions.cuh"
 
 namespace deepinfer::cuda {
 
@@ -57,7 +58,7 @@ struct RegisterLoads {
 // the staging multiplies into the staged x scales, so that a step's scaling is one FMA per output.
 enum class RowScales { kPerRow, kPerWarp, kPerBlock };
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if DI_WGMMA_DEVICE_CODE
 
 constexpr int kAhead = kStages - 1;  // chunks in flight ahead of the one read
 constexpr int kCoreBytes = 128, kLeadingBytes = 128, kStrideBytes = 1024;
@@ -75,45 +76,6 @@ __device__ __forceinline__ uint64_t matrix_descriptor(const uint8_t* tile) {
   return uint64_t((address & 0x3ffffu) >> 4) | (uint64_t(kLeadingBytes >> 4) << 16) | (uint64_t(kStrideBytes >> 4) << 32);
 }
 
-// cp.async groups: one per chunk, committed empty or not, so that waiting for all but the newest N is waiting for
-// a chunk.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// Orders this thread's earlier shared-memory writes (plain stores and completed cp.asyncs, the generic proxy)
-// before later wgmma reads of them (the async proxy).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// The registers a wgmma writes are the compiler's to schedule only after the wait: this pins their reads there.
-__device__ __forceinline__ void fence_registers(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-#define DI_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-// d = A . B for one m64n128k32 step, e4m3 x e4m3 -> f32, scale-d = 0: the step's own sum from a zero
-// accumulator. Register i of lane l in warp w of the warpgroup: row 16 w + l / 4 + 8 ((i / 2) % 2), column
-// (token) 8 (i / 4) + 2 (l % 4) + i % 2.
-__device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred zero_d;\nsetp.ne.b32 zero_d, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
-      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, zero_d, 1, 1;\n}\n"
-      : DI_D8(0), DI_D8(8), DI_D8(16), DI_D8(24), DI_D8(32), DI_D8(40), DI_D8(48), DI_D8(56)
-      : "l"(a), "l"(b), "r"(0));
-}
-#undef DI_D8
 
 // Where token tt's x scale sits in a step's row of kTokens: token 16 m + 8 h + 2 c + e at 16 m + 4 c + 2 h + e, so
 // that the four a thread scales with (D columns 8 q + 2 c + e, q = 2 m, 2 m + 1) are one 16-byte load.
@@ -318,8 +280,8 @@ __device__ __forceinline__ void linear_wgmma_tile(const LinearLaunch& p, uint8_t
 
 template <WeightKind K>
 __global__ void __launch_bounds__(kThreads, 1) linear_wgmma_kernel(const LinearLaunch p) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) uint8_t wgmma_smem[];
+#if DI_WGMMA_DEVICE_CODE
+  DI_DYNAMIC_SHARED(__align__(1024) uint8_t, wgmma_smem);
   linear_wgmma_tile<K>(p, wgmma_smem);
 #elif defined(__CUDA_ARCH__)
   __trap();  // not sm_90a: the backend never launches it there
@@ -329,8 +291,8 @@ __global__ void __launch_bounds__(kThreads, 1) linear_wgmma_kernel(const LinearL
 // Grouped: blockIdx.z picks the op; a block past its own op's rows or tokens returns at once, whole.
 template <WeightKind K>
 __global__ void __launch_bounds__(kThreads, 1) linear_wgmma_grouped_kernel(const LinearLaunch* ops) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) uint8_t wgmma_smem[];
+#if DI_WGMMA_DEVICE_CODE
+  DI_DYNAMIC_SHARED(__align__(1024) uint8_t, wgmma_smem);
   const LinearLaunch p = ops[blockIdx.z];  // a copy: the output stores cannot make its fields reload
   if (int64_t(blockIdx.x) * kRows >= p.n_rows || int64_t(blockIdx.y) * kTokens >= p.n_tokens) return;
   linear_wgmma_tile<K>(p, wgmma_smem);

@@ -44,6 +44,13 @@ __device__ __forceinline__ void cp_async16_zero(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(0) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// cp.async groups: commit closes this thread's group of copies issued since the last commit; cp_async_wait<N>
+// returns once every committed group but the newest N has landed (the copies not yet committed are not waited for).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 }  // namespace deepinfer::cuda
 
