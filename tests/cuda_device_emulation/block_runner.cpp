@@ -26,12 +26,18 @@ namespace {
 constexpr size_t kStackBytes = size_t(256) << 10;  // reserved, touched only as deep as a kernel goes
 constexpr size_t kGuardBytes = size_t(4) << 10;     // below each stack: an overflow faults at once
 
-enum class State { kRunnable, kAtBarrier, kInWarpOp, kExited };
+enum class State { kRunnable, kAtBarrier, kInWarpOp, kInWarpgroupOp, kExited };
 
 struct CopyInFlight {
   void* dst;
   const void* src;
   size_t bytes, src_bytes;
+  uint64_t group;
+};
+
+struct AsyncInFlight {
+  std::function<void()> land;
+  uint64_t group;
 };
 
 struct Thread {
@@ -39,6 +45,17 @@ struct Thread {
   dim3 index;
   State state = State::kRunnable;
   std::vector<CopyInFlight> copies;
+  uint64_t copy_group = 0;  // the open cp.async group (committed ones are below it)
+  std::vector<AsyncInFlight> async_ops;
+  uint64_t async_group = 0;
+};
+
+struct Warpgroup {
+  int arrived = 0;
+  const char* op = nullptr;
+  const char* file = nullptr;
+  int line = 0;
+  uint64_t key = 0;
 };
 
 struct Warp {
@@ -57,6 +74,7 @@ struct Block {
   Fiber scheduler;
   std::vector<Thread> threads;
   std::vector<Warp> warps;
+  std::vector<Warpgroup> warpgroups;  // only whole ones: a block of 160 threads has one
   int n_exited = 0;
   int barrier_arrived = 0;
   const char* barrier_file = nullptr;
@@ -109,6 +127,7 @@ void finish_thread() {
   Block& b = block();
   Thread& t = self();
   if (!t.copies.empty()) fail_here("a thread exited with cp.async copies it never waited for");
+  if (!t.async_ops.empty()) fail_here("a thread exited with asynchronous operations (wgmma) it never waited for");
   if (b.barrier_arrived > 0) {
     fail_here("a thread exited while others wait at __syncthreads (" + std::string(b.barrier_file) + ":" +
               std::to_string(b.barrier_line) + ")");
@@ -117,6 +136,13 @@ void finish_thread() {
   if (w.arrived != 0 && (w.mask >> (t_thread % 32) & 1u)) {
     fail_here(std::string("a lane exited while its warp waits for it at ") + w.op + " (" + w.file + ":" +
               std::to_string(w.line) + ")");
+  }
+  if (size_t(t_thread / 128) < b.warpgroups.size()) {
+    const Warpgroup& g = b.warpgroups[size_t(t_thread / 128)];
+    if (g.arrived != 0) {
+      fail_here(std::string("a thread exited while its warpgroup waits for it at ") + g.op + " (" + g.file + ":" +
+                std::to_string(g.line) + ")");
+    }
   }
   t.state = State::kExited;
   ++b.n_exited;
@@ -139,6 +165,9 @@ void fiber_entry() {
     } else if (t.state == State::kInWarpOp) {
       const Warp& w = b.warps[i / 32];
       text += "\n  thread " + std::to_string(i) + " at " + w.op + " " + w.file + ":" + std::to_string(w.line);
+    } else if (t.state == State::kInWarpgroupOp) {
+      const Warpgroup& g = b.warpgroups[i / 128];
+      text += "\n  thread " + std::to_string(i) + " at " + g.op + " " + g.file + ":" + std::to_string(g.line);
     } else if (t.state == State::kExited) {
       text += "\n  thread " + std::to_string(i) + " exited";
     }
@@ -153,9 +182,13 @@ void run_block(Block& b) {
     Thread& t = b.threads[i];
     t.state = State::kRunnable;
     t.copies.clear();
+    t.copy_group = 0;
+    t.async_ops.clear();
+    t.async_group = 0;
     t.fiber.start(fiber_entry, stack_for(i), kStackBytes);
   }
   for (Warp& w : b.warps) w.arrived = w.exited = 0;
+  for (Warpgroup& g : b.warpgroups) g.arrived = 0;
   b.n_exited = 0;
   b.barrier_arrived = 0;
   while (b.n_exited < int(n)) {
@@ -275,16 +308,100 @@ void cp_async_issue(void* shared_dst, const void* global_src, size_t bytes, size
   if (src_bytes > bytes) fail_here("cp.async: src-size exceeds cp-size");
   // Until the wait the destination holds garbage on the GPU: here 0xff bytes, so an early read shows.
   std::memset(shared_dst, 0xff, bytes);
-  self().copies.push_back({shared_dst, global_src, bytes, src_bytes});
+  Thread& t = self();
+  t.copies.push_back({shared_dst, global_src, bytes, src_bytes, t.copy_group});
 }
 
-void cp_async_wait_all() {
+void cp_async_commit() { ++self().copy_group; }
+
+void cp_async_wait_group(int n) {
   Thread& t = self();
-  for (const CopyInFlight& c : t.copies) {
+  require(n >= 0, "cp.async.wait_group: a negative count");
+  const uint64_t landed_below = t.copy_group > uint64_t(n) ? t.copy_group - uint64_t(n) : 0;  // committed groups
+  std::vector<CopyInFlight> still;
+  for (const CopyInFlight& c : t.copies) {  // in issue order, as a later copy to the same bytes must win
+    if (c.group >= landed_below) {
+      still.push_back(c);
+      continue;
+    }
     std::memcpy(c.dst, c.src, c.src_bytes);
     std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);
   }
-  t.copies.clear();
+  t.copies = std::move(still);
+}
+
+void cp_async_wait_all() {
+  cp_async_commit();
+  cp_async_wait_group(0);
+}
+
+int thread_rank() {
+  block();
+  return t_thread;
+}
+
+void warpgroup_collective(const char* op, uint64_t key, const char* file, int line) {
+  Block& b = block();
+  const size_t group = size_t(t_thread / 128);
+  auto at = [&] { return std::string(op) + " (" + file + ":" + std::to_string(line) + ")"; };
+  if (group >= b.warpgroups.size()) fail_here(at() + ": the thread's warpgroup is not whole (128 threads)");
+  for (size_t w = 4 * group; w < 4 * group + 4; ++w) {
+    if (b.warps[w].exited) fail_here(at() + ": a thread of the warpgroup has exited");
+  }
+  Warpgroup& g = b.warpgroups[group];
+  if (g.arrived == 0) {
+    g.op = op;
+    g.file = file;
+    g.line = line;
+    g.key = key;
+  } else if (g.line != line || g.key != key || (g.op != op && std::strcmp(g.op, op) != 0) ||
+             (g.file != file && std::strcmp(g.file, file) != 0)) {
+    fail_here("threads of one warpgroup at different collectives or operands: " + at() + " and " + g.op + " (" + g.file +
+              ":" + std::to_string(g.line) + ")");
+  }
+  if (++g.arrived == 128) {
+    for (size_t i = 128 * group; i < 128 * group + 128; ++i) b.threads[i].state = State::kRunnable;
+    g.arrived = 0;
+    return;
+  }
+  self().state = State::kInWarpgroupOp;
+  yield();
+}
+
+void async_issue(std::function<void()> land) {
+  Thread& t = self();
+  t.async_ops.push_back({std::move(land), t.async_group});
+}
+
+void async_commit() { ++self().async_group; }
+
+void async_wait_group(int n) {
+  require(n >= 0, "wait_group: a negative count");
+  const uint64_t open = self().async_group;
+  const uint64_t landed_below = open > uint64_t(n) ? open - uint64_t(n) : 0;
+  // Land in issue order; `land` may not issue more (it only writes results).
+  std::vector<AsyncInFlight> ops = std::move(self().async_ops), still;
+  for (AsyncInFlight& op : ops) {
+    if (op.group >= landed_below) still.push_back(std::move(op));
+    else op.land();
+  }
+  self().async_ops = std::move(still);
+}
+
+uint32_t shared_address(const void* p, size_t bytes) {
+  Block& b = block();
+  const auto* c = static_cast<const uint8_t*>(p);
+  if (!b.dynamic_shared || c < b.dynamic_shared || c + bytes > b.dynamic_shared + b.dynamic_bytes) {
+    fail_here("a shared-memory address of something outside the block's dynamic shared memory (static shared memory "
+              "has no window address in this emulation)");
+  }
+  return uint32_t(c - b.dynamic_shared);
+}
+
+const uint8_t* shared_pointer(uint64_t address, size_t bytes) {
+  Block& b = block();
+  if (address + bytes > b.dynamic_bytes) fail_here("a shared-memory address past the block's dynamic shared memory");
+  return b.dynamic_shared + address;
 }
 
 void run_grid(dim3 grid, dim3 block_dim, size_t dynamic_shared_bytes, const std::function<void()>& thread_body) {
@@ -296,6 +413,7 @@ void run_grid(dim3 grid, dim3 block_dim, size_t dynamic_shared_bytes, const std:
   b.info.grid_dim = grid;
   b.threads.resize(n_threads);
   b.warps.resize((n_threads + 31) / 32);
+  b.warpgroups.resize(n_threads / 128);
   for (size_t w = 0; w < b.warps.size(); ++w) {
     const size_t lanes = std::min<size_t>(32, n_threads - 32 * w);
     b.warps[w].lanes_present = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;

@@ -46,9 +46,32 @@ void* dynamic_shared(size_t* bytes);
 // Whether [p, p + bytes) lies in the block's shared memory, static or dynamic.
 bool is_shared(const void* p, size_t bytes);
 
-// A cp.async of this thread: lands at its next cp_async_wait_all (the destination reads 0xff bytes until then).
+// A cp.async of this thread, in its open group: lands at the first wait that covers the group (the destination
+// reads 0xff bytes until then). commit closes the open group; wait_group(n) lands every committed group but the
+// newest n; wait_all is commit then wait_group(0), as the PTX ISA defines it.
 void cp_async_issue(void* shared_dst, const void* global_src, size_t bytes, size_t src_bytes);
+void cp_async_commit();
+void cp_async_wait_group(int n);
 void cp_async_wait_all();
+
+// The calling thread's linear index in its block (x fastest), as warps and warpgroups count it.
+int thread_rank();
+
+// A warpgroup collective (wgmma's .sync.aligned instructions): the 128 threads of the caller's warpgroup (4
+// consecutive warps) must all arrive at the same op, line and key (the operands that must be uniform), none may
+// have exited; returns once all have arrived.
+void warpgroup_collective(const char* op, uint64_t key, const char* file, int line);
+
+// The calling thread's asynchronous operations that are not cp.async (wgmma.mma_async), in groups as cp.async's:
+// `land` runs, in this thread, at the first async_wait_group that covers its group. A thread may not exit with any.
+void async_issue(std::function<void()> land);
+void async_commit();
+void async_wait_group(int n);
+
+// Shared-memory window addresses (__cvta_generic_to_shared, matrix descriptors): here the byte offset into the
+// block's dynamic shared memory, which must hold [p, p + bytes); and back, checked the same way.
+uint32_t shared_address(const void* p, size_t bytes);
+const uint8_t* shared_pointer(uint64_t address, size_t bytes);
 
 // Runs `thread_body` for every thread of every block of the grid, blocks in x, y, z order.
 void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& thread_body);

@@ -23,6 +23,9 @@
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
+// Alignment of shared arrays: dropped, which only dynamic shared memory uses (DI_DYNAMIC_SHARED), and the block
+// runner allocates that 1024-byte aligned, wgmma's largest demand.
+#define __align__(n)
 // Static shared memory: static storage in one section, which the block runner fills with 0xff bytes (NaN
 // floats) before every block, so that a read of what the block did not write shows. Blocks run one at a time.
 #define __shared__ static __attribute__((section("devemu_shared")))
@@ -80,6 +83,10 @@ inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32, cons
   std::memcpy(&out, &io.out[0], sizeof(T));
   return out;
 }
+
+// The shared window address of a generic pointer: here its offset in the block's dynamic shared memory
+// (block_runner.h), which is all the kernels take addresses of.
+inline uint64_t __cvta_generic_to_shared(const void* p) { return ::deepinfer::device_emulation::shared_address(p, 1); }
 
 // ---- Loads and arithmetic intrinsics ----
 template <class T>

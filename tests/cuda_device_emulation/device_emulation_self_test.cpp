@@ -11,6 +11,7 @@
 
 #include "device_emulation.h"
 #include "ptx_emulation.h"
+#include "ptx_wgmma_emulation.h"
 #include "cuda_bf16.h"
 #include "cuda_fp8.h"
 #include "launch_emulation.h"
@@ -173,6 +174,76 @@ TEST(DeviceEmulation, SharedMemoryStartsAsNanAndCpAsyncLandsAtTheWait) {
   }
 }
 
+// cp.async groups: wait_group 1 lands the older group only, wait_group 0 the newer too.
+__global__ void cp_async_groups_kernel(float* out, const uint4* src) {
+  DI_DYNAMIC_SHARED(uint4, dynamic);
+  cp_async16(&dynamic[0], &src[0]);
+  cp_async_commit();
+  cp_async16(&dynamic[1], &src[1]);
+  cp_async_commit();
+  cp_async_wait<1>();
+  std::memcpy(&out[0], &dynamic[0], 4);
+  std::memcpy(&out[1], &dynamic[1], 4);
+  cp_async_wait<0>();
+  std::memcpy(&out[2], &dynamic[1], 4);
+}
+
+TEST(DeviceEmulation, CpAsyncWaitGroupLandsAllButTheNewestGroups) {
+  std::vector<float> out(3);
+  std::vector<uint4> src = {make_uint4(std::bit_cast<uint32_t>(1.0f), 0, 0, 0), make_uint4(std::bit_cast<uint32_t>(2.0f), 0, 0, 0)};
+  launch_kernel(cp_async_groups_kernel, dim3(1), dim3(1), 2 * sizeof(uint4), nullptr, out.data(), src.data());
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_EQ(out[2], 2.0f);
+}
+
+// ---- wgmma: operands placed by the ISA's no-swizzle K-major formula, D read back by its register layout ----
+constexpr int kWgLbo = 128, kWgSbo = 256;  // core matrices adjacent in K, in M / N (2 in K: a 32-wide row)
+int wg_offset(int mn, int k) { return (mn / 8) * kWgSbo + (k / 16) * kWgLbo + (mn % 8) * 16 + k % 16; }
+uint64_t wg_descriptor(const uint8_t* tile) {
+  return (__cvta_generic_to_shared(tile) >> 4) | uint64_t(kWgLbo >> 4) << 16 | uint64_t(kWgSbo >> 4) << 32;
+}
+
+// A [64][32] and B [128][32] e4m3 codes (K-major), D [64][128]; `race`: a thread rewrites A before the wait.
+__global__ void wgmma_kernel(const uint8_t* a, const uint8_t* b, float* d, bool race) {
+  DI_DYNAMIC_SHARED(uint8_t, smem);
+  const int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
+  for (int i = tid; i < 64 * 32; i += 128) smem[wg_offset(i / 32, i % 32)] = a[i];
+  for (int i = tid; i < 128 * 32; i += 128) smem[8192 + wg_offset(i / 32, i % 32)] = b[i];
+  __syncthreads();
+  float r[64];
+  wgmma_fence();
+  wgmma_m64n128k32(r, wg_descriptor(smem), wg_descriptor(smem + 8192));
+  wgmma_commit();
+  const bool early_nan = std::isnan(r[0]);
+  if (race && tid == 0) smem[0] ^= 0x08;
+  wgmma_wait<0>();
+  for (int i = 0; i < 64; ++i) {
+    const int row = 16 * w + lane / 4 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    d[row * 128 + col] = early_nan ? r[i] : -1.0f;
+  }
+}
+
+TEST(DeviceEmulation, WgmmaMatchesTheIsaLayouts) {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> a(64 * 32), b(128 * 32);
+  for (auto& c : a) c = uint8_t(rng() % 0x7e);  // finite codes, both signs below
+  for (auto& c : b) c = uint8_t((rng() % 0x7e) | (rng() & 0x80));
+  std::vector<float> d(64 * 128);
+  launch_kernel(wgmma_kernel, dim3(1), dim3(128), 8192 + 4096, nullptr, a.data(), b.data(), d.data(), false);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  for (int m = 0; m < 64; ++m) {
+    for (int n = 0; n < 128; ++n) {
+      double sum = 0.0;
+      for (int k = 0; k < 32; ++k) {
+        sum += e4m3(a[size_t(m * 32 + k)]) * e4m3(b[size_t(n * 32 + k)]);
+      }
+      ASSERT_EQ(d[size_t(m * 128 + n)], float(sum)) << m << ", " << n;
+    }
+  }
+}
+
 // ---- Divergence fails loudly ----
 __global__ void skipped_barrier_kernel(int* out) {
   if (threadIdx.x == 5) return;
@@ -214,6 +285,27 @@ TEST(DeviceEmulationDeathTest, DivergentSynchronisationFails) {
         cudaStreamSynchronize(nullptr);
       },
       "different barriers");
+}
+
+__global__ void partial_wgmma_kernel(const uint8_t*, const uint8_t*, float*, bool) {
+  if (threadIdx.x >= 32) wgmma_fence();
+}
+
+TEST(DeviceEmulationDeathTest, WgmmaDivergenceAndRacesFail) {
+  std::vector<uint8_t> a(64 * 32, 0x38), b(128 * 32, 0x38);
+  std::vector<float> d(64 * 128);
+  EXPECT_DEATH(
+      {
+        launch_kernel(partial_wgmma_kernel, dim3(1), dim3(128), 0, nullptr, a.data(), b.data(), d.data(), false);
+        cudaStreamSynchronize(nullptr);
+      },
+      "warpgroup has exited|exited while its warpgroup waits");
+  EXPECT_DEATH(
+      {
+        launch_kernel(wgmma_kernel, dim3(1), dim3(128), 8192 + 4096, nullptr, a.data(), b.data(), d.data(), true);
+        cudaStreamSynchronize(nullptr);
+      },
+      "changed between issue and wait_group");
 }
 
 }  // namespace

@@ -30,14 +30,6 @@ double e4m3_decode(uint32_t code) {
   return (code & 0x80u) ? -v : v;
 }
 
-double e4m3_value(uint32_t code) {
-  static const auto table = [] {
-    std::array<double, 256> t;
-    for (uint32_t c = 0; c < 256; ++c) t[c] = e4m3_decode(c);
-    return t;
-  }();
-  return table[code];
-}
 
 // lanes[l].in: a0..a3, b0, b1, c0..c3 (float bits); out: d0..d3 (float bits).
 template <int K>
@@ -101,6 +93,15 @@ void mma(Combine combine, const char* op, float d[4], const uint32_t a[4], uint3
 }
 
 }  // namespace
+
+double e4m3_value(uint32_t code) {
+  static const auto table = [] {
+    std::array<double, 256> t;
+    for (uint32_t c = 0; c < 256; ++c) t[c] = e4m3_decode(c);
+    return t;
+  }();
+  return table[code & 0xffu];
+}
 
 void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const float c[4], const char* file,
                        int line) {

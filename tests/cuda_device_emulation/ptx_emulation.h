@@ -1,7 +1,7 @@
 // The inline PTX of src/backend/cuda (ptx_instructions.cuh) as CPU models of the PTX ISA semantics, for the
 // device emulation: the same functions, signatures and namespace, so the kernels call these instead.
 // mma.sync is a warp collective here (every lane of the warp must reach the same call, as .aligned demands);
-// cp.async lands only at the thread's next wait (block_runner.h), so a read before the wait shows.
+// cp.async lands only at the thread's first wait that covers its group (block_runner.h), so a read before it shows.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,8 @@ void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1
                        int line);
 void mma_m16n8k32_e4m3(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const float c[4], const char* file,
                        int line);
+// An e4m3 (e4m3fn) code's value, exactly; NaN for S.1111.111.
+double e4m3_value(uint32_t code);
 }  // namespace deepinfer::device_emulation
 
 namespace deepinfer::cuda {
@@ -38,6 +40,13 @@ inline void cp_async16_zero(void* smem, const void* gmem) { device_emulation::cp
 inline void cp_async_wait_all() {
   DEVEMU_COMPILER_FENCE();
   device_emulation::cp_async_wait_all();
+  DEVEMU_COMPILER_FENCE();
+}
+inline void cp_async_commit() { device_emulation::cp_async_commit(); }
+template <int N>
+inline void cp_async_wait() {
+  DEVEMU_COMPILER_FENCE();
+  device_emulation::cp_async_wait_group(N);
   DEVEMU_COMPILER_FENCE();
 }
 

@@ -237,14 +237,15 @@ void launch_linear_fp8_grouped(const LinearLaunch* ops, int n_ops, WeightKind ki
 }
 #endif
 
-// linear_fp8_wgmma_kernel.cu, which the device emulation never compiles (it has no CPU model of wgmma): always
-// emulated here. The wgmma kernel's sequence is the fp8 kernel's but for the hardware that sums a step
-// (kernels.h), which both emulations compute exactly and round once.
+#ifndef DEEPINFER_REAL_KERNELS_LINEAR_FP8_WGMMA_KERNEL  // linear_fp8_wgmma_kernel.cu
+// The wgmma kernel's sequence is the fp8 kernel's but for the hardware that sums a step (kernels.h), which both
+// emulations compute exactly and round once.
 void launch_linear_fp8_wgmma(const LinearLaunch& p, cudaStream_t stream) { launch_linear_fp8(p, stream, Fp8TileChoice::kFastest); }
 void launch_linear_fp8_wgmma_grouped(const LinearLaunch* ops, int n_ops, WeightKind kind, int64_t max_rows,
                                      int64_t max_tokens, cudaStream_t stream) {
   launch_linear_fp8_grouped(ops, n_ops, kind, max_rows, max_tokens, stream, Fp8TileChoice::kFastest);
 }
+#endif
 
 #ifndef DEEPINFER_REAL_KERNELS_HC_MIX_KERNEL  // hc_mix_kernel.cu
 void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream) {
