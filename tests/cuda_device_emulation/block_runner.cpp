@@ -50,20 +50,30 @@ struct Thread {
   uint64_t async_group = 0;
 };
 
-struct Warpgroup {
-  int arrived = 0;
+// Where a thread waits: the barrier or collective it called and the source line it called it from. Every thread
+// of a barrier or collective must call it from the same place.
+struct CallSite {
   const char* op = nullptr;
   const char* file = nullptr;
   int line = 0;
+
+  bool operator==(const CallSite& o) const {
+    return line == o.line && (op == o.op || std::strcmp(op, o.op) == 0) &&
+           (file == o.file || std::strcmp(file, o.file) == 0);
+  }
+  std::string text() const { return std::string(op) + " (" + file + ":" + std::to_string(line) + ")"; }
+};
+
+struct Warpgroup {
+  int arrived = 0;
+  CallSite site;
   uint64_t key = 0;
 };
 
 struct Warp {
   uint32_t arrived = 0, mask = 0;
   uint32_t lanes_present = 0, exited = 0;  // lanes the block has; lanes that have exited
-  const char* op = nullptr;
-  const char* file = nullptr;
-  int line = 0;
+  CallSite site;
   Combine combine = nullptr;
   LaneIo lanes[32];
 };
@@ -77,8 +87,7 @@ struct Block {
   std::vector<Warpgroup> warpgroups;  // only whole ones: a block of 160 threads has one
   int n_exited = 0;
   int barrier_arrived = 0;
-  const char* barrier_file = nullptr;
-  int barrier_line = 0;
+  CallSite barrier;  // op "__syncthreads"
   uint8_t* dynamic_shared = nullptr;
   size_t dynamic_bytes = 0;
 };
@@ -129,19 +138,16 @@ void finish_thread() {
   if (!t.copies.empty()) fail_here("a thread exited with cp.async copies it never waited for");
   if (!t.async_ops.empty()) fail_here("a thread exited with asynchronous operations (wgmma) it never waited for");
   if (b.barrier_arrived > 0) {
-    fail_here("a thread exited while others wait at __syncthreads (" + std::string(b.barrier_file) + ":" +
-              std::to_string(b.barrier_line) + ")");
+    fail_here("a thread exited while others wait at " + b.barrier.text());
   }
   const Warp& w = b.warps[size_t(t_thread / 32)];
   if (w.arrived != 0 && (w.mask >> (t_thread % 32) & 1u)) {
-    fail_here(std::string("a lane exited while its warp waits for it at ") + w.op + " (" + w.file + ":" +
-              std::to_string(w.line) + ")");
+    fail_here("a lane exited while its warp waits for it at " + w.site.text());
   }
   if (size_t(t_thread / 128) < b.warpgroups.size()) {
     const Warpgroup& g = b.warpgroups[size_t(t_thread / 128)];
     if (g.arrived != 0) {
-      fail_here(std::string("a thread exited while its warpgroup waits for it at ") + g.op + " (" + g.file + ":" +
-                std::to_string(g.line) + ")");
+      fail_here("a thread exited while its warpgroup waits for it at " + g.site.text());
     }
   }
   t.state = State::kExited;
@@ -161,13 +167,11 @@ void fiber_entry() {
   for (size_t i = 0; i < b.threads.size(); ++i) {
     const Thread& t = b.threads[i];
     if (t.state == State::kAtBarrier) {
-      text += "\n  thread " + std::to_string(i) + " at __syncthreads " + b.barrier_file + ":" + std::to_string(b.barrier_line);
+      text += "\n  thread " + std::to_string(i) + " at " + b.barrier.text();
     } else if (t.state == State::kInWarpOp) {
-      const Warp& w = b.warps[i / 32];
-      text += "\n  thread " + std::to_string(i) + " at " + w.op + " " + w.file + ":" + std::to_string(w.line);
+      text += "\n  thread " + std::to_string(i) + " at " + b.warps[i / 32].site.text();
     } else if (t.state == State::kInWarpgroupOp) {
-      const Warpgroup& g = b.warpgroups[i / 128];
-      text += "\n  thread " + std::to_string(i) + " at " + g.op + " " + g.file + ":" + std::to_string(g.line);
+      text += "\n  thread " + std::to_string(i) + " at " + b.warpgroups[i / 128].site.text();
     } else if (t.state == State::kExited) {
       text += "\n  thread " + std::to_string(i) + " exited";
     }
@@ -217,13 +221,12 @@ const dim3& current_thread_index() { return self().index; }
 
 void block_barrier(const char* file, int line) {
   Block& b = block();
-  if (b.n_exited > 0) fail_here("__syncthreads (" + std::string(file) + ":" + std::to_string(line) + ") after a thread of the block exited");
+  const CallSite site{"__syncthreads", file, line};
+  if (b.n_exited > 0) fail_here(site.text() + " after a thread of the block exited");
   if (b.barrier_arrived == 0) {
-    b.barrier_file = file;
-    b.barrier_line = line;
-  } else if (line != b.barrier_line || (file != b.barrier_file && std::strcmp(file, b.barrier_file) != 0)) {
-    fail_here("threads of one block at different barriers: " + std::string(file) + ":" + std::to_string(line) + " and " +
-              b.barrier_file + ":" + std::to_string(b.barrier_line));
+    b.barrier = site;
+  } else if (site != b.barrier) {
+    fail_here("threads of one block at different barriers: " + site.text() + " and " + b.barrier.text());
   }
   if (++b.barrier_arrived == int(b.threads.size())) {
     for (Thread& t : b.threads) t.state = State::kRunnable;
@@ -238,20 +241,16 @@ void warp_collective(const char* op, uint32_t mask, LaneIo& io, Combine combine,
   Block& b = block();
   const int lane = t_thread % 32, warp = t_thread / 32;
   Warp& w = b.warps[size_t(warp)];
-  auto at = [&] { return std::string(op) + " (" + file + ":" + std::to_string(line) + ")"; };
-  if (!(mask >> lane & 1u)) fail_here(at() + ": the calling lane is not in the mask");
-  if (mask & ~w.lanes_present) fail_here(at() + ": the mask names lanes the block does not have");
-  if (mask & w.exited) fail_here(at() + ": a lane of the mask has exited");
+  const CallSite site{op, file, line};
+  if (!(mask >> lane & 1u)) fail_here(site.text() + ": the calling lane is not in the mask");
+  if (mask & ~w.lanes_present) fail_here(site.text() + ": the mask names lanes the block does not have");
+  if (mask & w.exited) fail_here(site.text() + ": a lane of the mask has exited");
   if (w.arrived == 0) {
     w.mask = mask;
-    w.op = op;
-    w.file = file;
-    w.line = line;
+    w.site = site;
     w.combine = combine;
-  } else if (w.mask != mask || w.line != line || (w.op != op && std::strcmp(w.op, op) != 0) ||
-             (w.file != file && std::strcmp(w.file, file) != 0)) {
-    fail_here("lanes of one warp at different collectives: " + at() + " and " + w.op + " (" + w.file + ":" +
-              std::to_string(w.line) + ")");
+  } else if (w.mask != mask || site != w.site) {
+    fail_here("lanes of one warp at different collectives: " + site.text() + " and " + w.site.text());
   }
   std::memcpy(w.lanes[lane].in, io.in, sizeof io.in);
   w.arrived |= 1u << lane;
@@ -343,21 +342,18 @@ int thread_rank() {
 void warpgroup_collective(const char* op, uint64_t key, const char* file, int line) {
   Block& b = block();
   const size_t group = size_t(t_thread / 128);
-  auto at = [&] { return std::string(op) + " (" + file + ":" + std::to_string(line) + ")"; };
-  if (group >= b.warpgroups.size()) fail_here(at() + ": the thread's warpgroup is not whole (128 threads)");
+  const CallSite site{op, file, line};
+  if (group >= b.warpgroups.size()) fail_here(site.text() + ": the thread's warpgroup is not whole (128 threads)");
   for (size_t w = 4 * group; w < 4 * group + 4; ++w) {
-    if (b.warps[w].exited) fail_here(at() + ": a thread of the warpgroup has exited");
+    if (b.warps[w].exited) fail_here(site.text() + ": a thread of the warpgroup has exited");
   }
   Warpgroup& g = b.warpgroups[group];
   if (g.arrived == 0) {
-    g.op = op;
-    g.file = file;
-    g.line = line;
+    g.site = site;
     g.key = key;
-  } else if (g.line != line || g.key != key || (g.op != op && std::strcmp(g.op, op) != 0) ||
-             (g.file != file && std::strcmp(g.file, file) != 0)) {
-    fail_here("threads of one warpgroup at different collectives or operands: " + at() + " and " + g.op + " (" + g.file +
-              ":" + std::to_string(g.line) + ")");
+  } else if (g.key != key || site != g.site) {
+    fail_here("threads of one warpgroup at different collectives or operands: " + site.text() + " and " +
+              g.site.text());
   }
   if (++g.arrived == 128) {
     for (size_t i = 128 * group; i < 128 * group + 128; ++i) b.threads[i].state = State::kRunnable;
