@@ -9,27 +9,15 @@
 // The sum: every product is exact in double, they and C are added in double in k order and the total rounded
 // to fp32 once (round to nearest even). That is NOT the tensor core's internal rounding, which the PTX ISA
 // leaves unspecified (it differs by architecture): a kernel whose bits depend on it is only checked on a GPU.
-#include <array>
 #include <bit>
-#include <cmath>
-#include <cstring>
 
+#include "core/dtypes.h"
 #include "ptx_emulation.h"
 
 namespace deepinfer::device_emulation {
 namespace {
 
-double bf16_value(uint32_t bits16) { return double(std::bit_cast<float>(bits16 << 16)); }
-
-double e4m3_decode(uint32_t code) {
-  const uint32_t magnitude = code & 0x7fu, exponent = magnitude >> 3, mantissa = magnitude & 7u;
-  double v;
-  if (magnitude == 0x7fu) v = NAN;  // e4m3fn: S.1111.111 is NaN, there is no infinity
-  else if (exponent == 0) v = std::ldexp(double(mantissa), -9);
-  else v = std::ldexp(double(8 + mantissa), int(exponent) - 10);
-  return (code & 0x80u) ? -v : v;
-}
-
+double bf16_value(uint32_t bits16) { return double(bf16_to_float(uint16_t(bits16))); }
 
 // lanes[l].in: a0..a3, b0, b1, c0..c3 (float bits); out: d0..d3 (float bits).
 template <int K>
@@ -94,14 +82,7 @@ void mma(Combine combine, const char* op, float d[4], const uint32_t a[4], uint3
 
 }  // namespace
 
-double e4m3_value(uint32_t code) {
-  static const auto table = [] {
-    std::array<double, 256> t;
-    for (uint32_t c = 0; c < 256; ++c) t[c] = e4m3_decode(c);
-    return t;
-  }();
-  return table[code & 0xffu];
-}
+double e4m3_value(uint32_t code) { return double(e4m3_to_float(uint8_t(code))); }
 
 void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const float c[4], const char* file,
                        int line) {
