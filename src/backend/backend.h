@@ -106,6 +106,22 @@ struct IndexScoreParams {
   std::span<const PackedRowRun> key_runs = {};  // packed keys: at least n_keys rows
 };
 
+// The MoE of one block (spec M1-M8) exactly as model/moe.cpp computes it, for a backend that runs it whole
+// (Backend::moe): u's activation QDQ, the gate (M1) and the shared expert (M7), the routing (M2/M3,
+// model/moe_routing.h), the routed experts (M4-M6) and the sum (M8).
+struct MoeParams {
+  const float* u = nullptr;              // [n_tokens, dim] bf16 values: the block's normed input
+  int64_t n_tokens = 0;
+  int64_t dim = 0;
+  const BlockWeights* weights = nullptr;
+  const int32_t* token_ids = nullptr;    // [n_tokens]: a hash-routed block's tid2eid rows
+  bool v41 = false;                      // V4.1's rules (moe.cpp's head comment)
+  double route_scale = 0;                // as moe.cpp rounds it
+  double swiglu_limit = 0;
+  int64_t act_block = 0;                 // the activation QDQ's block
+  float* out = nullptr;                  // [n_tokens, dim] bf16 values
+};
+
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
 // chunk uses the one-shot prefill layout); a backend may also pick its kernels by it, never by how many tokens
 // an op has, so a token's result depends on its kind but never on what else is in its batch.
@@ -159,6 +175,10 @@ class Backend {
   // error when the device cannot hold even the other weights.
   virtual Status place_experts(int64_t /*other_weight_bytes*/, std::span<const LinearWeight* const> /*experts*/) { return {}; }
   virtual void set_token_kind(TokenKind /*kind*/) {}
+  // Runs a block's MoE whole, where the backend can (the CUDA backend: on the device in one wait, with every
+  // intermediate kept there), with out equal to what the model's own code computes on this backend bit for bit;
+  // false: it did nothing, and the model runs its own code (the CPU backends always).
+  virtual bool moe(const MoeParams& /*p*/) { return false; }
 };
 
 std::unique_ptr<Backend> make_reference_backend();

@@ -13,6 +13,7 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::kHcMix: return "hc_mix";
     case OpKind::kSparseAttention: return "sparse_attention";
     case OpKind::kIndexScores: return "index_scores";
+    case OpKind::kMoe: return "moe";
     case OpKind::kRowWork: return "row_work";
   }
   return "?";
@@ -107,6 +108,15 @@ void TimedBackend::index_scores_batch(std::span<const IndexScoreParams> ps) {
 }
 void TimedBackend::sparse_attentions(std::span<const SparseAttentionParams> ps) {
   timed(OpKind::kSparseAttention, int64_t(ps.size()), [&] { inner_->sparse_attentions(ps); });
+}
+bool TimedBackend::moe(const MoeParams& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!inner_->moe(p)) return false;
+  OpTime& t = (*times_)[size_t(OpKind::kMoe)];
+  t.calls += 1;
+  t.entries += 1;
+  t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return true;
 }
 void TimedBackend::for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
   timed(OpKind::kRowWork, 1, [&] { inner_->for_rows(n, body); });

@@ -14,9 +14,11 @@
 
 namespace deepinfer {
 
-enum class OpKind { kLinear, kHcMix, kSparseAttention, kIndexScores, kRowWork };
-inline constexpr int kOpKinds = 5;
-const char* op_kind_name(OpKind kind);  // "linear", "hc_mix", "sparse_attention", "index_scores", "row_work"
+enum class OpKind { kLinear, kHcMix, kSparseAttention, kIndexScores, kMoe, kRowWork };
+inline constexpr int kOpKinds = 6;
+// "linear", "hc_mix", "sparse_attention", "index_scores", "moe" (a whole MoE the backend ran: Backend::moe),
+// "row_work"
+const char* op_kind_name(OpKind kind);
 
 struct OpTime {
   int64_t calls = 0;  // ops: linears() / sparse_attentions() / index_scores_batch() count each of their ops, for_rows() one per call
@@ -76,6 +78,7 @@ class TimedBackend final : public Backend {
     return inner_->place_experts(other_weight_bytes, experts);
   }
   void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }
+  bool moe(const MoeParams& p) override;  // timed only when the inner backend ran it
 
  private:
   template <typename Call>

@@ -239,17 +239,21 @@ void Model::rollback(SequenceState& seq, int64_t n_tokens) const {
   seq.n_mtp_tokens = std::min(seq.n_mtp_tokens, n_tokens);
 }
 
-void Model::act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) const {
+void act_qdq_rows(Backend& backend, float* x, int64_t n_rows, int64_t width, int64_t block, bool v41) {
   // Ranges of whole quantisation blocks (each block's scale depends on that block alone).
-  const int64_t block = config_.act_block, range = (kColumnRange + block - 1) / block * block;
-  for_token_ranges(*backend_, n_rows, width, range, [&](int64_t r, int64_t c0, int64_t c1) {
-    float* xs = x.data() + r * width + c0;
-    if (config_.is_v41()) {
+  const int64_t range = (kColumnRange + block - 1) / block * block;
+  for_token_ranges(backend, n_rows, width, range, [&](int64_t r, int64_t c0, int64_t c1) {
+    float* xs = x + r * width + c0;
+    if (v41) {
       qdq_fp8_v41(xs, c1 - c0, block);
     } else {
       qdq_fp8(xs, c1 - c0, block);
     }
   });
+}
+
+void Model::act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) const {
+  deepinfer::act_qdq_rows(*backend_, x.data(), n_rows, width, config_.act_block, config_.is_v41());
 }
 
 // Runs `pass` over all chunks at once, or, where the backend's kernels differ by token kind, over the prompt

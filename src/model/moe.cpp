@@ -4,10 +4,10 @@
 // normalisation, the clamp on the shared expert, and the activation QDQ (block 32, fp32 scale rule).
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "core/dtypes.h"
 #include "model/model_internal.h"
+#include "model/moe.h"
 #include "model/weight_traffic.h"
 
 namespace deepinfer {
@@ -20,22 +20,25 @@ struct MoeBuffers {
 };
 }  // namespace
 
-void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out) {
-  const ModelConfig& c = config_;
-  const bool v41 = c.is_v41();
-  const int64_t T = batch.n_tokens(), D = c.dim;
+void moe_on_backend(Backend& backend, const MoeParams& p) {
+  const BlockWeights& w = *p.weights;
+  const bool v41 = p.v41;
+  const int64_t T = p.n_tokens, D = p.dim;
   const int64_t E = int64_t(w.experts.size()), K = w.n_activated_experts;
-  const int64_t I = c.moe_inter_dim, IS = int64_t(c.moe_inter_dim) * c.n_shared_experts;
-  const double limit = double(float(c.swiglu_limit));
-  const double route_scale = v41 ? c.route_scale : double(float(c.route_scale));
+  const int64_t I = w.experts.front().w1.n_out, IS = w.shared.w1.n_out;
+  const double limit = p.swiglu_limit;
+  const int64_t act_block = p.act_block;
+  auto act_qdq = [&](std::vector<float>& x, int64_t n_rows, int64_t width) {
+    act_qdq_rows(backend, x.data(), n_rows, width, act_block, v41);
+  };
 
   // The [T, D] and shared-expert buffers reused from call to call (thread_local, as block_buffers): 320 MB at
   // 4096 tokens that no longer come and go beside the attention's in every layer (the heap's peak, faulted in
   // once).
   thread_local MoeBuffers buf;
   std::vector<float>& uq = buf.uq;
-  uq.assign(u.begin(), u.end());
-  act_qdq_rows(uq, T, D);
+  uq.assign(p.u, p.u + T * D);
+  act_qdq(uq, T, D);
 
   // M1 with the shared expert's w1 / w3 (M7), which read the same token rows and nothing the routing
   // decides: one batch (one wait on a GPU).
@@ -47,44 +50,26 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   shared_b.resize(size_t(T * IS));
   shared_y.resize(size_t(T * D));
   const LinearParams m1_m7[] = {
-      {u.data(), D, T, &w.gate, 0, E, Epilogue::kSqrtSoftplus, nullptr, gate.data(), E},                 // M1
-      {uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, shared_a.data(), IS, c.act_block},  // M7
-      {uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, shared_b.data(), IS, c.act_block},
+      {p.u, D, T, &w.gate, 0, E, Epilogue::kSqrtSoftplus, nullptr, gate.data(), E},                      // M1
+      {uq.data(), D, T, &w.shared.w1, 0, IS, Epilogue::kBf16, nullptr, shared_a.data(), IS, act_block},  // M7
+      {uq.data(), D, T, &w.shared.w3, 0, IS, Epilogue::kBf16, nullptr, shared_b.data(), IS, act_block},
   };
-  backend_->linears(m1_m7);
+  backend.linears(m1_m7);
   const double shared_limit = v41 ? limit : INFINITY;  // M7: no clamp in V4; V4.1 clamps the shared expert too
-  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+  backend.for_rows(T, [&](int64_t t0, int64_t t1) {
     swiglu(&shared_a[size_t(t0 * IS)], &shared_b[size_t(t0 * IS)], (t1 - t0) * IS, shared_limit, 1.0, &shared_a[size_t(t0 * IS)]);
   });
-  act_qdq_rows(shared_a, T, IS);
-  const LinearParams shared_w2{shared_a.data(), IS, T, &w.shared.w2, 0, D, Epilogue::kBf16, nullptr, shared_y.data(), D, c.act_block};
+  act_qdq(shared_a, T, IS);
+  const LinearParams shared_w2{shared_a.data(), IS, T, &w.shared.w2, 0, D, Epilogue::kBf16, nullptr, shared_y.data(), D, act_block};
 
   // M2/M3: per token the chosen experts and their weights.
   std::vector<int64_t> chosen(static_cast<size_t>(T * K));
   std::vector<double> route_weight(static_cast<size_t>(T * K));
   std::vector<int64_t> order(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
-    const float* g = &gate[size_t(t * E)];
-    int64_t* sel = &chosen[size_t(t * K)];
-    if (w.hash_routed) {
-      std::copy_n(w.tid2eid + int64_t(batch.ids[size_t(t)]) * K, K, sel);
-    } else {
-      std::iota(order.begin(), order.end(), 0);
-      // V4: the exact sum; V4.1: an fp32 add.
-      auto key = [&](int64_t e) { return v41 ? double(g[e] + w.gate_bias[e]) : double(g[e]) + double(w.gate_bias[e]); };
-      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int64_t a, int64_t b) {
-        const double ka = key(a), kb = key(b);
-        return ka != kb ? ka > kb : a < b;
-      });
-      std::copy_n(order.begin(), K, sel);
-    }
-    double total = 0;
-    for (int64_t i = 0; i < K; ++i) total += g[sel[i]];
-    for (int64_t i = 0; i < K; ++i) {
-      double wi = double(g[sel[i]]) / total * route_scale;                                   // V4 M3
-      if (v41) wi = K > 1 ? route_scale * g[sel[i]] / (total + 1e-20) : route_scale * g[sel[i]];  // V4.1 step 37
-      route_weight[size_t(t * K + i)] = round_f32(wi);
-    }
+    const int64_t* hash_row = w.hash_routed ? w.tid2eid + int64_t(p.token_ids[t]) * K : nullptr;
+    route_token(&gate[size_t(t * E)], w.gate_bias, hash_row, E, K, v41, p.route_scale, &chosen[size_t(t * K)],
+                &route_weight[size_t(t * K)], order.data());
   }
 
   std::vector<double>& acc = buf.acc;
@@ -100,7 +85,7 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   // whose calls each wait (a GPU: ~480 waits per layer in a 128-token prefill with a group per expert) gets
   // groups of whole experts up to kGroupRows rows in prefill too, which bounds its staging buffers.
   constexpr int64_t kGroupRows = 2048;
-  const int64_t group_rows = T <= 16 || backend_->each_call_waits() ? kGroupRows : 1;  // a group runs once this full
+  const int64_t group_rows = T <= 16 || backend.each_call_waits() ? kGroupRows : 1;  // a group runs once this full
   struct Routed {
     int64_t expert, first_row, n_rows;
   };
@@ -112,39 +97,39 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   auto run_group = [&](bool last) {
     const int64_t n = int64_t(row_token.size());
     if (n == 0) {
-      if (last) backend_->linear(shared_w2);
+      if (last) backend.linear(shared_w2);
       return;
     }
     x.resize(size_t(n * D));
     a.resize(size_t(n * I));
     b.resize(size_t(n * I));
     y.resize(size_t(n * D));
-    backend_->for_rows(n, [&](int64_t r0, int64_t r1) {
+    backend.for_rows(n, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) std::copy_n(&uq[size_t(row_token[size_t(r)] * D)], D, &x[size_t(r * D)]);
     });
     ps.clear();
     for (const Routed& g : group) {
       const ExpertWeights& ew = w.experts[size_t(g.expert)];
       const float* xg = &x[size_t(g.first_row * D)];
-      ps.push_back({xg, D, g.n_rows, &ew.w1, 0, I, Epilogue::kBf16, nullptr, &a[size_t(g.first_row * I)], I, c.act_block});  // M4
-      ps.push_back({xg, D, g.n_rows, &ew.w3, 0, I, Epilogue::kBf16, nullptr, &b[size_t(g.first_row * I)], I, c.act_block});
+      ps.push_back({xg, D, g.n_rows, &ew.w1, 0, I, Epilogue::kBf16, nullptr, &a[size_t(g.first_row * I)], I, act_block});  // M4
+      ps.push_back({xg, D, g.n_rows, &ew.w3, 0, I, Epilogue::kBf16, nullptr, &b[size_t(g.first_row * I)], I, act_block});
     }
-    backend_->linears(ps);
-    backend_->for_rows(n, [&](int64_t r0, int64_t r1) {
+    backend.linears(ps);
+    backend.for_rows(n, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         swiglu(&a[size_t(r * I)], &b[size_t(r * I)], I, limit, row_weight[size_t(r)], &a[size_t(r * I)]);  // M5
       }
     });
-    act_qdq_rows(a, n, I);
+    act_qdq(a, n, I);
     ps.clear();
     for (const Routed& g : group) {
       ps.push_back({&a[size_t(g.first_row * I)], I, g.n_rows, &w.experts[size_t(g.expert)].w2, 0, D, Epilogue::kBf16,
-                    nullptr, &y[size_t(g.first_row * D)], D, c.act_block});  // M6
+                    nullptr, &y[size_t(g.first_row * D)], D, act_block});  // M6
     }
     if (last) ps.push_back(shared_w2);
-    backend_->linears(ps);
+    backend.linears(ps);
     // Column ranges on the backend's threads; each element still adds its rows in ascending order.
-    backend_->for_rows((D + kColumnRange - 1) / kColumnRange, [&](int64_t j0, int64_t j1) {
+    backend.for_rows((D + kColumnRange - 1) / kColumnRange, [&](int64_t j0, int64_t j1) {
       const int64_t c0 = j0 * kColumnRange, c1 = std::min(D, j1 * kColumnRange);
       for (int64_t r = 0; r < n; ++r) {
         double* dst = &acc[size_t(row_token[size_t(r)] * D)];
@@ -173,9 +158,18 @@ void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<flo
   }
   run_group(true);
 
-  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t i = t0 * D; i < t1 * D; ++i) out[size_t(i)] = round_bf16(acc[size_t(i)] + shared_y[size_t(i)]);  // M8
+  backend.for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * D; i < t1 * D; ++i) p.out[i] = round_bf16(acc[size_t(i)] + shared_y[size_t(i)]);  // M8
   });
+}
+
+void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out) {
+  const ModelConfig& c = config_;
+  const bool v41 = c.is_v41();
+  const MoeParams p{u.data(), batch.n_tokens(), c.dim, &w, batch.ids.data(), v41,
+                    v41 ? c.route_scale : double(float(c.route_scale)), double(float(c.swiglu_limit)), c.act_block, out.data()};
+  // A backend that runs the whole MoE (the CUDA backend's device MoE) computes it in one call.
+  if (!backend_->moe(p)) moe_on_backend(*backend_, p);
 }
 
 Status Model::place_experts() {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "backend/timed_backend.h"
 #include "cuda/cuda_util.h"
 #include "model/golden_util.h"
 #include "model/teacher_forcing.h"
@@ -152,6 +153,52 @@ TEST(GoldenCudaMirror, EqualsThePackedPathBitForBit) {
     EXPECT_EQ(logits[0], logits[1]);
     EXPECT_EQ(side_logits[0], side_logits[1]);
     EXPECT_FALSE(logits[0].empty());
+  }
+}
+
+// DEEPINFER_CUDA_MOE=device end to end: every block's MoE in one call, on the device, gives the model's own MoE
+// code's bits on this backend (tests/cuda/moe_cuda_test.cpp holds the op to that), so the logits (main, MTP,
+// DSpark) equal the host MoE's bit for bit through a prefill and the teacher-forced decode steps.
+TEST(GoldenCudaDeviceMoe, EqualsTheHostMoeBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  for (const testing::GoldenCaseParam& param : std::vector<testing::GoldenCaseParam>{
+           {"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}) {
+    if (!std::filesystem::exists(param.case_path())) GTEST_SKIP() << "golden case not found: " << param.case_path();
+    SCOPED_TRACE(param.case_path());
+    auto gc = load_golden_case(param.case_path());
+    ASSERT_TRUE(gc.ok()) << gc.status().message();
+    const bool v41 = param.family == "v41-flash";
+    TeacherForcedOptions tf{.prefill_chunk = 0, .mtp = !v41, .dspark = v41};
+    if (v41) {
+      tf.forced_dspark_anchor = &gc->dspark_anchor;
+      tf.forced_dspark_tokens = &gc->dspark_tokens;
+    }
+    std::vector<float> logits[2], side_logits[2];
+    int64_t linear_calls[2] = {0, 0}, whole[2] = {0, 0};
+    for (int device = 0; device < 2; ++device) {
+      const testing::ScopedCudaPaths paths("mma");
+      setenv("DEEPINFER_CUDA_MOE", device ? "device" : "host", 1);
+      OpTimes times{};
+      ModelOptions options{.exact = false, .cuda = true};
+      options.wrap_backend = [&](std::unique_ptr<Backend> inner) { return std::make_unique<TimedBackend>(std::move(inner), &times); };
+      auto model = Model::open(param.model_dir(), options);
+      unsetenv("DEEPINFER_CUDA_MOE");
+      ASSERT_TRUE(model.ok()) << model.status().message();
+      auto r = run_teacher_forced(*model.value(), gc->prompt, gc->continuation, tf);
+      whole[device] = times[size_t(OpKind::kMoe)].calls;
+      linear_calls[device] = times[size_t(OpKind::kLinear)].entries;
+      logits[device] = r.logits;
+      side_logits[device] = v41 ? r.dspark_logits : r.mtp_logits;
+    }
+    EXPECT_EQ(logits[0], logits[1]);
+    EXPECT_EQ(side_logits[0], side_logits[1]);
+    EXPECT_FALSE(logits[0].empty());
+    // The MoEs ran whole on the device, each one call where the model's code makes three linears() calls.
+    EXPECT_EQ(whole[0], 0);
+    EXPECT_GT(whole[1], 0);
+    EXPECT_EQ(linear_calls[0] - linear_calls[1], 3 * whole[1]);
+    std::printf("  %lld MoEs whole on the device; backend linear calls %lld -> %lld\n", (long long)whole[1],
+                (long long)linear_calls[0], (long long)linear_calls[1]);
   }
 }
 

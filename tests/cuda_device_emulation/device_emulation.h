@@ -29,6 +29,8 @@
 // Static shared memory: static storage in one section, which the block runner fills with 0xff bytes (NaN
 // floats) before every block, so that a read of what the block did not write shows. Blocks run one at a time.
 #define __shared__ static __attribute__((section("devemu_shared")))
+// Constant memory: read-only static storage.
+#define __constant__ static const
 
 // ---- Vector types (their CUDA alignment) and dim3 ----
 struct alignas(8) uint2 { unsigned int x, y; };
@@ -95,6 +97,15 @@ inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fdiv_rn(float a, float b) { return a / b; }  // IEEE division: round to nearest even
 inline unsigned int __float_as_uint(float v) { return std::bit_cast<unsigned int>(v); }
 inline float __uint_as_float(unsigned int v) { return std::bit_cast<float>(v); }
+inline float __int_as_float(int v) { return std::bit_cast<float>(v); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+// Double operations rounded once to nearest even (the emulated kernels are built with -ffp-contract=off).
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+inline long long __double_as_longlong(double v) { return std::bit_cast<long long>(v); }
+inline double __longlong_as_double(long long v) { return std::bit_cast<double>(v); }
 // Byte n of the result is byte s[4n+2 : 4n] of {y, x} (x bytes 0-3, y bytes 4-7). The selector's fourth bit
 // (prmt's sign-replicate mode) is not emulated: the kernels never set it, and its use fails here.
 inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {

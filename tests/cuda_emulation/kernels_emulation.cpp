@@ -19,6 +19,8 @@
 #include "core/status.h"
 #include "cuda_emulation.h"
 #include "model/kv_format.h"
+#include "model/moe.h"
+#include "model/ops.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -303,6 +305,102 @@ void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, 
   DI_CHECK_MSG(row_bytes % 4 == 0, "launch_scatter_rows: rows must be whole 4-byte words");
   enqueue(stream, [=] {
     for (int64_t i = 0; i < n_rows; ++i) std::memcpy(arena + slots[i] * row_bytes, src + i * row_bytes, size_t(row_bytes));
+  });
+}
+#endif
+
+#ifndef DEEPINFER_REAL_KERNELS_MOE_KERNELS  // moe_kernels.cu: the model's own host code for each step
+namespace {
+void act_qdq_now(float* row, int64_t width, int64_t block, ActQdqRule rule) {
+  if (rule == ActQdqRule::kV41) qdq_fp8_v41(row, width, block);
+  else qdq_fp8(row, width, block);
+}
+}  // namespace
+
+void launch_act_qdq(const ActQdqLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t r = 0; r < p.n_rows; ++r) {
+      float* out = p.out + r * p.out_stride;
+      std::memmove(out, p.x + r * p.x_stride, size_t(p.width) * 4);
+      std::fill(out + p.width, out + p.out_pad, 0.0f);
+      act_qdq_now(out, p.width, p.block, p.rule);
+    }
+  });
+}
+
+void launch_swiglu_qdq(const SwigluQdqLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t r = 0; r < p.n_rows; ++r) {
+      float* out = p.out + r * p.out_stride;
+      swiglu(p.a + r * p.in_stride, p.b + r * p.in_stride, p.width, p.limit, p.row_weight ? double(p.row_weight[r]) : 1.0, out);
+      std::fill(out + p.width, out + p.out_pad, 0.0f);
+      act_qdq_now(out, p.width, p.block, p.rule);
+    }
+  });
+}
+
+void launch_moe_route(const MoeRouteLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    const int64_t T = p.n_tokens, E = p.n_experts, K = p.top_k;
+    std::vector<int64_t> chosen(static_cast<size_t>(T * K)), hash_row(static_cast<size_t>(K)), order(static_cast<size_t>(E));
+    std::vector<double> weight(size_t(T * K));
+    for (int64_t t = 0; t < T; ++t) {
+      if (!p.bias) std::copy_n(p.hash_chosen + t * K, K, hash_row.begin());
+      route_token(p.scores + t * E, p.bias, p.bias ? nullptr : hash_row.data(), E, K, p.v41, p.route_scale,
+                  &chosen[size_t(t * K)], &weight[size_t(t * K)], order.data());
+    }
+    int64_t row = 0, slot = 0;
+    for (int64_t e = 0; e < E; ++e) {  // moe.cpp's rows: by expert, then token
+      const int64_t first = row;
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < K; ++i) {
+          if (chosen[size_t(t * K + i)] != e) continue;
+          int64_t rank = 0;
+          for (int64_t k = 0; k < K; ++k) rank += chosen[size_t(t * K + k)] < e;
+          p.row_token[row] = int32_t(t);
+          p.row_weight[row] = float(weight[size_t(t * K + i)]);
+          p.token_rows[t * K + rank] = int32_t(row);
+          ++row;
+        }
+      }
+      if (row == first) continue;
+      LinearLaunch w1 = p.w1[e], w3 = p.w3[e], w2 = p.w2[e];
+      w1.x = w3.x = p.x_rows + first * p.x_stride;
+      w1.n_tokens = w3.n_tokens = w2.n_tokens = row - first;
+      w1.out = p.a + first * p.inter;
+      w3.out = p.b + first * p.inter;
+      w2.x = p.h_rows + first * p.h_stride;
+      w2.out = p.y + first * p.dim;
+      p.w13_ops[2 * slot] = w1;
+      p.w13_ops[2 * slot + 1] = w3;
+      p.w2_ops[slot] = w2;
+      ++slot;
+    }
+    for (; slot < p.n_slots; ++slot) {
+      LinearLaunch none = p.w1[0], none_w2 = p.w2[0];
+      none.n_tokens = none_w2.n_tokens = 0;
+      p.w13_ops[2 * slot] = p.w13_ops[2 * slot + 1] = none;
+      p.w2_ops[slot] = none_w2;
+    }
+  });
+}
+
+void launch_gather_rows(const float* src, int64_t src_stride, const int32_t* index, int64_t n_rows, int64_t width,
+                        float* dst, int64_t dst_stride, cudaStream_t stream) {
+  enqueue(stream, [=] {
+    for (int64_t r = 0; r < n_rows; ++r) std::memcpy(dst + r * dst_stride, src + int64_t(index[r]) * src_stride, size_t(width) * 4);
+  });
+}
+
+void launch_moe_combine(const MoeCombineLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      for (int64_t i = 0; i < p.dim; ++i) {
+        double acc = 0.0;
+        for (int64_t k = 0; k < p.top_k; ++k) acc += p.y[int64_t(p.token_rows[t * p.top_k + k]) * p.dim + i];
+        p.out[t * p.dim + i] = round_bf16(acc + p.shared_y[t * p.dim + i]);
+      }
+    }
   });
 }
 #endif

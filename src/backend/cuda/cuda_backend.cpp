@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -112,6 +113,7 @@ struct KernelPaths {
   bool fp8_prompt_linear = false;  // DEEPINFER_CUDA_PROMPT_LINEAR=fp8, fp8_big, fp8_small or wgmma (not mma, the default)
   cuda::Fp8TileChoice fp8_tile = cuda::Fp8TileChoice::kFastest;  // fp8_big: kBig, fp8_small: kSmall
   bool fp8_wgmma = false;          // wgmma: the same ops on the wgmma kernel (sm_90a)
+  bool device_moe = false;         // DEEPINFER_CUDA_MOE=device or host (the default)
 };
 
 class CudaBackend final : public Backend {
@@ -120,7 +122,7 @@ class CudaBackend final : public Backend {
       : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(paths.packed_rows),
         tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention),
         mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb), fp8_prompt_linear_(paths.fp8_prompt_linear),
-        fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma) {
+        fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma), device_moe_(paths.device_moe) {
     bind_device();
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -246,10 +248,221 @@ class CudaBackend final : public Backend {
     for_each_run(ps, kMaxGridYZ, same_shape, [&](auto run) { score(run); });
   }
 
+  // DEEPINFER_CUDA_MOE=device: the whole MoE of a block on the device, one upload of u, one download of the
+  // output and one wait, where the model's own code makes three calls with the routing, SwiGLU, QDQ and sums on
+  // the host between them. The same kernels run every linear op (so the outputs are the model's own bits on
+  // this backend), the router plans the routed rows on the device and writes the grouped launches'
+  // descriptors there, and moe_kernels.cu does the host's exact arithmetic for the rest. It declines (the model
+  // then runs its own code) where the model's path would take other kernels or the host: the FMA linear, the
+  // FP8-operand prompt linear, experts kept in host memory, weights the tensor cores cannot take exactly, more
+  // routed rows than the router's one block plans.
+  bool moe(const MoeParams& p) override {
+    const BlockWeights& w = *p.weights;
+    const int64_t T = p.n_tokens, K = w.n_activated_experts;
+    if (!device_moe_ || T == 0 || T * K > cuda::kMoeMaxRows) return false;
+    if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return false;
+    bind_device();
+    const MoeBlock* block = moe_block(w);
+    if (!block) return false;
+    run_moe(p, *block);
+    return true;
+  }
+
  private:
   // The CUDA runtime's current device is per host thread, and the model may run on another thread than the
   // one that opened it (the engine's worker): every entry point makes this backend's device current first.
   void bind_device() const { DI_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // A block's weights as the device MoE reads them: the experts' launch templates on the device ([w1 | w3 | w2],
+  // n_experts each: every field but x, out and n_tokens) and the other weights' device copies.
+  struct MoeBlock {
+    DeviceBuffer templates;
+    const cuda::DeviceWeight *gate = nullptr, *shared_w1 = nullptr, *shared_w3 = nullptr, *shared_w2 = nullptr;
+    cuda::WeightKind expert_kind = cuda::WeightKind::kFp4;
+    int64_t k_pad = 0;        // the k_pad of every weight that reads u (gate, w1, w3 and the shared ones)
+    int64_t inter_k_pad = 0;  // w2's
+  };
+
+  // The block's MoeBlock, made on first use (every expert's weights uploaded then); nullptr when the device
+  // MoE cannot run it exactly as the model's path would on this backend.
+  const MoeBlock* moe_block(const BlockWeights& w) {
+    auto [it, fresh] = moe_blocks_.try_emplace(&w);
+    if (!fresh) return it->second.get();
+    const int64_t E = int64_t(w.experts.size());
+    if (!tensor_core_linear_ || E == 0 || E > 1024 || w.n_activated_experts <= 0 || w.n_activated_experts > E) return nullptr;
+    for (const ExpertWeights& e : w.experts) {
+      for (const LinearWeight* lw : {&e.w1, &e.w3, &e.w2}) {
+        if (host_experts_.count(lw->data)) return nullptr;
+      }
+    }
+    auto block = std::make_unique<MoeBlock>();
+    block->gate = &weights_.get(w.gate, stream_);
+    block->shared_w1 = &weights_.get(w.shared.w1, stream_);
+    block->shared_w3 = &weights_.get(w.shared.w3, stream_);
+    block->shared_w2 = &weights_.get(w.shared.w2, stream_);
+    const cuda::DeviceWeight& first_w1 = weights_.get(w.experts[0].w1, stream_);
+    const cuda::DeviceWeight& first_w2 = weights_.get(w.experts[0].w2, stream_);
+    block->expert_kind = first_w1.kind;
+    block->k_pad = first_w1.k_pad;
+    block->inter_k_pad = first_w2.k_pad;
+    bool exact = block->gate->k_pad == block->k_pad && block->shared_w1->k_pad == block->k_pad &&
+                 block->shared_w3->k_pad == block->k_pad && first_w2.kind == first_w1.kind;
+    for (const cuda::DeviceWeight* d : {block->gate, block->shared_w1, block->shared_w3, block->shared_w2}) exact = exact && d->mma_exact;
+    std::vector<cuda::LinearLaunch> templates(size_t(3 * E));
+    for (int64_t e = 0; e < E && exact; ++e) {
+      const ExpertWeights& ew = w.experts[size_t(e)];
+      const LinearWeight* parts[3] = {&ew.w1, &ew.w3, &ew.w2};
+      for (int k = 0; k < 3; ++k) {
+        const cuda::DeviceWeight& d = weights_.get(*parts[k], stream_);
+        const int64_t want_k_pad = k < 2 ? block->k_pad : block->inter_k_pad;
+        exact = exact && d.mma_exact && d.kind == block->expert_kind && d.k_pad == want_k_pad;
+        cuda::LinearLaunch& l = templates[size_t(k * E + e)];
+        l.kind = d.kind;
+        l.w = d.data.get<uint8_t>();
+        l.row_pitch = d.row_pitch;
+        l.scale = d.scale.get<uint8_t>();
+        l.scale_pitch = d.scale_pitch;
+        l.block = d.block;
+        l.k_pad = d.k_pad;
+        l.n_rows = d.n_out;
+        l.epilogue = cuda::LinearEpilogue::kBf16;
+      }
+    }
+    if (!exact) return nullptr;
+    block->templates = DeviceBuffer(templates.size() * sizeof(cuda::LinearLaunch));
+    DI_CUDA_CHECK(cudaMemcpyAsync(block->templates.get(), templates.data(), templates.size() * sizeof(cuda::LinearLaunch),
+                                  cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));  // once per block: `templates` is pageable and goes out of scope
+    it->second = std::move(block);
+    return it->second.get();
+  }
+
+  // A lone linear launch of the device MoE, as launch_mma_groups runs one (split over K where that pays).
+  void launch_lone_mma(cuda::LinearLaunch l) {
+    if (cuda::linear_mma_partial_floats(l, mma_choice_) > 0) l.partials = partials_.get<float>();
+    cuda::launch_linear_mma(l, stream_, mma_choice_);
+  }
+
+  // moe()'s work, all of it on the stream: u in, the QDQ, the gate and shared expert, the router's plan, the
+  // routed rows' gather, w1 / w3 and w2 as one grouped launch each, the M8 sum, the output back.
+  void run_moe(const MoeParams& p, const MoeBlock& block) {
+    const BlockWeights& w = *p.weights;
+    const int64_t T = p.n_tokens, D = p.dim, E = int64_t(w.experts.size()), K = w.n_activated_experts, R = T * K;
+    const int64_t kx = block.k_pad, k2 = block.inter_k_pad, I = w.experts[0].w1.n_out, IS = block.shared_w1->n_out;
+    const int64_t k2s = block.shared_w2->k_pad, n_slots = std::min(E, R);
+    DI_CHECK_MSG(D == w.gate.n_in && D <= kx, "device MoE: u's width is not the gate's");
+    const cuda::ActQdqRule rule = p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
+    // Device scratch, each part 256-byte aligned.
+    size_t bytes = 0;
+    auto take = [&](size_t n) {
+      const size_t at = bytes;
+      bytes += (n + 255) / 256 * 256;
+      return at;
+    };
+    const size_t u_at = take(size_t(T * kx) * 4), hash_at = take(size_t(R) * 4), uq_at = take(size_t(T * kx) * 4),
+                 scores_at = take(size_t(T * E) * 4), sa_at = take(size_t(T * IS) * 4), sb_at = take(size_t(T * IS) * 4),
+                 sh_at = take(size_t(T * k2s) * 4), sy_at = take(size_t(T * D) * 4), row_token_at = take(size_t(R) * 4),
+                 row_weight_at = take(size_t(R) * 4), token_rows_at = take(size_t(R) * 4),
+                 w13_at = take(size_t(2 * n_slots) * sizeof(cuda::LinearLaunch)),
+                 w2_at = take(size_t(n_slots) * sizeof(cuda::LinearLaunch)), x_at = take(size_t(R * kx) * 4),
+                 a_at = take(size_t(R * I) * 4), b_at = take(size_t(R * I) * 4), h_at = take(size_t(R * k2) * 4),
+                 y_at = take(size_t(R * D) * 4), out_at = take(size_t(T * D) * 4);
+    moe_scratch_.reserve(bytes);
+    const size_t in_bytes = size_t(T * kx) * 4 + size_t(R) * 4;  // host: u padded, then the hash rows
+    moe_host_.reserve(std::max(in_bytes, size_t(T * D) * 4));
+    uint8_t* dev = moe_scratch_.get<uint8_t>();
+    auto at = [&](size_t offset) { return dev + offset; };
+    auto f32 = [&](size_t offset) { return reinterpret_cast<float*>(dev + offset); };
+    auto i32 = [&](size_t offset) { return reinterpret_cast<int32_t*>(dev + offset); };
+    auto ops = [&](size_t offset) { return reinterpret_cast<cuda::LinearLaunch*>(dev + offset); };
+    int64_t partial_floats = 0;
+
+    float* u_host = moe_host_.get<float>();
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(u_host + t * kx, p.u + t * D, size_t(D) * 4);
+      std::fill(u_host + t * kx + D, u_host + (t + 1) * kx, 0.0f);
+    }
+    auto* hash_host = reinterpret_cast<int32_t*>(u_host + T * kx);
+    if (w.hash_routed) {
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < K; ++i) hash_host[t * K + i] = int32_t(w.tid2eid[int64_t(p.token_ids[t]) * K + i]);
+      }
+    }
+    DI_CUDA_CHECK(cudaMemcpyAsync(at(u_at), u_host, size_t(T * kx) * 4, cudaMemcpyHostToDevice, stream_));
+    if (w.hash_routed) DI_CUDA_CHECK(cudaMemcpyAsync(at(hash_at), hash_host, size_t(R) * 4, cudaMemcpyHostToDevice, stream_));
+
+    // u's QDQ; M1 (on u itself) and M7's w1 / w3 (on the QDQ'd u); M7's SwiGLU, its QDQ and w2.
+    cuda::launch_act_qdq({f32(u_at), kx, T, D, p.act_block, rule, f32(uq_at), kx, kx}, stream_);
+    auto lone = [&](const cuda::DeviceWeight& d, const float* x, int64_t n_rows, cuda::LinearEpilogue epilogue, float* out) {
+      cuda::LinearLaunch l;
+      l.kind = d.kind;
+      l.w = d.data.get<uint8_t>();
+      l.row_pitch = d.row_pitch;
+      l.scale = d.scale.get<uint8_t>();
+      l.scale_pitch = d.scale_pitch;
+      l.block = d.block;
+      l.k_pad = d.k_pad;
+      l.x = x;
+      l.n_tokens = T;
+      l.n_rows = n_rows;
+      l.epilogue = epilogue;
+      l.out = out;
+      partial_floats = std::max(partial_floats, cuda::linear_mma_partial_floats(l, mma_choice_));
+      return l;
+    };
+    const cuda::LinearLaunch lone_ops[] = {
+        lone(*block.gate, f32(u_at), E, cuda::LinearEpilogue::kSqrtSoftplus, f32(scores_at)),
+        lone(*block.shared_w1, f32(uq_at), IS, cuda::LinearEpilogue::kBf16, f32(sa_at)),
+        lone(*block.shared_w3, f32(uq_at), IS, cuda::LinearEpilogue::kBf16, f32(sb_at)),
+        lone(*block.shared_w2, f32(sh_at), D, cuda::LinearEpilogue::kBf16, f32(sy_at)),
+    };
+    if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * 4);
+    for (int i = 0; i < 3; ++i) launch_lone_mma(lone_ops[i]);
+    const double shared_limit = p.v41 ? p.swiglu_limit : INFINITY;  // moe.cpp: V4 does not clamp the shared expert
+    cuda::launch_swiglu_qdq({f32(sa_at), f32(sb_at), IS, T, IS, shared_limit, nullptr, p.act_block, rule, f32(sh_at), k2s, k2s},
+                            stream_);
+    launch_lone_mma(lone_ops[3]);
+
+    // M2 / M3 and the plan, then the routed rows: gather, w1 / w3, SwiGLU and QDQ, w2; then M8.
+    cuda::MoeRouteLaunch route;
+    route.scores = f32(scores_at);
+    route.bias = w.hash_routed ? nullptr : weights_.constant(w.gate_bias, E, stream_);
+    route.hash_chosen = i32(hash_at);
+    route.n_tokens = T;
+    route.n_experts = E;
+    route.top_k = K;
+    route.v41 = p.v41;
+    route.route_scale = p.route_scale;
+    route.row_token = i32(row_token_at);
+    route.row_weight = f32(row_weight_at);
+    route.token_rows = i32(token_rows_at);
+    const auto* templates = block.templates.get<cuda::LinearLaunch>();
+    route.w1 = templates;
+    route.w3 = templates + E;
+    route.w2 = templates + 2 * E;
+    route.n_slots = n_slots;
+    route.w13_ops = ops(w13_at);
+    route.w2_ops = ops(w2_at);
+    route.x_rows = f32(x_at);
+    route.x_stride = kx;
+    route.a = f32(a_at);
+    route.b = f32(b_at);
+    route.inter = I;
+    route.h_rows = f32(h_at);
+    route.h_stride = k2;
+    route.y = f32(y_at);
+    route.dim = D;
+    cuda::launch_moe_route(route, stream_);
+    cuda::launch_gather_rows(f32(uq_at), kx, i32(row_token_at), R, kx, f32(x_at), kx, stream_);
+    cuda::launch_linear_mma_grouped(ops(w13_at), int(2 * n_slots), block.expert_kind, kx, I, T, stream_, mma_choice_);
+    cuda::launch_swiglu_qdq({f32(a_at), f32(b_at), I, R, I, p.swiglu_limit, f32(row_weight_at), p.act_block, rule, f32(h_at), k2, k2},
+                            stream_);
+    cuda::launch_linear_mma_grouped(ops(w2_at), int(n_slots), block.expert_kind, k2, D, T, stream_, mma_choice_);
+    cuda::launch_moe_combine({f32(y_at), i32(token_rows_at), f32(sy_at), T, K, D, f32(out_at)}, stream_);
+    DI_CUDA_CHECK(cudaMemcpyAsync(u_host, at(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(p.out, u_host, size_t(T * D) * 4);
+  }
 
   // Queues a linears() batch on the stream up to its outputs' copy back to staging; false when it has no work.
   bool enqueue_linears(std::span<const LinearParams> ps) {
@@ -730,6 +943,12 @@ class CudaBackend final : public Backend {
   IndexKeyArrays key_arrays_;
   cuda::PinnedBuffer index_host_;
   DeviceBuffer index_meta_;
+  // moe(): DEEPINFER_CUDA_MOE=device, the blocks it has set up (nullptr: one it declines), its scratch on the
+  // device and its pinned staging (u and the hash rows in, the output back).
+  bool device_moe_ = false;
+  std::unordered_map<const BlockWeights*, std::unique_ptr<MoeBlock>> moe_blocks_;
+  DeviceBuffer moe_scratch_;
+  cuda::PinnedBuffer moe_host_;
 };
 
 }  // namespace
@@ -787,6 +1006,11 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
       return nullptr;
     }
   }
+  // DEEPINFER_CUDA_MOE: host (default: the model's own MoE code, its linears on the device) or device (a block's
+  // whole MoE on the device in one call; Backend::moe, written without a GPU at hand).
+  const std::optional<std::string> moe = env_choice("DEEPINFER_CUDA_MOE", {"host", "device"}, error);
+  if (!moe) return nullptr;
+  paths.device_moe = *moe == "device";
   if (const char* gb = std::getenv("DEEPINFER_CUDA_KV_MIRROR_GB")) {
     char* end = nullptr;
     paths.mirror_gb = std::strtod(gb, &end);

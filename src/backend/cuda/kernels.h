@@ -201,4 +201,92 @@ struct IndexScoreLaunch {
 };
 void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream);
 
+// ---- The MoE of a block on the device (moe_kernels.cu; CudaBackend::moe, DEEPINFER_CUDA_MOE=device) ----
+// Each kernel computes what model/moe.cpp and model/ops.cpp compute on the host for the same step, bit for bit:
+// the double arithmetic goes through the _rn intrinsics (nvcc would otherwise contract a * b + c into one
+// rounding), and every rounding point is the host's.
+
+// The model's activation QDQ (Model::act_qdq_rows) of each row's first `width` values, in blocks of `block`
+// (the last may be short): kV4 is qdq_fp8, kV41 qdq_fp8_v41. out[r, width .. out_pad) are written as zeros (a
+// linear's x is zero past K). out may be x when the strides match.
+enum class ActQdqRule : int { kV4 = 0, kV41 = 1 };
+struct ActQdqLaunch {
+  const float* x = nullptr;  // [n_rows, x_stride]
+  int64_t x_stride = 0;
+  int64_t n_rows = 0, width = 0, block = 0;
+  ActQdqRule rule = ActQdqRule::kV4;
+  float* out = nullptr;      // [n_rows, out_stride]
+  int64_t out_stride = 0, out_pad = 0;  // width <= out_pad <= out_stride
+};
+void launch_act_qdq(const ActQdqLaunch& p, cudaStream_t stream);
+
+// The MoE's SwiGLU (model/ops.h swiglu: M5 for a routed row with its route weight, M7 for the shared expert
+// with weight 1), then the activation QDQ of the row, as the next linear reads it:
+//   out[r, i] = qdq(bf16(silu(min(a, limit)) * clamp(b, -limit, limit) * weight[r])), zeros past width to out_pad.
+struct SwigluQdqLaunch {
+  const float* a = nullptr;  // [n_rows, in_stride]
+  const float* b = nullptr;  // [n_rows, in_stride]
+  int64_t in_stride = 0;
+  int64_t n_rows = 0, width = 0;
+  double limit = 0;                  // infinity: no clamp
+  const float* row_weight = nullptr; // [n_rows] route weights (f32 values), or nullptr: 1
+  int64_t block = 0;
+  ActQdqRule rule = ActQdqRule::kV4;
+  float* out = nullptr;              // [n_rows, out_stride]
+  int64_t out_stride = 0, out_pad = 0;
+};
+void launch_swiglu_qdq(const SwigluQdqLaunch& p, cudaStream_t stream);
+
+// M2 / M3 (model/moe_routing.h route_token) for every token, then the plan of the routed rows as moe.cpp lays
+// them out: rows grouped by expert in ascending expert order, a group's rows in token order. It writes each
+// row's token and route weight, each token's rows in ascending expert order (the order M8 adds them in), and
+// the linear descriptors of the experts that have rows: slot j (the j-th such expert) gets w1 at
+// w13_ops[2 j], w3 at w13_ops[2 j + 1] and w2 at w2_ops[j], copied from the expert's templates with x, out and
+// n_tokens set (x rows [first_row, first_row + n) of x_rows / h_rows, outputs the same rows of a / b / y); the
+// slots past the last such expert get n_tokens = 0 (a grouped launch's blocks skip them). One block.
+struct MoeRouteLaunch {
+  const float* scores = nullptr;       // [n_tokens, n_experts] M1's sqrt-softplus scores
+  const float* bias = nullptr;         // [n_experts] score routing; nullptr: hash routing
+  const int32_t* hash_chosen = nullptr;  // [n_tokens, top_k] the tokens' tid2eid rows (hash routing)
+  int64_t n_tokens = 0, n_experts = 0, top_k = 0;
+  bool v41 = false;
+  double route_scale = 0;
+  int32_t* row_token = nullptr;        // [n_tokens * top_k]
+  float* row_weight = nullptr;         // [n_tokens * top_k]
+  int32_t* token_rows = nullptr;       // [n_tokens, top_k]
+  // Descriptors: templates [n_experts] each (every field but x, out, n_tokens), outputs [2 n_slots] and [n_slots].
+  const LinearLaunch* w1 = nullptr;
+  const LinearLaunch* w3 = nullptr;
+  const LinearLaunch* w2 = nullptr;
+  int64_t n_slots = 0;                 // min(n_experts, n_tokens * top_k)
+  LinearLaunch* w13_ops = nullptr;
+  LinearLaunch* w2_ops = nullptr;
+  const float* x_rows = nullptr;       // [rows, x_stride] the gathered inputs of w1 / w3
+  int64_t x_stride = 0;
+  float* a = nullptr;                  // [rows, inter] w1's outputs
+  float* b = nullptr;                  // [rows, inter] w3's outputs
+  int64_t inter = 0;
+  const float* h_rows = nullptr;       // [rows, h_stride] w2's inputs
+  int64_t h_stride = 0;
+  float* y = nullptr;                  // [rows, dim] w2's outputs
+  int64_t dim = 0;
+};
+// n_tokens * top_k at most kMoeMaxRows and n_experts at most 1024 (the plan's scratch is the block's shared memory).
+inline constexpr int64_t kMoeMaxRows = 4096;
+void launch_moe_route(const MoeRouteLaunch& p, cudaStream_t stream);
+
+// dst[r, 0 .. width) = src[index[r], 0 .. width) for r < n_rows (the routed rows' inputs).
+void launch_gather_rows(const float* src, int64_t src_stride, const int32_t* index, int64_t n_rows, int64_t width,
+                        float* dst, int64_t dst_stride, cudaStream_t stream);
+
+// M8: out[t, i] = bf16(sum of y[token_rows[t, k], i] over k in order, in double from +0, + shared_y[t, i]).
+struct MoeCombineLaunch {
+  const float* y = nullptr;            // [rows, dim]
+  const int32_t* token_rows = nullptr; // [n_tokens, top_k]
+  const float* shared_y = nullptr;     // [n_tokens, dim]
+  int64_t n_tokens = 0, top_k = 0, dim = 0;
+  float* out = nullptr;                // [n_tokens, dim]
+};
+void launch_moe_combine(const MoeCombineLaunch& p, cudaStream_t stream);
+
 }  // namespace deepinfer::cuda

@@ -1,0 +1,157 @@
+// The device MoE (Backend::moe with DEEPINFER_CUDA_MOE=device) against the model's own MoE code on the same
+// backend (moe_on_backend): the device MoE runs every linear op on the kernels the model's calls reach and does
+// the host's exact arithmetic for the rest (moe_kernels.cu), so each output must be the same bits. Random
+// blocks with FP4 experts, an FP8 shared expert and a bf16 gate: V4 and V4.1 rules, score and hash routing, one
+// to 33 tokens (experts with several rows, and grouped launches with empty slots).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+
+#include "backend/backend.h"
+#include "cuda/cuda_util.h"
+#include "kernel/kernel_test_util.h"
+#include "model/moe.h"
+
+namespace deepinfer::testing {
+namespace {
+
+// DEEPINFER_CUDA_MOE for the backends made while it lives.
+class ScopedMoePath {
+ public:
+  explicit ScopedMoePath(const char* path) { setenv("DEEPINFER_CUDA_MOE", path, 1); }
+  ~ScopedMoePath() { unsetenv("DEEPINFER_CUDA_MOE"); }
+  ScopedMoePath(const ScopedMoePath&) = delete;
+  ScopedMoePath& operator=(const ScopedMoePath&) = delete;
+};
+
+struct MoeShape {
+  bool v41 = false;
+  bool hash = false;
+  int64_t n_experts = 16, top_k = 4, dim = 256, inter = 64, shared_inter = 128;
+};
+
+// A random MoE block and its inputs, owning every byte.
+struct RandomMoe {
+  std::vector<OwnedWeight> owned;
+  std::vector<float> gate_bias;
+  std::vector<int64_t> tid2eid;
+  BlockWeights w;
+  std::vector<float> u;
+  std::vector<int32_t> ids;
+
+  RandomMoe(const MoeShape& s, int64_t n_tokens, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t E = s.n_experts, K = s.top_k, D = s.dim, vocab = 50;
+    owned.reserve(size_t(3 * E + 4));
+    auto keep = [&](OwnedWeight o) -> const LinearWeight& {
+      owned.push_back(std::move(o));
+      return owned.back().w;
+    };
+    w.gate = keep(random_bf16_weight(rng, E, D));
+    w.experts.resize(size_t(E));
+    for (ExpertWeights& e : w.experts) {
+      e.w1 = keep(random_fp4_weight(rng, s.inter, D));
+      e.w3 = keep(random_fp4_weight(rng, s.inter, D));
+      e.w2 = keep(random_fp4_weight(rng, D, s.inter));
+    }
+    w.shared.w1 = keep(random_fp8_weight(rng, s.shared_inter, D, 128));
+    w.shared.w3 = keep(random_fp8_weight(rng, s.shared_inter, D, 128));
+    w.shared.w2 = keep(random_fp8_weight(rng, D, s.shared_inter, 128));
+    w.n_activated_experts = int(K);
+    w.hash_routed = s.hash;
+    if (s.hash) {
+      std::vector<int64_t> experts(static_cast<size_t>(E));
+      for (int64_t t = 0; t < vocab; ++t) {
+        std::iota(experts.begin(), experts.end(), 0);
+        std::shuffle(experts.begin(), experts.end(), rng);
+        tid2eid.insert(tid2eid.end(), experts.begin(), experts.begin() + K);
+      }
+      w.tid2eid = tid2eid.data();
+    } else {
+      std::normal_distribution<float> bias(0.0f, 0.05f);
+      for (int64_t e = 0; e < E; ++e) gate_bias.push_back(bias(rng));
+      w.gate_bias = gate_bias.data();
+    }
+    u = random_bf16_values(rng, n_tokens * D, 1.0f);
+    std::uniform_int_distribution<int32_t> id(0, int32_t(vocab - 1));
+    for (int64_t t = 0; t < n_tokens; ++t) ids.push_back(id(rng));
+  }
+
+  MoeParams params(const MoeShape& s, float* out) const {
+    return {u.data(), int64_t(ids.size()), s.dim, &w, ids.data(), s.v41, s.v41 ? 2.5 : double(2.5f), double(10.0f),
+            s.v41 ? 32 : 128, out};
+  }
+};
+
+void expect_device_moe_equals_host_path(const MoeShape& s, int64_t n_tokens, uint32_t seed) {
+  SCOPED_TRACE(std::string(s.v41 ? "V4.1" : "V4") + (s.hash ? " hash" : " score") + " routing, " +
+               std::to_string(s.n_experts) + " experts, top " + std::to_string(s.top_k) + ", " + std::to_string(n_tokens) +
+               " tokens");
+  const RandomMoe moe(s, n_tokens, seed);
+  std::vector<float> host(size_t(n_tokens * s.dim), -7.0f), device(size_t(n_tokens * s.dim), -7.0f);
+  const ScopedMoePath path("device");
+  DI_MAKE_CUDA_BACKEND(gpu);
+  moe_on_backend(*gpu, moe.params(s, host.data()));
+  ASSERT_TRUE(gpu->moe(moe.params(s, device.data()))) << "the device MoE declined a block it can run";
+  int64_t differ = 0;
+  for (size_t i = 0; i < host.size(); ++i) differ += std::memcmp(&host[i], &device[i], 4) != 0;
+  EXPECT_EQ(differ, 0) << "of " << host.size() << " outputs";
+  EXPECT_TRUE(std::all_of(device.begin(), device.end(), [](float v) { return std::isfinite(v); }));
+  EXPECT_GT(std::count_if(device.begin(), device.end(), [](float v) { return v != 0.0f; }), int64_t(host.size() / 2));
+}
+
+TEST(MoeCuda, DeviceMoeEqualsTheHostPathBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  const std::vector<int64_t> tokens = small_test_shapes() ? std::vector<int64_t>{1, 5} : std::vector<int64_t>{1, 2, 5, 33};
+  uint32_t seed = 1;
+  for (int64_t n : tokens) {
+    expect_device_moe_equals_host_path(MoeShape{}, n, seed++);
+    expect_device_moe_equals_host_path(MoeShape{.v41 = true}, n, seed++);
+    expect_device_moe_equals_host_path(MoeShape{.hash = true, .n_experts = 12, .top_k = 3}, n, seed++);
+  }
+  expect_device_moe_equals_host_path(MoeShape{.v41 = true, .n_experts = 8, .top_k = 1}, 3, seed++);
+}
+
+// The staged and split tensor-core kernels (64 tokens and more) take the routed rows where one expert has many.
+TEST(MoeCuda, DeviceMoeOnTheStagedKernels) {
+  DI_SKIP_WITHOUT_CUDA();
+  if (small_test_shapes()) GTEST_SKIP() << "64 tokens of tensor-core linears take minutes on the emulated device";
+  for (const char* linear : {"mma_staged", "mma_split"}) {
+    const ScopedCudaPaths paths(linear);
+    expect_device_moe_equals_host_path(MoeShape{.n_experts = 4, .top_k = 2}, 70, 50);
+  }
+}
+
+// Where the model's path would take other kernels, the device MoE declines and the model's own code runs: the FMA
+// linear, and the default (DEEPINFER_CUDA_MOE unset: host).
+TEST(MoeCuda, DeclinesWhereTheModelPathDiffers) {
+  DI_SKIP_WITHOUT_CUDA();
+  const MoeShape s;
+  const RandomMoe moe(s, 2, 7);
+  std::vector<float> out(size_t(2 * s.dim));
+  {
+    const ScopedCudaPaths linear("fma");
+    const ScopedMoePath path("device");
+    DI_MAKE_CUDA_BACKEND(gpu);
+    EXPECT_FALSE(gpu->moe(moe.params(s, out.data())));
+  }
+  {
+    const ScopedCudaPaths linear("mma");
+    DI_MAKE_CUDA_BACKEND(gpu);
+    EXPECT_FALSE(gpu->moe(moe.params(s, out.data())));
+  }
+  {
+    const ScopedMoePath path("gpu");
+    std::string error;
+    EXPECT_EQ(make_cuda_backend(0, 0, &error), nullptr);
+    EXPECT_NE(error.find("DEEPINFER_CUDA_MOE"), std::string::npos) << error;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
