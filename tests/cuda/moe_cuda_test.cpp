@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -81,27 +82,35 @@ struct RandomMoe {
     for (int64_t t = 0; t < n_tokens; ++t) ids.push_back(id(rng));
   }
 
-  MoeParams params(const MoeShape& s, float* out) const {
-    return {u.data(), int64_t(ids.size()), s.dim, &w, ids.data(), s.v41, s.v41 ? 2.5 : double(2.5f), double(10.0f),
-            s.v41 ? 32 : 128, out};
+  // The first n_tokens tokens (< 0: all of them).
+  MoeParams params(const MoeShape& s, float* out, int64_t n_tokens = -1) const {
+    return {u.data(), n_tokens < 0 ? int64_t(ids.size()) : n_tokens, s.dim, &w, ids.data(), s.v41, s.v41 ? 2.5 : double(2.5f),
+            double(10.0f), s.v41 ? 32 : 128, out};
   }
 };
+
+// The block's MoE of its first n_tokens tokens (< 0: all) on `gpu` whole (Backend::moe) and by the model's code
+// (moe_on_backend), the same bits.
+void expect_whole_equals_host_path(Backend& gpu, const RandomMoe& moe, const MoeShape& s, int64_t n_tokens = -1) {
+  const size_t n = n_tokens < 0 ? moe.u.size() : size_t(n_tokens * s.dim);
+  std::vector<float> host(n, -7.0f), device(n, -7.0f);
+  moe_on_backend(gpu, moe.params(s, host.data(), n_tokens));
+  ASSERT_TRUE(gpu.moe(moe.params(s, device.data(), n_tokens))) << "the device MoE declined a block it can run";
+  int64_t differ = 0;
+  for (size_t i = 0; i < n; ++i) differ += std::memcmp(&host[i], &device[i], 4) != 0;
+  EXPECT_EQ(differ, 0) << "of " << n << " outputs";
+  EXPECT_TRUE(std::all_of(device.begin(), device.end(), [](float v) { return std::isfinite(v); }));
+  EXPECT_GT(std::count_if(device.begin(), device.end(), [](float v) { return v != 0.0f; }), int64_t(n / 2));
+}
 
 void expect_device_moe_equals_host_path(const MoeShape& s, int64_t n_tokens, uint32_t seed) {
   SCOPED_TRACE(std::string(s.v41 ? "V4.1" : "V4") + (s.hash ? " hash" : " score") + " routing, " +
                std::to_string(s.n_experts) + " experts, top " + std::to_string(s.top_k) + ", " + std::to_string(n_tokens) +
                " tokens");
   const RandomMoe moe(s, n_tokens, seed);
-  std::vector<float> host(size_t(n_tokens * s.dim), -7.0f), device(size_t(n_tokens * s.dim), -7.0f);
   const ScopedMoePath path("device");
   DI_MAKE_CUDA_BACKEND(gpu);
-  moe_on_backend(*gpu, moe.params(s, host.data()));
-  ASSERT_TRUE(gpu->moe(moe.params(s, device.data()))) << "the device MoE declined a block it can run";
-  int64_t differ = 0;
-  for (size_t i = 0; i < host.size(); ++i) differ += std::memcmp(&host[i], &device[i], 4) != 0;
-  EXPECT_EQ(differ, 0) << "of " << host.size() << " outputs";
-  EXPECT_TRUE(std::all_of(device.begin(), device.end(), [](float v) { return std::isfinite(v); }));
-  EXPECT_GT(std::count_if(device.begin(), device.end(), [](float v) { return v != 0.0f; }), int64_t(host.size() / 2));
+  expect_whole_equals_host_path(*gpu, moe, s);
 }
 
 TEST(MoeCuda, DeviceMoeEqualsTheHostPathBitForBit) {
@@ -125,6 +134,36 @@ TEST(MoeCuda, DeviceMoeOnTheStagedKernels) {
     const ScopedCudaPaths paths(linear);
     expect_device_moe_equals_host_path(MoeShape{.n_experts = 4, .top_k = 2}, 70, 50);
   }
+}
+
+// The device MoE's CUDA graphs (DEEPINFER_CUDA_GRAPHS=on, the default): captured per block and token count, then
+// replayed with new inputs (the staged u and hash rows are read when a replay runs), captured anew for another
+// token count and found again for the first; the same bits with graphs off.
+TEST(MoeCuda, GraphReplaysTakeNewInputs) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  const ScopedMoePath path("device");
+  for (const char* graphs : {"on", "off"}) {
+    SCOPED_TRACE(std::string("DEEPINFER_CUDA_GRAPHS=") + graphs);
+    for (const MoeShape s : {MoeShape{}, MoeShape{.hash = true, .n_experts = 12, .top_k = 3}}) {
+      RandomMoe moe(s, 3, 11);
+      setenv("DEEPINFER_CUDA_GRAPHS", graphs, 1);
+      DI_MAKE_CUDA_BACKEND(gpu);  // one per block: its caches go by the weights' addresses
+      unsetenv("DEEPINFER_CUDA_GRAPHS");
+      std::mt19937 rng(5);
+      for (const int64_t n_tokens : {2, 2, 3, 2}) {
+        SCOPED_TRACE(std::to_string(n_tokens) + " tokens");
+        moe.u = random_bf16_values(rng, int64_t(moe.u.size()), 1.0f);
+        for (int32_t& id : moe.ids) id = std::uniform_int_distribution<int32_t>(0, 49)(rng);
+        expect_whole_equals_host_path(*gpu, moe, s, n_tokens);
+      }
+    }
+  }
+  setenv("DEEPINFER_CUDA_GRAPHS", "sometimes", 1);
+  std::string error;
+  EXPECT_EQ(make_cuda_backend(0, 0, &error), nullptr);
+  unsetenv("DEEPINFER_CUDA_GRAPHS");
+  EXPECT_NE(error.find("DEEPINFER_CUDA_GRAPHS"), std::string::npos) << error;
 }
 
 // Where the model's path would take other kernels, the device MoE declines and the model's own code runs: the FMA

@@ -20,6 +20,14 @@
 
 struct CUstream_st {
   std::vector<std::function<void()>> queue;
+  bool capturing = false;
+  std::vector<std::function<void()>> captured;  // while capturing: the operations, in order
+};
+struct CUgraph_st {
+  std::vector<std::function<void()>> nodes;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> nodes;
 };
 
 namespace deepinfer::cuda_emulation {
@@ -66,6 +74,10 @@ bool is_pinned(const void* p) {
 
 void enqueue(cudaStream_t stream, std::function<void()> work) {
   std::lock_guard lock(state().mutex);
+  if (resolve(stream)->capturing) {
+    resolve(stream)->captured.push_back(std::move(work));
+    return;
+  }
   // DEEPINFER_CUDA_EMULATION=eager: every operation runs as it is queued, the earliest moment the real runtime
   // allows (host code that fills a staging buffer after queuing its copy then reads stale bytes); by default
   // at the stream's next synchronisation, the latest (host code that refills a buffer a queued copy still reads
@@ -97,6 +109,7 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
   }
   return "unknown error";
 }
@@ -198,6 +211,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   std::lock_guard lock(state().mutex);
+  if (resolve(stream)->capturing) return cudaErrorStreamCaptureUnsupported;
   run(resolve(stream));
   return cudaSuccess;
 }
@@ -213,6 +227,10 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size
                               cudaMemcpyKind kind, cudaStream_t stream) {
   if (width > dst_pitch || width > src_pitch) return cudaErrorInvalidValue;
   std::lock_guard lock(state().mutex);
+  if (resolve(stream)->capturing && ((kind == cudaMemcpyHostToDevice && !is_pinned(src)) ||
+                                     (kind == cudaMemcpyDeviceToHost && !is_pinned(dst)))) {
+    return cudaErrorStreamCaptureUnsupported;
+  }
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
   if (kind == cudaMemcpyHostToDevice && !is_pinned(src)) {  // pageable: staged now
@@ -236,5 +254,44 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   enqueue(stream, [=] { std::memset(dst, value, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode /*mode*/) {
+  std::lock_guard lock(state().mutex);
+  CUstream_st* s = resolve(stream);
+  if (!stream || s->capturing) return cudaErrorStreamCaptureUnsupported;  // not the legacy stream, not twice
+  s->capturing = true;
+  s->captured.clear();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  std::lock_guard lock(state().mutex);
+  CUstream_st* s = resolve(stream);
+  if (!s->capturing) return cudaErrorInvalidValue;
+  s->capturing = false;
+  *graph = new CUgraph_st{std::move(s->captured)};
+  s->captured.clear();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long /*flags*/) {
+  *exec = new CUgraphExec_st{graph->nodes};
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  for (const auto& node : exec->nodes) enqueue(stream, node);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
   return cudaSuccess;
 }

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <initializer_list>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -114,6 +116,7 @@ struct KernelPaths {
   cuda::Fp8TileChoice fp8_tile = cuda::Fp8TileChoice::kFastest;  // fp8_big: kBig, fp8_small: kSmall
   bool fp8_wgmma = false;          // wgmma: the same ops on the wgmma kernel (sm_90a)
   bool device_moe = false;         // DEEPINFER_CUDA_MOE=device or host (the default)
+  bool graphs = true;              // DEEPINFER_CUDA_GRAPHS=on (the default) or off
 };
 
 class CudaBackend final : public Backend {
@@ -122,7 +125,7 @@ class CudaBackend final : public Backend {
       : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(paths.packed_rows),
         tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention),
         mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb), fp8_prompt_linear_(paths.fp8_prompt_linear),
-        fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma), device_moe_(paths.device_moe) {
+        fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma), device_moe_(paths.device_moe), graphs_(paths.graphs) {
     bind_device();
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -132,6 +135,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {  // the buffers that members free belong to device_ too
     cudaSetDevice(device_);  // not bind_device(): a destructor must not abort
+    drop_moe_graphs();
     cudaStreamDestroy(stream_);
   }
 
@@ -343,8 +347,9 @@ class CudaBackend final : public Backend {
     cuda::launch_linear_mma(l, stream_, mma_choice_);
   }
 
-  // moe()'s work, all of it on the stream: u in, the QDQ, the gate and shared expert, the router's plan, the
-  // routed rows' gather, w1 / w3 and w2 as one grouped launch each, the M8 sum, the output back.
+  // moe()'s work: u (padded) and a hash-routed block's tid2eid rows staged, then on the stream u in, the QDQ, the
+  // gate and shared expert, the router's plan, the routed rows' gather, w1 / w3 and w2 as one grouped launch
+  // each, the M8 sum and the output back (as a CUDA graph, run_as_graph, unless DEEPINFER_CUDA_GRAPHS=off), one wait.
   void run_moe(const MoeParams& p, const MoeBlock& block) {
     const BlockWeights& w = *p.weights;
     const int64_t T = p.n_tokens, D = p.dim, E = int64_t(w.experts.size()), K = w.n_activated_experts, R = T * K;
@@ -371,11 +376,9 @@ class CudaBackend final : public Backend {
     const size_t in_bytes = size_t(T * kx) * 4 + size_t(R) * 4;  // host: u padded, then the hash rows
     moe_host_.reserve(std::max(in_bytes, size_t(T * D) * 4));
     uint8_t* dev = moe_scratch_.get<uint8_t>();
-    auto at = [&](size_t offset) { return dev + offset; };
     auto f32 = [&](size_t offset) { return reinterpret_cast<float*>(dev + offset); };
     auto i32 = [&](size_t offset) { return reinterpret_cast<int32_t*>(dev + offset); };
     auto ops = [&](size_t offset) { return reinterpret_cast<cuda::LinearLaunch*>(dev + offset); };
-    int64_t partial_floats = 0;
 
     float* u_host = moe_host_.get<float>();
     for (int64_t t = 0; t < T; ++t) {
@@ -388,11 +391,9 @@ class CudaBackend final : public Backend {
         for (int64_t i = 0; i < K; ++i) hash_host[t * K + i] = int32_t(w.tid2eid[int64_t(p.token_ids[t]) * K + i]);
       }
     }
-    DI_CUDA_CHECK(cudaMemcpyAsync(at(u_at), u_host, size_t(T * kx) * 4, cudaMemcpyHostToDevice, stream_));
-    if (w.hash_routed) DI_CUDA_CHECK(cudaMemcpyAsync(at(hash_at), hash_host, size_t(R) * 4, cudaMemcpyHostToDevice, stream_));
 
-    // u's QDQ; M1 (on u itself) and M7's w1 / w3 (on the QDQ'd u); M7's SwiGLU, its QDQ and w2.
-    cuda::launch_act_qdq({f32(u_at), kx, T, D, p.act_block, rule, f32(uq_at), kx, kx}, stream_);
+    // The launches, all set up here: nothing below allocates or uploads, so that it can be captured.
+    int64_t partial_floats = 0;
     auto lone = [&](const cuda::DeviceWeight& d, const float* x, int64_t n_rows, cuda::LinearEpilogue epilogue, float* out) {
       cuda::LinearLaunch l;
       l.kind = d.kind;
@@ -410,20 +411,20 @@ class CudaBackend final : public Backend {
       partial_floats = std::max(partial_floats, cuda::linear_mma_partial_floats(l, mma_choice_));
       return l;
     };
-    const cuda::LinearLaunch lone_ops[] = {
-        lone(*block.gate, f32(u_at), E, cuda::LinearEpilogue::kSqrtSoftplus, f32(scores_at)),
-        lone(*block.shared_w1, f32(uq_at), IS, cuda::LinearEpilogue::kBf16, f32(sa_at)),
-        lone(*block.shared_w3, f32(uq_at), IS, cuda::LinearEpilogue::kBf16, f32(sb_at)),
-        lone(*block.shared_w2, f32(sh_at), D, cuda::LinearEpilogue::kBf16, f32(sy_at)),
-    };
+    // M1 (on u itself) and M7's w1 / w3 (on the QDQ'd u), then M7's w2.
+    const cuda::LinearLaunch gate = lone(*block.gate, f32(u_at), E, cuda::LinearEpilogue::kSqrtSoftplus, f32(scores_at));
+    const cuda::LinearLaunch shared_w1 = lone(*block.shared_w1, f32(uq_at), IS, cuda::LinearEpilogue::kBf16, f32(sa_at));
+    const cuda::LinearLaunch shared_w3 = lone(*block.shared_w3, f32(uq_at), IS, cuda::LinearEpilogue::kBf16, f32(sb_at));
+    const cuda::LinearLaunch shared_w2 = lone(*block.shared_w2, f32(sh_at), D, cuda::LinearEpilogue::kBf16, f32(sy_at));
     if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * 4);
-    for (int i = 0; i < 3; ++i) launch_lone_mma(lone_ops[i]);
+    const cuda::ActQdqLaunch u_qdq{f32(u_at), kx, T, D, p.act_block, rule, f32(uq_at), kx, kx};
     const double shared_limit = p.v41 ? p.swiglu_limit : INFINITY;  // moe.cpp: V4 does not clamp the shared expert
-    cuda::launch_swiglu_qdq({f32(sa_at), f32(sb_at), IS, T, IS, shared_limit, nullptr, p.act_block, rule, f32(sh_at), k2s, k2s},
-                            stream_);
-    launch_lone_mma(lone_ops[3]);
-
-    // M2 / M3 and the plan, then the routed rows: gather, w1 / w3, SwiGLU and QDQ, w2; then M8.
+    const cuda::SwigluQdqLaunch shared_swiglu{f32(sa_at), f32(sb_at), IS, T, IS, shared_limit, nullptr, p.act_block, rule,
+                                              f32(sh_at), k2s, k2s};
+    const cuda::SwigluQdqLaunch routed_swiglu{f32(a_at), f32(b_at), I, R, I, p.swiglu_limit, f32(row_weight_at), p.act_block,
+                                              rule, f32(h_at), k2, k2};
+    const cuda::MoeCombineLaunch combine{f32(y_at), i32(token_rows_at), f32(sy_at), T, K, D, f32(out_at)};
+    // M2 / M3 and the plan of the routed rows.
     cuda::MoeRouteLaunch route;
     route.scores = f32(scores_at);
     route.bias = w.hash_routed ? nullptr : weights_.constant(w.gate_bias, E, stream_);
@@ -452,16 +453,73 @@ class CudaBackend final : public Backend {
     route.h_stride = k2;
     route.y = f32(y_at);
     route.dim = D;
-    cuda::launch_moe_route(route, stream_);
-    cuda::launch_gather_rows(f32(uq_at), kx, i32(row_token_at), R, kx, f32(x_at), kx, stream_);
-    cuda::launch_linear_mma_grouped(ops(w13_at), int(2 * n_slots), block.expert_kind, kx, I, T, stream_, mma_choice_);
-    cuda::launch_swiglu_qdq({f32(a_at), f32(b_at), I, R, I, p.swiglu_limit, f32(row_weight_at), p.act_block, rule, f32(h_at), k2, k2},
-                            stream_);
-    cuda::launch_linear_mma_grouped(ops(w2_at), int(n_slots), block.expert_kind, k2, D, T, stream_, mma_choice_);
-    cuda::launch_moe_combine({f32(y_at), i32(token_rows_at), f32(sy_at), T, K, D, f32(out_at)}, stream_);
-    DI_CUDA_CHECK(cudaMemcpyAsync(u_host, at(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
+
+    auto enqueue = [&] {
+      DI_CUDA_CHECK(cudaMemcpyAsync(f32(u_at), u_host, size_t(T * kx) * 4, cudaMemcpyHostToDevice, stream_));
+      if (w.hash_routed) DI_CUDA_CHECK(cudaMemcpyAsync(i32(hash_at), hash_host, size_t(R) * 4, cudaMemcpyHostToDevice, stream_));
+      cuda::launch_act_qdq(u_qdq, stream_);
+      launch_lone_mma(gate);
+      launch_lone_mma(shared_w1);
+      launch_lone_mma(shared_w3);
+      cuda::launch_swiglu_qdq(shared_swiglu, stream_);
+      launch_lone_mma(shared_w2);
+      cuda::launch_moe_route(route, stream_);
+      cuda::launch_gather_rows(f32(uq_at), kx, i32(row_token_at), R, kx, f32(x_at), kx, stream_);
+      cuda::launch_linear_mma_grouped(ops(w13_at), int(2 * n_slots), block.expert_kind, kx, I, T, stream_, mma_choice_);
+      cuda::launch_swiglu_qdq(routed_swiglu, stream_);
+      cuda::launch_linear_mma_grouped(ops(w2_at), int(n_slots), block.expert_kind, k2, D, T, stream_, mma_choice_);
+      cuda::launch_moe_combine(combine, stream_);
+      DI_CUDA_CHECK(cudaMemcpyAsync(u_host, f32(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
+    };
+    if (graphs_) {
+      run_as_graph({&w, T}, enqueue);
+    } else {
+      enqueue();
+    }
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::memcpy(p.out, u_host, size_t(T * D) * 4);
+  }
+
+  // A device MoE's stream work as a CUDA graph, one per (block, token count): captured at the first call, and
+  // replayed after, one launch where the stream would take ~14 operations one by one. A graph holds the addresses
+  // it was captured with (scratch, staging, partials): when one of those buffers has grown since, it is captured
+  // anew. A device whose runtime refuses the capture turns graphs off for this backend (said once) and runs the
+  // work as it is.
+  using MoeGraphKey = std::pair<const BlockWeights*, int64_t>;
+  void run_as_graph(const MoeGraphKey& key, const std::function<void()>& enqueue) {
+    const std::array<const void*, 3> buffers = {moe_scratch_.get(), moe_host_.get(), partials_.get()};
+    auto it = moe_graphs_.find(key);
+    if (it != moe_graphs_.end() && it->second.buffers == buffers) {
+      DI_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+      return;
+    }
+    if (it != moe_graphs_.end()) {
+      cudaGraphExecDestroy(it->second.exec);
+      moe_graphs_.erase(it);
+    }
+    if (moe_graphs_.size() >= kMaxMoeGraphs) drop_moe_graphs();  // serving's batch sizes come and go
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t err = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
+    if (err == cudaSuccess) {
+      enqueue();
+      err = cudaStreamEndCapture(stream_, &graph);
+    }
+    if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      std::fprintf(stderr, "%s: CUDA graph capture failed (%s); running without graphs\n", name_.c_str(), cudaGetErrorString(err));
+      graphs_ = false;
+      enqueue();
+      return;
+    }
+    moe_graphs_.emplace(key, MoeGraph{exec, buffers});
+    DI_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  }
+  void drop_moe_graphs() {
+    for (auto& [key, g] : moe_graphs_) cudaGraphExecDestroy(g.exec);
+    moe_graphs_.clear();
   }
 
   // Queues a linears() batch on the stream up to its outputs' copy back to staging; false when it has no work.
@@ -949,6 +1007,14 @@ class CudaBackend final : public Backend {
   std::unordered_map<const BlockWeights*, std::unique_ptr<MoeBlock>> moe_blocks_;
   DeviceBuffer moe_scratch_;
   cuda::PinnedBuffer moe_host_;
+  // DEEPINFER_CUDA_GRAPHS: the device MoE's captured graphs (run_as_graph), at most kMaxMoeGraphs.
+  bool graphs_ = true;
+  struct MoeGraph {
+    cudaGraphExec_t exec = nullptr;
+    std::array<const void*, 3> buffers{};  // moe_scratch_, moe_host_, partials_ as captured
+  };
+  static constexpr size_t kMaxMoeGraphs = 4096;
+  std::map<MoeGraphKey, MoeGraph> moe_graphs_;
 };
 
 }  // namespace
@@ -1011,6 +1077,11 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   const std::optional<std::string> moe = env_choice("DEEPINFER_CUDA_MOE", {"host", "device"}, error);
   if (!moe) return nullptr;
   paths.device_moe = *moe == "device";
+  // DEEPINFER_CUDA_GRAPHS: on (default) or off: the device MoE's stream work replayed as CUDA graphs (written
+  // without a GPU at hand; off runs the same operations one by one).
+  const std::optional<std::string> graphs = env_choice("DEEPINFER_CUDA_GRAPHS", {"on", "off"}, error);
+  if (!graphs) return nullptr;
+  paths.graphs = *graphs == "on";
   if (const char* gb = std::getenv("DEEPINFER_CUDA_KV_MIRROR_GB")) {
     char* end = nullptr;
     paths.mirror_gb = std::strtod(gb, &end);

@@ -7,7 +7,13 @@
 
 #include <cstddef>
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidDevice = 101 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorStreamCaptureUnsupported = 900,
+};
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
   cudaMemcpyHostToDevice = 1,
@@ -17,6 +23,11 @@ enum cudaMemcpyKind {
 };
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+struct CUgraph_st;
+using cudaGraph_t = CUgraph_st*;
+struct CUgraphExec_st;
+using cudaGraphExec_t = CUgraphExec_st*;
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
 constexpr unsigned int cudaStreamNonBlocking = 1;
 
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
@@ -57,3 +68,12 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);
+// Stream capture: between Begin and End the stream's operations are recorded, not queued (a synchronisation of
+// it, or a copy from or to pageable memory, fails with cudaErrorStreamCaptureUnsupported, as it does on a GPU);
+// a launch of the instantiated graph queues them again, in order, on the stream it names.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
