@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "backend/timed_backend.h"
 #include "cuda/cuda_util.h"
@@ -124,82 +125,78 @@ TEST(GoldenCudaWgmmaPrompt, WithinFastPathBounds) {
   }
 }
 
+// Golden case `param` teacher-forced on a CUDA backend made under the environment as it is (its linear path:
+// param's): the main logits, the MTP (V4) or DSpark (V4.1) logits, and the backend's op counts.
+struct CudaRun {
+  std::vector<float> logits, side_logits;
+  OpTimes times{};
+};
+void run_teacher_forced_on_cuda(const testing::GoldenCaseParam& param, const GoldenCase& gc, CudaRun& run) {
+  const bool v41 = param.family == "v41-flash";
+  TeacherForcedOptions tf{.prefill_chunk = 0, .mtp = !v41, .dspark = v41};
+  if (v41) {
+    tf.forced_dspark_anchor = &gc.dspark_anchor;
+    tf.forced_dspark_tokens = &gc.dspark_tokens;
+  }
+  ModelOptions options{.exact = false, .cuda = true};
+  options.wrap_backend = [&](std::unique_ptr<Backend> inner) { return std::make_unique<TimedBackend>(std::move(inner), &run.times); };
+  auto model = Model::open(param.model_dir(), options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto r = run_teacher_forced(*model.value(), gc.prompt, gc.continuation, tf);
+  run.logits = r.logits;
+  run.side_logits = v41 ? r.dspark_logits : r.mtp_logits;
+}
+
+// The CUDA backend with environment variable `variable` set to values[0] and to values[1] gives the same logits,
+// main and side, bit for bit on each case of `params`; `also` checks more of the two runs.
+void expect_same_bits(const std::vector<testing::GoldenCaseParam>& params, const char* variable, const char* const (&values)[2],
+                      const std::function<void(const CudaRun (&)[2])>& also = nullptr) {
+  for (const testing::GoldenCaseParam& param : params) {
+    if (!std::filesystem::exists(param.case_path())) GTEST_SKIP() << "golden case not found: " << param.case_path();
+    SCOPED_TRACE(param.case_path());
+    auto gc = load_golden_case(param.case_path());
+    ASSERT_TRUE(gc.ok()) << gc.status().message();
+    CudaRun runs[2];
+    for (int i = 0; i < 2; ++i) {
+      const testing::ScopedCudaPaths paths(param.linear_path, param.attention_path, param.kv_path);
+      setenv(variable, values[i], 1);
+      run_teacher_forced_on_cuda(param, gc.value(), runs[i]);
+      unsetenv(variable);
+    }
+    EXPECT_EQ(runs[0].logits, runs[1].logits);
+    EXPECT_EQ(runs[0].side_logits, runs[1].side_logits);
+    EXPECT_FALSE(runs[0].logits.empty());
+    if (also) also(runs);
+  }
+}
+
 // DEEPINFER_CUDA_KV=mirror end to end: the rows the device keeps by stamp are the bytes the packed path copies each
 // call, so the logits (main, MTP, DSpark) equal the packed path's bit for bit, through a prefill and the teacher-
 // forced decode steps whose cache rows are mostly kept from the steps before.
 TEST(GoldenCudaMirror, EqualsThePackedPathBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
-  for (const testing::GoldenCaseParam& param : std::vector<testing::GoldenCaseParam>{
-           {"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}) {
-    if (!std::filesystem::exists(param.case_path())) GTEST_SKIP() << "golden case not found: " << param.case_path();
-    SCOPED_TRACE(param.case_path());
-    auto gc = load_golden_case(param.case_path());
-    ASSERT_TRUE(gc.ok()) << gc.status().message();
-    const bool v41 = param.family == "v41-flash";
-    TeacherForcedOptions tf{.prefill_chunk = 0, .mtp = !v41, .dspark = v41};
-    if (v41) {
-      tf.forced_dspark_anchor = &gc->dspark_anchor;
-      tf.forced_dspark_tokens = &gc->dspark_tokens;
-    }
-    std::vector<float> logits[2], side_logits[2];
-    for (int mirror = 0; mirror < 2; ++mirror) {
-      const testing::ScopedCudaPaths paths("mma", "fused", mirror ? "mirror" : "packed");
-      auto model = Model::open(param.model_dir(), ModelOptions{.exact = false, .cuda = true});
-      ASSERT_TRUE(model.ok()) << model.status().message();
-      auto r = run_teacher_forced(*model.value(), gc->prompt, gc->continuation, tf);
-      logits[mirror] = r.logits;
-      side_logits[mirror] = v41 ? r.dspark_logits : r.mtp_logits;
-    }
-    EXPECT_EQ(logits[0], logits[1]);
-    EXPECT_EQ(side_logits[0], side_logits[1]);
-    EXPECT_FALSE(logits[0].empty());
-  }
+  expect_same_bits({{"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}, "DEEPINFER_CUDA_KV",
+                   {"packed", "mirror"});
 }
 
 // DEEPINFER_CUDA_MOE=device end to end: every block's MoE in one call, on the device, gives the model's own MoE
 // code's bits on this backend (tests/cuda/moe_cuda_test.cpp holds the op to that), so the logits (main, MTP,
-// DSpark) equal the host MoE's bit for bit through a prefill and the teacher-forced decode steps.
+// DSpark) equal the host MoE's bit for bit through a prefill and the teacher-forced decode steps; and each MoE
+// is one call where the model's code makes three linears() calls.
 TEST(GoldenCudaDeviceMoe, EqualsTheHostMoeBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
-  for (const testing::GoldenCaseParam& param : std::vector<testing::GoldenCaseParam>{
-           {"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}) {
-    if (!std::filesystem::exists(param.case_path())) GTEST_SKIP() << "golden case not found: " << param.case_path();
-    SCOPED_TRACE(param.case_path());
-    auto gc = load_golden_case(param.case_path());
-    ASSERT_TRUE(gc.ok()) << gc.status().message();
-    const bool v41 = param.family == "v41-flash";
-    TeacherForcedOptions tf{.prefill_chunk = 0, .mtp = !v41, .dspark = v41};
-    if (v41) {
-      tf.forced_dspark_anchor = &gc->dspark_anchor;
-      tf.forced_dspark_tokens = &gc->dspark_tokens;
-    }
-    std::vector<float> logits[2], side_logits[2];
-    int64_t linear_calls[2] = {0, 0}, whole[2] = {0, 0};
-    for (int device = 0; device < 2; ++device) {
-      const testing::ScopedCudaPaths paths("mma");
-      setenv("DEEPINFER_CUDA_MOE", device ? "device" : "host", 1);
-      OpTimes times{};
-      ModelOptions options{.exact = false, .cuda = true};
-      options.wrap_backend = [&](std::unique_ptr<Backend> inner) { return std::make_unique<TimedBackend>(std::move(inner), &times); };
-      auto model = Model::open(param.model_dir(), options);
-      unsetenv("DEEPINFER_CUDA_MOE");
-      ASSERT_TRUE(model.ok()) << model.status().message();
-      auto r = run_teacher_forced(*model.value(), gc->prompt, gc->continuation, tf);
-      whole[device] = times[size_t(OpKind::kMoe)].calls;
-      linear_calls[device] = times[size_t(OpKind::kLinear)].entries;
-      logits[device] = r.logits;
-      side_logits[device] = v41 ? r.dspark_logits : r.mtp_logits;
-    }
-    EXPECT_EQ(logits[0], logits[1]);
-    EXPECT_EQ(side_logits[0], side_logits[1]);
-    EXPECT_FALSE(logits[0].empty());
-    // The MoEs ran whole on the device, each one call where the model's code makes three linears() calls.
-    EXPECT_EQ(whole[0], 0);
-    EXPECT_GT(whole[1], 0);
-    EXPECT_EQ(linear_calls[0] - linear_calls[1], 3 * whole[1]);
-    std::printf("  %lld MoEs whole on the device; backend linear calls %lld -> %lld\n", (long long)whole[1],
-                (long long)linear_calls[0], (long long)linear_calls[1]);
-  }
+  expect_same_bits(
+      {{"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}, "DEEPINFER_CUDA_MOE", {"host", "device"},
+      [](const CudaRun (&runs)[2]) {
+        const int64_t whole = runs[1].times[size_t(OpKind::kMoe)].calls;
+        const int64_t host_calls = runs[0].times[size_t(OpKind::kLinear)].entries;
+        const int64_t device_calls = runs[1].times[size_t(OpKind::kLinear)].entries;
+        EXPECT_EQ(runs[0].times[size_t(OpKind::kMoe)].calls, 0);
+        EXPECT_GT(whole, 0);
+        EXPECT_EQ(host_calls - device_calls, 3 * whole);
+        std::printf("  %lld MoEs whole on the device; backend linear calls %lld -> %lld\n", (long long)whole,
+                    (long long)host_calls, (long long)device_calls);
+      });
 }
 
 }  // namespace

@@ -363,25 +363,9 @@ void launch_moe_route(const MoeRouteLaunch& p, cudaStream_t stream) {
           ++row;
         }
       }
-      if (row == first) continue;
-      LinearLaunch w1 = p.w1[e], w3 = p.w3[e], w2 = p.w2[e];
-      w1.x = w3.x = p.x_rows + first * p.x_stride;
-      w1.n_tokens = w3.n_tokens = w2.n_tokens = row - first;
-      w1.out = p.a + first * p.inter;
-      w3.out = p.b + first * p.inter;
-      w2.x = p.h_rows + first * p.h_stride;
-      w2.out = p.y + first * p.dim;
-      p.w13_ops[2 * slot] = w1;
-      p.w13_ops[2 * slot + 1] = w3;
-      p.w2_ops[slot] = w2;
-      ++slot;
+      if (row > first) set_moe_slot(p, slot++, e, first, row - first);
     }
-    for (; slot < p.n_slots; ++slot) {
-      LinearLaunch none = p.w1[0], none_w2 = p.w2[0];
-      none.n_tokens = none_w2.n_tokens = 0;
-      p.w13_ops[2 * slot] = p.w13_ops[2 * slot + 1] = none;
-      p.w2_ops[slot] = none_w2;
-    }
+    for (; slot < p.n_slots; ++slot) set_moe_slot(p, slot, 0, 0, 0);
   });
 }
 

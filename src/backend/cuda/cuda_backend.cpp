@@ -56,6 +56,19 @@ cuda::LinearEpilogue to_launch(Epilogue e) {
   return cuda::LinearEpilogue::kBf16;
 }
 
+// A linear launch of the device weight d: its weight fields set, the op's (x, rows, tokens, out) left to the caller.
+cuda::LinearLaunch launch_of(const cuda::DeviceWeight& d) {
+  cuda::LinearLaunch l;
+  l.kind = d.kind;
+  l.w = d.data.get<uint8_t>();
+  l.row_pitch = d.row_pitch;
+  l.scale = d.scale.get<uint8_t>();
+  l.scale_pitch = d.scale_pitch;
+  l.block = d.block;
+  l.k_pad = d.k_pad;
+  return l;
+}
+
 // Launch grids allow at most 65535 blocks along y and z (token and op dimensions here).
 constexpr size_t kMaxGridYZ = 65535;
 
@@ -321,13 +334,7 @@ class CudaBackend final : public Backend {
         const int64_t want_k_pad = k < 2 ? block->k_pad : block->inter_k_pad;
         exact = exact && d.mma_exact && d.kind == block->expert_kind && d.k_pad == want_k_pad;
         cuda::LinearLaunch& l = templates[size_t(k * E + e)];
-        l.kind = d.kind;
-        l.w = d.data.get<uint8_t>();
-        l.row_pitch = d.row_pitch;
-        l.scale = d.scale.get<uint8_t>();
-        l.scale_pitch = d.scale_pitch;
-        l.block = d.block;
-        l.k_pad = d.k_pad;
+        l = launch_of(d);
         l.n_rows = d.n_out;
         l.epilogue = cuda::LinearEpilogue::kBf16;
       }
@@ -395,14 +402,7 @@ class CudaBackend final : public Backend {
     // The launches, all set up here: nothing below allocates or uploads, so that it can be captured.
     int64_t partial_floats = 0;
     auto lone = [&](const cuda::DeviceWeight& d, const float* x, int64_t n_rows, cuda::LinearEpilogue epilogue, float* out) {
-      cuda::LinearLaunch l;
-      l.kind = d.kind;
-      l.w = d.data.get<uint8_t>();
-      l.row_pitch = d.row_pitch;
-      l.scale = d.scale.get<uint8_t>();
-      l.scale_pitch = d.scale_pitch;
-      l.block = d.block;
-      l.k_pad = d.k_pad;
+      cuda::LinearLaunch l = launch_of(d);
       l.x = x;
       l.n_tokens = T;
       l.n_rows = n_rows;
@@ -552,15 +552,8 @@ class CudaBackend final : public Backend {
       if (at.empty) continue;
       const LinearParams& p = ps[i];
       const cuda::DeviceWeight& w = *weights_of_[i];
-      cuda::LinearLaunch l;
+      cuda::LinearLaunch l = launch_of(w);
       if (p.epilogue == Epilogue::kF32AddBias) l.bias = reinterpret_cast<const float*>(base + at.bias);
-      l.kind = w.kind;
-      l.w = w.data.get<uint8_t>();
-      l.row_pitch = w.row_pitch;
-      l.scale = w.scale.get<uint8_t>();
-      l.scale_pitch = w.scale_pitch;
-      l.block = w.block;
-      l.k_pad = w.k_pad;
       l.x = reinterpret_cast<const float*>(base + at.x);
       l.n_tokens = p.n_tokens;
       l.row_begin = p.row_begin;

@@ -7,6 +7,13 @@
 
 #include <cstdint>
 
+// Host and device code alike (nvcc), plain host code elsewhere (the emulations' compilers).
+#if defined(__CUDACC__)
+#define DI_HOST_DEVICE __host__ __device__
+#else
+#define DI_HOST_DEVICE
+#endif
+
 namespace deepinfer::cuda {
 
 // Stored weight kinds as they sit in device memory: every row padded with zero codes to k_pad elements
@@ -271,6 +278,20 @@ struct MoeRouteLaunch {
   float* y = nullptr;                  // [rows, dim] w2's outputs
   int64_t dim = 0;
 };
+// Slot j's descriptors for expert e's rows [first, first + n) (count 0: the slot runs nothing; its copies keep
+// each group's weight kind and k_pad). moe_route_kernel's plan writes them so, and its CPU stand-in too.
+inline DI_HOST_DEVICE void set_moe_slot(const MoeRouteLaunch& p, int64_t j, int64_t e, int64_t first, int64_t n) {
+  LinearLaunch w1 = p.w1[e], w3 = p.w3[e], w2 = p.w2[e];
+  w1.x = w3.x = p.x_rows + first * p.x_stride;
+  w1.n_tokens = w3.n_tokens = w2.n_tokens = n;
+  w1.out = p.a + first * p.inter;
+  w3.out = p.b + first * p.inter;
+  w2.x = p.h_rows + first * p.h_stride;
+  w2.out = p.y + first * p.dim;
+  p.w13_ops[2 * j] = w1;
+  p.w13_ops[2 * j + 1] = w3;
+  p.w2_ops[j] = w2;
+}
 // n_tokens * top_k at most kMoeMaxRows and n_experts at most 1024 (the plan's scratch is the block's shared memory).
 inline constexpr int64_t kMoeMaxRows = 4096;
 void launch_moe_route(const MoeRouteLaunch& p, cudaStream_t stream);

@@ -255,25 +255,9 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const MoeRoute
         ++row;
       }
     }
-    const int64_t j = slot_of[e], first = first_row[e];
-    LinearLaunch w1 = p.w1[e], w3 = p.w3[e], w2 = p.w2[e];
-    w1.x = w3.x = p.x_rows + first * p.x_stride;
-    w1.n_tokens = w3.n_tokens = w2.n_tokens = count[e];
-    w1.out = p.a + first * p.inter;
-    w3.out = p.b + first * p.inter;
-    w2.x = p.h_rows + first * p.h_stride;
-    w2.out = p.y + first * p.dim;
-    p.w13_ops[2 * j] = w1;
-    p.w13_ops[2 * j + 1] = w3;
-    p.w2_ops[j] = w2;
+    set_moe_slot(p, slot_of[e], e, first_row[e], count[e]);
   }
-  for (int64_t j = n_used + threadIdx.x; j < p.n_slots; j += kRouteThreads) {
-    LinearLaunch none = p.w1[0], none_w2 = p.w2[0];  // each group's kind and k_pad, no tokens
-    none.n_tokens = none_w2.n_tokens = 0;
-    p.w13_ops[2 * j] = none;
-    p.w13_ops[2 * j + 1] = none;
-    p.w2_ops[j] = none_w2;
-  }
+  for (int64_t j = n_used + threadIdx.x; j < p.n_slots; j += kRouteThreads) set_moe_slot(p, j, 0, 0, 0);
 }
 
 __global__ void __launch_bounds__(256) gather_rows_kernel(const float* src, int64_t src_stride, const int32_t* index,
