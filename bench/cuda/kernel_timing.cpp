@@ -9,15 +9,20 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
@@ -377,6 +382,91 @@ Row time_hc_mix(int64_t T, int64_t width, int64_t n_mix) {
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
 }
 
+// A V4-Flash block's whole MoE through the backend (Backend::moe with DEEPINFER_CUDA_MOE=device; `graphs`:
+// DEEPINFER_CUDA_GRAPHS on or off): 256 FP4 experts of 2048 x 4096 (top 6), an FP8 shared expert of the same
+// size, a bf16 gate. Hash-routed, so that the experts a call reads are known: the row's bytes are the gate, the
+// shared expert and each distinct chosen expert once. The time is the median wall time of a call from the host,
+// its copies in and out and its wait included: what a decode step pays for the block's MoE.
+void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, std::vector<Row>& rows) {
+  const int64_t E = 256, K = 6, D = 4096, I = 2048, vocab = 1024;
+  uint64_t state = 7;
+  auto next = [&] {  // splitmix64: 3.4 GB of weight bytes in a second or two
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  std::vector<std::vector<uint8_t>> bytes;
+  bytes.reserve(size_t(6 * E + 16));
+  auto fill = [&](size_t n, int lo, int hi) {
+    bytes.emplace_back(n);
+    for (uint8_t& b : bytes.back()) b = uint8_t(lo + int(next() % uint64_t(hi - lo + 1)));
+    return bytes.back().data();
+  };
+  auto fp4 = [&](int64_t n, int64_t k) {
+    return LinearWeight{DType::kI8, n, k, fill(size_t(n * k / 2), 0, 255), fill(size_t(n * k / 32), 115, 121), 0};
+  };
+  auto fp8 = [&](int64_t n, int64_t k) {
+    return LinearWeight{DType::kF8E4M3, n, k, fill(size_t(n * k), 0, 0x7e), fill(size_t((n / 128) * (k / 128)), 115, 121), 128};
+  };
+  BlockWeights w;
+  // bf16 gate: high bytes 0x3b..0x3c, small normal values of either sign once the low bytes are random too.
+  w.gate = LinearWeight{DType::kBF16, E, D, fill(size_t(E * D * 2), 0x3b, 0x3c), nullptr, 0};
+  w.experts.resize(size_t(E));
+  for (ExpertWeights& e : w.experts) {
+    e.w1 = fp4(I, D);
+    e.w3 = fp4(I, D);
+    e.w2 = fp4(D, I);
+  }
+  w.shared = {fp8(I, D), fp8(D, I), fp8(I, D)};
+  w.n_activated_experts = int(K);
+  w.hash_routed = true;
+  std::vector<int64_t> tid2eid;
+  std::vector<int64_t> experts(static_cast<size_t>(E));
+  std::mt19937 rng(3);
+  for (int64_t t = 0; t < vocab; ++t) {
+    std::iota(experts.begin(), experts.end(), 0);
+    std::shuffle(experts.begin(), experts.end(), rng);
+    tid2eid.insert(tid2eid.end(), experts.begin(), experts.begin() + K);
+  }
+  w.tid2eid = tid2eid.data();
+  setenv("DEEPINFER_CUDA_MOE", "device", 1);
+  setenv("DEEPINFER_CUDA_GRAPHS", graphs ? "on" : "off", 1);
+  std::string error;
+  std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
+  unsetenv("DEEPINFER_CUDA_MOE");
+  unsetenv("DEEPINFER_CUDA_GRAPHS");
+  DI_CHECK_MSG(backend != nullptr, error);
+  const double expert_bytes = 3.0 * double(I * D / 2 + I * D / 32);
+  const double other_bytes = double(E * D * 2) + 3.0 * double(I * D + (I / 128) * (D / 128));
+  for (int64_t T : token_counts) {
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    std::vector<char> chosen(static_cast<size_t>(E), 0);
+    for (int64_t t = 0; t < T; ++t) {
+      ids[size_t(t)] = int32_t((t * 97 + 13) % vocab);
+      for (int64_t k = 0; k < K; ++k) chosen[size_t(tid2eid[size_t(ids[size_t(t)] * K + k)])] = 1;
+    }
+    const double n_experts = double(std::count(chosen.begin(), chosen.end(), 1));
+    std::vector<float> u(size_t(T * D)), out(size_t(T * D));
+    for (float& v : u) v = float(int(next() % 255) - 127) / 64.0f;  // bf16 values, as the model's u
+    const MoeParams p{u.data(), T, D, &w, ids.data(), false, 2.5, 10.0, 128, out.data()};
+    std::vector<double> seconds;
+    for (int rep = 0; rep < 33; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      DI_CHECK_MSG(backend->moe(p), "the device MoE declined the timing block");
+      if (rep >= 3) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(seconds.begin(), seconds.end());
+    const double sec = seconds[seconds.size() / 2];
+    const double read = other_bytes + n_experts * expert_bytes;
+    const double flops = 2.0 * double(T) * double(D) * (double(E) + 3.0 * double(I) * double(K + 1));
+    char name[160];
+    std::snprintf(name, sizeof name, "device MoE, V4-Flash block, T=%lld (%g experts)%s", (long long)T, n_experts,
+                  graphs ? "" : ", no graphs");
+    rows.push_back(Row{name, sec * 1e6, read / sec / 1e9, flops / sec / 1e12, 0});
+  }
+}
+
 int run() {
   cudaDeviceProp prop{};
   DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -454,6 +544,9 @@ int run() {
   rows.push_back(time_index(64, 128, 1024, 64));  // a prefill block's 64 tokens in one launch
   rows.push_back(time_hc_mix(1, 4 * 4096, 24));
   rows.push_back(time_hc_mix(64, 4 * 4096, 24));
+  // A block's whole MoE on the device, per call from the host (copies and the wait included; GB/s of its weights).
+  time_device_moe({1, 8, 64}, true, rows);
+  time_device_moe({1, 8}, false, rows);
 
   std::printf("\nceilings, measured now: device-to-device copy %.0f GB/s (read + write); cuBLASLt e4m3 GEMM 8192^3 %.0f TFLOP/s\n",
               copy, lt_big);

@@ -129,7 +129,6 @@ TEST(MoeCuda, DeviceMoeEqualsTheHostPathBitForBit) {
 // The staged and split tensor-core kernels (64 tokens and more) take the routed rows where one expert has many.
 TEST(MoeCuda, DeviceMoeOnTheStagedKernels) {
   DI_SKIP_WITHOUT_CUDA();
-  if (small_test_shapes()) GTEST_SKIP() << "64 tokens of tensor-core linears take minutes on the emulated device";
   for (const char* linear : {"mma_staged", "mma_split"}) {
     const ScopedCudaPaths paths(linear);
     expect_device_moe_equals_host_path(MoeShape{.n_experts = 4, .top_k = 2}, 70, 50);
