@@ -108,7 +108,7 @@ struct IndexScoreParams {
 
 // The MoE of one block (spec M1-M8) exactly as model/moe.cpp computes it, for a backend that runs it whole
 // (Backend::moe): u's activation QDQ, the gate (M1) and the shared expert (M7), the routing (M2/M3,
-// model/moe_routing.h), the routed experts (M4-M6) and the sum (M8).
+// route_token in model/moe.h), the routed experts (M4-M6) and the sum (M8).
 struct MoeParams {
   const float* u = nullptr;              // [n_tokens, dim] bf16 values: the block's normed input
   int64_t n_tokens = 0;

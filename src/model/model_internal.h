@@ -53,10 +53,10 @@ inline void for_token_ranges(Backend& backend, int64_t n_tokens, int64_t n, int6
   });
 }
 constexpr int64_t kColumnRange = 512;  // for_token_ranges over a row's columns
+constexpr int64_t kHeadRange = 8;      // for_token_ranges over attention heads
 // The activation QDQ of each row's first `width` values in place, in blocks of `block` (V4: qdq_fp8, V4.1:
 // qdq_fp8_v41), on the backend's threads.
 void act_qdq_rows(Backend& backend, float* x, int64_t n_rows, int64_t width, int64_t block, bool v41);
-constexpr int64_t kHeadRange = 8;      // for_token_ranges over attention heads
 // Decoded KV rows (RowDecodeCache) the pending attention tokens of a call may hold before they run (V4 and
 // V4.1): 32 MB of 512-value rows, about what one chunk of a long prompt decodes anyway, and 25 sequences of
 // a batched decode step.

@@ -4,9 +4,10 @@
 // through page-locked staging (an async copy from or to the model's pageable arrays is the driver's staged
 // copy, and a device-to-host one blocks the host: one wait per output where a batch wants one). A linears()
 // batch (an MoE group's experts) and a sparse_attentions() batch (a prefill block's query tokens) each wait
-// for the device once, the attention batch in one launch over rows gathered once. Device-resident
-// activations and CUDA graphs need the model code to hold its activations behind the backend (see README,
-// GPU section).
+// for the device once, the attention batch in one launch over rows gathered once. A block's whole MoE
+// (Backend::moe, DEEPINFER_CUDA_MOE=device) keeps its intermediates on the device and replays its work as a CUDA
+// graph; device-resident activations elsewhere, and graphs of a whole decode step, need the model code to hold
+// its activations behind the backend (see README, GPU section).
 #include <cuda_runtime.h>
 
 #include <algorithm>

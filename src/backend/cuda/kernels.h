@@ -244,7 +244,7 @@ struct SwigluQdqLaunch {
 };
 void launch_swiglu_qdq(const SwigluQdqLaunch& p, cudaStream_t stream);
 
-// M2 / M3 (model/moe_routing.h route_token) for every token, then the plan of the routed rows as moe.cpp lays
+// M2 / M3 (route_token, model/moe.h) for every token, then the plan of the routed rows as moe.cpp lays
 // them out: rows grouped by expert in ascending expert order, a group's rows in token order. It writes each
 // row's token and route weight, each token's rows in ascending expert order (the order M8 adds them in), and
 // the linear descriptors of the experts that have rows: slot j (the j-th such expert) gets w1 at
