@@ -16,7 +16,8 @@
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
 #      --op-times on the 4-layer benchmark model: the defaults, decode batch 256 and decode at 2048 tokens of
 #      context with the cache rows as floats, packed and mirrored on the device (DEEPINFER_CUDA_KV), half
-#      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device MoE (DEEPINFER_CUDA_MOE=device), the split attention, the FMA linear (E2E=0 skips it).
+#      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device MoE (DEEPINFER_CUDA_MOE=device), the
+#      split attention, the FMA linear (E2E=0 skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
@@ -123,7 +124,7 @@ fi
 sanitizer_rc=skipped
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ] && [ "$(limit_for 150)" -ge 30 ]; then
-  step "compute-sanitizer memcheck: the mma linear and the attention tests"
+  step "compute-sanitizer memcheck: the mma linear, the attention and the device MoE tests"
   timeout "$(limit_for 150)" "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
     --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit' \
     >"$OUT_DIR/sanitizer.log" 2>&1
