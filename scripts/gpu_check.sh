@@ -16,8 +16,9 @@
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
 #      --op-times on the 4-layer benchmark model: the defaults, decode batch 256 and decode at 2048 tokens of
 #      context with the cache rows as floats, packed and mirrored on the device (DEEPINFER_CUDA_KV), half
-#      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device MoE (DEEPINFER_CUDA_MOE=device), the
-#      split attention, the FMA linear (E2E=0 skips it).
+#      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device MoE (DEEPINFER_CUDA_MOE=device) alone and
+#      with the device linear chain (DEEPINFER_CUDA_LINEAR_CHAIN=device), the split attention, the FMA linear (E2E=0
+#      skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
@@ -119,14 +120,15 @@ fi
 
 # The tensor-core linear (all its kernels: mma_staged / mma_split run the staged one, unsplit / split over K, from
 # 64 tokens, the register one below)
-# both attention paths and the device MoE under compute-sanitizer's memcheck (written without a GPU at hand):
+# both attention paths, the device MoE and the device linear chain under compute-sanitizer's memcheck (written
+# without a GPU at hand):
 # out-of-bounds or misaligned accesses show here even where the results happen to come out right.
 sanitizer_rc=skipped
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ] && [ "$(limit_for 150)" -ge 30 ]; then
-  step "compute-sanitizer memcheck: the mma linear, the attention and the device MoE tests"
+  step "compute-sanitizer memcheck: the mma linear, the attention, the device MoE and chain tests"
   timeout "$(limit_for 150)" "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
-    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit' \
+    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:LinearChainCuda.DeviceChainEqualsTheModelStepsBitForBit' \
     >"$OUT_DIR/sanitizer.log" 2>&1
   sanitizer_rc=$?
   grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8
@@ -184,8 +186,11 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     e2e_rc="0, serve $serve_rc"
     # The defaults (tensor-core linear, fused attention, cache rows as floats), with each step split by op kind.
     bench_run defaults 200 -- --prefill 128,512 --batch 1,8,64 --decode-steps 8
-    # A block's whole MoE on the device in one call (DEEPINFER_CUDA_MOE=device, not yet run on a GPU).
+    # A block's whole MoE on the device in one call (DEEPINFER_CUDA_MOE=device), then with the attention's output
+    # projection in one call too (DEEPINFER_CUDA_LINEAR_CHAIN=device); neither has run on a GPU yet.
     bench_run "DEEPINFER_CUDA_MOE=device" 100 DEEPINFER_CUDA_MOE=device -- --prefill 128 --batch 1,8,64 --decode-steps 8
+    bench_run "DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device" 100 DEEPINFER_CUDA_MOE=device \
+      DEEPINFER_CUDA_LINEAR_CHAIN=device -- --prefill 128 --batch 1,8,64 --decode-steps 8
     # The issue's largest decode batch (its 256 sequences' prompts are set up first).
     bench_run "decode batch 256" 100 -- --prefill 16 --batch 256 --decode-steps 4
     # The same with the cache rows packed: the floats path decodes and gathers ~160k rows per layer on the host.

@@ -122,6 +122,20 @@ struct MoeParams {
   float* out = nullptr;                  // [n_tokens, dim] bf16 values
 };
 
+// Two steps of linear ops with the model's activation QDQ between them, as the model computes them
+// (model/linear_chain.h; the attention's output projection: wo_a's groups, each writing its columns of mid, then
+// wo_b on mid after mid's QDQ): first's ops, then mid's QDQ over [n_tokens, mid_width] in blocks of qdq_block
+// (qdq_fp8, or qdq_fp8_v41 where v41), then second, which reads mid. What mid holds afterwards is unspecified.
+struct LinearChainParams {
+  std::span<const LinearParams> first;  // each writes columns of mid (out_stride mid_width), together all of them
+  float* mid = nullptr;                 // [n_tokens, mid_width]
+  int64_t n_tokens = 0;
+  int64_t mid_width = 0;
+  int64_t qdq_block = 0;
+  bool v41 = false;
+  LinearParams second;                  // x = mid, x_stride = mid_width
+};
+
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
 // chunk uses the one-shot prefill layout); a backend may also pick its kernels by it, never by how many tokens
 // an op has, so a token's result depends on its kind but never on what else is in its batch.
@@ -179,6 +193,10 @@ class Backend {
   // intermediate kept there), with out equal to what the model's own code computes on this backend bit for bit;
   // false: it did nothing, and the model runs its own code (the CPU backends always).
   virtual bool moe(const MoeParams& /*p*/) { return false; }
+  // Runs a linear chain whole where the backend can (the CUDA backend: mid stays on the device, one wait), with
+  // second's outputs equal to the model's own steps on this backend bit for bit; false: it did nothing, and the
+  // model runs the steps itself (the CPU backends always).
+  virtual bool linear_chain(const LinearChainParams& /*p*/) { return false; }
 };
 
 std::unique_ptr<Backend> make_reference_backend();

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <utility>
+#include <vector>
 
 namespace deepinfer {
 
@@ -116,6 +117,19 @@ bool TimedBackend::moe(const MoeParams& p) {
   t.calls += 1;
   t.entries += 1;
   t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return true;
+}
+bool TimedBackend::linear_chain(const LinearChainParams& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!inner_->linear_chain(p)) return false;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  OpTime& t = (*times_)[size_t(OpKind::kLinear)];
+  t.calls += int64_t(p.first.size()) + 1;
+  t.entries += 1;
+  t.seconds += seconds;
+  std::vector<LinearParams> ops(p.first.begin(), p.first.end());
+  ops.push_back(p.second);
+  add_linear(ops, seconds);
   return true;
 }
 void TimedBackend::for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) {

@@ -79,6 +79,8 @@ class TimedBackend final : public Backend {
   }
   void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }
   bool moe(const MoeParams& p) override;  // timed only when the inner backend ran it
+  // Timed as linear ops (its ops, one call) only when the inner backend ran it.
+  bool linear_chain(const LinearChainParams& p) override;
 
  private:
   template <typename Call>

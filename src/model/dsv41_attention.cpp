@@ -8,6 +8,7 @@
 
 #include "core/dtypes.h"
 #include "model/kv_decode_cache.h"
+#include "model/linear_chain.h"
 #include "model/model_internal.h"
 
 namespace deepinfer {
@@ -224,10 +225,12 @@ void Model::output_projection_v41(const BlockWeights& w, const std::vector<float
     wo_a[size_t(g)] = {.x = o.data() + g * group_width, .x_stride = H * HD, .n_tokens = T, .weight = &w.wo_a, .row_begin = g * OL,
                        .n_rows = OL, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = z.data() + g * OL, .out_stride = G * OL};
   }
-  backend_->linears(wo_a);
-  act_qdq_rows(z, T, G * OL);  // step 31
-  backend_->linear({.x = z.data(), .x_stride = G * OL, .n_tokens = T, .weight = &w.wo_b, .row_begin = 0, .n_rows = D,
-                    .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.data(), .out_stride = D, .x_e4m3_block = c.act_block});
+  // Step 31 (z's QDQ) between them; one call where the backend runs the chain whole.
+  run_linear_chain(*backend_, {.first = wo_a, .mid = z.data(), .n_tokens = T, .mid_width = G * OL, .qdq_block = c.act_block,
+                               .v41 = c.is_v41(),
+                               .second = {.x = z.data(), .x_stride = G * OL, .n_tokens = T, .weight = &w.wo_b, .row_begin = 0,
+                                          .n_rows = D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.data(),
+                                          .out_stride = D, .x_e4m3_block = c.act_block}});
 }
 
 // Query tokens whose index scores are held at once (their selections run on the backend's threads).

@@ -7,6 +7,7 @@
 
 #include "core/dtypes.h"
 #include "model/kv_decode_cache.h"
+#include "model/linear_chain.h"
 #include "model/model_internal.h"
 
 namespace deepinfer {
@@ -317,9 +318,10 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       wo_a[size_t(g)] = {buf.o.data() + g * group_width, H * HD, nb, &w.wo_a, g * OL, OL, Epilogue::kBf16, nullptr,
                          buf.z.data() + g * OL, G * OL};
     }
-    backend_->linears(wo_a);
-    act_qdq_rows(buf.z, nb, G * OL);
-    backend_->linear({buf.z.data(), G * OL, nb, &w.wo_b, 0, D, Epilogue::kBf16, nullptr, &out[size_t(b0 * D)], D, c.act_block});
+    // One call where the backend runs the chain whole (the CUDA backend: z stays on the device).
+    run_linear_chain(*backend_, {wo_a, buf.z.data(), nb, G * OL, c.act_block, c.is_v41(),
+                                 {buf.z.data(), G * OL, nb, &w.wo_b, 0, D, Epilogue::kBf16, nullptr, &out[size_t(b0 * D)], D,
+                                  c.act_block}});
   }
 
   // The window ring takes this call's rows only now: earlier tokens of the call still needed the old ones.

@@ -199,5 +199,21 @@ TEST(GoldenCudaDeviceMoe, EqualsTheHostMoeBitForBit) {
       });
 }
 
+// DEEPINFER_CUDA_LINEAR_CHAIN=device end to end: every attention output projection (wo_a's groups, z's QDQ, wo_b)
+// in one call gives the model's own steps' bits on this backend, so the logits (main, MTP, DSpark) are the same bit
+// for bit, with fewer backend linear calls.
+TEST(GoldenCudaLinearChain, EqualsTheModelStepsBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  expect_same_bits({{"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}, "DEEPINFER_CUDA_LINEAR_CHAIN",
+                   {"host", "device"}, [](const CudaRun (&runs)[2]) {
+                     const int64_t host_calls = runs[0].times[size_t(OpKind::kLinear)].entries;
+                     const int64_t device_calls = runs[1].times[size_t(OpKind::kLinear)].entries;
+                     // The same ops, each chain one call where the steps make two.
+                     EXPECT_EQ(runs[0].times[size_t(OpKind::kLinear)].calls, runs[1].times[size_t(OpKind::kLinear)].calls);
+                     EXPECT_LT(device_calls, host_calls);
+                     std::printf("  backend linear calls %lld -> %lld\n", (long long)host_calls, (long long)device_calls);
+                   });
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -131,6 +131,7 @@ struct KernelPaths {
   bool fp8_wgmma = false;          // wgmma: the same ops on the wgmma kernel (sm_90a)
   bool device_moe = false;         // DEEPINFER_CUDA_MOE=device or host (the default)
   bool graphs = true;              // DEEPINFER_CUDA_GRAPHS=on (the default) or off
+  bool device_chain = false;       // DEEPINFER_CUDA_LINEAR_CHAIN=device or host (the default)
 };
 
 class CudaBackend final : public Backend {
@@ -139,7 +140,8 @@ class CudaBackend final : public Backend {
       : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(paths.packed_rows),
         tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention),
         mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb), fp8_prompt_linear_(paths.fp8_prompt_linear),
-        fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma), device_moe_(paths.device_moe), graphs_(paths.graphs) {
+        fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma), device_moe_(paths.device_moe), graphs_(paths.graphs),
+        device_chain_(paths.device_chain) {
     bind_device();
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -283,6 +285,115 @@ class CudaBackend final : public Backend {
     const MoeBlock* block = moe_block(w);
     if (!block) return false;
     run_moe(p, *block);
+    return true;
+  }
+
+  // DEEPINFER_CUDA_LINEAR_CHAIN=device: the attention's output projection (wo_a's groups, z's QDQ, wo_b) in one
+  // call: the first ops' inputs in, their outputs interleaved into mid on the device, the QDQ there
+  // (moe_kernels.cu's, the host's exact code), the second op, its output back; one wait where the model's steps
+  // make two, and no z crossing to the host and back. The ops run on the kernels linears() gives them, so the
+  // output is the model's own bits on this backend. It declines where that takes other kernels (the FMA linear,
+  // the FP8-operand prompt linear for prompt tokens), for weights in host memory, for first ops of different
+  // weight kinds or k_pad, and for a second op with a bias.
+  bool linear_chain(const LinearChainParams& p) override {
+    const int64_t T = p.n_tokens, n_first = int64_t(p.first.size());
+    if (!device_chain_ || !tensor_core_linear_ || T == 0 || n_first == 0) return false;
+    if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return false;
+    if (p.second.epilogue == Epilogue::kF32AddBias) return false;
+    bind_device();
+    std::vector<const LinearParams*> ops;
+    for (const LinearParams& op : p.first) ops.push_back(&op);
+    ops.push_back(&p.second);
+    std::vector<const cuda::DeviceWeight*> weights;
+    for (const LinearParams* op : ops) {
+      if (host_experts_.count(op->weight->data)) return false;
+      const cuda::DeviceWeight& d = weights_.get(*op->weight, stream_);
+      if (!d.mma_exact) return false;
+      weights.push_back(&d);
+    }
+    const cuda::DeviceWeight& w0 = *weights[0];
+    int64_t covered = 0, max_rows = 0;
+    for (int64_t i = 0; i < n_first; ++i) {
+      const LinearParams& op = p.first[size_t(i)];
+      if (weights[size_t(i)]->kind != w0.kind || weights[size_t(i)]->k_pad != w0.k_pad) return false;
+      const int64_t column = op.out - p.mid;
+      DI_CHECK_MSG(op.n_tokens == T && op.out_stride == p.mid_width && column >= 0 && column + op.n_rows <= p.mid_width,
+                   "linear chain: a first op does not write columns of mid");
+      covered += op.n_rows;
+      max_rows = std::max(max_rows, op.n_rows);
+    }
+    DI_CHECK_MSG(covered == p.mid_width, "linear chain: the first ops do not cover mid's columns");
+    DI_CHECK_MSG(p.second.x == p.mid && p.second.x_stride == p.mid_width && p.second.n_tokens == T &&
+                     p.second.weight->n_in == p.mid_width,
+                 "linear chain: the second op does not read mid");
+    const cuda::DeviceWeight& w2 = *weights.back();
+    const int64_t k1 = w0.k_pad, k2 = w2.k_pad, n_out = p.second.n_rows;
+    // Device: the first ops' x [T, k1] each, their outputs [T, n_rows] each, their descriptors, mid [T, k2], the
+    // output [T, n_out]; host (pinned): the x rows and the descriptors (one copy in), then the output.
+    size_t bytes = 0;
+    auto take = [&](size_t n) {
+      const size_t at = bytes;
+      bytes += (n + 255) / 256 * 256;
+      return at;
+    };
+    const size_t x_at = take(size_t(n_first * T * k1) * 4), desc_at = take(size_t(n_first) * sizeof(cuda::LinearLaunch));
+    const size_t in_bytes = bytes;
+    std::vector<size_t> out_at;
+    for (int64_t i = 0; i < n_first; ++i) out_at.push_back(take(size_t(T * p.first[size_t(i)].n_rows) * 4));
+    const size_t mid_at = take(size_t(T * k2) * 4), y_at = take(size_t(T * n_out) * 4);
+    chain_scratch_.reserve(bytes);
+    chain_host_.reserve(std::max(in_bytes, size_t(T * n_out) * 4));
+    uint8_t* dev = chain_scratch_.get<uint8_t>();
+    uint8_t* host = chain_host_.get<uint8_t>();
+    std::vector<cuda::LinearLaunch> launches(static_cast<size_t>(n_first));
+    for (int64_t i = 0; i < n_first; ++i) {
+      const LinearParams& op = p.first[size_t(i)];
+      float* x_host = reinterpret_cast<float*>(host + x_at) + i * T * k1;
+      for (int64_t t = 0; t < T; ++t) {
+        std::memcpy(x_host + t * k1, op.x + t * op.x_stride, size_t(op.weight->n_in) * 4);
+        std::fill(x_host + t * k1 + op.weight->n_in, x_host + (t + 1) * k1, 0.0f);
+      }
+      cuda::LinearLaunch& l = launches[size_t(i)];
+      l = launch_of(*weights[size_t(i)]);
+      l.x = reinterpret_cast<const float*>(dev + x_at) + i * T * k1;
+      l.n_tokens = T;
+      l.row_begin = op.row_begin;
+      l.n_rows = op.n_rows;
+      l.epilogue = to_launch(op.epilogue);
+      l.out = reinterpret_cast<float*>(dev + out_at[size_t(i)]);
+    }
+    std::memcpy(host + desc_at, launches.data(), launches.size() * sizeof(cuda::LinearLaunch));
+    cuda::LinearLaunch second = launch_of(w2);
+    second.x = reinterpret_cast<const float*>(dev + mid_at);
+    second.n_tokens = T;
+    second.row_begin = p.second.row_begin;
+    second.n_rows = n_out;
+    second.epilogue = to_launch(p.second.epilogue);
+    second.out = reinterpret_cast<float*>(dev + y_at);
+    int64_t partial_floats = cuda::linear_mma_partial_floats(second, mma_choice_);
+    if (n_first == 1) partial_floats = std::max(partial_floats, cuda::linear_mma_partial_floats(launches[0], mma_choice_));
+    if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * 4);
+
+    DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
+    if (n_first == 1) {
+      launch_lone_mma(launches[0]);
+    } else {
+      cuda::launch_linear_mma_grouped(reinterpret_cast<const cuda::LinearLaunch*>(dev + desc_at), int(n_first), w0.kind, k1,
+                                      max_rows, T, stream_, mma_choice_);
+    }
+    float* mid = reinterpret_cast<float*>(dev + mid_at);
+    for (int64_t i = 0; i < n_first; ++i) {  // each op's [T, n_rows] into its columns of mid
+      const LinearParams& op = p.first[size_t(i)];
+      DI_CUDA_CHECK(cudaMemcpy2DAsync(mid + (op.out - p.mid), size_t(k2) * 4, launches[size_t(i)].out, size_t(op.n_rows) * 4,
+                                      size_t(op.n_rows) * 4, size_t(T), cudaMemcpyDeviceToDevice, stream_));
+    }
+    const cuda::ActQdqRule rule = p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
+    cuda::launch_act_qdq({mid, k2, T, p.mid_width, p.qdq_block, rule, mid, k2, k2}, stream_);
+    launch_lone_mma(second);
+    DI_CUDA_CHECK(cudaMemcpyAsync(host, dev + y_at, size_t(T * n_out) * 4, cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const auto* y = reinterpret_cast<const float*>(host);
+    for (int64_t t = 0; t < T; ++t) std::memcpy(p.second.out + t * p.second.out_stride, y + t * n_out, size_t(n_out) * 4);
     return true;
   }
 
@@ -1009,6 +1120,10 @@ class CudaBackend final : public Backend {
   };
   static constexpr size_t kMaxMoeGraphs = 4096;
   std::map<MoeGraphKey, MoeGraph> moe_graphs_;
+  // linear_chain(): DEEPINFER_CUDA_LINEAR_CHAIN=device, its device scratch and pinned staging.
+  bool device_chain_ = false;
+  DeviceBuffer chain_scratch_;
+  cuda::PinnedBuffer chain_host_;
 };
 
 }  // namespace
@@ -1071,6 +1186,12 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   const std::optional<std::string> moe = env_choice("DEEPINFER_CUDA_MOE", {"host", "device"}, error);
   if (!moe) return nullptr;
   paths.device_moe = *moe == "device";
+  // DEEPINFER_CUDA_LINEAR_CHAIN: host (default: the model's steps, its linears on the device) or device (the
+  // attention's output projection in one call, z kept on the device; Backend::linear_chain, written without a GPU
+  // at hand).
+  const std::optional<std::string> chain = env_choice("DEEPINFER_CUDA_LINEAR_CHAIN", {"host", "device"}, error);
+  if (!chain) return nullptr;
+  paths.device_chain = *chain == "device";
   // DEEPINFER_CUDA_GRAPHS: on (default) or off: the device MoE's stream work replayed as CUDA graphs (written
   // without a GPU at hand; off runs the same operations one by one).
   const std::optional<std::string> graphs = env_choice("DEEPINFER_CUDA_GRAPHS", {"on", "off"}, error);

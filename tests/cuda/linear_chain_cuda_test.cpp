@@ -1,0 +1,90 @@
+// The device linear chain (Backend::linear_chain with DEEPINFER_CUDA_LINEAR_CHAIN=device: the attention's output
+// projection, wo_a's groups, z's QDQ, wo_b, in one call) against the model's own steps on the same backend
+// (linear_chain_on_backend): the same kernels run each op and the QDQ is the host's exact code, so the outputs must
+// be the same bits. Random FP8 weights in the V4 layout (the groups are row ranges of one wo_a, each reading its
+// columns of o), V4 and V4.1 QDQ rules, 1 to 70 tokens (the register, staged and split kernels).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "backend/backend.h"
+#include "cuda/cuda_util.h"
+#include "kernel/kernel_test_util.h"
+#include "model/linear_chain.h"
+
+namespace deepinfer::testing {
+namespace {
+
+void expect_chain_equals_model_steps(int64_t n_tokens, bool v41, uint32_t seed) {
+  SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " QDQ, " + std::to_string(n_tokens) + " tokens");
+  const int64_t G = 4, group_width = 128, OL = 64, D = 192, T = n_tokens;
+  std::mt19937 rng(seed);
+  const OwnedWeight wo_a = random_fp8_weight(rng, G * OL, group_width, 128);
+  const OwnedWeight wo_b = random_fp8_weight(rng, D, G * OL, 128);
+  const std::vector<float> o = random_bf16_values(rng, T * G * group_width, 1.0f);
+  std::vector<float> z(size_t(T * G * OL)), host(size_t(T * D), -7.0f), device(size_t(T * D), -7.0f);
+  std::vector<LinearParams> groups(static_cast<size_t>(G));
+  for (int64_t g = 0; g < G; ++g) {
+    groups[size_t(g)] = {o.data() + g * group_width, G * group_width, T, &wo_a.w, g * OL, OL, Epilogue::kBf16, nullptr,
+                         z.data() + g * OL, G * OL};
+  }
+  const int64_t block = v41 ? 32 : 128;
+  auto chain = [&](float* out) {
+    return LinearChainParams{groups, z.data(), T, G * OL, block, v41,
+                             {z.data(), G * OL, T, &wo_b.w, 0, D, Epilogue::kBf16, nullptr, out, D, block}};
+  };
+  setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
+  DI_MAKE_CUDA_BACKEND(gpu);
+  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
+  linear_chain_on_backend(*gpu, chain(host.data()));
+  ASSERT_TRUE(gpu->linear_chain(chain(device.data()))) << "the device chain declined an output projection it can run";
+  int64_t differ = 0;
+  for (size_t i = 0; i < host.size(); ++i) differ += std::memcmp(&host[i], &device[i], 4) != 0;
+  EXPECT_EQ(differ, 0) << "of " << host.size() << " outputs";
+  EXPECT_GT(std::count_if(device.begin(), device.end(), [](float v) { return v != 0.0f && v != -7.0f; }), int64_t(host.size() / 2));
+}
+
+TEST(LinearChainCuda, DeviceChainEqualsTheModelStepsBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1;
+  for (const char* linear : {"mma", "mma_split"}) {
+    const ScopedCudaPaths paths(linear);
+    for (int64_t n : {1, 3, 70}) {
+      expect_chain_equals_model_steps(n, false, seed++);
+      expect_chain_equals_model_steps(n, true, seed++);
+    }
+  }
+}
+
+// The FMA linear takes other kernels than the chain would: it declines there, and by default (host).
+TEST(LinearChainCuda, DeclinesWhereTheModelStepsDiffer) {
+  DI_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(3);
+  const OwnedWeight wo_a = random_fp8_weight(rng, 128, 128, 128), wo_b = random_fp8_weight(rng, 128, 128, 128);
+  const std::vector<float> o = random_bf16_values(rng, 128, 1.0f);
+  std::vector<float> z(128), out(128);
+  const LinearParams first{o.data(), 128, 1, &wo_a.w, 0, 128, Epilogue::kBf16, nullptr, z.data(), 128};
+  const LinearChainParams p{{&first, 1}, z.data(), 1, 128, 128, false, {z.data(), 128, 1, &wo_b.w, 0, 128, Epilogue::kBf16, nullptr, out.data(), 128, 128}};
+  {
+    const ScopedCudaPaths linear("fma");
+    setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
+    DI_MAKE_CUDA_BACKEND(gpu);
+    unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
+    EXPECT_FALSE(gpu->linear_chain(p));
+  }
+  {
+    const ScopedCudaPaths linear("mma");
+    DI_MAKE_CUDA_BACKEND(gpu);
+    EXPECT_FALSE(gpu->linear_chain(p));
+  }
+  setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "always", 1);
+  std::string error;
+  EXPECT_EQ(make_cuda_backend(0, 0, &error), nullptr);
+  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
+  EXPECT_NE(error.find("DEEPINFER_CUDA_LINEAR_CHAIN"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
