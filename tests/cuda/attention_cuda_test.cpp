@@ -166,13 +166,6 @@ TEST_P(SparseAttentionCuda, BatchedTokensShareRowsAndMatchSingleRuns) {
   }
 }
 
-// The outputs whose bits differ.
-int64_t n_differing(const std::vector<float>& a, const std::vector<float>& b) {
-  int64_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0;
-  return n;
-}
-
 // T tokens' attention on `gpu` twice: over as_floats (n_slots float rows each), and over `slots` beside `packed`
 // (the same rows, some of them packed); how many outputs differ in their bits.
 int64_t packed_outputs_differing(Backend& gpu, const std::vector<float>& q, const std::vector<float>& sink, int64_t H,

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -26,6 +28,13 @@ inline bool small_test_shapes() {
 }
 
 inline std::unique_ptr<Backend> cuda_backend_or_null(std::string* error) { return make_cuda_backend(0, 0, error); }
+
+// How many of two equally long output arrays' values differ in their bits (the bit-for-bit comparisons).
+inline int64_t n_differing(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0;
+  return n;
+}
 
 // The CUDA backend's kernel choices for the backends made while it lives: the linear path
 // (DEEPINFER_CUDA_LINEAR: fma, mma, mma_staged or mma_split), the attention path (DEEPINFER_CUDA_ATTENTION: fused or split) and how

@@ -5,8 +5,8 @@
 // columns of o), V4 and V4.1 QDQ rules, 1 to 70 tokens (the register, staged and split kernels).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 
 #include "backend/backend.h"
@@ -40,9 +40,7 @@ void expect_chain_equals_model_steps(int64_t n_tokens, bool v41, uint32_t seed) 
   unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
   linear_chain_on_backend(*gpu, chain(host.data()));
   ASSERT_TRUE(gpu->linear_chain(chain(device.data()))) << "the device chain declined an output projection it can run";
-  int64_t differ = 0;
-  for (size_t i = 0; i < host.size(); ++i) differ += std::memcmp(&host[i], &device[i], 4) != 0;
-  EXPECT_EQ(differ, 0) << "of " << host.size() << " outputs";
+  EXPECT_EQ(n_differing(host, device), 0) << "of " << host.size() << " outputs";
   EXPECT_GT(std::count_if(device.begin(), device.end(), [](float v) { return v != 0.0f && v != -7.0f; }), int64_t(host.size() / 2));
 }
 

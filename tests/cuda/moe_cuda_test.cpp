@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -96,9 +95,7 @@ void expect_whole_equals_host_path(Backend& gpu, const RandomMoe& moe, const Moe
   std::vector<float> host(n, -7.0f), device(n, -7.0f);
   moe_on_backend(gpu, moe.params(s, host.data(), n_tokens));
   ASSERT_TRUE(gpu.moe(moe.params(s, device.data(), n_tokens))) << "the device MoE declined a block it can run";
-  int64_t differ = 0;
-  for (size_t i = 0; i < n; ++i) differ += std::memcmp(&host[i], &device[i], 4) != 0;
-  EXPECT_EQ(differ, 0) << "of " << n << " outputs";
+  EXPECT_EQ(n_differing(host, device), 0) << "of " << n << " outputs";
   EXPECT_TRUE(std::all_of(device.begin(), device.end(), [](float v) { return std::isfinite(v); }));
   EXPECT_GT(std::count_if(device.begin(), device.end(), [](float v) { return v != 0.0f; }), int64_t(n / 2));
 }
