@@ -8,14 +8,19 @@
 
 namespace deepinfer {
 
-namespace {
-size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
-}  // namespace
+void copy_rows(const float* src, int64_t src_stride, int64_t n_rows, int64_t width, float* dst, int64_t dst_stride,
+               int64_t dst_width) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* row = dst + r * dst_stride;
+    std::memcpy(row, src + r * src_stride, size_t(width) * 4);
+    std::fill(row + width, row + dst_width, 0.0f);
+  }
+}
 
 void LinearBatchLayout::plan(std::span<const LinearParams> ps, std::span<const int64_t> k, std::span<const int64_t> k_pad) {
   DI_CHECK(k.size() == ps.size() && k_pad.size() == ps.size());
   places_.assign(ps.size(), Place{});
-  size_t at = 0;
+  ScratchLayout layout;
   for (size_t i = 0; i < ps.size(); ++i) {
     const LinearParams& p = ps[i];
     if (p.n_tokens == 0 || p.n_rows == 0) continue;
@@ -35,22 +40,14 @@ void LinearBatchLayout::plan(std::span<const LinearParams> ps, std::span<const i
         break;
       }
     }
-    if (place.upload_x) {
-      place.x = at;
-      at += aligned(size_t(p.n_tokens * place.k_pad) * 4);
-    }
-    if (p.epilogue == Epilogue::kF32AddBias) {
-      place.bias = at;
-      at += aligned(size_t(p.n_tokens * p.n_rows) * 4);
-    }
+    if (place.upload_x) place.x = layout.take(size_t(p.n_tokens * place.k_pad) * 4);
+    if (p.epilogue == Epilogue::kF32AddBias) place.bias = layout.take(size_t(p.n_tokens * p.n_rows) * 4);
   }
-  input_bytes_ = at;
+  input_bytes_ = layout.bytes;
   for (size_t i = 0; i < ps.size(); ++i) {
-    if (places_[i].empty) continue;
-    places_[i].out = at;
-    at += aligned(size_t(ps[i].n_tokens * ps[i].n_rows) * 4);
+    if (!places_[i].empty) places_[i].out = layout.take(size_t(ps[i].n_tokens * ps[i].n_rows) * 4);
   }
-  bytes_ = at;
+  bytes_ = layout.bytes;
 }
 
 void LinearBatchLayout::stage_inputs(std::span<const LinearParams> ps, uint8_t* host) const {
@@ -59,11 +56,7 @@ void LinearBatchLayout::stage_inputs(std::span<const LinearParams> ps, uint8_t* 
     if (place.empty) continue;
     const LinearParams& p = ps[i];
     if (place.upload_x) {
-      for (int64_t t = 0; t < p.n_tokens; ++t) {
-        float* row = reinterpret_cast<float*>(host + place.x) + t * place.k_pad;
-        std::memcpy(row, p.x + t * p.x_stride, size_t(place.k) * 4);
-        std::fill(row + place.k, row + place.k_pad, 0.0f);
-      }
+      copy_rows(p.x, p.x_stride, p.n_tokens, place.k, reinterpret_cast<float*>(host + place.x), place.k_pad, place.k_pad);
     }
     if (p.epilogue == Epilogue::kF32AddBias) std::memcpy(host + place.bias, p.bias, size_t(p.n_tokens * p.n_rows) * 4);
   }
@@ -74,8 +67,7 @@ void LinearBatchLayout::scatter_outputs(std::span<const LinearParams> ps, const 
     const Place& place = places_[i];
     if (place.empty) continue;
     const LinearParams& p = ps[i];
-    const float* out = reinterpret_cast<const float*>(host + place.out);
-    for (int64_t t = 0; t < p.n_tokens; ++t) std::memcpy(p.out + t * p.out_stride, out + t * p.n_rows, size_t(p.n_rows) * 4);
+    copy_rows(reinterpret_cast<const float*>(host + place.out), p.n_rows, p.n_tokens, p.n_rows, p.out, p.out_stride, p.n_rows);
   }
 }
 

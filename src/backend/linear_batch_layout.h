@@ -15,6 +15,22 @@
 
 namespace deepinfer {
 
+// Parts of one device buffer (and of its pinned host mirror) laid out one after another, each starting on a
+// 256-byte boundary.
+struct ScratchLayout {
+  size_t bytes = 0;
+  size_t take(size_t n) {  // the offset of the next part, of n bytes
+    const size_t at = bytes;
+    bytes += (n + 255) / 256 * 256;
+    return at;
+  }
+};
+
+// dst[r, 0 .. width) = src[r, 0 .. width) and dst[r, width .. dst_width) = 0 for r < n_rows, strides in floats:
+// rows staged for a device that reads them zero-padded, or outputs copied back to their strided place.
+void copy_rows(const float* src, int64_t src_stride, int64_t n_rows, int64_t width, float* dst, int64_t dst_stride,
+               int64_t dst_width);
+
 class LinearBatchLayout {
  public:
   struct Place {

@@ -70,16 +70,6 @@ cuda::LinearLaunch launch_of(const cuda::DeviceWeight& d) {
   return l;
 }
 
-// The parts of one device scratch buffer, laid out one after another, each 256-byte aligned.
-struct ScratchLayout {
-  size_t bytes = 0;
-  size_t take(size_t n) {  // the offset of the next part of n bytes
-    const size_t at = bytes;
-    bytes += (n + 255) / 256 * 256;
-    return at;
-  }
-};
-
 // Launch grids allow at most 65535 blocks along y and z (token and op dimensions here).
 constexpr size_t kMaxGridYZ = 65535;
 
@@ -340,25 +330,21 @@ class CudaBackend final : public Backend {
     const int64_t k1 = w0.k_pad, k2 = w2.k_pad, n_out = p.second.n_rows;
     // Device: the first ops' x [T, k1] each, their outputs [T, n_rows] each, their descriptors, mid [T, k2], the
     // output [T, n_out]; host (pinned): the x rows and the descriptors (one copy in), then the output.
-    ScratchLayout scratch;
-    auto take = [&](size_t n) { return scratch.take(n); };
-    const size_t x_at = take(size_t(n_first * T * k1) * 4), desc_at = take(size_t(n_first) * sizeof(cuda::LinearLaunch));
-    const size_t in_bytes = scratch.bytes;
+    ScratchLayout layout;
+    const size_t x_at = layout.take(size_t(n_first * T * k1) * 4);
+    const size_t desc_at = layout.take(size_t(n_first) * sizeof(cuda::LinearLaunch));
+    const size_t in_bytes = layout.bytes;
     std::vector<size_t> out_at;
-    for (int64_t i = 0; i < n_first; ++i) out_at.push_back(take(size_t(T * p.first[size_t(i)].n_rows) * 4));
-    const size_t mid_at = take(size_t(T * k2) * 4), y_at = take(size_t(T * n_out) * 4);
-    chain_scratch_.reserve(scratch.bytes);
+    for (int64_t i = 0; i < n_first; ++i) out_at.push_back(layout.take(size_t(T * p.first[size_t(i)].n_rows) * 4));
+    const size_t mid_at = layout.take(size_t(T * k2) * 4), y_at = layout.take(size_t(T * n_out) * 4);
+    chain_scratch_.reserve(layout.bytes);
     chain_host_.reserve(std::max(in_bytes, size_t(T * n_out) * 4));
     uint8_t* dev = chain_scratch_.get<uint8_t>();
     uint8_t* host = chain_host_.get<uint8_t>();
     std::vector<cuda::LinearLaunch> launches(static_cast<size_t>(n_first));
     for (int64_t i = 0; i < n_first; ++i) {
       const LinearParams& op = p.first[size_t(i)];
-      float* x_host = reinterpret_cast<float*>(host + x_at) + i * T * k1;
-      for (int64_t t = 0; t < T; ++t) {
-        std::memcpy(x_host + t * k1, op.x + t * op.x_stride, size_t(op.weight->n_in) * 4);
-        std::fill(x_host + t * k1 + op.weight->n_in, x_host + (t + 1) * k1, 0.0f);
-      }
+      copy_rows(op.x, op.x_stride, T, op.weight->n_in, reinterpret_cast<float*>(host + x_at) + i * T * k1, k1, k1);
       cuda::LinearLaunch& l = launches[size_t(i)];
       l = launch_of(*weights[size_t(i)]);
       l.x = reinterpret_cast<const float*>(dev + x_at) + i * T * k1;
@@ -398,8 +384,7 @@ class CudaBackend final : public Backend {
     launch_lone_mma(second);
     DI_CUDA_CHECK(cudaMemcpyAsync(host, dev + y_at, size_t(T * n_out) * 4, cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const auto* y = reinterpret_cast<const float*>(host);
-    for (int64_t t = 0; t < T; ++t) std::memcpy(p.second.out + t * p.second.out_stride, y + t * n_out, size_t(n_out) * 4);
+    copy_rows(reinterpret_cast<const float*>(host), n_out, T, n_out, p.second.out, p.second.out_stride, n_out);
     return true;
   }
 
@@ -483,8 +468,8 @@ class CudaBackend final : public Backend {
     DI_CHECK_MSG(D == w.gate.n_in && D <= kx, "device MoE: u's width is not the gate's");
     const cuda::ActQdqRule rule = p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
     // Device scratch, each part 256-byte aligned.
-    ScratchLayout scratch;
-    auto take = [&](size_t n) { return scratch.take(n); };
+    ScratchLayout layout;
+    auto take = [&](size_t n) { return layout.take(n); };
     const size_t u_at = take(size_t(T * kx) * 4), hash_at = take(size_t(R) * 4), uq_at = take(size_t(T * kx) * 4),
                  scores_at = take(size_t(T * E) * 4), sa_at = take(size_t(T * IS) * 4), sb_at = take(size_t(T * IS) * 4),
                  sh_at = take(size_t(T * k2s) * 4), sy_at = take(size_t(T * D) * 4), row_token_at = take(size_t(R) * 4),
@@ -493,7 +478,7 @@ class CudaBackend final : public Backend {
                  w2_at = take(size_t(n_slots) * sizeof(cuda::LinearLaunch)), x_at = take(size_t(R * kx) * 4),
                  a_at = take(size_t(R * I) * 4), b_at = take(size_t(R * I) * 4), h_at = take(size_t(R * k2) * 4),
                  y_at = take(size_t(R * D) * 4), out_at = take(size_t(T * D) * 4);
-    moe_scratch_.reserve(scratch.bytes);
+    moe_scratch_.reserve(layout.bytes);
     const size_t in_bytes = size_t(T * kx) * 4 + size_t(R) * 4;  // host: u padded, then the hash rows
     moe_host_.reserve(std::max(in_bytes, size_t(T * D) * 4));
     uint8_t* dev = moe_scratch_.get<uint8_t>();
@@ -502,10 +487,7 @@ class CudaBackend final : public Backend {
     auto ops = [&](size_t offset) { return reinterpret_cast<cuda::LinearLaunch*>(dev + offset); };
 
     float* u_host = moe_host_.get<float>();
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(u_host + t * kx, p.u + t * D, size_t(D) * 4);
-      std::fill(u_host + t * kx + D, u_host + (t + 1) * kx, 0.0f);
-    }
+    copy_rows(p.u, D, T, D, u_host, kx, kx);
     auto* hash_host = reinterpret_cast<int32_t*>(u_host + T * kx);
     if (w.hash_routed) {
       for (int64_t t = 0; t < T; ++t) {
