@@ -31,6 +31,10 @@ const char* weight_type_name(WeightType type) {
 }
 
 namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 WeightType weight_type(DType dtype) {
   switch (dtype) {
     case DType::kBF16: return WeightType::kBf16;
@@ -60,12 +64,16 @@ template <typename Call>
 double TimedBackend::timed(OpKind kind, int64_t calls, Call&& call) {
   const auto t0 = std::chrono::steady_clock::now();
   call();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = seconds_since(t0);
+  record(kind, calls, seconds);
+  return seconds;
+}
+
+void TimedBackend::record(OpKind kind, int64_t calls, double seconds) {
   OpTime& t = (*times_)[size_t(kind)];
   t.calls += calls;
   t.entries += 1;
   t.seconds += seconds;
-  return seconds;
 }
 
 void TimedBackend::add_linear(std::span<const LinearParams> ps, double seconds) {
@@ -113,20 +121,14 @@ void TimedBackend::sparse_attentions(std::span<const SparseAttentionParams> ps) 
 bool TimedBackend::moe(const MoeParams& p) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!inner_->moe(p)) return false;
-  OpTime& t = (*times_)[size_t(OpKind::kMoe)];
-  t.calls += 1;
-  t.entries += 1;
-  t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  record(OpKind::kMoe, 1, seconds_since(t0));
   return true;
 }
 bool TimedBackend::linear_chain(const LinearChainParams& p) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!inner_->linear_chain(p)) return false;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  OpTime& t = (*times_)[size_t(OpKind::kLinear)];
-  t.calls += int64_t(p.first.size()) + 1;
-  t.entries += 1;
-  t.seconds += seconds;
+  const double seconds = seconds_since(t0);
+  record(OpKind::kLinear, int64_t(p.first.size()) + 1, seconds);
   std::vector<LinearParams> ops(p.first.begin(), p.first.end());
   ops.push_back(p.second);
   add_linear(ops, seconds);

@@ -85,6 +85,7 @@ class TimedBackend final : public Backend {
  private:
   template <typename Call>
   double timed(OpKind kind, int64_t calls, Call&& call);  // returns the call's seconds
+  void record(OpKind kind, int64_t calls, double seconds);  // one entry into the backend of `calls` ops
   void add_linear(std::span<const LinearParams> ps, double seconds);
 
   std::unique_ptr<Backend> inner_;
