@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_launch.cuh"
@@ -274,22 +275,22 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const MoeCombineLaunch
   p.out[t * p.dim + i] = round_bf16_exact(__dadd_rn(acc, double(p.shared_y[t * p.dim + i])));
 }
 
-}  // namespace
-
-void launch_act_qdq(const ActQdqLaunch& p, cudaStream_t stream) {
+// A row kernel (act_qdq, swiglu_qdq): one block of kRowThreads per row, after the checks both need.
+template <class Launch>
+void launch_rows(void (*kernel)(Launch), const Launch& p, const char* name, cudaStream_t stream) {
   if (p.n_rows == 0) return;
   DI_CHECK_MSG(p.block > 0 && p.width <= p.out_pad && p.out_pad <= p.out_stride && p.n_rows < (int64_t(1) << 31),
-               "act_qdq: bad block, widths or row count");
-  launch_kernel(act_qdq_kernel, dim3(unsigned(p.n_rows)), kRowThreads, 0, stream, p);
+               std::string(name) + ": bad block, widths or row count");
+  launch_kernel(kernel, dim3(unsigned(p.n_rows)), kRowThreads, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
+}  // namespace
+
+void launch_act_qdq(const ActQdqLaunch& p, cudaStream_t stream) { launch_rows(act_qdq_kernel, p, "act_qdq", stream); }
+
 void launch_swiglu_qdq(const SwigluQdqLaunch& p, cudaStream_t stream) {
-  if (p.n_rows == 0) return;
-  DI_CHECK_MSG(p.block > 0 && p.width <= p.out_pad && p.out_pad <= p.out_stride && p.n_rows < (int64_t(1) << 31),
-               "swiglu_qdq: bad block, widths or row count");
-  launch_kernel(swiglu_qdq_kernel, dim3(unsigned(p.n_rows)), kRowThreads, 0, stream, p);
-  DI_CUDA_CHECK_LAUNCH();
+  launch_rows(swiglu_qdq_kernel, p, "swiglu_qdq", stream);
 }
 
 void launch_moe_route(const MoeRouteLaunch& p, cudaStream_t stream) {
