@@ -69,6 +69,17 @@ cuda::LinearLaunch launch_of(const cuda::DeviceWeight& d) {
   l.k_pad = d.k_pad;
   return l;
 }
+// The launch of op p on its device weight d, reading x and writing out (device addresses; a bias is the caller's).
+cuda::LinearLaunch launch_of(const cuda::DeviceWeight& d, const LinearParams& p, const float* x, float* out) {
+  cuda::LinearLaunch l = launch_of(d);
+  l.x = x;
+  l.n_tokens = p.n_tokens;
+  l.row_begin = p.row_begin;
+  l.n_rows = p.n_rows;
+  l.epilogue = to_launch(p.epilogue);
+  l.out = out;
+  return l;
+}
 
 // Launch grids allow at most 65535 blocks along y and z (token and op dimensions here).
 constexpr size_t kMaxGridYZ = 65535;
@@ -345,23 +356,12 @@ class CudaBackend final : public Backend {
     for (int64_t i = 0; i < n_first; ++i) {
       const LinearParams& op = p.first[size_t(i)];
       copy_rows(op.x, op.x_stride, T, op.weight->n_in, reinterpret_cast<float*>(host + x_at) + i * T * k1, k1, k1);
-      cuda::LinearLaunch& l = launches[size_t(i)];
-      l = launch_of(*weights[size_t(i)]);
-      l.x = reinterpret_cast<const float*>(dev + x_at) + i * T * k1;
-      l.n_tokens = T;
-      l.row_begin = op.row_begin;
-      l.n_rows = op.n_rows;
-      l.epilogue = to_launch(op.epilogue);
-      l.out = reinterpret_cast<float*>(dev + out_at[size_t(i)]);
+      launches[size_t(i)] = launch_of(*weights[size_t(i)], op, reinterpret_cast<const float*>(dev + x_at) + i * T * k1,
+                                      reinterpret_cast<float*>(dev + out_at[size_t(i)]));
     }
     std::memcpy(host + desc_at, launches.data(), launches.size() * sizeof(cuda::LinearLaunch));
-    cuda::LinearLaunch second = launch_of(w2);
-    second.x = reinterpret_cast<const float*>(dev + mid_at);
-    second.n_tokens = T;
-    second.row_begin = p.second.row_begin;
-    second.n_rows = n_out;
-    second.epilogue = to_launch(p.second.epilogue);
-    second.out = reinterpret_cast<float*>(dev + y_at);
+    const cuda::LinearLaunch second =
+        launch_of(w2, p.second, reinterpret_cast<const float*>(dev + mid_at), reinterpret_cast<float*>(dev + y_at));
     int64_t partial_floats = cuda::linear_mma_partial_floats(second, mma_choice_);
     if (n_first == 1) partial_floats = std::max(partial_floats, cuda::linear_mma_partial_floats(launches[0], mma_choice_));
     if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * 4);
@@ -648,14 +648,8 @@ class CudaBackend final : public Backend {
       if (at.empty) continue;
       const LinearParams& p = ps[i];
       const cuda::DeviceWeight& w = *weights_of_[i];
-      cuda::LinearLaunch l = launch_of(w);
+      cuda::LinearLaunch l = launch_of(w, p, reinterpret_cast<const float*>(base + at.x), reinterpret_cast<float*>(base + at.out));
       if (p.epilogue == Epilogue::kF32AddBias) l.bias = reinterpret_cast<const float*>(base + at.bias);
-      l.x = reinterpret_cast<const float*>(base + at.x);
-      l.n_tokens = p.n_tokens;
-      l.row_begin = p.row_begin;
-      l.n_rows = p.n_rows;
-      l.epilogue = to_launch(p.epilogue);
-      l.out = reinterpret_cast<float*>(base + at.out);
       if (takes_fp8_path(p, w)) {
         l.x_e4m3_block = p.x_e4m3_block;
         fp8_launches_.push_back(l);
