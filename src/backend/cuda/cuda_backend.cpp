@@ -398,6 +398,7 @@ class CudaBackend final : public Backend {
   struct MoeBlock {
     DeviceBuffer templates;
     const cuda::DeviceWeight *gate = nullptr, *shared_w1 = nullptr, *shared_w3 = nullptr, *shared_w2 = nullptr;
+    const float* gate_bias = nullptr;  // score routing's bias on the device (nullptr: hash routing)
     cuda::WeightKind expert_kind = cuda::WeightKind::kFp4;
     int64_t k_pad = 0;        // the k_pad of every weight that reads u (gate, w1, w3 and the shared ones)
     int64_t inter_k_pad = 0;  // w2's
@@ -420,6 +421,7 @@ class CudaBackend final : public Backend {
     block->shared_w1 = &weights_.get(w.shared.w1, stream_);
     block->shared_w3 = &weights_.get(w.shared.w3, stream_);
     block->shared_w2 = &weights_.get(w.shared.w2, stream_);
+    if (!w.hash_routed) block->gate_bias = weights_.constant(w.gate_bias, E, stream_);
     const cuda::DeviceWeight& first_w1 = weights_.get(w.experts[0].w1, stream_);
     const cuda::DeviceWeight& first_w2 = weights_.get(w.experts[0].w2, stream_);
     block->expert_kind = first_w1.kind;
@@ -523,7 +525,7 @@ class CudaBackend final : public Backend {
     // M2 / M3 and the plan of the routed rows.
     cuda::MoeRouteLaunch route;
     route.scores = f32(scores_at);
-    route.bias = w.hash_routed ? nullptr : weights_.constant(w.gate_bias, E, stream_);
+    route.bias = block.gate_bias;
     route.hash_chosen = i32(hash_at);
     route.n_tokens = T;
     route.n_experts = E;
