@@ -31,7 +31,7 @@ void swiglu(const float* a, const float* b, int64_t n, double limit, double weig
 }
 
 namespace {
-double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+double sigmoid(double z) { return 1.0 / (1.0 + exp_fixed(-z)); }
 
 // max(floor_value, |x[i]|) over [b0, b1), NaNs skipped (std::max keeps its first argument against a NaN).
 double block_amax(const float* x, int64_t b0, int64_t b1, double floor_value) {
@@ -54,9 +54,18 @@ void qdq_fp4_block(float* x, int64_t n, double s) {
 }
 }  // namespace
 
+double sum_squares_32_lanes(const float* x, int64_t n) {
+  if (ops_avx512_available()) return sum_squares_32_lanes_avx512(x, n);
+  double lanes[32] = {};
+  for (int64_t i = 0; i < n; ++i) lanes[i % 32] += double(x[i]) * x[i];
+  for (int half = 16; half > 0; half /= 2) {
+    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  }
+  return lanes[0];
+}
+
 void rmsnorm(const float* x, const uint16_t* weight, int64_t n, double eps, float* out) {
-  double sq = 0;
-  for (int64_t i = 0; i < n; ++i) sq += double(x[i]) * x[i];
+  const double sq = sum_squares_32_lanes(x, n);
   const double r = std::sqrt(sq / double(n) + eps);
   for (int64_t i = ops_avx512_available() ? rmsnorm_scale_avx512(x, weight, n, r, out) : 0; i < n; ++i) {
     const double w = weight ? double(bf16_to_float(weight[i])) : 1.0;
@@ -226,8 +235,8 @@ HcCoefficients hc_split_sinkhorn(const float* mixes, const float* scale, const f
       z[k] = double(mixes[8 + 4 * j + k]) * scale[2] + base[8 + 4 * j + k];
       zmax = std::max(zmax, z[k]);
     }
-    for (int k = 0; k < 4; ++k) total += std::exp(z[k] - zmax);
-    for (int k = 0; k < 4; ++k) c.comb[j][k] = round_f32(std::exp(z[k] - zmax) / total + hc_eps);
+    for (int k = 0; k < 4; ++k) total += exp_fixed(z[k] - zmax);
+    for (int k = 0; k < 4; ++k) c.comb[j][k] = round_f32(exp_fixed(z[k] - zmax) / total + hc_eps);
   }
   auto normalize_columns = [&] {
     for (int k = 0; k < 4; ++k) {

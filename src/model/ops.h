@@ -8,7 +8,14 @@
 
 namespace deepinfer {
 
-// rmsnorm over n values: bf16(w_i * x_i / sqrt(mean(x^2) + eps)); weight == nullptr means no weight.
+// The sum of x[i]^2 in double, in one fixed order that a GPU warp computes as cheaply as the CPU: 32 lanes,
+// lane l adding x[l]^2, x[l + 32]^2, ... in turn, then the lanes pairwise as a warp's XOR butterfly does
+// (lane l + lane l + 16 for l < 16, then + 8, + 4, + 2, + 1). The precision contract allows any order; having one
+// order on every backend lets the CUDA backend's device rmsnorm give these bits.
+double sum_squares_32_lanes(const float* x, int64_t n);
+
+// rmsnorm over n values: bf16(w_i * x_i / sqrt(mean(x^2) + eps)); weight == nullptr means no weight. The sum of
+// squares is sum_squares_32_lanes.
 void rmsnorm(const float* x, const uint16_t* weight, int64_t n, double eps, float* out);
 
 // Activation fp8 fake-quant (spec QDQ8), in place, per block of `block` values; the last block may be short.
@@ -26,8 +33,9 @@ void qdq_fp4_e4m3_scale(float* x, int64_t n, int64_t block);
 
 // e^x by a fixed sequence of IEEE double operations: x = n ln2 + r (n = nearest integer of x log2 e, r by two
 // fused multiply-adds), a degree-13 Taylor polynomial in r (Horner, fused), times 2^n (exact). Within a few ulp
-// of e^x; |x| > 700 and NaN go to std::exp. The AVX-512 SwiGLU runs the same operations on 8 lanes, so the
-// two give the same bits on every machine (std::exp differs between libm versions anyway).
+// of e^x; |x| > 700 and NaN go to std::exp. The AVX-512 SwiGLU runs the same operations on 8 lanes, and the CUDA
+// backend's kernels run them too, so all give the same bits on every machine (std::exp differs between libm
+// versions anyway). SwiGLU and the mHC coefficients (hc_split_sinkhorn, hc_head_pre) take their e^x from it.
 double exp_fixed(double x);
 // The MoE's SwiGLU (spec M5 / M7): out[i] = bf16(silu(min(a[i], limit)) * clamp(b[i], -limit, limit) * weight),
 // silu(v) = v / (1 + e^-v) in double (exp_fixed). limit = infinity clamps nothing, weight = 1 scales nothing

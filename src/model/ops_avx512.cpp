@@ -135,6 +135,24 @@ void hc_collapse_avx512(const float* h, const float* pre, int64_t n, float* u) {
   }
 }
 
+double sum_squares_32_lanes_avx512(const float* x, int64_t n) {
+  __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};  // lanes 8q..8q+7
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int q = 0; q < 4; ++q) {
+      const __m512d v = load_pd(x + i + 8 * q, 0xFF);
+      acc[q] = _mm512_add_pd(acc[q], _mm512_mul_pd(v, v));  // the square is exact: no fused form differs
+    }
+  }
+  alignas(64) double lanes[32];
+  for (int q = 0; q < 4; ++q) _mm512_store_pd(lanes + 8 * q, acc[q]);
+  for (int l = 0; i < n; ++i, ++l) lanes[l] += double(x[i]) * x[i];
+  for (int half = 16; half > 0; half /= 2) {
+    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  }
+  return lanes[0];
+}
+
 int64_t rmsnorm_scale_avx512(const float* x, const uint16_t* weight, int64_t n, double r, float* out) {
   const __m512d rv = _mm512_set1_pd(r);
   int64_t i = 0;

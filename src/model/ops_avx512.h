@@ -30,6 +30,8 @@ void hc_expand_columns_avx512(const float* h, const float* x, const HcCoefficien
                               float* h_out);
 // hc_collapse (ops.h).
 void hc_collapse_avx512(const float* h, const float* pre, int64_t n, float* u);
+// sum_squares_32_lanes (ops.h).
+double sum_squares_32_lanes_avx512(const float* x, int64_t n);
 // rmsnorm's (ops.h) outputs out[i] = bf16(w[i] * x[i] / r) for the first n / 8 * 8 elements; returns how many.
 int64_t rmsnorm_scale_avx512(const float* x, const uint16_t* weight, int64_t n, double r, float* out);
 // head_rms_normalize (ops.h).

@@ -118,6 +118,37 @@ TEST_F(OpsAvx512, HcCollapseMatchesTheContract) {
   }
 }
 
+TEST_F(OpsAvx512, SumSquaresTakesTheThirtyTwoLaneOrder) {
+  // The order written out: lane l sums x[l]^2, x[l + 32]^2, ... in turn; then a warp's XOR butterfly.
+  auto lane_order = [](const std::vector<float>& x) {
+    double lanes[32] = {};
+    for (size_t i = 0; i < x.size(); ++i) lanes[i % 32] += double(x[i]) * x[i];
+    for (int half = 16; half > 0; half /= 2) {
+      for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+    }
+    return lanes[0];
+  };
+  std::mt19937 rng(23);
+  int differs_from_in_order = 0;
+  for (double wild : {0.0, 0.3}) {
+    for (int64_t n : {4096, 7168, 61, 32, 5}) {
+      for (int rep = 0; rep < 10; ++rep) {
+        const std::vector<float> x = draw(rng, n, wild);
+        const double got = sum_squares_32_lanes_avx512(x.data(), n), want = lane_order(x);
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got));
+        } else {
+          ASSERT_EQ(got, want) << "wild " << wild << " n " << n;
+        }
+        double in_order = 0;
+        for (float v : x) in_order += double(v) * v;
+        differs_from_in_order += got != in_order;
+      }
+    }
+  }
+  EXPECT_GT(differs_from_in_order, 0) << "no input tells the lane order from the plain one: the test shows nothing";
+}
+
 TEST_F(OpsAvx512, RmsnormScaleMatchesTheContract) {
   std::mt19937 rng(16);
   std::uniform_int_distribution<int> bf16(0, 0xFFFF);
