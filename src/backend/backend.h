@@ -122,6 +122,36 @@ struct MoeParams {
   float* out = nullptr;                  // [n_tokens, dim] bf16 values
 };
 
+// One side's mHC weights and constants (spec B1-B8: hc_attn_* and attn_norm, or hc_ffn_* and ffn_norm).
+struct MhcWeights {
+  const float* fn = nullptr;        // [n_mix, 4 * dim] fp32
+  const float* scale = nullptr;     // [3] fp32
+  const float* base = nullptr;      // [n_mix] fp32
+  const uint16_t* norm = nullptr;   // [dim] bf16: the side's rmsnorm (B8)
+  int64_t n_mix = 0;                // 24 for 4 copies
+  int sinkhorn_iters = 0;
+  double eps = 0, hc_eps = 0;
+};
+
+// One side of a block's mHC around its sub-block (model/mhc_side.h): the mixes of h (B1), the coefficients
+// (B2-B6), u = the collapse of h (B7) and its norm (B8), the sub-block on u, then h_out = the expansion of h and
+// the sub-block's output (P1 / P2).
+struct MhcSideParams {
+  const float* h = nullptr;             // [n_tokens, 4 * dim] the residual copies
+  int64_t n_tokens = 0;
+  int64_t dim = 0;
+  MhcWeights mhc;
+  const float* collapse_pre = nullptr;  // [n_tokens, 4] the pre that B7 takes (V4.1); nullptr: the side's own (V4)
+  float* h_out = nullptr;               // [n_tokens, 4 * dim]
+  float* pre_out = nullptr;             // [n_tokens, 4]: the side's pre (V4.1 collapses with it later), or nullptr
+};
+
+// A block's FFN side whole: the mHC side with the MoE as its sub-block (moe.u and moe.out are not read).
+struct MoeSideParams {
+  MhcSideParams side;
+  MoeParams moe;
+};
+
 // Two steps of linear ops with the model's activation QDQ between them, as the model computes them
 // (model/linear_chain.h; the attention's output projection: wo_a's groups, each writing its columns of mid, then
 // wo_b on mid after mid's QDQ): first's ops, then mid's QDQ over [n_tokens, mid_width] in blocks of qdq_block
@@ -197,6 +227,10 @@ class Backend {
   // second's outputs equal to the model's own steps on this backend bit for bit; false: it did nothing, and the
   // model runs the steps itself (the CPU backends always).
   virtual bool linear_chain(const LinearChainParams& /*p*/) { return false; }
+  // Runs a block's FFN side whole where the backend can (the CUDA backend: h in, h_out and pre_out back, one
+  // wait), with the outputs of the model's own steps on this backend (moe_side_on_backend) bit for bit; false:
+  // it did nothing, and the model runs the steps itself (the CPU backends always).
+  virtual bool moe_side(const MoeSideParams& /*p*/) { return false; }
 };
 
 std::unique_ptr<Backend> make_reference_backend();

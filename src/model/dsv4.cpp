@@ -145,40 +145,16 @@ Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window
 
 void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                           std::vector<float>& h) {
-  const ModelConfig& c = config_;
-  const int64_t T = batch.n_tokens(), D = c.dim, n_mix = (2 + c.hc_mult) * c.hc_mult;
-  const double eps = double(float(c.norm_eps)), hc_eps = double(float(c.hc_eps));
-  BlockBuffers& buffers = block_buffers(T, D, n_mix, h.size());  // reused from call to call
-  std::vector<float>& mixes = buffers.mixes;
-  std::vector<float>& u = buffers.u;
-  std::vector<float>& sub_out = buffers.sub_out;
+  BlockBuffers& buffers = block_buffers(h.size());  // reused from call to call
   std::vector<float>& h_next = buffers.h_next;
-  std::vector<HcCoefficients> coeffs(static_cast<size_t>(T));
-  for (int side = 0; side < 2; ++side) {  // 0: attention, 1: MoE (spec §3.2: two-pass mHC)
-    const float* fn = side == 0 ? w.hc_attn_fn : w.hc_ffn_fn;
-    const float* scale = side == 0 ? w.hc_attn_scale : w.hc_ffn_scale;
-    const float* base = side == 0 ? w.hc_attn_base : w.hc_ffn_base;
-    const uint16_t* norm = side == 0 ? w.attn_norm : w.ffn_norm;
-    backend_->hc_mix({h.data(), T, 4 * D, fn, n_mix, eps, mixes.data()});  // B1: [T, 24]
-    backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], scale, base, c.hc_sinkhorn_iters, hc_eps);
-        float* ut = &u[size_t(t * D)];
-        hc_collapse(&h[size_t(t * 4 * D)], coeffs[size_t(t)].pre, D, ut);  // B7
-        rmsnorm(ut, norm, D, eps, ut);                                      // B8
-      }
-    });
-    if (side == 0) {
-      attention(w, rope, batch, is_mtp, layer_index, u, sub_out);
-    } else {
-      moe(w, batch, u, sub_out);
-    }
-    for_token_ranges(*backend_, T, D, kColumnRange, [&](int64_t t, int64_t i0, int64_t i1) {  // P1 / P2
-      hc_expand_columns(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], coeffs[size_t(t)], D, i0, i1,
-                        &h_next[size_t(t * 4 * D)]);
-    });
-    h.swap(h_next);
-  }
+  // Two-pass mHC (spec §3.2): the attention side, then the FFN side on its output.
+  mhc_side_on_backend(*backend_, side_params(w, batch, 0, h, h_next), buffers.side,
+                      [&](const std::vector<float>& u, std::vector<float>& out) {
+                        attention(w, rope, batch, is_mtp, layer_index, u, out);
+                      });
+  h.swap(h_next);
+  ffn_side(w, batch, side_params(w, batch, 1, h, h_next), buffers.side);
+  h.swap(h_next);
 }
 
 template <class Chunk>

@@ -96,46 +96,21 @@ void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vec
 
 void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,
                           const std::function<void(const std::vector<float>& u, std::vector<float>& out)>& attention) {
-  const ModelConfig& c = config_;
-  const int64_t T = batch.n_tokens(), D = c.dim, n_mix = (2 + c.hc_mult) * c.hc_mult;
-  const double eps = c.norm_eps_value(), hc_eps = c.hc_eps_value();
-  BlockBuffers& buffers = block_buffers(T, D, n_mix, h.size());  // reused from call to call
-  std::vector<float>& mixes = buffers.mixes;
-  std::vector<float>& u = buffers.u;
-  std::vector<float>& sub_out = buffers.sub_out;
+  BlockBuffers& buffers = block_buffers(h.size());  // reused from call to call
   std::vector<float>& h_next = buffers.h_next;
-  std::vector<HcCoefficients> attn_coeffs(static_cast<size_t>(T)), ffn_coeffs(static_cast<size_t>(T));
+  std::vector<float> attn_pre(size_t(batch.n_tokens() * 4));
   // Attention side: the input is collapsed with the incoming pre (single-pass mHC).
-  backend_->hc_mix({h.data(), T, 4 * D, w.hc_attn_fn, n_mix, eps, mixes.data()});
-  // The per-token loops run on the backend's threads (Backend::for_rows): each token's work is independent.
-  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      attn_coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], w.hc_attn_scale, w.hc_attn_base, c.hc_sinkhorn_iters, hc_eps);
-      hc_collapse(&h[size_t(t * 4 * D)], &pre_in[size_t(t * 4)], D, &u[size_t(t * D)]);
-      rmsnorm(&u[size_t(t * D)], w.attn_norm, D, eps, &u[size_t(t * D)]);
-    }
-  });
-  attention(u, sub_out);
-  for_token_ranges(*backend_, T, D, kColumnRange, [&](int64_t t, int64_t i0, int64_t i1) {
-    hc_expand_columns(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], attn_coeffs[size_t(t)], D, i0, i1,
-                      &h_next[size_t(t * 4 * D)]);
-  });
+  MhcSideParams attn = side_params(w, batch, 0, h, h_next);
+  attn.collapse_pre = pre_in.data();
+  attn.pre_out = attn_pre.data();
+  mhc_side_on_backend(*backend_, attn, buffers.side, attention);
   h.swap(h_next);
-  // FFN side: mixes of the new stream, input collapsed with the ATTENTION's pre.
-  backend_->hc_mix({h.data(), T, 4 * D, w.hc_ffn_fn, n_mix, eps, mixes.data()});
-  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      ffn_coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * n_mix)], w.hc_ffn_scale, w.hc_ffn_base, c.hc_sinkhorn_iters, hc_eps);
-      hc_collapse(&h[size_t(t * 4 * D)], attn_coeffs[size_t(t)].pre, D, &u[size_t(t * D)]);
-      rmsnorm(&u[size_t(t * D)], w.ffn_norm, D, eps, &u[size_t(t * D)]);
-    }
-  });
-  moe(w, batch, u, sub_out);
-  for_token_ranges(*backend_, T, D, kColumnRange, [&](int64_t t, int64_t i0, int64_t i1) {
-    hc_expand_columns(&h[size_t(t * 4 * D)], &sub_out[size_t(t * D)], ffn_coeffs[size_t(t)], D, i0, i1,
-                      &h_next[size_t(t * 4 * D)]);
-  });
-  for (int64_t t = 0; t < T; ++t) std::copy_n(ffn_coeffs[size_t(t)].pre, 4, &pre_in[size_t(t * 4)]);  // collapses the next layer's input
+  // FFN side: mixes of the new stream, input collapsed with the ATTENTION's pre; its own pre collapses the
+  // next layer's input.
+  MhcSideParams ffn = side_params(w, batch, 1, h, h_next);
+  ffn.collapse_pre = attn_pre.data();
+  ffn.pre_out = pre_in.data();
+  ffn_side(w, batch, ffn, buffers.side);
   h.swap(h_next);
 }
 

@@ -24,6 +24,8 @@
 
 namespace deepinfer {
 
+struct MhcScratch;  // model/mhc_side.h
+
 struct ModelOptions {
   bool exact = false;       // reference kernels (double accumulation) instead of the fast ones
   // V4.1: every index source scores against its own KV owner's keys, instead of the reference's
@@ -179,7 +181,12 @@ class Model {
   void run_head_rows(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits);
   void attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  const std::vector<float>& u, std::vector<float>& out);
-  void moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out);
+  // The MoE's parameters for batch (u and out left for the caller), one side's mHC parameters (0: attention,
+  // 1: FFN) from h into h_out, and the FFN side (Backend::moe_side, or moe_side_on_backend).
+  MoeParams moe_params(const BlockWeights& w, const Batch& batch) const;
+  MhcSideParams side_params(const BlockWeights& w, const Batch& batch, int side, const std::vector<float>& h,
+                            std::vector<float>& h_out) const;
+  void ffn_side(const BlockWeights& w, const Batch& batch, const MhcSideParams& side, MhcScratch& scratch);
   Status place_experts();  // Backend::place_experts, once when the model opens
   void compressor_update(const CompressorWeights& w, const RopeTable& rope, int ratio, int64_t d, bool is_index,
                          const Batch& batch, bool is_mtp, int layer_index, const CompressorProjections& projected);

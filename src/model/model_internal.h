@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/mhc_side.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -91,13 +92,11 @@ void split_logits(std::vector<float>&& logits, std::span<const int64_t> counts, 
 // name the buffers through this reference: a lambda that names a thread_local itself reads the running
 // thread's instance, and for_rows runs those lambdas on the backend's threads.
 struct BlockBuffers {
-  std::vector<float> mixes, u, sub_out, h_next;
+  MhcScratch side;  // the mHC side's steps size their own buffers (mhc_side.h)
+  std::vector<float> h_next;
 };
-inline BlockBuffers& block_buffers(int64_t n_tokens, int64_t dim, int64_t n_mix, size_t stream_size) {
+inline BlockBuffers& block_buffers(size_t stream_size) {
   thread_local BlockBuffers buffers;
-  buffers.mixes.resize(size_t(n_tokens * n_mix));
-  buffers.u.resize(size_t(n_tokens * dim));
-  buffers.sub_out.resize(size_t(n_tokens * dim));
   buffers.h_next.resize(stream_size);
   return buffers;
 }

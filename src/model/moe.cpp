@@ -163,13 +163,38 @@ void moe_on_backend(Backend& backend, const MoeParams& p) {
   });
 }
 
-void Model::moe(const BlockWeights& w, const Batch& batch, const std::vector<float>& u, std::vector<float>& out) {
+MoeParams Model::moe_params(const BlockWeights& w, const Batch& batch) const {
   const ModelConfig& c = config_;
   const bool v41 = c.is_v41();
-  const MoeParams p{u.data(), batch.n_tokens(), c.dim, &w, batch.ids.data(), v41,
-                    v41 ? c.route_scale : double(float(c.route_scale)), double(float(c.swiglu_limit)), c.act_block, out.data()};
-  // A backend that runs the whole MoE (the CUDA backend's device MoE) computes it in one call.
-  if (!backend_->moe(p)) moe_on_backend(*backend_, p);
+  return {nullptr, batch.n_tokens(), c.dim, &w, batch.ids.data(), v41, v41 ? c.route_scale : double(float(c.route_scale)),
+          double(float(c.swiglu_limit)), c.act_block, nullptr};
+}
+
+MhcSideParams Model::side_params(const BlockWeights& w, const Batch& batch, int side, const std::vector<float>& h,
+                                 std::vector<float>& h_out) const {
+  const ModelConfig& c = config_;
+  MhcWeights m;
+  m.fn = side == 0 ? w.hc_attn_fn : w.hc_ffn_fn;
+  m.scale = side == 0 ? w.hc_attn_scale : w.hc_ffn_scale;
+  m.base = side == 0 ? w.hc_attn_base : w.hc_ffn_base;
+  m.norm = side == 0 ? w.attn_norm : w.ffn_norm;
+  m.n_mix = (2 + c.hc_mult) * c.hc_mult;
+  m.sinkhorn_iters = c.hc_sinkhorn_iters;
+  m.eps = c.norm_eps_value();
+  m.hc_eps = c.hc_eps_value();
+  MhcSideParams p;
+  p.h = h.data();
+  p.n_tokens = batch.n_tokens();
+  p.dim = c.dim;
+  p.mhc = m;
+  p.h_out = h_out.data();
+  return p;
+}
+
+void Model::ffn_side(const BlockWeights& w, const Batch& batch, const MhcSideParams& side, MhcScratch& scratch) {
+  // A backend that runs the whole side (the CUDA backend's device MoE with the mHC around it) does it in one call.
+  const MoeSideParams p{side, moe_params(w, batch)};
+  if (!backend_->moe_side(p)) moe_side_on_backend(*backend_, p, scratch);
 }
 
 Status Model::place_experts() {
