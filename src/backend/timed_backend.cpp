@@ -124,6 +124,12 @@ bool TimedBackend::moe(const MoeParams& p) {
   record(OpKind::kMoe, 1, seconds_since(t0));
   return true;
 }
+bool TimedBackend::moe_side(const MoeSideParams& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!inner_->moe_side(p)) return false;
+  record(OpKind::kMoe, 1, seconds_since(t0));
+  return true;
+}
 bool TimedBackend::linear_chain(const LinearChainParams& p) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!inner_->linear_chain(p)) return false;

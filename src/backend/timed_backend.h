@@ -16,7 +16,8 @@ namespace deepinfer {
 
 enum class OpKind { kLinear, kHcMix, kSparseAttention, kIndexScores, kMoe, kRowWork };
 inline constexpr int kOpKinds = 6;
-// "linear", "hc_mix", "sparse_attention", "index_scores", "moe" (a whole MoE the backend ran: Backend::moe),
+// "linear", "hc_mix", "sparse_attention", "index_scores", "moe" (a whole MoE the backend ran: Backend::moe, or
+// Backend::moe_side with its mHC side),
 // "row_work"
 const char* op_kind_name(OpKind kind);
 
@@ -79,6 +80,7 @@ class TimedBackend final : public Backend {
   }
   void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }
   bool moe(const MoeParams& p) override;  // timed only when the inner backend ran it
+  bool moe_side(const MoeSideParams& p) override;  // as moe
   // Timed as linear ops (its ops, one call) only when the inner backend ran it.
   bool linear_chain(const LinearChainParams& p) override;
 

@@ -179,10 +179,11 @@ TEST(GoldenCudaMirror, EqualsThePackedPathBitForBit) {
                    {"packed", "mirror"});
 }
 
-// DEEPINFER_CUDA_MOE=device end to end: every block's MoE in one call, on the device, gives the model's own MoE
-// code's bits on this backend (tests/cuda/moe_cuda_test.cpp holds the op to that), so the logits (main, MTP,
-// DSpark) equal the host MoE's bit for bit through a prefill and the teacher-forced decode steps; and each MoE
-// is one call where the model's code makes three linears() calls.
+// DEEPINFER_CUDA_MOE=device end to end: every block's FFN side (its mHC halves and the MoE) in one call, on the
+// device, gives the model's own steps' bits on this backend (moe_cuda_test.cpp and moe_side_cuda_test.cpp hold
+// the ops to that), so the logits (main, MTP, DSpark) equal the host's bit for bit through a prefill and the
+// teacher-forced decode steps; and each side is one call where the model's steps make an hc_mix call and three
+// linears() calls.
 TEST(GoldenCudaDeviceMoe, EqualsTheHostMoeBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   expect_same_bits(
@@ -194,7 +195,9 @@ TEST(GoldenCudaDeviceMoe, EqualsTheHostMoeBitForBit) {
         EXPECT_EQ(runs[0].times[size_t(OpKind::kMoe)].calls, 0);
         EXPECT_GT(whole, 0);
         EXPECT_EQ(host_calls - device_calls, 3 * whole);
-        std::printf("  %lld MoEs whole on the device; backend linear calls %lld -> %lld\n", (long long)whole,
+        EXPECT_EQ(runs[0].times[size_t(OpKind::kHcMix)].entries - runs[1].times[size_t(OpKind::kHcMix)].entries, whole)
+            << "each FFN side whole (Backend::moe_side) takes its hc_mix call along";
+        std::printf("  %lld FFN sides whole on the device; backend linear calls %lld -> %lld\n", (long long)whole,
                     (long long)host_calls, (long long)device_calls);
       });
 }

@@ -103,6 +103,7 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return std::sqrt(a); }
 inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 inline long long __double_as_longlong(double v) { return std::bit_cast<long long>(v); }
 inline double __longlong_as_double(long long v) { return std::bit_cast<double>(v); }

@@ -255,6 +255,36 @@ void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream) {
 }
 #endif
 
+#ifndef DEEPINFER_REAL_KERNELS_MHC_KERNELS  // mhc_kernels.cu: the model's own host code for each step
+void launch_hc_pre(const HcPreLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    const int64_t D = p.dim;
+    std::vector<uint16_t> norm;
+    if (p.norm) {
+      for (int64_t i = 0; i < D; ++i) norm.push_back(uint16_t(float_to_bits(p.norm[i]) >> 16));  // exact: bf16 values
+    }
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const HcCoefficients c = hc_split_sinkhorn(p.mixes + t * kHcCoefficientFloats, p.scale, p.base, p.sinkhorn_iters, p.hc_eps);
+      std::memcpy(p.coeffs + t * kHcCoefficientFloats, &c, sizeof(c));
+      float* u = p.u + t * p.u_stride;
+      hc_collapse(p.h + t * 4 * D, p.collapse_pre ? p.collapse_pre + t * 4 : c.pre, D, u);
+      rmsnorm(u, p.norm ? norm.data() : nullptr, D, p.eps, u);
+      std::fill(u + D, u + p.u_stride, 0.0f);
+    }
+  });
+}
+
+void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      HcCoefficients c;
+      std::memcpy(&c, p.coeffs + t * kHcCoefficientFloats, sizeof(c));
+      hc_expand(p.h + t * 4 * p.dim, p.x + t * p.x_stride, c, p.dim, p.h_out + t * 4 * p.dim);
+    }
+  });
+}
+#endif
+
 #ifndef DEEPINFER_REAL_KERNELS_ATTENTION_KERNELS  // attention_kernels.cu
 void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] { attention_now(p); });

@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -40,6 +41,7 @@
 #include "backend/row_mirror.h"
 #include "backend/slot_gather.h"
 #include "model/kv_format.h"
+#include "model/ops.h"
 
 namespace deepinfer {
 
@@ -288,14 +290,28 @@ class CudaBackend final : public Backend {
   // FP8-operand prompt linear, experts kept in host memory, weights the tensor cores cannot take exactly, more
   // routed rows than the router's one block plans.
   bool moe(const MoeParams& p) override {
-    const BlockWeights& w = *p.weights;
-    const int64_t T = p.n_tokens, K = w.n_activated_experts;
-    if (!device_moe_ || T == 0 || T * K > cuda::kMoeMaxRows) return false;
-    if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return false;
-    bind_device();
-    const MoeBlock* block = moe_block(w);
+    const MoeBlock* block = device_moe_block(p);
     if (!block) return false;
-    run_moe(p, *block);
+    run_moe(p, *block, nullptr);
+    return true;
+  }
+
+  // DEEPINFER_CUDA_MOE=device: a block's whole FFN side, the device MoE with the mHC side's halves around it
+  // (mhc_kernels.cu, the host steps' exact code): h goes in and h_out comes back, one wait where the model's
+  // steps make two (hc_mix, then moe) with the coefficients, the collapse, the norm and the expansion on the
+  // host between and after them. It declines where moe() does, and for mHC sides the kernels do not take.
+  bool moe_side(const MoeSideParams& p) override {
+    const MhcSideParams& side = p.side;
+    if (side.mhc.n_mix != cuda::kHcCoefficientFloats || side.dim != p.moe.dim || side.n_tokens != p.moe.n_tokens ||
+        side.dim > cuda::kHcPreMaxDim) {
+      return false;
+    }
+    const MoeBlock* block = device_moe_block(p.moe);
+    if (!block) return false;
+    const MhcSideDevice device{&side, weights_.constant(side.mhc.fn, side.mhc.n_mix * 4 * side.dim, stream_),
+                               weights_.constant(side.mhc.scale, 3, stream_), weights_.constant(side.mhc.base, side.mhc.n_mix, stream_),
+                               side.mhc.norm ? weights_.bf16_constant(side.mhc.norm, side.dim, stream_) : nullptr};
+    run_moe(p.moe, *block, &device);
     return true;
   }
 
@@ -404,6 +420,23 @@ class CudaBackend final : public Backend {
     int64_t inter_k_pad = 0;  // w2's
   };
 
+  // The block's MoeBlock where the device MoE runs p (the device bound), else nullptr.
+  const MoeBlock* device_moe_block(const MoeParams& p) {
+    const int64_t T = p.n_tokens, K = p.weights->n_activated_experts;
+    if (!device_moe_ || T == 0 || T * K > cuda::kMoeMaxRows) return nullptr;
+    if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return nullptr;
+    bind_device();
+    return moe_block(*p.weights);
+  }
+
+  // A moe_side() call's mHC side with the device copies of its weights. Its coefficients come back in
+  // HcCoefficients' layout (pre first).
+  static_assert(sizeof(HcCoefficients) == cuda::kHcCoefficientFloats * sizeof(float));
+  struct MhcSideDevice {
+    const MhcSideParams* p = nullptr;
+    const float *fn = nullptr, *scale = nullptr, *base = nullptr, *norm = nullptr;
+  };
+
   // The block's MoeBlock, made on first use (every expert's weights uploaded then); nullptr when the device
   // MoE cannot run it exactly as the model's path would on this backend.
   const MoeBlock* moe_block(const BlockWeights& w) {
@@ -462,7 +495,9 @@ class CudaBackend final : public Backend {
   // moe()'s work: u (padded) and a hash-routed block's tid2eid rows staged, then on the stream u in, the QDQ, the
   // gate and shared expert, the router's plan, the routed rows' gather, w1 / w3 and w2 as one grouped launch
   // each, the M8 sum and the output back (as a CUDA graph, run_as_graph, unless DEEPINFER_CUDA_GRAPHS=off), one wait.
-  void run_moe(const MoeParams& p, const MoeBlock& block) {
+  // With an mHC side (moe_side()): h (and the collapse's pre) in instead of u, the mixes, coefficients, u and its
+  // norm on the device before the MoE, the expansion after it, and h_out and the coefficients back.
+  void run_moe(const MoeParams& p, const MoeBlock& block, const MhcSideDevice* side) {
     const BlockWeights& w = *p.weights;
     const int64_t T = p.n_tokens, D = p.dim, E = int64_t(w.experts.size()), K = w.n_activated_experts, R = T * K;
     const int64_t kx = block.k_pad, k2 = block.inter_k_pad, I = w.experts[0].w1.n_out, IS = block.shared_w1->n_out;
@@ -480,17 +515,30 @@ class CudaBackend final : public Backend {
                  w2_at = take(size_t(n_slots) * sizeof(cuda::LinearLaunch)), x_at = take(size_t(R * kx) * 4),
                  a_at = take(size_t(R * I) * 4), b_at = take(size_t(R * I) * 4), h_at = take(size_t(R * k2) * 4),
                  y_at = take(size_t(R * D) * 4), out_at = take(size_t(T * D) * 4);
+    const int64_t HW = 4 * D, NC = cuda::kHcCoefficientFloats;  // the side's stream row and coefficients
+    const bool has_side = side != nullptr, side_pre = has_side && side->p->collapse_pre;
+    const size_t stream_at = has_side ? take(size_t(T * HW) * 4) : 0, mixes_at = has_side ? take(size_t(T * NC) * 4) : 0,
+                 coeffs_at = has_side ? take(size_t(T * NC) * 4) : 0, pre_at = side_pre ? take(size_t(T * 4) * 4) : 0,
+                 stream_out_at = has_side ? take(size_t(T * HW) * 4) : 0;
     moe_scratch_.reserve(layout.bytes);
-    const size_t in_bytes = size_t(T * kx) * 4 + size_t(R) * 4;  // host: u padded, then the hash rows
-    moe_host_.reserve(std::max(in_bytes, size_t(T * D) * 4));
+    // Host staging: u padded (or h and the collapse's pre), then the hash rows; after the wait, the output (or h_out
+    // and the coefficients).
+    const int64_t in_floats = has_side ? T * HW + (side_pre ? T * 4 : 0) : T * kx;
+    const int64_t out_floats = has_side ? T * (HW + NC) : T * D;
+    moe_host_.reserve(size_t(std::max(in_floats + R, out_floats)) * 4);
     uint8_t* dev = moe_scratch_.get<uint8_t>();
     auto f32 = [&](size_t offset) { return reinterpret_cast<float*>(dev + offset); };
     auto i32 = [&](size_t offset) { return reinterpret_cast<int32_t*>(dev + offset); };
     auto ops = [&](size_t offset) { return reinterpret_cast<cuda::LinearLaunch*>(dev + offset); };
 
-    float* u_host = moe_host_.get<float>();
-    copy_rows(p.u, D, T, D, u_host, kx, kx);
-    auto* hash_host = reinterpret_cast<int32_t*>(u_host + T * kx);
+    float* in_host = moe_host_.get<float>();
+    if (has_side) {
+      std::memcpy(in_host, side->p->h, size_t(T * HW) * 4);
+      if (side_pre) std::memcpy(in_host + T * HW, side->p->collapse_pre, size_t(T * 4) * 4);
+    } else {
+      copy_rows(p.u, D, T, D, in_host, kx, kx);
+    }
+    auto* hash_host = reinterpret_cast<int32_t*>(in_host + in_floats);
     if (w.hash_routed) {
       for (int64_t t = 0; t < T; ++t) {
         for (int64_t i = 0; i < K; ++i) hash_host[t * K + i] = int32_t(w.tid2eid[int64_t(p.token_ids[t]) * K + i]);
@@ -552,8 +600,37 @@ class CudaBackend final : public Backend {
     route.y = f32(y_at);
     route.dim = D;
 
+    cuda::HcPreLaunch pre;
+    cuda::HcPostLaunch post;
+    if (has_side) {
+      const MhcWeights& m = side->p->mhc;
+      pre.h = f32(stream_at);
+      pre.mixes = f32(mixes_at);
+      pre.n_tokens = T;
+      pre.dim = D;
+      pre.scale = side->scale;
+      pre.base = side->base;
+      pre.norm = side->norm;
+      pre.collapse_pre = side_pre ? f32(pre_at) : nullptr;
+      pre.sinkhorn_iters = m.sinkhorn_iters;
+      pre.eps = m.eps;
+      pre.hc_eps = m.hc_eps;
+      pre.coeffs = f32(coeffs_at);
+      pre.u = f32(u_at);
+      pre.u_stride = kx;
+      post = {f32(stream_at), f32(out_at), D, f32(coeffs_at), T, D, f32(stream_out_at)};
+    }
+
     auto enqueue = [&] {
-      DI_CUDA_CHECK(cudaMemcpyAsync(f32(u_at), u_host, size_t(T * kx) * 4, cudaMemcpyHostToDevice, stream_));
+      if (has_side) {  // B1-B8 into u
+        const MhcWeights& m = side->p->mhc;
+        DI_CUDA_CHECK(cudaMemcpyAsync(f32(stream_at), in_host, size_t(T * HW) * 4, cudaMemcpyHostToDevice, stream_));
+        if (side_pre) DI_CUDA_CHECK(cudaMemcpyAsync(f32(pre_at), in_host + T * HW, size_t(T * 4) * 4, cudaMemcpyHostToDevice, stream_));
+        cuda::launch_hc_mix({f32(stream_at), T, HW, side->fn, m.n_mix, m.eps, f32(mixes_at)}, stream_);
+        cuda::launch_hc_pre(pre, stream_);
+      } else {
+        DI_CUDA_CHECK(cudaMemcpyAsync(f32(u_at), in_host, size_t(T * kx) * 4, cudaMemcpyHostToDevice, stream_));
+      }
       if (w.hash_routed) DI_CUDA_CHECK(cudaMemcpyAsync(i32(hash_at), hash_host, size_t(R) * 4, cudaMemcpyHostToDevice, stream_));
       cuda::launch_act_qdq(u_qdq, stream_);
       launch_lone_mma(gate);
@@ -567,23 +644,39 @@ class CudaBackend final : public Backend {
       cuda::launch_swiglu_qdq(routed_swiglu, stream_);
       cuda::launch_linear_mma_grouped(ops(w2_at), int(n_slots), block.expert_kind, k2, D, T, stream_, mma_choice_);
       cuda::launch_moe_combine(combine, stream_);
-      DI_CUDA_CHECK(cudaMemcpyAsync(u_host, f32(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
+      if (has_side) {  // P2, then h_out and the coefficients back
+        cuda::launch_hc_post(post, stream_);
+        DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(stream_out_at), size_t(T * HW) * 4, cudaMemcpyDeviceToHost, stream_));
+        DI_CUDA_CHECK(cudaMemcpyAsync(in_host + T * HW, f32(coeffs_at), size_t(T * NC) * 4, cudaMemcpyDeviceToHost, stream_));
+      } else {
+        DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
+      }
     };
+    // Keyed by what the captured work depends on besides the buffers: the block, the token count, and the side
+    // (its fn array, and whether the collapse takes another pre).
+    const MoeGraphKey key{&w, T, has_side ? side->p->mhc.fn : nullptr, side_pre};
     if (graphs_) {
-      run_as_graph({&w, T}, enqueue);
+      run_as_graph(key, enqueue);
     } else {
       enqueue();
     }
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::memcpy(p.out, u_host, size_t(T * D) * 4);
+    if (!has_side) {
+      std::memcpy(p.out, in_host, size_t(T * D) * 4);
+      return;
+    }
+    std::memcpy(side->p->h_out, in_host, size_t(T * HW) * 4);
+    if (side->p->pre_out) {
+      for (int64_t t = 0; t < T; ++t) std::memcpy(side->p->pre_out + t * 4, in_host + T * HW + t * NC, 4 * 4);  // pre: floats 0-3
+    }
   }
 
-  // A device MoE's stream work as a CUDA graph, one per (block, token count): captured at the first call, and
+  // A device MoE's stream work as a CUDA graph, one per (block, token count, mHC side): captured at the first call, and
   // replayed after, one launch where the stream would take ~14 operations one by one. A graph holds the addresses
   // it was captured with (scratch, staging, partials): when one of those buffers has grown since, it is captured
   // anew. A device whose runtime refuses the capture turns graphs off for this backend (said once) and runs the
   // work as it is.
-  using MoeGraphKey = std::pair<const BlockWeights*, int64_t>;
+  using MoeGraphKey = std::tuple<const BlockWeights*, int64_t, const float*, bool>;
   void run_as_graph(const MoeGraphKey& key, const std::function<void()>& enqueue) {
     const std::array<const void*, 3> buffers = {moe_scratch_.get(), moe_host_.get(), partials_.get()};
     auto it = moe_graphs_.find(key);

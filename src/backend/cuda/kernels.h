@@ -145,6 +145,39 @@ struct HcMixLaunch {
 };
 void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream);
 
+// An mHC side's halves around its sub-block on the device (mhc_kernels.cu), with the host's bits: the model's
+// steps (model/mhc_side.cpp) operation by operation. A token's coefficients are kept as model/ops.h's
+// HcCoefficients are laid out: pre[4], post[4], comb[4][4].
+constexpr int64_t kHcCoefficientFloats = 24;
+// B2-B8 (hc_split_sinkhorn, hc_collapse, rmsnorm), one block per token, its u row in shared memory: dim at most
+// kHcPreMaxDim (32 KB; V4-Pro's dim is 7168).
+inline constexpr int64_t kHcPreMaxDim = 8192;
+struct HcPreLaunch {
+  const float* h = nullptr;             // [n_tokens, 4 * dim]
+  const float* mixes = nullptr;         // [n_tokens, 24]
+  int64_t n_tokens = 0, dim = 0;
+  const float* scale = nullptr;         // [3]
+  const float* base = nullptr;          // [24]
+  const float* norm = nullptr;          // [dim] the bf16 norm weights' values, or nullptr (no weight)
+  const float* collapse_pre = nullptr;  // [n_tokens, 4] the pre B7 takes, or nullptr: the token's own
+  int sinkhorn_iters = 0;
+  double eps = 0, hc_eps = 0;
+  float* coeffs = nullptr;              // [n_tokens, kHcCoefficientFloats]
+  float* u = nullptr;                   // [n_tokens, u_stride]; columns dim..u_stride-1 are set to 0
+  int64_t u_stride = 0;
+};
+void launch_hc_pre(const HcPreLaunch& p, cudaStream_t stream);
+// P1 / P2 (hc_expand_columns): h_out[t, k, i] = bf16(post_k x[t, i] + sum_j comb[j][k] h[t, j, i]).
+struct HcPostLaunch {
+  const float* h = nullptr;       // [n_tokens, 4 * dim]
+  const float* x = nullptr;       // [n_tokens, x_stride] the sub-block's output
+  int64_t x_stride = 0;
+  const float* coeffs = nullptr;  // [n_tokens, kHcCoefficientFloats] as launch_hc_pre writes them
+  int64_t n_tokens = 0, dim = 0;
+  float* h_out = nullptr;         // [n_tokens, 4 * dim]
+};
+void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream);
+
 // Sparse attention with sink for n_tokens query tokens that share the rows array; slot j of token t holds
 // row slot_row[t, j] of rows, or is empty (-1).
 struct AttentionLaunch {

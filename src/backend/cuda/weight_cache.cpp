@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/expert_placement.h"
+#include "core/dtypes.h"
 
 namespace deepinfer::cuda {
 
@@ -59,15 +60,31 @@ const DeviceWeight& WeightCache::get(const LinearWeight& w, cudaStream_t stream)
 }
 
 const float* WeightCache::constant(const float* host, int64_t n, cudaStream_t stream) {
-  auto it = constants_.find(host);
-  if (it != constants_.end()) {
-    DI_CHECK_MSG(it->second.first == n, "a different constant array at a cached array's address");
-    return it->second.second.get<float>();
-  }
+  if (const float* kept = kept_constant(host, n)) return kept;
+  return keep_constant(host, host, n, stream);
+}
+
+const float* WeightCache::bf16_constant(const uint16_t* host, int64_t n, cudaStream_t stream) {
+  if (const float* kept = kept_constant(host, n)) return kept;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[size_t(i)] = bf16_to_float(host[i]);
+  const float* device = keep_constant(host, values.data(), n, stream);
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream));  // once per array: `values` goes out of scope
+  return device;
+}
+
+const float* WeightCache::kept_constant(const void* key, int64_t n) const {
+  auto it = constants_.find(key);
+  if (it == constants_.end()) return nullptr;
+  DI_CHECK_MSG(it->second.first == n, "a different constant array at a cached array's address");
+  return it->second.second.get<float>();
+}
+
+const float* WeightCache::keep_constant(const void* key, const float* values, int64_t n, cudaStream_t stream) {
   DeviceBuffer b(size_t(n) * sizeof(float));
-  DI_CUDA_CHECK(cudaMemcpyAsync(b.get(), host, b.bytes(), cudaMemcpyHostToDevice, stream));
+  DI_CUDA_CHECK(cudaMemcpyAsync(b.get(), values, b.bytes(), cudaMemcpyHostToDevice, stream));
   bytes_ += b.bytes();
-  return constants_.emplace(host, std::make_pair(n, std::move(b))).first->second.second.get<float>();
+  return constants_.emplace(key, std::make_pair(n, std::move(b))).first->second.second.get<float>();
 }
 
 }  // namespace deepinfer::cuda

@@ -35,9 +35,14 @@ class WeightCache {
   const DeviceWeight& get(const LinearWeight& w, cudaStream_t stream);
   // Device copy of a constant float array of a model (mHC fn rows): same lifetime and stream rules.
   const float* constant(const float* host, int64_t n, cudaStream_t stream);
+  // Device copy of a bf16 array's values as floats (an mHC side's norm weights), kept as constant() keeps its.
+  const float* bf16_constant(const uint16_t* host, int64_t n, cudaStream_t stream);
   size_t device_bytes() const { return bytes_; }
 
  private:
+  const float* kept_constant(const void* key, int64_t n) const;  // nullptr: none kept under key
+  const float* keep_constant(const void* key, const float* values, int64_t n, cudaStream_t stream);
+
   std::unordered_map<const void*, DeviceWeight> weights_;
   std::unordered_map<const void*, std::pair<int64_t, DeviceBuffer>> constants_;
   size_t bytes_ = 0;

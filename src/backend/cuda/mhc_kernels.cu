@@ -1,0 +1,141 @@
+// An mHC side's halves on the device (kernels.h, HcPreLaunch / HcPostLaunch), each the host's exact code
+// (model/ops.cpp: hc_split_sinkhorn, hc_collapse, rmsnorm, hc_expand_columns) operation by operation in IEEE
+// double with its rounding points, so that the side's outputs are the host steps' bits.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_exact_math.cuh"
+#include "backend/cuda/device_launch.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kPreThreads = 256;
+constexpr int kPostThreads = 256;
+
+__device__ __forceinline__ double sigmoid(double z) { return __ddiv_rn(1.0, __dadd_rn(1.0, exp_fixed(-z))); }
+
+// mixes[m] * scale + base[m], the product exact in double (two floats).
+__device__ __forceinline__ double scaled_mix(const float* mixes, const float* base, int m, float scale) {
+  return __dadd_rn(__dmul_rn(double(mixes[m]), double(scale)), double(base[m]));
+}
+
+// B2-B6 of one token by its block's first warp, into c[24] (shared, HcCoefficients' layout): lane l < 16 owns
+// comb[l / 4][l % 4], lanes 16-19 pre and 20-23 post. A Sinkhorn step has each lane sum its row or column in the
+// host's order from shared memory, then all write their new values together, as the host's loops (whose sums
+// are taken before the row or column changes) give them.
+__device__ void hc_coefficients(const HcPreLaunch& p, const float* mixes, float* c) {
+  const int lane = threadIdx.x & 31;
+  const double hc_eps = p.hc_eps;
+  if (lane >= 16 && lane < 20) {  // B2
+    const int k = lane - 16;
+    c[k] = float(__dadd_rn(sigmoid(scaled_mix(mixes, p.base, k, p.scale[0])), hc_eps));
+  } else if (lane >= 20 && lane < 24) {  // B3
+    const int k = lane - 20;
+    c[4 + k] = float(__dmul_rn(2.0, sigmoid(scaled_mix(mixes, p.base, 4 + k, p.scale[1]))));
+  } else if (lane < 16) {  // B4: the row's softmax, each of its lanes computing the row's max and total itself
+    const int j = lane >> 2, k = lane & 3;
+    double z[4], zmax = -INFINITY, total = 0.0, own = 0.0;  // own: z[k], picked without indexing z by a lane value
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      z[kk] = scaled_mix(mixes, p.base, 8 + 4 * j + kk, p.scale[2]);
+      zmax = zmax < z[kk] ? z[kk] : zmax;  // std::max(zmax, z)
+      if (kk == k) own = z[kk];
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) total = __dadd_rn(total, exp_fixed(__dadd_rn(z[kk], -zmax)));
+    c[8 + lane] = float(__dadd_rn(__ddiv_rn(exp_fixed(__dadd_rn(own, -zmax)), total), hc_eps));
+  }
+  __syncwarp();
+  // One normalisation of comb: by columns (sum over j of comb[j][k]) or by rows (sum over k of comb[j][k]).
+  auto normalize = [&](bool columns) {
+    float next = 0.0f;
+    if (lane < 16) {
+      const int j = lane >> 2, k = lane & 3;
+      double sum = 0.0;
+      for (int i = 0; i < 4; ++i) sum = __dadd_rn(sum, double(c[8 + (columns ? 4 * i + k : 4 * j + i)]));
+      next = float(__ddiv_rn(double(c[8 + lane]), __dadd_rn(sum, hc_eps)));
+    }
+    __syncwarp();
+    if (lane < 16) c[8 + lane] = next;
+    __syncwarp();
+  };
+  normalize(true);  // B5
+  for (int it = 1; it < p.sinkhorn_iters; ++it) {  // B6
+    normalize(false);
+    normalize(true);
+  }
+}
+
+// One block per token: the coefficients (warp 0), u = bf16(sum_k pre_k h_k) into shared memory (all threads),
+// u's sum of squares in sum_squares_32_lanes's order (warp 0), then u's norm out (all threads).
+__global__ void __launch_bounds__(kPreThreads) hc_pre_kernel(const HcPreLaunch p) {
+  DI_DYNAMIC_SHARED(float, u_row);  // [dim]
+  __shared__ float c[kHcCoefficientFloats];
+  __shared__ double r_shared;
+  const int64_t t = blockIdx.x, D = p.dim;
+  if (threadIdx.x < 32) hc_coefficients(p, p.mixes + t * kHcCoefficientFloats, c);
+  __syncthreads();
+  if (threadIdx.x < kHcCoefficientFloats) p.coeffs[t * kHcCoefficientFloats + threadIdx.x] = c[threadIdx.x];
+  const float* pre = p.collapse_pre ? p.collapse_pre + t * 4 : c;
+  const float* h = p.h + t * 4 * D;
+  for (int64_t i = threadIdx.x; i < D; i += kPreThreads) {  // B7, from +0 as the host's sum
+    double acc = 0.0;
+    for (int k = 0; k < 4; ++k) acc = __dadd_rn(acc, __dmul_rn(double(pre[k]), double(h[k * D + i])));
+    u_row[i] = round_bf16_exact(acc);
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // B8's r = sqrt(mean(u^2) + eps)
+    const double sq = warp_sum_squares_32_lanes(u_row, D);
+    if (threadIdx.x == 0) r_shared = __dsqrt_rn(__dadd_rn(__ddiv_rn(sq, double(D)), p.eps));
+  }
+  __syncthreads();
+  const double r = r_shared;
+  float* u = p.u + t * p.u_stride;
+  for (int64_t i = threadIdx.x; i < p.u_stride; i += kPreThreads) {
+    if (i < D) {
+      const double w = p.norm ? double(p.norm[i]) : 1.0;
+      u[i] = round_bf16_exact(__ddiv_rn(__dmul_rn(w, double(u_row[i])), r));
+    } else {
+      u[i] = 0.0f;
+    }
+  }
+}
+
+// One thread per (token, column i): the four copies' outputs at column i.
+__global__ void __launch_bounds__(kPostThreads) hc_post_kernel(const HcPostLaunch p) {
+  const int64_t t = blockIdx.y, i = int64_t(blockIdx.x) * kPostThreads + threadIdx.x, D = p.dim;
+  if (i >= D) return;
+  const float* c = p.coeffs + t * kHcCoefficientFloats;
+  const float* h = p.h + t * 4 * D;
+  const double x = p.x[t * p.x_stride + i];
+  for (int k = 0; k < 4; ++k) {
+    double acc = __dmul_rn(double(c[4 + k]), x);
+    for (int j = 0; j < 4; ++j) acc = __dadd_rn(acc, __dmul_rn(double(c[8 + 4 * j + k]), double(h[j * D + i])));
+    p.h_out[t * 4 * D + k * D + i] = round_bf16_exact(acc);
+  }
+}
+
+}  // namespace
+
+void launch_hc_pre(const HcPreLaunch& p, cudaStream_t stream) {
+  if (p.n_tokens == 0) return;
+  DI_CHECK_MSG(p.dim > 0 && p.dim <= kHcPreMaxDim && p.u_stride >= p.dim, "hc_pre: the row does not fit the kernel");
+  DI_CHECK_MSG(p.n_tokens < (int64_t(1) << 31), "hc_pre: too many tokens for one launch");
+  launch_kernel(hc_pre_kernel, dim3(unsigned(p.n_tokens)), kPreThreads, size_t(p.dim) * 4, stream, p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream) {
+  if (p.n_tokens == 0) return;
+  DI_CHECK_MSG(p.n_tokens <= 65535, "hc_post: too many tokens for one launch");
+  const int64_t column_blocks = (p.dim + kPostThreads - 1) / kPostThreads;
+  launch_kernel(hc_post_kernel, dim3(unsigned(column_blocks), unsigned(p.n_tokens)), kPostThreads, 0, stream, p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer::cuda
