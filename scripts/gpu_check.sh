@@ -120,7 +120,7 @@ fi
 
 # The tensor-core linear (all its kernels: mma_staged / mma_split run the staged one, unsplit / split over K, from
 # 64 tokens, the register one below)
-# both attention paths, the device MoE and the device linear chain under compute-sanitizer's memcheck (written
+# both attention paths, the device MoE, its FFN side and the device linear chain under compute-sanitizer's memcheck (written
 # without a GPU at hand):
 # out-of-bounds or misaligned accesses show here even where the results happen to come out right.
 sanitizer_rc=skipped
@@ -128,7 +128,7 @@ SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ] && [ "$(limit_for 150)" -ge 30 ]; then
   step "compute-sanitizer memcheck: the mma linear, the attention, the device MoE and chain tests"
   timeout "$(limit_for 150)" "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
-    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:LinearChainCuda.DeviceChainEqualsTheModelStepsBitForBit' \
+    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.DeviceSideEqualsTheModelStepsBitForBit:LinearChainCuda.DeviceChainEqualsTheModelStepsBitForBit' \
     >"$OUT_DIR/sanitizer.log" 2>&1
   sanitizer_rc=$?
   grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8

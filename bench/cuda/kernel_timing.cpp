@@ -386,8 +386,10 @@ Row time_hc_mix(int64_t T, int64_t width, int64_t n_mix) {
 // DEEPINFER_CUDA_GRAPHS on or off): 256 FP4 experts of 2048 x 4096 (top 6), an FP8 shared expert of the same
 // size, a bf16 gate. Hash-routed, so that the experts a call reads are known: the row's bytes are the gate, the
 // shared expert and each distinct chosen expert once. The time is the median wall time of a call from the host,
-// its copies in and out and its wait included: what a decode step pays for the block's MoE.
-void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, std::vector<Row>& rows) {
+// its copies in and out and its wait included: what a decode step pays for the block's MoE. `side`: the whole FFN
+// side instead (Backend::moe_side: the mHC mixes of the 4 x 4096 stream, its coefficients, u, the MoE and the
+// expansion, h in and out), the bytes then with the side's fp32 mix weights.
+void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, bool side, std::vector<Row>& rows) {
   const int64_t E = 256, K = 6, D = 4096, I = 2048, vocab = 1024;
   uint64_t state = 7;
   auto next = [&] {  // splitmix64: 3.4 GB of weight bytes in a second or two
@@ -438,7 +440,11 @@ void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, std:
   unsetenv("DEEPINFER_CUDA_GRAPHS");
   DI_CHECK_MSG(backend != nullptr, error);
   const double expert_bytes = 3.0 * double(I * D / 2 + I * D / 32);
-  const double other_bytes = double(E * D * 2) + 3.0 * double(I * D + (I / 128) * (D / 128));
+  const double other_bytes = double(E * D * 2) + 3.0 * double(I * D + (I / 128) * (D / 128)) + (side ? 24.0 * 4 * D * 4 : 0.0);
+  std::vector<float> fn(size_t(24 * 4 * D)), scale = {0.5f, 0.75f, 1.0f}, base(24);
+  std::vector<uint16_t> norm(size_t(D), 0x3f80);  // 1.0
+  for (float& v : fn) v = float(int(next() % 255) - 127) / 8192.0f;  // mixes of about unit size
+  for (float& v : base) v = float(int(next() % 255) - 127) / 128.0f;
   for (int64_t T : token_counts) {
     std::vector<int32_t> ids(static_cast<size_t>(T));
     std::vector<char> chosen(static_cast<size_t>(E), 0);
@@ -447,13 +453,17 @@ void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, std:
       for (int64_t k = 0; k < K; ++k) chosen[size_t(tid2eid[size_t(ids[size_t(t)] * K + k)])] = 1;
     }
     const double n_experts = double(std::count(chosen.begin(), chosen.end(), 1));
-    std::vector<float> u(size_t(T * D)), out(size_t(T * D));
-    for (float& v : u) v = float(int(next() % 255) - 127) / 64.0f;  // bf16 values, as the model's u
+    const int64_t width = side ? 4 * D : D;  // the side's stream, or the MoE's u
+    std::vector<float> u(size_t(T * width)), out(size_t(T * width));
+    for (float& v : u) v = float(int(next() % 255) - 127) / 64.0f;  // bf16 values, as the model's u or h
     const MoeParams p{u.data(), T, D, &w, ids.data(), false, 2.5, 10.0, 128, out.data()};
+    MoeSideParams sp{{u.data(), T, D, {fn.data(), scale.data(), base.data(), norm.data(), 24, 20, double(1e-6f), double(1e-6f)},
+                      nullptr, out.data(), nullptr},
+                     p};
     std::vector<double> seconds;
     for (int rep = 0; rep < 33; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
-      DI_CHECK_MSG(backend->moe(p), "the device MoE declined the timing block");
+      DI_CHECK_MSG(side ? backend->moe_side(sp) : backend->moe(p), "the device MoE declined the timing block");
       if (rep >= 3) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(seconds.begin(), seconds.end());
@@ -461,8 +471,8 @@ void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, std:
     const double read = other_bytes + n_experts * expert_bytes;
     const double flops = 2.0 * double(T) * double(D) * (double(E) + 3.0 * double(I) * double(K + 1));
     char name[160];
-    std::snprintf(name, sizeof name, "device MoE, V4-Flash block, T=%lld (%g experts)%s", (long long)T, n_experts,
-                  graphs ? "" : ", no graphs");
+    std::snprintf(name, sizeof name, "device %s, V4-Flash block, T=%lld (%g experts)%s", side ? "FFN side" : "MoE",
+                  (long long)T, n_experts, graphs ? "" : ", no graphs");
     rows.push_back(Row{name, sec * 1e6, read / sec / 1e9, flops / sec / 1e12, 0});
   }
 }
@@ -545,8 +555,9 @@ int run() {
   rows.push_back(time_hc_mix(1, 4 * 4096, 24));
   rows.push_back(time_hc_mix(64, 4 * 4096, 24));
   // A block's whole MoE on the device, per call from the host (copies and the wait included; GB/s of its weights).
-  time_device_moe({1, 8, 64}, true, rows);
-  time_device_moe({1, 8}, false, rows);
+  time_device_moe({1, 8, 64}, true, false, rows);
+  time_device_moe({1, 8}, false, false, rows);
+  time_device_moe({1, 8, 64}, true, true, rows);
 
   std::printf("\nceilings, measured now: device-to-device copy %.0f GB/s (read + write); cuBLASLt e4m3 GEMM 8192^3 %.0f TFLOP/s\n",
               copy, lt_big);

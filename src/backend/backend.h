@@ -166,6 +166,23 @@ struct LinearChainParams {
   LinearParams second;                  // x = mid, x_stride = mid_width
 };
 
+// The attention's projections and its q path as the model computes them (model/linear_chain.h; spec A1, A2 and A3
+// with A10 and the other projections of u; V4.1's the same steps): first's ops, each on the caller's arrays; then
+// mid, which one of them wrote, normed in place (rmsnorm with mid_norm); mid_q = mid's activation QDQ (qdq_fp8, or
+// qdq_fp8_v41 where v41, in blocks of qdq_block); then second's ops, which read mid_q.
+struct ProjectionChainParams {
+  std::span<const LinearParams> first;
+  float* mid = nullptr;                // [n_tokens, mid_width]: one of first's ops writes it whole
+  int64_t n_tokens = 0;
+  int64_t mid_width = 0;
+  const uint16_t* mid_norm = nullptr;  // [mid_width] bf16
+  double eps = 0;
+  float* mid_q = nullptr;              // [n_tokens, mid_width]
+  int64_t qdq_block = 0;
+  bool v41 = false;
+  std::span<const LinearParams> second;  // each x = mid_q, x_stride = mid_width
+};
+
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
 // chunk uses the one-shot prefill layout); a backend may also pick its kernels by it, never by how many tokens
 // an op has, so a token's result depends on its kind but never on what else is in its batch.
@@ -227,6 +244,9 @@ class Backend {
   // second's outputs equal to the model's own steps on this backend bit for bit; false: it did nothing, and the
   // model runs the steps itself (the CPU backends always).
   virtual bool linear_chain(const LinearChainParams& /*p*/) { return false; }
+  // The same for a projection chain: first's outputs, mid, mid_q and second's outputs those of the model's steps
+  // (projection_chain_on_backend) bit for bit; false: it did nothing.
+  virtual bool projection_chain(const ProjectionChainParams& /*p*/) { return false; }
   // Runs a block's FFN side whole where the backend can (the CUDA backend: h in, h_out and pre_out back, one
   // wait), with the outputs of the model's own steps on this backend (moe_side_on_backend) bit for bit; false:
   // it did nothing, and the model runs the steps itself (the CPU backends always).

@@ -133,12 +133,20 @@ bool TimedBackend::moe_side(const MoeSideParams& p) {
 bool TimedBackend::linear_chain(const LinearChainParams& p) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!inner_->linear_chain(p)) return false;
-  const double seconds = seconds_since(t0);
-  record(OpKind::kLinear, int64_t(p.first.size()) + 1, seconds);
-  std::vector<LinearParams> ops(p.first.begin(), p.first.end());
-  ops.push_back(p.second);
-  add_linear(ops, seconds);
+  record_chain(p.first, {&p.second, 1}, seconds_since(t0));
   return true;
+}
+bool TimedBackend::projection_chain(const ProjectionChainParams& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!inner_->projection_chain(p)) return false;
+  record_chain(p.first, p.second, seconds_since(t0));
+  return true;
+}
+void TimedBackend::record_chain(std::span<const LinearParams> first, std::span<const LinearParams> second, double seconds) {
+  std::vector<LinearParams> ops(first.begin(), first.end());
+  ops.insert(ops.end(), second.begin(), second.end());
+  record(OpKind::kLinear, int64_t(ops.size()), seconds);
+  add_linear(ops, seconds);
 }
 void TimedBackend::for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
   timed(OpKind::kRowWork, 1, [&] { inner_->for_rows(n, body); });

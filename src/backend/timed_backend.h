@@ -83,11 +83,13 @@ class TimedBackend final : public Backend {
   bool moe_side(const MoeSideParams& p) override;  // as moe
   // Timed as linear ops (its ops, one call) only when the inner backend ran it.
   bool linear_chain(const LinearChainParams& p) override;
+  bool projection_chain(const ProjectionChainParams& p) override;  // as linear_chain
 
  private:
   template <typename Call>
   double timed(OpKind kind, int64_t calls, Call&& call);  // returns the call's seconds
   void record(OpKind kind, int64_t calls, double seconds);  // one entry into the backend of `calls` ops
+  void record_chain(std::span<const LinearParams> first, std::span<const LinearParams> second, double seconds);  // as linear ops
   void add_linear(std::span<const LinearParams> ps, double seconds);
 
   std::unique_ptr<Backend> inner_;

@@ -150,22 +150,19 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
        .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.kv.data(), .out_stride = HD, .x_e4m3_block = c.act_block},
   };
   projections.insert(projections.end(), with_u.begin(), with_u.end());
-  backend_->linears(projections);
-  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);
-  });
-  out.qr_quantized = qr;
-  act_qdq_rows(out.qr_quantized, T, QL);
-  projections.clear();
-  projections.push_back({.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = &w.wq_b, .row_begin = 0,
-                         .n_rows = H * HD, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.q.data(), .out_stride = H * HD,
-                         .x_e4m3_block = c.act_block});
+  out.qr_quantized.resize(size_t(T * QL));
+  std::vector<LinearParams> q_ops = {
+      {.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = &w.wq_b, .row_begin = 0, .n_rows = H * HD,
+       .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.q.data(), .out_stride = H * HD, .x_e4m3_block = c.act_block}};
   if (index_wq_b) {  // step 20, on the same input
-    projections.push_back({.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = index_wq_b, .row_begin = 0,
-                           .n_rows = index_wq_b->n_out, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iq,
-                           .out_stride = index_wq_b->n_out, .x_e4m3_block = c.act_block});
+    q_ops.push_back({.x = out.qr_quantized.data(), .x_stride = QL, .n_tokens = T, .weight = index_wq_b, .row_begin = 0,
+                     .n_rows = index_wq_b->n_out, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iq,
+                     .out_stride = index_wq_b->n_out, .x_e4m3_block = c.act_block});
   }
-  backend_->linears(projections);
+  // The projections of u, then qr's norm and QDQ, then the projections of qr: one call where a backend chains them.
+  run_projection_chain(*backend_, {.first = projections, .mid = qr.data(), .n_tokens = T, .mid_width = QL, .mid_norm = w.q_norm,
+                                   .eps = eps, .mid_q = out.qr_quantized.data(), .qdq_block = c.act_block, .v41 = c.is_v41(),
+                                   .second = q_ops});
   // Ranges of query heads; a token's last range also takes its kv row.
   for_token_ranges(*backend_, T, H, kHeadRange, [&](int64_t t, int64_t h0, int64_t h1) {
     const int64_t pos = positions[size_t(t)];

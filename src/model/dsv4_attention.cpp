@@ -116,6 +116,15 @@ struct AttentionBuffers {
   std::vector<float> q, iq, o, z;
 };
 
+std::vector<LinearParams> Model::query_projections(const BlockWeights& w, const float* qrq, int64_t n_tokens, float* q,
+                                                   float* iq) const {
+  const ModelConfig& c = config_;
+  const int64_t H = c.n_heads, HD = c.head_dim, QL = c.q_lora_rank, IH = c.index_n_heads, ID = c.index_head_dim;
+  std::vector<LinearParams> ops = {{qrq, QL, n_tokens, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q, H * HD, c.act_block}};  // A3
+  if (iq) ops.push_back({qrq, QL, n_tokens, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, iq, IH * ID, c.act_block});  // I1
+  return ops;
+}
+
 void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                           const std::vector<float>& u, std::vector<float>& out) {
   const ModelConfig& c = config_;
@@ -141,12 +150,18 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     index_w_all.resize(size_t(T * IH));
     projections.push_back({u.data(), D, T, &w.index_weights_proj, 0, IH, Epilogue::kBf16, nullptr, index_w_all.data(), IH});  // I5
   }
-  backend_->linears(projections);
-  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) rmsnorm(&qr[size_t(t * QL)], w.q_norm, QL, eps, &qr[size_t(t * QL)]);  // A2
-  });
-  std::vector<float> qrq(qr);
-  act_qdq_rows(qrq, T, QL);
+  // A2 and qr's QDQ; with A3 (and I1) in the same chain where the call is one query block (a decode step), so a
+  // backend that chains them makes one call of it.
+  thread_local AttentionBuffers buf;
+  std::vector<float> qrq(static_cast<size_t>(T * QL));
+  const bool q_in_chain = T <= kAttentionBlock;
+  std::vector<LinearParams> q_ops;
+  if (q_in_chain) {
+    buf.q.resize(size_t(T * H * HD));
+    if (ratio == 4) buf.iq.resize(size_t(T * IH * ID));
+    q_ops = query_projections(w, qrq.data(), T, buf.q.data(), ratio == 4 ? buf.iq.data() : nullptr);
+  }
+  run_projection_chain(*backend_, {projections, qr.data(), T, QL, w.q_norm, eps, qrq.data(), c.act_block, false, q_ops});
   // Every kv row of the call first: a token attends to the fresh rows of all earlier tokens of its chunk.
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -164,7 +179,6 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   const float softmax_scale = float(1.0 / std::sqrt(double(HD)));
   const double index_scale = double(float(1.0 / std::sqrt(double(ID) * double(IH))));
   const int64_t group_width = H * HD / G;
-  thread_local AttentionBuffers buf;
   AttentionSlotRows slots(backend_->takes_packed_rows());  // the pending tokens' slot lists, one after another
   std::vector<int64_t> slot_begin;           // where each pending token's list starts
   std::vector<SparseAttentionParams> pending;
@@ -183,12 +197,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     buf.z.resize(size_t(nb * G * OL));
     float* q = buf.q.data();  // [nb, H, HD]
     if (ratio == 4) buf.iq.resize(size_t(nb * IH * ID));
-    // A3, with the indexer's I1 in the same batch where the layer has an indexer (both read qrq).
-    const LinearParams q_ops[] = {
-        {&qrq[size_t(b0 * QL)], QL, nb, &w.wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q, H * HD, c.act_block},                         // A3
-        {&qrq[size_t(b0 * QL)], QL, nb, &w.index_wq_b, 0, IH * ID, Epilogue::kBf16, nullptr, buf.iq.data(), IH * ID, c.act_block},  // I1
-    };
-    backend_->linears(std::span(q_ops, ratio == 4 ? 2 : 1));
+    if (!q_in_chain) backend_->linears(query_projections(w, &qrq[size_t(b0 * QL)], nb, q, ratio == 4 ? buf.iq.data() : nullptr));
     for_token_ranges(*backend_, nb, H, kHeadRange, [&](int64_t i, int64_t h0, int64_t h1) {
       float* qt = &q[size_t((i * H + h0) * HD)];
       head_rms_normalize(qt, h1 - h0, HD, eps);                                    // A4-A8

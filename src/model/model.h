@@ -181,6 +181,9 @@ class Model {
   void run_head_rows(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits);
   void attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  const std::vector<float>& u, std::vector<float>& out);
+  // A3 of n_tokens rows of qrq into q, with the indexer's I1 into iq where iq is not nullptr (both read qrq).
+  std::vector<LinearParams> query_projections(const BlockWeights& w, const float* qrq, int64_t n_tokens, float* q,
+                                              float* iq) const;
   // The MoE's parameters for batch (u and out left for the caller), one side's mHC parameters (0: attention,
   // 1: FFN) from h into h_out, and the FFN side (Backend::moe_side, or moe_side_on_backend).
   MoeParams moe_params(const BlockWeights& w, const Batch& batch) const;

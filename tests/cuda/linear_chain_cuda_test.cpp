@@ -2,7 +2,8 @@
 // projection, wo_a's groups, z's QDQ, wo_b, in one call) against the model's own steps on the same backend
 // (linear_chain_on_backend): the same kernels run each op and the QDQ is the host's exact code, so the outputs must
 // be the same bits. Random FP8 weights in the V4 layout (the groups are row ranges of one wo_a, each reading its
-// columns of o), V4 and V4.1 QDQ rules, 1 to 70 tokens (the register, staged and split kernels).
+// columns of o), V4 and V4.1 QDQ rules, 1 to 70 tokens (the register, staged and split kernels). The same for the
+// projection chain (Backend::projection_chain).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "core/dtypes.h"
 #include "cuda/cuda_util.h"
 #include "kernel/kernel_test_util.h"
 #include "model/linear_chain.h"
@@ -52,6 +54,75 @@ TEST(LinearChainCuda, DeviceChainEqualsTheModelStepsBitForBit) {
     for (int64_t n : {1, 3, 70}) {
       expect_chain_equals_model_steps(n, false, seed++);
       expect_chain_equals_model_steps(n, true, seed++);
+    }
+  }
+}
+
+// The projection chain (Backend::projection_chain: the attention's projections of u, qr's norm and QDQ, the
+// projections of qr) against the model's steps (projection_chain_on_backend): first's outputs, the normed mid, mid_q
+// and second's outputs, the same bits. First as the model's: two FP8 ops on u (A1 writes mid, A10) and two bf16
+// ones, one with a bias (the compressor's scores); second two FP8 ops on mid_q (A3, I1).
+void expect_projection_chain_equals_model_steps(int64_t n_tokens, bool v41, uint32_t seed) {
+  SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n_tokens) + " tokens");
+  const int64_t D = 256, QL = 128, KV = 192, C = 64, Q = 256, IQ = 128, T = n_tokens;
+  const int block = v41 ? 32 : 128;
+  std::mt19937 rng(seed);
+  const OwnedWeight wq_a = random_fp8_weight(rng, QL, D, block), wkv = random_fp8_weight(rng, KV, D, block);
+  const OwnedWeight wc = random_bf16_weight(rng, C, D), wg = random_bf16_weight(rng, C, D);
+  const OwnedWeight wq_b = random_fp8_weight(rng, Q, QL, block), wi = random_fp8_weight(rng, IQ, QL, block);
+  const std::vector<float> u = random_bf16_values(rng, T * D, 1.0f), bias = random_bf16_values(rng, T * C, 1.0f);
+  std::vector<uint16_t> norm;
+  std::normal_distribution<float> normal;
+  for (int64_t i = 0; i < QL; ++i) norm.push_back(uint16_t(float_to_bits(1.0f + 0.1f * normal(rng)) >> 16));
+  struct Outputs {
+    std::vector<float> qr, kv, c, g, qr_q, q, iq;
+  };
+  auto run = [&](Backend& b, bool whole) {
+    Outputs o{std::vector<float>(size_t(T * QL), -7.0f), std::vector<float>(size_t(T * KV), -7.0f),
+              std::vector<float>(size_t(T * C), -7.0f),  std::vector<float>(size_t(T * C), -7.0f),
+              std::vector<float>(size_t(T * QL), -7.0f), std::vector<float>(size_t(T * Q), -7.0f),
+              std::vector<float>(size_t(T * IQ), -7.0f)};
+    const LinearParams first[] = {
+        {u.data(), D, T, &wq_a.w, 0, QL, Epilogue::kBf16, nullptr, o.qr.data(), QL},
+        {u.data(), D, T, &wkv.w, 0, KV, Epilogue::kBf16, nullptr, o.kv.data(), KV},
+        {u.data(), D, T, &wc.w, 0, C, Epilogue::kF32, nullptr, o.c.data(), C},
+        {u.data(), D, T, &wg.w, 0, C, Epilogue::kF32AddBias, bias.data(), o.g.data(), C},
+    };
+    const LinearParams second[] = {
+        {o.qr_q.data(), QL, T, &wq_b.w, 0, Q, Epilogue::kBf16, nullptr, o.q.data(), Q},
+        {o.qr_q.data(), QL, T, &wi.w, 0, IQ, Epilogue::kBf16, nullptr, o.iq.data(), IQ},
+    };
+    const ProjectionChainParams p{first, o.qr.data(), T, QL, norm.data(), double(1e-6f), o.qr_q.data(), block, v41, second};
+    if (whole) {
+      EXPECT_TRUE(b.projection_chain(p)) << "the device chain declined projections it can run";
+    } else {
+      projection_chain_on_backend(b, p);
+    }
+    return o;
+  };
+  setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
+  DI_MAKE_CUDA_BACKEND(gpu);
+  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
+  const Outputs host = run(*gpu, false), device = run(*gpu, true);
+  EXPECT_EQ(n_differing(host.qr, device.qr), 0) << "the normed mid";
+  EXPECT_EQ(n_differing(host.qr_q, device.qr_q), 0) << "mid_q";
+  EXPECT_EQ(n_differing(host.kv, device.kv), 0);
+  EXPECT_EQ(n_differing(host.c, device.c), 0);
+  EXPECT_EQ(n_differing(host.g, device.g), 0);
+  EXPECT_EQ(n_differing(host.q, device.q), 0);
+  EXPECT_EQ(n_differing(host.iq, device.iq), 0);
+  EXPECT_GT(n_differing(device.qr, device.qr_q), 0) << "mid_q is mid after a QDQ that changes values";
+  EXPECT_GT(std::count_if(device.q.begin(), device.q.end(), [](float v) { return v != 0.0f && v != -7.0f; }), int64_t(T * Q / 2));
+}
+
+TEST(LinearChainCuda, DeviceProjectionChainEqualsTheModelStepsBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 100;
+  for (const char* linear : {"mma", "mma_split"}) {
+    const ScopedCudaPaths paths(linear);
+    for (int64_t n : {1, 3, 70}) {
+      expect_projection_chain_equals_model_steps(n, false, seed++);
+      expect_projection_chain_equals_model_steps(n, true, seed++);
     }
   }
 }

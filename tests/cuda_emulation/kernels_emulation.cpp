@@ -27,6 +27,13 @@ namespace {
 
 using cuda_emulation::enqueue;
 
+// The bits of n floats that hold bf16 values (the kernels' norm weights), as the host's rmsnorm takes them.
+[[maybe_unused]] std::vector<uint16_t> bf16_bits(const float* values, int64_t n) {
+  std::vector<uint16_t> bits(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) bits[size_t(i)] = uint16_t(float_to_bits(values[i]) >> 16);  // exact: bf16 values
+  return bits;
+}
+
 // The ops run on the fast CPU backend (one thread: the model's host work has the machine's cores), whose sums
 // are batch-invariant and within the bounds the tests hold the kernels to, as the real kernels' are.
 [[maybe_unused]] Backend& device_ops() {
@@ -259,10 +266,7 @@ void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream) {
 void launch_hc_pre(const HcPreLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] {
     const int64_t D = p.dim;
-    std::vector<uint16_t> norm;
-    if (p.norm) {
-      for (int64_t i = 0; i < D; ++i) norm.push_back(uint16_t(float_to_bits(p.norm[i]) >> 16));  // exact: bf16 values
-    }
+    const std::vector<uint16_t> norm = p.norm ? bf16_bits(p.norm, D) : std::vector<uint16_t>{};
     for (int64_t t = 0; t < p.n_tokens; ++t) {
       const HcCoefficients c = hc_split_sinkhorn(p.mixes + t * kHcCoefficientFloats, p.scale, p.base, p.sinkhorn_iters, p.hc_eps);
       std::memcpy(p.coeffs + t * kHcCoefficientFloats, &c, sizeof(c));
@@ -349,10 +353,15 @@ void act_qdq_now(float* row, int64_t width, int64_t block, ActQdqRule rule) {
 
 void launch_act_qdq(const ActQdqLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] {
+    const std::vector<uint16_t> norm = p.norm ? bf16_bits(p.norm, p.width) : std::vector<uint16_t>{};
     for (int64_t r = 0; r < p.n_rows; ++r) {
       float* out = p.out + r * p.out_stride;
       std::memmove(out, p.x + r * p.x_stride, size_t(p.width) * 4);
       std::fill(out + p.width, out + p.out_pad, 0.0f);
+      if (p.rmsnorm) {
+        rmsnorm(out, p.norm ? norm.data() : nullptr, p.width, p.eps, out);
+        std::copy_n(out, p.width, p.normed + r * p.normed_stride);
+      }
       act_qdq_now(out, p.width, p.block, p.rule);
     }
   });

@@ -404,6 +404,87 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  // DEEPINFER_CUDA_LINEAR_CHAIN=device: the attention's projections with its q path (A1 with A10 and the other
+  // projections of u, A2, qr's QDQ, A3 with I1) in one wait where the steps make two. First's ops are queued as
+  // linears() queues them, mid's norm and QDQ run where first wrote mid on the device (act_qdq_kernel, the host's
+  // exact code), and second's ops as linears() would launch them, so every output is the steps' bits. Declines
+  // where second's ops would take other kernels than the tensor-core ones, and where linears() would split first
+  // between the host and the device.
+  bool projection_chain(const ProjectionChainParams& p) override {
+    const int64_t T = p.n_tokens, W = p.mid_width;
+    if (!device_chain_ || !tensor_core_linear_ || T == 0 || p.second.empty()) return false;
+    if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return false;
+    for (std::span<const LinearParams> ops : {p.first, p.second}) {
+      for (const LinearParams& op : ops) {
+        if (host_experts_.count(op.weight->data)) return false;
+      }
+    }
+    bind_device();
+    int64_t mid_op = -1;
+    for (size_t i = 0; i < p.first.size(); ++i) {
+      if (p.first[i].out == p.mid) mid_op = int64_t(i);
+    }
+    DI_CHECK_MSG(mid_op >= 0 && p.first[size_t(mid_op)].n_rows == W && p.first[size_t(mid_op)].out_stride == W &&
+                     p.first[size_t(mid_op)].n_tokens == T,
+                 "projection chain: no first op writes mid whole");
+    std::vector<const cuda::DeviceWeight*> second_weights;
+    for (const LinearParams& op : p.second) {
+      const cuda::DeviceWeight& d = weights_.get(*op.weight, stream_);
+      if (!d.mma_exact || op.epilogue == Epilogue::kF32AddBias) return false;
+      DI_CHECK_MSG(op.x == p.mid_q && op.x_stride == W && op.n_tokens == T && op.weight->n_in == W,
+                   "projection chain: a second op does not read mid_q");
+      if (!second_weights.empty() && d.k_pad != second_weights[0]->k_pad) return false;
+      second_weights.push_back(&d);
+    }
+    const int64_t k2 = second_weights[0]->k_pad;
+    // Device scratch (and its pinned mirror, copied back whole): the normed mid, mid_q padded to k2, then each
+    // second op's output [T, n_rows].
+    ScratchLayout layout;
+    const size_t normed_at = layout.take(size_t(T * W) * 4), mid_q_at = layout.take(size_t(T * k2) * 4);
+    std::vector<size_t> out_at;
+    for (const LinearParams& op : p.second) out_at.push_back(layout.take(size_t(T * op.n_rows) * 4));
+    chain_scratch_.reserve(layout.bytes);
+    chain_host_.reserve(layout.bytes);
+    uint8_t* dev = chain_scratch_.get<uint8_t>();
+    uint8_t* host = chain_host_.get<uint8_t>();
+    chain_launches_.clear();
+    for (size_t i = 0; i < p.second.size(); ++i) {
+      chain_launches_.push_back(launch_of(*second_weights[i], p.second[i], reinterpret_cast<const float*>(dev + mid_q_at),
+                                          reinterpret_cast<float*>(dev + out_at[i])));
+    }
+    // partials_ sized for both stages before anything is queued: growing it later would free what queued work reads.
+    std::vector<cuda::LinearLaunch> sorted = chain_launches_;
+    std::stable_sort(sorted.begin(), sorted.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
+      return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;
+    });
+    const int64_t second_partials = mma_group_partial_floats(sorted);
+    if (second_partials > 0) partials_.reserve(size_t(second_partials) * 4);
+
+    const bool queued = enqueue_linears(p.first);
+    DI_CHECK_MSG(queued, "projection chain: first has no work");
+    DI_CHECK(partials_.bytes() >= size_t(second_partials) * 4);
+    const float* mid_dev = reinterpret_cast<const float*>(batch_.get<uint8_t>() + layout_.places()[size_t(mid_op)].out);
+    cuda::ActQdqLaunch norm_qdq{mid_dev, W, T, W, p.qdq_block, p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4,
+                                reinterpret_cast<float*>(dev + mid_q_at), k2, k2};
+    norm_qdq.rmsnorm = true;
+    norm_qdq.norm = p.mid_norm ? weights_.bf16_constant(p.mid_norm, W, stream_) : nullptr;
+    norm_qdq.eps = p.eps;
+    norm_qdq.normed = reinterpret_cast<float*>(dev + normed_at);
+    norm_qdq.normed_stride = W;
+    cuda::launch_act_qdq(norm_qdq, stream_);
+    launch_mma_groups(chain_launches_, chain_descriptors_host_, chain_descriptors_);
+    DI_CUDA_CHECK(cudaMemcpyAsync(host, dev, layout.bytes, cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    layout_.scatter_outputs(p.first, staging_.get<uint8_t>());
+    std::memcpy(p.mid, host + normed_at, size_t(T * W) * 4);
+    copy_rows(reinterpret_cast<const float*>(host + mid_q_at), k2, T, W, p.mid_q, W, W);
+    for (size_t i = 0; i < p.second.size(); ++i) {
+      const LinearParams& op = p.second[i];
+      copy_rows(reinterpret_cast<const float*>(host + out_at[i]), op.n_rows, T, op.n_rows, op.out, op.out_stride, op.n_rows);
+    }
+    return true;
+  }
+
  private:
   // The CUDA runtime's current device is per host thread, and the model may run on another thread than the
   // one that opened it (the engine's worker): every entry point makes this backend's device current first.
@@ -754,35 +835,46 @@ class CudaBackend final : public Backend {
         cuda::launch_linear(l, stream_);
       }
     }
-    launch_mma_groups();
+    launch_mma_groups(launches_, descriptors_host_, descriptors_);
     launch_fp8_groups();
     DI_CUDA_CHECK(cudaMemcpyAsync(host + in_bytes, base + in_bytes, bytes - in_bytes, cudaMemcpyDeviceToHost, stream_));
     return true;
   }
 
+  static bool same_mma_shape(const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
+    return a.kind == b.kind && a.k_pad == b.k_pad;
+  }
+  // The partials_ floats that launch_mma_groups needs for these launches (sorted as it sorts them): the largest
+  // lone op's split over K.
+  int64_t mma_group_partial_floats(std::span<const cuda::LinearLaunch> launches) const {
+    int64_t floats = 0;
+    for_each_run(launches, kMaxGridYZ, same_mma_shape, [&](std::span<const cuda::LinearLaunch> run) {
+      if (run.size() == 1) floats = std::max(floats, cuda::linear_mma_partial_floats(run[0], mma_choice_));
+    });
+    return floats;
+  }
+
   // The tensor-core launches of a linears() batch: those that share a weight kind and k_pad go as one grouped
-  // launch over an uploaded array of their descriptors, a lone one as a plain launch.
-  void launch_mma_groups() {
-    if (launches_.empty()) return;
-    std::stable_sort(launches_.begin(), launches_.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
+  // launch over an uploaded array of their descriptors (through descriptors_host to descriptors, which nothing
+  // queued may still read), a lone one as a plain launch.
+  void launch_mma_groups(std::vector<cuda::LinearLaunch>& launches, cuda::PinnedBuffer& descriptors_host,
+                         DeviceBuffer& descriptors) {
+    if (launches.empty()) return;
+    std::stable_sort(launches.begin(), launches.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
       return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;
     });
-    const size_t n = launches_.size();
-    descriptors_host_.reserve(n * sizeof(cuda::LinearLaunch));
-    descriptors_.reserve(n * sizeof(cuda::LinearLaunch));
-    std::memcpy(descriptors_host_.get(), launches_.data(), n * sizeof(cuda::LinearLaunch));
-    DI_CUDA_CHECK(cudaMemcpyAsync(descriptors_.get(), descriptors_host_.get(), n * sizeof(cuda::LinearLaunch),
+    const size_t n = launches.size();
+    descriptors_host.reserve(n * sizeof(cuda::LinearLaunch));
+    descriptors.reserve(n * sizeof(cuda::LinearLaunch));
+    std::memcpy(descriptors_host.get(), launches.data(), n * sizeof(cuda::LinearLaunch));
+    DI_CUDA_CHECK(cudaMemcpyAsync(descriptors.get(), descriptors_host.get(), n * sizeof(cuda::LinearLaunch),
                                   cudaMemcpyHostToDevice, stream_));
-    auto same_shape = [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) { return a.kind == b.kind && a.k_pad == b.k_pad; };
-    const std::span<const cuda::LinearLaunch> all(launches_);
+    const std::span<const cuda::LinearLaunch> all(launches);
     // A lone op split over K sums its slices in partials_: sized for the largest first (the launches of the
     // batch use it one after another, in stream order).
-    int64_t partial_floats = 0;
-    for_each_run(all, kMaxGridYZ, same_shape, [&](std::span<const cuda::LinearLaunch> run) {
-      if (run.size() == 1) partial_floats = std::max(partial_floats, cuda::linear_mma_partial_floats(run[0], mma_choice_));
-    });
+    const int64_t partial_floats = mma_group_partial_floats(all);
     if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * sizeof(float));
-    for_each_run(all, kMaxGridYZ, same_shape, [&](std::span<const cuda::LinearLaunch> run) {
+    for_each_run(all, kMaxGridYZ, same_mma_shape, [&](std::span<const cuda::LinearLaunch> run) {
       if (run.size() == 1) {
         cuda::LinearLaunch l = run[0];
         if (cuda::linear_mma_partial_floats(l, mma_choice_) > 0) l.partials = partials_.get<float>();
@@ -794,7 +886,7 @@ class CudaBackend final : public Backend {
         max_rows = std::max(max_rows, l.n_rows);
         max_tokens = std::max(max_tokens, l.n_tokens);
       }
-      const cuda::LinearLaunch* run_descriptors = descriptors_.get<cuda::LinearLaunch>() + (run.data() - all.data());
+      const cuda::LinearLaunch* run_descriptors = descriptors.get<cuda::LinearLaunch>() + (run.data() - all.data());
       cuda::launch_linear_mma_grouped(run_descriptors, int(run.size()), run[0].kind, run[0].k_pad, max_rows, max_tokens, stream_,
                                       mma_choice_);
     });
@@ -1193,10 +1285,14 @@ class CudaBackend final : public Backend {
   };
   static constexpr size_t kMaxMoeGraphs = 4096;
   std::map<MoeGraphKey, MoeGraph> moe_graphs_;
-  // linear_chain(): DEEPINFER_CUDA_LINEAR_CHAIN=device, its device scratch and pinned staging.
+  // linear_chain() and projection_chain(): DEEPINFER_CUDA_LINEAR_CHAIN=device, their device scratch and pinned staging.
   bool device_chain_ = false;
   DeviceBuffer chain_scratch_;
   cuda::PinnedBuffer chain_host_;
+  // projection_chain(): its second stage's launches and their descriptors (the first stage's are linears()'s).
+  std::vector<cuda::LinearLaunch> chain_launches_;
+  cuda::PinnedBuffer chain_descriptors_host_;
+  DeviceBuffer chain_descriptors_;
 };
 
 }  // namespace
@@ -1255,13 +1351,14 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
     }
   }
   // DEEPINFER_CUDA_MOE: host (default: the model's own MoE code, its linears on the device) or device (a block's
-  // whole MoE on the device in one call; Backend::moe, written without a GPU at hand).
+  // whole MoE on the device in one call, and its whole FFN side with the mHC around it; Backend::moe and
+  // moe_side, written without a GPU at hand).
   const std::optional<std::string> moe = env_choice("DEEPINFER_CUDA_MOE", {"host", "device"}, error);
   if (!moe) return nullptr;
   paths.device_moe = *moe == "device";
   // DEEPINFER_CUDA_LINEAR_CHAIN: host (default: the model's steps, its linears on the device) or device (the
-  // attention's output projection in one call, z kept on the device; Backend::linear_chain, written without a GPU
-  // at hand).
+  // attention's output projection in one call, z kept on the device, and its projections with the q path in one
+  // call, qr kept there; Backend::linear_chain and projection_chain, written without a GPU at hand).
   const std::optional<std::string> chain = env_choice("DEEPINFER_CUDA_LINEAR_CHAIN", {"host", "device"}, error);
   if (!chain) return nullptr;
   paths.device_chain = *chain == "device";

@@ -44,13 +44,29 @@ __device__ void qdq_row(float* row, int64_t width, int64_t block, ActQdqRule rul
   }
 }
 
-// One block per row: the row copied, the padding zeroed, then the QDQ in place.
+// One block per row: the row copied, the padding zeroed, the rmsnorm where asked (its sum of squares in
+// sum_squares_32_lanes's order by the first warp), then the QDQ in place.
 __global__ void __launch_bounds__(kRowThreads) act_qdq_kernel(const ActQdqLaunch p) {
+  __shared__ double r_shared;
   const int64_t r = blockIdx.x;
   const float* x = p.x + r * p.x_stride;
   float* out = p.out + r * p.out_stride;
   for (int64_t i = threadIdx.x; i < p.out_pad; i += kRowThreads) out[i] = i < p.width ? x[i] : 0.0f;
   __syncthreads();
+  if (p.rmsnorm) {
+    if (threadIdx.x < 32) {
+      const double sq = warp_sum_squares_32_lanes(out, p.width);
+      if (threadIdx.x == 0) r_shared = __dsqrt_rn(__dadd_rn(__ddiv_rn(sq, double(p.width)), p.eps));
+    }
+    __syncthreads();
+    const double rms = r_shared;
+    float* normed = p.normed + r * p.normed_stride;
+    for (int64_t i = threadIdx.x; i < p.width; i += kRowThreads) {
+      const double w = p.norm ? double(p.norm[i]) : 1.0;
+      out[i] = normed[i] = round_bf16_exact(__ddiv_rn(__dmul_rn(w, double(out[i])), rms));
+    }
+    __syncthreads();
+  }
   qdq_row(out, p.width, p.block, p.rule);
 }
 
