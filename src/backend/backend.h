@@ -183,6 +183,17 @@ struct ProjectionChainParams {
   std::span<const LinearParams> second;  // each x = mid_q, x_stride = mid_width
 };
 
+// An mHC side's first half with its sub-block's first call (model/mhc_side.h's MhcFront): the mixes of h (B1), the
+// coefficients (B2-B6), u = the collapse (B7) and its norm (B8), uq = u's activation QDQ (the chain's qdq_block and
+// rules), then the projection chain, whose first ops each read u or uq (x = u or uq, x_stride = dim).
+struct MhcProjectionParams {
+  MhcSideParams side;        // h_out and pre_out are the side's second half's, not written here
+  float* u = nullptr;        // [n_tokens, dim]
+  float* uq = nullptr;       // [n_tokens, dim]
+  float* coeffs = nullptr;   // [n_tokens, 24]: each token's coefficients as model/ops.h's HcCoefficients
+  ProjectionChainParams chain;
+};
+
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
 // chunk uses the one-shot prefill layout); a backend may also pick its kernels by it, never by how many tokens
 // an op has, so a token's result depends on its kind but never on what else is in its batch.
@@ -247,6 +258,9 @@ class Backend {
   // The same for a projection chain: first's outputs, mid, mid_q and second's outputs those of the model's steps
   // (projection_chain_on_backend) bit for bit; false: it did nothing.
   virtual bool projection_chain(const ProjectionChainParams& /*p*/) { return false; }
+  // The same for an mHC side's first half with a projection chain (the attention side's first call): u, uq, the
+  // coefficients and the chain's outputs those of the steps (MhcFront::run_with) bit for bit; false: it did nothing.
+  virtual bool mhc_projection_chain(const MhcProjectionParams& /*p*/) { return false; }
   // Runs a block's FFN side whole where the backend can (the CUDA backend: h in, h_out and pre_out back, one
   // wait), with the outputs of the model's own steps on this backend (moe_side_on_backend) bit for bit; false:
   // it did nothing, and the model runs the steps itself (the CPU backends always).

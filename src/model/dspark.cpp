@@ -75,9 +75,9 @@ DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor,
     const BlockWeights& w = weights_.mtp[size_t(s)].block;
     const RopeTable& rope = layer_rope_[size_t(c.n_layers + s)];
     const LayerState& ring = seq.mtp_layers[size_t(s)];
-    mhc_block_v41(w, batch, h, pre_in, [&](const std::vector<float>& u, std::vector<float>& out) {
+    mhc_block_v41(w, batch, h, pre_in, [&](MhcFront& front, std::vector<float>& out) {
       QkvV41 qkv;
-      project_qkv_v41(w, rope, batch.pos, u, qkv);
+      project_qkv_v41(w, rope, batch.pos, front, qkv);
       std::vector<const float*> rows;
       RowDecodeCache window_rows;
       window_rows.bind(ring.window_format, ring.window.data(), ring.ring_slots);

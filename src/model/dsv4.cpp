@@ -149,8 +149,8 @@ void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch
   std::vector<float>& h_next = buffers.h_next;
   // Two-pass mHC (spec §3.2): the attention side, then the FFN side on its output.
   mhc_side_on_backend(*backend_, side_params(w, batch, 0, h, h_next), buffers.side,
-                      [&](const std::vector<float>& u, std::vector<float>& out) {
-                        attention(w, rope, batch, is_mtp, layer_index, u, out);
+                      [&](MhcFront& front, std::vector<float>& out) {
+                        attention(w, rope, batch, is_mtp, layer_index, front, out);
                       });
   h.swap(h_next);
   ffn_side(w, batch, side_params(w, batch, 1, h, h_next), buffers.side);

@@ -89,13 +89,13 @@ void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vec
       }
     }
   }
-  mhc_block_v41(w, batch, h, pre_in, [&](const std::vector<float>& u, std::vector<float>& out) {
-    attention_v41(layer, batch, scratch, u, out);
+  mhc_block_v41(w, batch, h, pre_in, [&](MhcFront& front, std::vector<float>& out) {
+    attention_v41(layer, batch, scratch, front, out);
   });
 }
 
 void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,
-                          const std::function<void(const std::vector<float>& u, std::vector<float>& out)>& attention) {
+                          const std::function<void(MhcFront& front, std::vector<float>& out)>& attention) {
   BlockBuffers& buffers = block_buffers(h.size());  // reused from call to call
   std::vector<float>& h_next = buffers.h_next;
   std::vector<float> attn_pre(size_t(batch.n_tokens() * 4));

@@ -132,14 +132,13 @@ void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scra
 }
 
 void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
-                            const std::vector<float>& u, QkvV41& out, std::span<const LinearParams> with_u,
+                            MhcFront& front, QkvV41& out, std::span<const LinearParams> with_u,
                             const LinearWeight* index_wq_b, float* iq) {
   const ModelConfig& c = config_;
   const int64_t T = int64_t(positions.size()), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
   const int64_t QL = c.q_lora_rank;
   const double eps = c.norm_eps_value();
-  std::vector<float> uq(u);
-  act_qdq_rows(uq, T, D);
+  const std::vector<float>& uq = front.uq();  // u's QDQ once the front has run, below
   std::vector<float> qr(static_cast<size_t>(T * QL));
   out.q.resize(size_t(T * H * HD));
   out.kv.resize(size_t(T * HD));
@@ -159,8 +158,9 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
                      .n_rows = index_wq_b->n_out, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iq,
                      .out_stride = index_wq_b->n_out, .x_e4m3_block = c.act_block});
   }
-  // The projections of u, then qr's norm and QDQ, then the projections of qr: one call where a backend chains them.
-  run_projection_chain(*backend_, {.first = projections, .mid = qr.data(), .n_tokens = T, .mid_width = QL, .mid_norm = w.q_norm,
+  // The mHC side's first half, the projections of u, then qr's norm and QDQ, then the projections of qr: one call
+  // where a backend runs them together.
+  front.run_with({.first = projections, .mid = qr.data(), .n_tokens = T, .mid_width = QL, .mid_norm = w.q_norm,
                                    .eps = eps, .mid_q = out.qr_quantized.data(), .qdq_block = c.act_block, .v41 = c.is_v41(),
                                    .second = q_ops});
   // Ranges of query heads; a token's last range also takes its kv row.
@@ -233,7 +233,7 @@ void Model::output_projection_v41(const BlockWeights& w, const std::vector<float
 // Query tokens whose index scores are held at once (their selections run on the backend's threads).
 constexpr int64_t kSelectionBlock = 256;
 
-void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const std::vector<float>& u, std::vector<float>& out) {
+void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront& front, std::vector<float>& out) {
   const ModelConfig& c = config_;
   const BlockWeights& w = weights_.layers[size_t(layer)];
   const RopeTable& rope = layer_rope_[size_t(layer)];
@@ -246,6 +246,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   // indexer's wq_b).
   const bool kv_source = ratio != 0 && c.is_kv_source(layer) && scratch.kv_source_done_layer != layer;
   const bool index_source = ratio != 0 && c.is_index_source(layer);
+  const std::vector<float>& u = front.u();  // u once project_qkv_v41 has run the front
   std::vector<LinearParams> with_u;
   KvSourceProjections kv_source_projected;
   if (kv_source) add_kv_source_projections(layer, u, T, kv_source_projected, with_u);
@@ -261,7 +262,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, const st
   // no call below re-enters attention_v41), so a long prefill does not allocate and fault in hundreds of MB
   // of them per layer.
   thread_local QkvV41 qkv;
-  project_qkv_v41(w, rope, batch.pos, u, qkv, with_u, index_source ? &w.index_wq_b : nullptr, iq.data());
+  project_qkv_v41(w, rope, batch.pos, front, qkv, with_u, index_source ? &w.index_wq_b : nullptr, iq.data());
   const std::vector<float>& q = qkv.q;
   const std::vector<float>& kv = qkv.kv;
 

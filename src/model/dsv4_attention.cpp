@@ -126,7 +126,7 @@ std::vector<LinearParams> Model::query_projections(const BlockWeights& w, const 
 }
 
 void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
-                          const std::vector<float>& u, std::vector<float>& out) {
+                          MhcFront& front, std::vector<float>& out) {
   const ModelConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
   const int64_t NOPE = HD - RD, QL = c.q_lora_rank, G = c.o_groups, OL = c.o_lora_rank, W = c.window_size;
@@ -134,8 +134,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   const int ratio = w.compress_ratio;
   const double eps = double(float(c.norm_eps));
 
-  std::vector<float> uq(u);
-  act_qdq_rows(uq, T, D);  // V4: blocks of 128
+  const std::vector<float>& u = front.u();    // u and its QDQ (V4: blocks of 128) once the front has run, below
+  const std::vector<float>& uq = front.uq();
   // Every projection of u (quantised or not) in one batch, one wait on a GPU: A1, A10, the compressors' C1 and
   // C2, and the indexer's I5 for all the call's tokens.
   std::vector<float> qr(static_cast<size_t>(T * QL)), kv(size_t(T * HD)), index_w_all;
@@ -161,7 +161,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     if (ratio == 4) buf.iq.resize(size_t(T * IH * ID));
     q_ops = query_projections(w, qrq.data(), T, buf.q.data(), ratio == 4 ? buf.iq.data() : nullptr);
   }
-  run_projection_chain(*backend_, {projections, qr.data(), T, QL, w.q_norm, eps, qrq.data(), c.act_block, false, q_ops});
+  // The mHC side's first half with the chain: one call where the backend runs them together.
+  front.run_with({projections, qr.data(), T, QL, w.q_norm, eps, qrq.data(), c.act_block, false, q_ops});
   // Every kv row of the call first: a token attends to the fresh rows of all earlier tokens of its chunk.
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

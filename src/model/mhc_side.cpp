@@ -2,24 +2,34 @@
 
 #include <algorithm>
 
+#include "core/status.h"
+#include "model/linear_chain.h"
 #include "model/model_internal.h"
 #include "model/moe.h"
 
 namespace deepinfer {
 
-void mhc_side_on_backend(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub) {
+MhcFront::MhcFront(Backend& backend, const MhcSideParams& p, MhcScratch& scratch) : backend_(backend), p_(p), scratch_(scratch) {
   const int64_t T = p.n_tokens, D = p.dim;
-  const MhcWeights& m = p.mhc;
-  scratch.mixes.resize(size_t(T * m.n_mix));
+  scratch.mixes.resize(size_t(T * p.mhc.n_mix));
   scratch.u.resize(size_t(T * D));
+  scratch.uq.resize(size_t(T * D));
   scratch.sub_out.resize(size_t(T * D));
   scratch.coeffs.resize(size_t(T));
+}
+
+void MhcFront::run() {
+  DI_CHECK_MSG(!ran_, "an mHC side's first half ran twice");
+  ran_ = true;
+  const int64_t T = p_.n_tokens, D = p_.dim;
+  const MhcWeights& m = p_.mhc;
+  const MhcSideParams& p = p_;
   // Named through references: the lambdas run on the backend's threads (model_internal.h's BlockBuffers).
-  std::vector<float>& mixes = scratch.mixes;
-  std::vector<float>& u = scratch.u;
-  std::vector<HcCoefficients>& coeffs = scratch.coeffs;
-  backend.hc_mix({p.h, T, 4 * D, m.fn, m.n_mix, m.eps, mixes.data()});  // B1
-  backend.for_rows(T, [&](int64_t t0, int64_t t1) {
+  std::vector<float>& mixes = scratch_.mixes;
+  std::vector<float>& u = scratch_.u;
+  std::vector<HcCoefficients>& coeffs = scratch_.coeffs;
+  backend_.hc_mix({p.h, T, 4 * D, m.fn, m.n_mix, m.eps, mixes.data()});  // B1
+  backend_.for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       coeffs[size_t(t)] = hc_split_sinkhorn(&mixes[size_t(t * m.n_mix)], m.scale, m.base, m.sinkhorn_iters, m.hc_eps);
       const float* pre = p.collapse_pre ? p.collapse_pre + t * 4 : coeffs[size_t(t)].pre;
@@ -28,8 +38,28 @@ void mhc_side_on_backend(Backend& backend, const MhcSideParams& p, MhcScratch& s
       rmsnorm(ut, m.norm, D, m.eps, ut);         // B8
     }
   });
-  sub(u, scratch.sub_out);
+}
+
+void MhcFront::run_with(const ProjectionChainParams& chain) {
+  DI_CHECK_MSG(!ran_, "an mHC side's first half ran twice");
+  static_assert(sizeof(HcCoefficients) == 24 * sizeof(float));
+  if (backend_.mhc_projection_chain({p_, scratch_.u.data(), scratch_.uq.data(), reinterpret_cast<float*>(scratch_.coeffs.data()), chain})) {
+    ran_ = true;
+    return;
+  }
+  run();
+  std::copy(scratch_.u.begin(), scratch_.u.end(), scratch_.uq.begin());
+  act_qdq_rows(backend_, scratch_.uq.data(), p_.n_tokens, p_.dim, chain.qdq_block, chain.v41);
+  run_projection_chain(backend_, chain);
+}
+
+void mhc_side_on_backend(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub) {
+  const int64_t T = p.n_tokens, D = p.dim;
+  MhcFront front(backend, p, scratch);
+  sub(front, scratch.sub_out);
+  DI_CHECK_MSG(front.ran(), "an mHC side's sub-block did not run its first half");
   const std::vector<float>& sub_out = scratch.sub_out;
+  const std::vector<HcCoefficients>& coeffs = scratch.coeffs;
   for_token_ranges(backend, T, D, kColumnRange, [&](int64_t t, int64_t i0, int64_t i1) {  // P1 / P2
     hc_expand_columns(p.h + t * 4 * D, &sub_out[size_t(t * D)], coeffs[size_t(t)], D, i0, i1, p.h_out + t * 4 * D);
   });
@@ -39,9 +69,10 @@ void mhc_side_on_backend(Backend& backend, const MhcSideParams& p, MhcScratch& s
 }
 
 void moe_side_on_backend(Backend& backend, const MoeSideParams& p, MhcScratch& scratch) {
-  mhc_side_on_backend(backend, p.side, scratch, [&](const std::vector<float>& u, std::vector<float>& out) {
+  mhc_side_on_backend(backend, p.side, scratch, [&](MhcFront& front, std::vector<float>& out) {
+    front.run();
     MoeParams moe = p.moe;
-    moe.u = u.data();
+    moe.u = front.u().data();
     moe.out = out.data();
     if (!backend.moe(moe)) moe_on_backend(backend, moe);
   });

@@ -25,6 +25,7 @@
 namespace deepinfer {
 
 struct MhcScratch;  // model/mhc_side.h
+class MhcFront;     // model/mhc_side.h
 
 struct ModelOptions {
   bool exact = false;       // reference kernels (double accumulation) instead of the fast ones
@@ -135,7 +136,7 @@ class Model {
   std::vector<ChunkOutput> forward_v41(std::span<const ForwardChunk> chunks);
   void run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in);
   void engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h);
-  void attention_v41(int layer, Batch& batch, V41Scratch& scratch, const std::vector<float>& u, std::vector<float>& out);
+  void attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront& front, std::vector<float>& out);
   // The KV source's projections of u (steps 15-17: the compressor's wkv, and for ratio 2 its wgate), as ops for
   // the caller to batch with the layer's other projections of u; then the rows they make (steps 15-19).
   struct KvSourceProjections {
@@ -155,11 +156,11 @@ class Model {
     std::vector<float> kv;            // [T, head_dim] window rows (QDQ8)
     std::vector<float> qr_quantized;  // [T, q_lora_rank] QDQ8(q_norm(wq_a(u))), the indexer's input
   };
-  // with_u: further projections of u (or of its rows) to run in the batch of wq_a and wkv; index_wq_b / iq: the
-  // indexer's query projection (step 20) of qr_quantized into iq [T, index heads * index_head_dim], in the
-  // batch of wq_b (nullptr: none).
+  // Runs the mHC side's first half (front: u) with the projections. with_u: further projections of front.u() (or of
+  // its rows) to run in the batch of wq_a and wkv; index_wq_b / iq: the indexer's query projection (step 20) of
+  // qr_quantized into iq [T, index heads * index_head_dim], in the batch of wq_b (nullptr: none).
   void project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
-                       const std::vector<float>& u, QkvV41& out, std::span<const LinearParams> with_u = {},
+                       MhcFront& front, QkvV41& out, std::span<const LinearParams> with_u = {},
                        const LinearWeight* index_wq_b = nullptr, float* iq = nullptr);
   // Steps 28-29 for several query tokens at once (one Backend::sparse_attentions call): token i attends with
   // q + i * H * HD at positions[i] to rows[row_begin[i], row_begin[i + 1]) and writes o + i * H * HD. packed:
@@ -168,9 +169,9 @@ class Model {
                   std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o,
                   std::span<const PackedSlot> packed = {});
   void output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, std::vector<float>& out);
-  // The single-pass mHC block around an attention function (spec §7.2).
+  // The single-pass mHC block around an attention function (spec §7.2), which runs the side's front.
   void mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,
-                     const std::function<void(const std::vector<float>& u, std::vector<float>& out)>& attention);
+                     const std::function<void(MhcFront& front, std::vector<float>& out)>& attention);
   void run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  std::vector<float>& h);
   // H1-H5 over the logit rows of every chunk in one head call (stack_logit_rows); run_head_rows on n_tokens rows
@@ -180,7 +181,7 @@ class Model {
                 std::vector<ChunkOutput>& outputs);
   void run_head_rows(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits);
   void attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
-                 const std::vector<float>& u, std::vector<float>& out);
+                 MhcFront& front, std::vector<float>& out);
   // A3 of n_tokens rows of qrq into q, with the indexer's I1 into iq where iq is not nullptr (both read qrq).
   std::vector<LinearParams> query_projections(const BlockWeights& w, const float* qrq, int64_t n_tokens, float* q,
                                               float* iq) const;
