@@ -142,6 +142,12 @@ bool TimedBackend::projection_chain(const ProjectionChainParams& p) {
   record_chain(p.first, p.second, seconds_since(t0));
   return true;
 }
+bool TimedBackend::mhc_projection_chain(const MhcProjectionParams& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!inner_->mhc_projection_chain(p)) return false;
+  record_chain(p.chain.first, p.chain.second, seconds_since(t0));
+  return true;
+}
 void TimedBackend::record_chain(std::span<const LinearParams> first, std::span<const LinearParams> second, double seconds) {
   std::vector<LinearParams> ops(first.begin(), first.end());
   ops.insert(ops.end(), second.begin(), second.end());

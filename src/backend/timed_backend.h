@@ -84,6 +84,7 @@ class TimedBackend final : public Backend {
   // Timed as linear ops (its ops, one call) only when the inner backend ran it.
   bool linear_chain(const LinearChainParams& p) override;
   bool projection_chain(const ProjectionChainParams& p) override;  // as linear_chain
+  bool mhc_projection_chain(const MhcProjectionParams& p) override;  // as its chain (its mixes are no hc_mix call)
 
  private:
   template <typename Call>

@@ -203,18 +203,24 @@ TEST(GoldenCudaDeviceMoe, EqualsTheHostMoeBitForBit) {
 }
 
 // DEEPINFER_CUDA_LINEAR_CHAIN=device end to end: every attention output projection (wo_a's groups, z's QDQ, wo_b)
-// in one call gives the model's own steps' bits on this backend, so the logits (main, MTP, DSpark) are the same bit
-// for bit, with fewer backend linear calls.
+// in one call, and every attention side's front (its mHC first half, the projections of u, qr's norm and QDQ, the
+// projections of qr) in one call, give the model's own steps' bits on this backend, so the logits (main, MTP,
+// DSpark) are the same bit for bit, with fewer backend linear and hc_mix calls.
 TEST(GoldenCudaLinearChain, EqualsTheModelStepsBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   expect_same_bits({{"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}, "DEEPINFER_CUDA_LINEAR_CHAIN",
                    {"host", "device"}, [](const CudaRun (&runs)[2]) {
                      const int64_t host_calls = runs[0].times[size_t(OpKind::kLinear)].entries;
                      const int64_t device_calls = runs[1].times[size_t(OpKind::kLinear)].entries;
-                     // The same ops, each chain one call where the steps make two.
+                     // The same ops, each chain one call where the steps make two; the attention side's mixes go
+                     // with its projection chain (Backend::mhc_projection_chain).
                      EXPECT_EQ(runs[0].times[size_t(OpKind::kLinear)].calls, runs[1].times[size_t(OpKind::kLinear)].calls);
                      EXPECT_LT(device_calls, host_calls);
-                     std::printf("  backend linear calls %lld -> %lld\n", (long long)host_calls, (long long)device_calls);
+                     const int64_t host_mixes = runs[0].times[size_t(OpKind::kHcMix)].entries;
+                     const int64_t device_mixes = runs[1].times[size_t(OpKind::kHcMix)].entries;
+                     EXPECT_LT(device_mixes, host_mixes);
+                     std::printf("  backend linear calls %lld -> %lld, hc_mix calls %lld -> %lld\n", (long long)host_calls,
+                                 (long long)device_calls, (long long)host_mixes, (long long)device_mixes);
                    });
 }
 

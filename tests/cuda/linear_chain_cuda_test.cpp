@@ -15,6 +15,7 @@
 #include "cuda/cuda_util.h"
 #include "kernel/kernel_test_util.h"
 #include "model/linear_chain.h"
+#include "model/mhc_side.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -58,52 +59,47 @@ TEST(LinearChainCuda, DeviceChainEqualsTheModelStepsBitForBit) {
   }
 }
 
-// The projection chain (Backend::projection_chain: the attention's projections of u, qr's norm and QDQ, the
-// projections of qr) against the model's steps (projection_chain_on_backend): first's outputs, the normed mid, mid_q
-// and second's outputs, the same bits. First as the model's: two FP8 ops on u (A1 writes mid, A10) and two bf16
-// ones, one with a bias (the compressor's scores); second two FP8 ops on mid_q (A3, I1).
-void expect_projection_chain_equals_model_steps(int64_t n_tokens, bool v41, uint32_t seed) {
-  SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n_tokens) + " tokens");
-  const int64_t D = 256, QL = 128, KV = 192, C = 64, Q = 256, IQ = 128, T = n_tokens;
-  const int block = v41 ? 32 : 128;
-  std::mt19937 rng(seed);
-  const OwnedWeight wq_a = random_fp8_weight(rng, QL, D, block), wkv = random_fp8_weight(rng, KV, D, block);
-  const OwnedWeight wc = random_bf16_weight(rng, C, D), wg = random_bf16_weight(rng, C, D);
-  const OwnedWeight wq_b = random_fp8_weight(rng, Q, QL, block), wi = random_fp8_weight(rng, IQ, QL, block);
-  const std::vector<float> u = random_bf16_values(rng, T * D, 1.0f), bias = random_bf16_values(rng, T * C, 1.0f);
+// The attention's projections as the model's: two FP8 ops on uq (A1 writes mid, A10) and two bf16 ones on u, one
+// with a bias (the compressor's scores); then two FP8 ops on mid_q (A3, I1). Random weights, owning every byte.
+struct RandomProjections {
+  static constexpr int64_t D = 256, QL = 128, KV = 192, C = 64, Q = 256, IQ = 128;
+  int64_t T;
+  bool v41;
+  int block;
+  OwnedWeight wq_a, wkv, wc, wg, wq_b, wi;
+  std::vector<float> bias;
   std::vector<uint16_t> norm;
-  std::normal_distribution<float> normal;
-  for (int64_t i = 0; i < QL; ++i) norm.push_back(uint16_t(float_to_bits(1.0f + 0.1f * normal(rng)) >> 16));
+
+  RandomProjections(int64_t n_tokens, bool v41_rules, std::mt19937& rng)
+      : T(n_tokens), v41(v41_rules), block(v41_rules ? 32 : 128), wq_a(random_fp8_weight(rng, QL, D, block)),
+        wkv(random_fp8_weight(rng, KV, D, block)), wc(random_bf16_weight(rng, C, D)), wg(random_bf16_weight(rng, C, D)),
+        wq_b(random_fp8_weight(rng, Q, QL, block)), wi(random_fp8_weight(rng, IQ, QL, block)),
+        bias(random_bf16_values(rng, n_tokens * C, 1.0f)) {
+    std::normal_distribution<float> normal;
+    for (int64_t i = 0; i < QL; ++i) norm.push_back(uint16_t(float_to_bits(1.0f + 0.1f * normal(rng)) >> 16));
+  }
+
+  // Every output, filled with -7 until written.
   struct Outputs {
     std::vector<float> qr, kv, c, g, qr_q, q, iq;
+    explicit Outputs(int64_t T)
+        : qr(size_t(T * QL), -7.0f), kv(size_t(T * KV), -7.0f), c(size_t(T * C), -7.0f), g(size_t(T * C), -7.0f),
+          qr_q(size_t(T * QL), -7.0f), q(size_t(T * Q), -7.0f), iq(size_t(T * IQ), -7.0f) {}
   };
-  auto run = [&](Backend& b, bool whole) {
-    Outputs o{std::vector<float>(size_t(T * QL), -7.0f), std::vector<float>(size_t(T * KV), -7.0f),
-              std::vector<float>(size_t(T * C), -7.0f),  std::vector<float>(size_t(T * C), -7.0f),
-              std::vector<float>(size_t(T * QL), -7.0f), std::vector<float>(size_t(T * Q), -7.0f),
-              std::vector<float>(size_t(T * IQ), -7.0f)};
-    const LinearParams first[] = {
-        {u.data(), D, T, &wq_a.w, 0, QL, Epilogue::kBf16, nullptr, o.qr.data(), QL},
-        {u.data(), D, T, &wkv.w, 0, KV, Epilogue::kBf16, nullptr, o.kv.data(), KV},
-        {u.data(), D, T, &wc.w, 0, C, Epilogue::kF32, nullptr, o.c.data(), C},
-        {u.data(), D, T, &wg.w, 0, C, Epilogue::kF32AddBias, bias.data(), o.g.data(), C},
-    };
-    const LinearParams second[] = {
-        {o.qr_q.data(), QL, T, &wq_b.w, 0, Q, Epilogue::kBf16, nullptr, o.q.data(), Q},
-        {o.qr_q.data(), QL, T, &wi.w, 0, IQ, Epilogue::kBf16, nullptr, o.iq.data(), IQ},
-    };
-    const ProjectionChainParams p{first, o.qr.data(), T, QL, norm.data(), double(1e-6f), o.qr_q.data(), block, v41, second};
-    if (whole) {
-      EXPECT_TRUE(b.projection_chain(p)) << "the device chain declined projections it can run";
-    } else {
-      projection_chain_on_backend(b, p);
-    }
-    return o;
-  };
-  setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
-  DI_MAKE_CUDA_BACKEND(gpu);
-  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
-  const Outputs host = run(*gpu, false), device = run(*gpu, true);
+  // The chain's ops on u and uq into o, kept in first / second for the returned params.
+  ProjectionChainParams chain(const float* u, const float* uq, Outputs& o) {
+    first = {{uq, D, T, &wq_a.w, 0, QL, Epilogue::kBf16, nullptr, o.qr.data(), QL},
+             {uq, D, T, &wkv.w, 0, KV, Epilogue::kBf16, nullptr, o.kv.data(), KV},
+             {u, D, T, &wc.w, 0, C, Epilogue::kF32, nullptr, o.c.data(), C},
+             {u, D, T, &wg.w, 0, C, Epilogue::kF32AddBias, bias.data(), o.g.data(), C}};
+    second = {{o.qr_q.data(), QL, T, &wq_b.w, 0, Q, Epilogue::kBf16, nullptr, o.q.data(), Q},
+              {o.qr_q.data(), QL, T, &wi.w, 0, IQ, Epilogue::kBf16, nullptr, o.iq.data(), IQ}};
+    return {first, o.qr.data(), T, QL, norm.data(), double(1e-6f), o.qr_q.data(), block, v41, second};
+  }
+  std::vector<LinearParams> first, second;
+};
+
+void expect_same_outputs(const RandomProjections::Outputs& host, const RandomProjections::Outputs& device) {
   EXPECT_EQ(n_differing(host.qr, device.qr), 0) << "the normed mid";
   EXPECT_EQ(n_differing(host.qr_q, device.qr_q), 0) << "mid_q";
   EXPECT_EQ(n_differing(host.kv, device.kv), 0);
@@ -112,7 +108,25 @@ void expect_projection_chain_equals_model_steps(int64_t n_tokens, bool v41, uint
   EXPECT_EQ(n_differing(host.q, device.q), 0);
   EXPECT_EQ(n_differing(host.iq, device.iq), 0);
   EXPECT_GT(n_differing(device.qr, device.qr_q), 0) << "mid_q is mid after a QDQ that changes values";
-  EXPECT_GT(std::count_if(device.q.begin(), device.q.end(), [](float v) { return v != 0.0f && v != -7.0f; }), int64_t(T * Q / 2));
+  EXPECT_GT(std::count_if(device.q.begin(), device.q.end(), [](float v) { return v != 0.0f && v != -7.0f; }),
+            int64_t(device.q.size() / 2));
+}
+
+// The projection chain (Backend::projection_chain: the attention's projections of u, qr's norm and QDQ, the
+// projections of qr) against the model's steps (projection_chain_on_backend): first's outputs, the normed mid, mid_q
+// and second's outputs, the same bits.
+void expect_projection_chain_equals_model_steps(int64_t n_tokens, bool v41, uint32_t seed) {
+  SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n_tokens) + " tokens");
+  std::mt19937 rng(seed);
+  RandomProjections r(n_tokens, v41, rng);
+  const std::vector<float> u = random_bf16_values(rng, n_tokens * r.D, 1.0f), uq = random_bf16_values(rng, n_tokens * r.D, 1.0f);
+  setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
+  DI_MAKE_CUDA_BACKEND(gpu);
+  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
+  RandomProjections::Outputs host(n_tokens), device(n_tokens);
+  projection_chain_on_backend(*gpu, r.chain(u.data(), uq.data(), host));
+  EXPECT_TRUE(gpu->projection_chain(r.chain(u.data(), uq.data(), device))) << "the device chain declined projections it can run";
+  expect_same_outputs(host, device);
 }
 
 TEST(LinearChainCuda, DeviceProjectionChainEqualsTheModelStepsBitForBit) {
@@ -123,6 +137,68 @@ TEST(LinearChainCuda, DeviceProjectionChainEqualsTheModelStepsBitForBit) {
     for (int64_t n : {1, 3, 70}) {
       expect_projection_chain_equals_model_steps(n, false, seed++);
       expect_projection_chain_equals_model_steps(n, true, seed++);
+    }
+  }
+}
+
+// The attention side's front (Backend::mhc_projection_chain: the mHC side's first half, uq, then the projection
+// chain) against MhcFront's steps on a backend without the option: u, uq, the coefficients and every output, the
+// same bits. Random 4-copy streams and mHC weights; V4's collapse (the side's own pre) and V4.1's (another pre).
+void expect_front_equals_model_steps(int64_t n_tokens, bool v41, uint32_t seed) {
+  SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n_tokens) + " tokens");
+  const int64_t T = n_tokens, D = RandomProjections::D;
+  std::mt19937 rng(seed);
+  RandomProjections r(T, v41, rng);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> uniform(0.1f, 1.0f);
+  const std::vector<float> h = random_bf16_values(rng, T * 4 * D, 1.0f);
+  std::vector<float> fn, scale, base, collapse_pre;
+  for (int64_t i = 0; i < 24 * 4 * D; ++i) fn.push_back(0.03f * normal(rng));
+  for (int i = 0; i < 3; ++i) scale.push_back(2.0f * uniform(rng));
+  for (int i = 0; i < 24; ++i) base.push_back(normal(rng));
+  for (int64_t i = 0; i < T * 4 && v41; ++i) collapse_pre.push_back(uniform(rng));
+  std::vector<uint16_t> norm;
+  for (int64_t i = 0; i < D; ++i) norm.push_back(uint16_t(float_to_bits(1.0f + 0.1f * normal(rng)) >> 16));
+  MhcSideParams side;
+  side.h = h.data();
+  side.n_tokens = T;
+  side.dim = D;
+  side.mhc = {fn.data(), scale.data(), base.data(), norm.data(), 24, 20, double(1e-6f), double(1e-6f)};
+  side.collapse_pre = v41 ? collapse_pre.data() : nullptr;
+  DI_MAKE_CUDA_BACKEND(steps_gpu);
+  setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
+  DI_MAKE_CUDA_BACKEND(gpu);
+  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
+  struct Run {
+    MhcScratch scratch;
+    RandomProjections::Outputs out;
+  };
+  auto run = [&](Backend& backend, Run& into) {
+    MhcFront front(backend, side, into.scratch);
+    front.run_with(r.chain(front.u().data(), front.uq().data(), into.out));
+  };
+  Run host{{}, RandomProjections::Outputs(T)}, device{{}, RandomProjections::Outputs(T)};
+  run(*steps_gpu, host);
+  run(*gpu, device);
+  EXPECT_EQ(n_differing(host.scratch.u, device.scratch.u), 0) << "u";
+  EXPECT_EQ(n_differing(host.scratch.uq, device.scratch.uq), 0) << "uq";
+  auto floats = [](const std::vector<HcCoefficients>& coeffs) {  // pre, post and comb of every token
+    const auto* first = reinterpret_cast<const float*>(coeffs.data());
+    return std::vector<float>(first, first + coeffs.size() * 24);
+  };
+  EXPECT_EQ(n_differing(floats(host.scratch.coeffs), floats(device.scratch.coeffs)), 0) << "the coefficients";
+  EXPECT_GT(n_differing(device.scratch.u, device.scratch.uq), 0) << "uq is u after a QDQ that changes values";
+  expect_same_outputs(host.out, device.out);
+}
+
+TEST(LinearChainCuda, DeviceFrontEqualsTheModelStepsBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 200;
+  for (const char* linear : {"mma", "mma_split"}) {
+    const ScopedCudaPaths paths(linear);
+    for (int64_t n : {1, 3, 70}) {
+      expect_front_equals_model_steps(n, false, seed++);
+      expect_front_equals_model_steps(n, true, seed++);
     }
   }
 }

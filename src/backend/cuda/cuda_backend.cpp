@@ -411,77 +411,116 @@ class CudaBackend final : public Backend {
   // where second's ops would take other kernels than the tensor-core ones, and where linears() would split first
   // between the host and the device.
   bool projection_chain(const ProjectionChainParams& p) override {
-    const int64_t T = p.n_tokens, W = p.mid_width;
-    if (!device_chain_ || !tensor_core_linear_ || T == 0 || p.second.empty()) return false;
-    if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return false;
-    for (std::span<const LinearParams> ops : {p.first, p.second}) {
-      for (const LinearParams& op : ops) {
-        if (host_experts_.count(op.weight->data)) return false;
-      }
-    }
+    if (!chain_takes(p)) return false;
     bind_device();
-    int64_t mid_op = -1;
-    for (size_t i = 0; i < p.first.size(); ++i) {
-      if (p.first[i].out == p.mid) mid_op = int64_t(i);
-    }
-    DI_CHECK_MSG(mid_op >= 0 && p.first[size_t(mid_op)].n_rows == W && p.first[size_t(mid_op)].out_stride == W &&
-                     p.first[size_t(mid_op)].n_tokens == T,
-                 "projection chain: no first op writes mid whole");
-    std::vector<const cuda::DeviceWeight*> second_weights;
-    for (const LinearParams& op : p.second) {
+    ChainSecond second;
+    if (!plan_chain_second(p, second)) return false;
+    const bool queued = enqueue_linears(p.first);
+    DI_CHECK_MSG(queued, "projection chain: first has no work");
+    enqueue_chain_second(p, second, reinterpret_cast<const float*>(batch_.get<uint8_t>() + layout_.places()[size_t(second.mid_op)].out));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    layout_.scatter_outputs(p.first, staging_.get<uint8_t>());
+    finish_chain_second(p, second);
+    return true;
+  }
+
+  // The same with the mHC side's first half before it (the attention side's first call): h in, then on the device
+  // the mixes, the coefficients, u and its norm (mhc_kernels.cu), uq (act_qdq_kernel), first's ops on u and uq
+  // as linears() launches them, and the chain's second stage; u, uq, the coefficients and every output back, one
+  // wait where the steps make three (hc_mix, then the chain's two).
+  bool mhc_projection_chain(const MhcProjectionParams& p) override {
+    const MhcSideParams& side = p.side;
+    const ProjectionChainParams& chain = p.chain;
+    const int64_t T = side.n_tokens, D = side.dim, HW = 4 * D, NC = cuda::kHcCoefficientFloats;
+    if (!chain_takes(chain) || side.mhc.n_mix != NC || D > cuda::kHcPreMaxDim || chain.n_tokens != T) return false;
+    bind_device();
+    // First's ops each read u or uq, all at one padded width kx (the u rows the kernels write).
+    int64_t kx = 0;
+    std::vector<const cuda::DeviceWeight*> first_weights;
+    for (const LinearParams& op : chain.first) {
+      DI_CHECK_MSG((op.x == p.u || op.x == p.uq) && op.x_stride == D && op.n_tokens == T && op.weight->n_in == D,
+                   "mHC projection chain: a first op does not read u or uq");
       const cuda::DeviceWeight& d = weights_.get(*op.weight, stream_);
-      if (!d.mma_exact || op.epilogue == Epilogue::kF32AddBias) return false;
-      DI_CHECK_MSG(op.x == p.mid_q && op.x_stride == W && op.n_tokens == T && op.weight->n_in == W,
-                   "projection chain: a second op does not read mid_q");
-      if (!second_weights.empty() && d.k_pad != second_weights[0]->k_pad) return false;
-      second_weights.push_back(&d);
+      if (kx == 0) kx = d.k_pad;
+      if (d.k_pad != kx) return false;
+      first_weights.push_back(&d);
     }
-    const int64_t k2 = second_weights[0]->k_pad;
-    // Device scratch (and its pinned mirror, copied back whole): the normed mid, mid_q padded to k2, then each
-    // second op's output [T, n_rows].
+    ChainSecond second;
+    if (!plan_chain_second(chain, second)) return false;
+    // Device scratch, mirrored in pinned memory: the inputs (h, the collapse's pre, the biases), then what comes
+    // back (the coefficients, u, uq, first's outputs), then the mixes.
     ScratchLayout layout;
-    const size_t normed_at = layout.take(size_t(T * W) * 4), mid_q_at = layout.take(size_t(T * k2) * 4);
-    std::vector<size_t> out_at;
-    for (const LinearParams& op : p.second) out_at.push_back(layout.take(size_t(T * op.n_rows) * 4));
-    chain_scratch_.reserve(layout.bytes);
-    chain_host_.reserve(layout.bytes);
-    uint8_t* dev = chain_scratch_.get<uint8_t>();
-    uint8_t* host = chain_host_.get<uint8_t>();
-    chain_launches_.clear();
-    for (size_t i = 0; i < p.second.size(); ++i) {
-      chain_launches_.push_back(launch_of(*second_weights[i], p.second[i], reinterpret_cast<const float*>(dev + mid_q_at),
-                                          reinterpret_cast<float*>(dev + out_at[i])));
+    const bool side_pre = side.collapse_pre != nullptr;
+    const size_t h_at = layout.take(size_t(T * HW) * 4), pre_at = side_pre ? layout.take(size_t(T * 4) * 4) : 0;
+    std::vector<size_t> bias_at, out_at;
+    for (const LinearParams& op : chain.first) {
+      bias_at.push_back(op.epilogue == Epilogue::kF32AddBias ? layout.take(size_t(T * op.n_rows) * 4) : 0);
     }
-    // partials_ sized for both stages before anything is queued: growing it later would free what queued work reads.
-    std::vector<cuda::LinearLaunch> sorted = chain_launches_;
+    const size_t in_bytes = layout.bytes;
+    const size_t coeffs_at = layout.take(size_t(T * NC) * 4), u_at = layout.take(size_t(T * kx) * 4),
+                 uq_at = layout.take(size_t(T * kx) * 4);
+    for (const LinearParams& op : chain.first) out_at.push_back(layout.take(size_t(T * op.n_rows) * 4));
+    const size_t back_end = layout.bytes, mixes_at = layout.take(size_t(T * NC) * 4);
+    front_scratch_.reserve(layout.bytes);
+    front_host_.reserve(layout.bytes);
+    uint8_t* dev = front_scratch_.get<uint8_t>();
+    uint8_t* host = front_host_.get<uint8_t>();
+    auto f32 = [&](size_t offset) { return reinterpret_cast<float*>(dev + offset); };
+    std::memcpy(host + h_at, side.h, size_t(T * HW) * 4);
+    if (side_pre) std::memcpy(host + pre_at, side.collapse_pre, size_t(T * 4) * 4);
+    front_launches_.clear();
+    std::vector<cuda::LinearLaunch> other;  // first's ops off the tensor cores, as enqueue_linears runs them
+    for (size_t i = 0; i < chain.first.size(); ++i) {
+      const LinearParams& op = chain.first[i];
+      cuda::LinearLaunch l = launch_of(*first_weights[i], op, f32(op.x == p.u ? u_at : uq_at), f32(out_at[i]));
+      if (op.epilogue == Epilogue::kF32AddBias) {
+        copy_rows(op.bias, op.n_rows, T, op.n_rows, reinterpret_cast<float*>(host + bias_at[i]), op.n_rows, op.n_rows);
+        l.bias = f32(bias_at[i]);
+      }
+      (first_weights[i]->mma_exact ? front_launches_ : other).push_back(l);
+    }
+    std::vector<cuda::LinearLaunch> sorted = front_launches_;
     std::stable_sort(sorted.begin(), sorted.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
       return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;
     });
-    const int64_t second_partials = mma_group_partial_floats(sorted);
-    if (second_partials > 0) partials_.reserve(size_t(second_partials) * 4);
+    const int64_t partial_floats = std::max(mma_group_partial_floats(sorted), second.partial_floats);
+    if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * 4);  // before anything is queued
 
-    const bool queued = enqueue_linears(p.first);
-    DI_CHECK_MSG(queued, "projection chain: first has no work");
-    DI_CHECK(partials_.bytes() >= size_t(second_partials) * 4);
-    const float* mid_dev = reinterpret_cast<const float*>(batch_.get<uint8_t>() + layout_.places()[size_t(mid_op)].out);
-    cuda::ActQdqLaunch norm_qdq{mid_dev, W, T, W, p.qdq_block, p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4,
-                                reinterpret_cast<float*>(dev + mid_q_at), k2, k2};
-    norm_qdq.rmsnorm = true;
-    norm_qdq.norm = p.mid_norm ? weights_.bf16_constant(p.mid_norm, W, stream_) : nullptr;
-    norm_qdq.eps = p.eps;
-    norm_qdq.normed = reinterpret_cast<float*>(dev + normed_at);
-    norm_qdq.normed_stride = W;
-    cuda::launch_act_qdq(norm_qdq, stream_);
-    launch_mma_groups(chain_launches_, chain_descriptors_host_, chain_descriptors_);
-    DI_CUDA_CHECK(cudaMemcpyAsync(host, dev, layout.bytes, cudaMemcpyDeviceToHost, stream_));
+    const MhcWeights& m = side.mhc;
+    cuda::HcPreLaunch pre;
+    pre.h = f32(h_at);
+    pre.mixes = f32(mixes_at);
+    pre.n_tokens = T;
+    pre.dim = D;
+    pre.scale = weights_.constant(m.scale, 3, stream_);
+    pre.base = weights_.constant(m.base, m.n_mix, stream_);
+    pre.norm = m.norm ? weights_.bf16_constant(m.norm, D, stream_) : nullptr;
+    pre.collapse_pre = side_pre ? f32(pre_at) : nullptr;
+    pre.sinkhorn_iters = m.sinkhorn_iters;
+    pre.eps = m.eps;
+    pre.hc_eps = m.hc_eps;
+    pre.coeffs = f32(coeffs_at);
+    pre.u = f32(u_at);
+    pre.u_stride = kx;
+    const float* fn = weights_.constant(m.fn, m.n_mix * HW, stream_);
+    const cuda::ActQdqRule rule = chain.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
+    DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
+    cuda::launch_hc_mix({f32(h_at), T, HW, fn, m.n_mix, m.eps, f32(mixes_at)}, stream_);
+    cuda::launch_hc_pre(pre, stream_);
+    cuda::launch_act_qdq({f32(u_at), kx, T, D, chain.qdq_block, rule, f32(uq_at), kx, kx}, stream_);
+    launch_mma_groups(front_launches_, front_descriptors_host_, front_descriptors_);
+    for (const cuda::LinearLaunch& l : other) cuda::launch_linear(l, stream_);
+    enqueue_chain_second(chain, second, f32(out_at[size_t(second.mid_op)]));
+    DI_CUDA_CHECK(cudaMemcpyAsync(host + coeffs_at, dev + coeffs_at, back_end - coeffs_at, cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    layout_.scatter_outputs(p.first, staging_.get<uint8_t>());
-    std::memcpy(p.mid, host + normed_at, size_t(T * W) * 4);
-    copy_rows(reinterpret_cast<const float*>(host + mid_q_at), k2, T, W, p.mid_q, W, W);
-    for (size_t i = 0; i < p.second.size(); ++i) {
-      const LinearParams& op = p.second[i];
+    std::memcpy(p.coeffs, host + coeffs_at, size_t(T * NC) * 4);
+    copy_rows(reinterpret_cast<const float*>(host + u_at), kx, T, D, p.u, D, D);
+    copy_rows(reinterpret_cast<const float*>(host + uq_at), kx, T, D, p.uq, D, D);
+    for (size_t i = 0; i < chain.first.size(); ++i) {
+      const LinearParams& op = chain.first[i];
       copy_rows(reinterpret_cast<const float*>(host + out_at[i]), op.n_rows, T, op.n_rows, op.out, op.out_stride, op.n_rows);
     }
+    finish_chain_second(chain, second);
     return true;
   }
 
@@ -489,6 +528,96 @@ class CudaBackend final : public Backend {
   // The CUDA runtime's current device is per host thread, and the model may run on another thread than the
   // one that opened it (the engine's worker): every entry point makes this backend's device current first.
   void bind_device() const { DI_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // Whether a projection chain can run whole here at all (the option, the kernels, no weight in host memory).
+  bool chain_takes(const ProjectionChainParams& p) const {
+    if (!device_chain_ || !tensor_core_linear_ || p.n_tokens == 0 || p.second.empty()) return false;
+    if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return false;
+    for (std::span<const LinearParams> ops : {p.first, p.second}) {
+      for (const LinearParams& op : ops) {
+        if (host_experts_.count(op.weight->data)) return false;
+      }
+    }
+    return true;
+  }
+
+  // A projection chain's second stage (mid's norm and QDQ, second's ops) in chain_scratch_, mirrored in
+  // chain_host_: the normed mid, mid_q padded to k2, then each op's output.
+  struct ChainSecond {
+    int64_t mid_op = -1, k2 = 0, partial_floats = 0;
+    size_t normed_at = 0, mid_q_at = 0, bytes = 0;
+    std::vector<size_t> out_at;
+  };
+  // Finds the first op that writes mid, sizes the scratch, and sets up second's launches (chain_launches_); false
+  // where second's ops would take other kernels than the tensor-core ones.
+  bool plan_chain_second(const ProjectionChainParams& p, ChainSecond& c) {
+    const int64_t T = p.n_tokens, W = p.mid_width;
+    for (size_t i = 0; i < p.first.size(); ++i) {
+      if (p.first[i].out == p.mid) c.mid_op = int64_t(i);
+    }
+    DI_CHECK_MSG(c.mid_op >= 0 && p.first[size_t(c.mid_op)].n_rows == W && p.first[size_t(c.mid_op)].out_stride == W &&
+                     p.first[size_t(c.mid_op)].n_tokens == T,
+                 "projection chain: no first op writes mid whole");
+    std::vector<const cuda::DeviceWeight*> weights;
+    for (const LinearParams& op : p.second) {
+      const cuda::DeviceWeight& d = weights_.get(*op.weight, stream_);
+      if (!d.mma_exact || op.epilogue == Epilogue::kF32AddBias) return false;
+      DI_CHECK_MSG(op.x == p.mid_q && op.x_stride == W && op.n_tokens == T && op.weight->n_in == W,
+                   "projection chain: a second op does not read mid_q");
+      if (!weights.empty() && d.k_pad != weights[0]->k_pad) return false;
+      weights.push_back(&d);
+    }
+    c.k2 = weights[0]->k_pad;
+    ScratchLayout layout;
+    c.normed_at = layout.take(size_t(T * W) * 4);
+    c.mid_q_at = layout.take(size_t(T * c.k2) * 4);
+    c.out_at.clear();
+    for (const LinearParams& op : p.second) c.out_at.push_back(layout.take(size_t(T * op.n_rows) * 4));
+    c.bytes = layout.bytes;
+    chain_scratch_.reserve(c.bytes);
+    chain_host_.reserve(c.bytes);
+    uint8_t* dev = chain_scratch_.get<uint8_t>();
+    chain_launches_.clear();
+    for (size_t i = 0; i < p.second.size(); ++i) {
+      chain_launches_.push_back(launch_of(*weights[i], p.second[i], reinterpret_cast<const float*>(dev + c.mid_q_at),
+                                          reinterpret_cast<float*>(dev + c.out_at[i])));
+    }
+    std::vector<cuda::LinearLaunch> sorted = chain_launches_;
+    std::stable_sort(sorted.begin(), sorted.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
+      return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;
+    });
+    c.partial_floats = mma_group_partial_floats(sorted);
+    // partials_ sized before anything is queued: growing it later would free what queued work reads.
+    if (c.partial_floats > 0) partials_.reserve(size_t(c.partial_floats) * 4);
+    return true;
+  }
+  // Queues the second stage on mid's device rows [T, mid_width], and its copy back.
+  void enqueue_chain_second(const ProjectionChainParams& p, const ChainSecond& c, const float* mid_dev) {
+    const int64_t T = p.n_tokens, W = p.mid_width;
+    DI_CHECK(partials_.bytes() >= size_t(c.partial_floats) * 4);
+    uint8_t* dev = chain_scratch_.get<uint8_t>();
+    cuda::ActQdqLaunch norm_qdq{mid_dev, W, T, W, p.qdq_block, p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4,
+                                reinterpret_cast<float*>(dev + c.mid_q_at), c.k2, c.k2};
+    norm_qdq.rmsnorm = true;
+    norm_qdq.norm = p.mid_norm ? weights_.bf16_constant(p.mid_norm, W, stream_) : nullptr;
+    norm_qdq.eps = p.eps;
+    norm_qdq.normed = reinterpret_cast<float*>(dev + c.normed_at);
+    norm_qdq.normed_stride = W;
+    cuda::launch_act_qdq(norm_qdq, stream_);
+    launch_mma_groups(chain_launches_, chain_descriptors_host_, chain_descriptors_);
+    DI_CUDA_CHECK(cudaMemcpyAsync(chain_host_.get(), dev, c.bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  // After the wait: the normed mid, mid_q and second's outputs to the caller's arrays.
+  void finish_chain_second(const ProjectionChainParams& p, const ChainSecond& c) const {
+    const int64_t T = p.n_tokens, W = p.mid_width;
+    const uint8_t* host = chain_host_.get<uint8_t>();
+    std::memcpy(p.mid, host + c.normed_at, size_t(T * W) * 4);
+    copy_rows(reinterpret_cast<const float*>(host + c.mid_q_at), c.k2, T, W, p.mid_q, W, W);
+    for (size_t i = 0; i < p.second.size(); ++i) {
+      const LinearParams& op = p.second[i];
+      copy_rows(reinterpret_cast<const float*>(host + c.out_at[i]), op.n_rows, T, op.n_rows, op.out, op.out_stride, op.n_rows);
+    }
+  }
 
   // A block's weights as the device MoE reads them: the experts' launch templates on the device ([w1 | w3 | w2],
   // n_experts each: every field but x, out and n_tokens) and the other weights' device copies.
@@ -1293,6 +1422,12 @@ class CudaBackend final : public Backend {
   std::vector<cuda::LinearLaunch> chain_launches_;
   cuda::PinnedBuffer chain_descriptors_host_;
   DeviceBuffer chain_descriptors_;
+  // mhc_projection_chain(): its front's scratch and staging, and its first stage's launches and descriptors.
+  DeviceBuffer front_scratch_;
+  cuda::PinnedBuffer front_host_;
+  std::vector<cuda::LinearLaunch> front_launches_;
+  cuda::PinnedBuffer front_descriptors_host_;
+  DeviceBuffer front_descriptors_;
 };
 
 }  // namespace
