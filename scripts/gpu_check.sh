@@ -16,8 +16,8 @@
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
 #      --op-times on the 4-layer benchmark model: the defaults, decode batch 256 and decode at 2048 tokens of
 #      context with the cache rows as floats, packed and mirrored on the device (DEEPINFER_CUDA_KV), half
-#      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device MoE (DEEPINFER_CUDA_MOE=device) alone and
-#      with the device linear chain (DEEPINFER_CUDA_LINEAR_CHAIN=device), the split attention, the FMA linear (E2E=0
+#      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device FFN side (DEEPINFER_CUDA_MOE=device) alone
+#      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device), the split attention, the FMA linear (E2E=0
 #      skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
@@ -128,7 +128,7 @@ SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ] && [ "$(limit_for 150)" -ge 30 ]; then
   step "compute-sanitizer memcheck: the mma linear, the attention, the device MoE and chain tests"
   timeout "$(limit_for 150)" "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
-    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.DeviceSideEqualsTheModelStepsBitForBit:LinearChainCuda.DeviceChainEqualsTheModelStepsBitForBit' \
+    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.DeviceSideEqualsTheModelStepsBitForBit:LinearChainCuda.Device*' \
     >"$OUT_DIR/sanitizer.log" 2>&1
   sanitizer_rc=$?
   grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8
@@ -186,8 +186,9 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     e2e_rc="0, serve $serve_rc"
     # The defaults (tensor-core linear, fused attention, cache rows as floats), with each step split by op kind.
     bench_run defaults 200 -- --prefill 128,512 --batch 1,8,64 --decode-steps 8
-    # A block's whole MoE on the device in one call (DEEPINFER_CUDA_MOE=device), then with the attention's output
-    # projection in one call too (DEEPINFER_CUDA_LINEAR_CHAIN=device); neither has run on a GPU yet.
+    # A block's whole FFN side on the device in one call (DEEPINFER_CUDA_MOE=device), then with the attention side's
+    # front and its output projection in one call each too (DEEPINFER_CUDA_LINEAR_CHAIN=device); neither has run on
+    # a GPU yet.
     bench_run "DEEPINFER_CUDA_MOE=device" 100 DEEPINFER_CUDA_MOE=device -- --prefill 128 --batch 1,8,64 --decode-steps 8
     bench_run "DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device" 100 DEEPINFER_CUDA_MOE=device \
       DEEPINFER_CUDA_LINEAR_CHAIN=device -- --prefill 128 --batch 1,8,64 --decode-steps 8

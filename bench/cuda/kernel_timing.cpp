@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
+#include "model/mhc_side.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -382,6 +384,36 @@ Row time_hc_mix(int64_t T, int64_t width, int64_t n_mix) {
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
 }
 
+// Random checkpoint-format weights for the whole-op rows below, owning their bytes (splitmix64: gigabytes in a
+// second or two). Scales keep every value a normal, tensor-core-exact one.
+class RandomWeights {
+ public:
+  explicit RandomWeights(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  LinearWeight fp4(int64_t n, int64_t k) {
+    return LinearWeight{DType::kI8, n, k, fill(size_t(n * k / 2), 0, 255), fill(size_t(n * k / 32), 115, 121), 0};
+  }
+  LinearWeight fp8(int64_t n, int64_t k) {
+    return LinearWeight{DType::kF8E4M3, n, k, fill(size_t(n * k), 0, 0x7e), fill(size_t((n / 128) * (k / 128)), 115, 121), 128};
+  }
+  // High bytes 0x3b..0x3c: small normal values of either sign once the low bytes are random too.
+  LinearWeight bf16(int64_t n, int64_t k) { return LinearWeight{DType::kBF16, n, k, fill(size_t(n * k * 2), 0x3b, 0x3c), nullptr, 0}; }
+
+ private:
+  const uint8_t* fill(size_t n, int lo, int hi) {
+    bytes_.emplace_back(n);
+    for (uint8_t& b : bytes_.back()) b = uint8_t(lo + int(next() % uint64_t(hi - lo + 1)));
+    return bytes_.back().data();
+  }
+  uint64_t state_;
+  std::deque<std::vector<uint8_t>> bytes_;  // a deque: the weights point into its elements
+};
+
 // A V4-Flash block's whole MoE through the backend (Backend::moe with DEEPINFER_CUDA_MOE=device; `graphs`:
 // DEEPINFER_CUDA_GRAPHS on or off): 256 FP4 experts of 2048 x 4096 (top 6), an FP8 shared expert of the same
 // size, a bf16 gate. Hash-routed, so that the experts a call reads are known: the row's bytes are the gate, the
@@ -391,36 +423,17 @@ Row time_hc_mix(int64_t T, int64_t width, int64_t n_mix) {
 // expansion, h in and out), the bytes then with the side's fp32 mix weights.
 void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, bool side, std::vector<Row>& rows) {
   const int64_t E = 256, K = 6, D = 4096, I = 2048, vocab = 1024;
-  uint64_t state = 7;
-  auto next = [&] {  // splitmix64: 3.4 GB of weight bytes in a second or two
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  std::vector<std::vector<uint8_t>> bytes;
-  bytes.reserve(size_t(6 * E + 16));
-  auto fill = [&](size_t n, int lo, int hi) {
-    bytes.emplace_back(n);
-    for (uint8_t& b : bytes.back()) b = uint8_t(lo + int(next() % uint64_t(hi - lo + 1)));
-    return bytes.back().data();
-  };
-  auto fp4 = [&](int64_t n, int64_t k) {
-    return LinearWeight{DType::kI8, n, k, fill(size_t(n * k / 2), 0, 255), fill(size_t(n * k / 32), 115, 121), 0};
-  };
-  auto fp8 = [&](int64_t n, int64_t k) {
-    return LinearWeight{DType::kF8E4M3, n, k, fill(size_t(n * k), 0, 0x7e), fill(size_t((n / 128) * (k / 128)), 115, 121), 128};
-  };
+  RandomWeights random(7);
+  auto next = [&] { return random.next(); };
   BlockWeights w;
-  // bf16 gate: high bytes 0x3b..0x3c, small normal values of either sign once the low bytes are random too.
-  w.gate = LinearWeight{DType::kBF16, E, D, fill(size_t(E * D * 2), 0x3b, 0x3c), nullptr, 0};
+  w.gate = random.bf16(E, D);
   w.experts.resize(size_t(E));
   for (ExpertWeights& e : w.experts) {
-    e.w1 = fp4(I, D);
-    e.w3 = fp4(I, D);
-    e.w2 = fp4(D, I);
+    e.w1 = random.fp4(I, D);
+    e.w3 = random.fp4(I, D);
+    e.w2 = random.fp4(D, I);
   }
-  w.shared = {fp8(I, D), fp8(D, I), fp8(I, D)};
+  w.shared = {random.fp8(I, D), random.fp8(D, I), random.fp8(I, D)};
   w.n_activated_experts = int(K);
   w.hash_routed = true;
   std::vector<int64_t> tid2eid;
@@ -474,6 +487,66 @@ void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, bool
     std::snprintf(name, sizeof name, "device %s, V4-Flash block, T=%lld (%g experts)%s", side ? "FFN side" : "MoE",
                   (long long)T, n_experts, graphs ? "" : ", no graphs");
     rows.push_back(Row{name, sec * 1e6, read / sec / 1e9, flops / sec / 1e12, 0});
+  }
+}
+
+// A V4-Flash ratio-4 layer's attention front through the backend: the mHC side's first half (mixes of the 4 x
+// 4096 stream, coefficients, u and its norm), u's QDQ, the projections of u (wq_a, wkv, the compressor's wkv and
+// wgate, the indexer's weights_proj), qr's norm and QDQ, and the projections of qr (wq_b, the indexer's wq_b): as the
+// model's steps (hc_mix, then two linears() calls) and as one call (Backend::mhc_projection_chain,
+// DEEPINFER_CUDA_LINEAR_CHAIN=device). Median wall time per front from the host; GB/s of the weights it reads.
+void time_attention_front(const std::vector<int64_t>& token_counts, std::vector<Row>& rows) {
+  const int64_t D = 4096, QL = 1024, HD = 512, H = 64, C = 2 * HD, IH = 64, ID = 128;
+  RandomWeights random(11);
+  const LinearWeight wq_a = random.fp8(QL, D), wkv = random.fp8(HD, D), wc = random.bf16(C, D), wg = random.bf16(C, D);
+  const LinearWeight wp = random.bf16(IH, D), wq_b = random.fp8(H * HD, QL), iwq_b = random.fp8(IH * ID, QL);
+  std::vector<float> fn(size_t(24 * 4 * D)), scale = {0.5f, 0.75f, 1.0f}, base(24);
+  std::vector<uint16_t> norm(size_t(D), 0x3f80), q_norm(size_t(QL), 0x3f80);  // 1.0
+  for (float& v : fn) v = float(int(random.next() % 255) - 127) / 8192.0f;
+  for (float& v : base) v = float(int(random.next() % 255) - 127) / 128.0f;
+  double bytes = double(fn.size()) * 4;
+  for (const LinearWeight* w : {&wq_a, &wkv, &wq_b, &iwq_b}) bytes += double(w->n_out * w->n_in) * (1.0 + 1.0 / (128.0 * 128.0));
+  for (const LinearWeight* w : {&wc, &wg, &wp}) bytes += double(w->n_out * w->n_in) * 2.0;
+  for (const bool whole : {false, true}) {
+    if (whole) setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
+    std::string error;
+    std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
+    unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
+    DI_CHECK_MSG(backend != nullptr, error);
+    for (int64_t T : token_counts) {
+      std::vector<float> h(size_t(T * 4 * D)), bias(size_t(T * C));
+      for (float& v : h) v = float(int(random.next() % 255) - 127) / 64.0f;  // bf16 values, as the stream's
+      std::vector<float> qr(size_t(T * QL)), qrq(size_t(T * QL)), kv(size_t(T * HD)), ckv(size_t(T * C)), cs(size_t(T * C));
+      std::vector<float> iw(size_t(T * IH)), q(size_t(T * H * HD)), iq(size_t(T * IH * ID));
+      MhcSideParams side;
+      side.h = h.data();
+      side.n_tokens = T;
+      side.dim = D;
+      side.mhc = {fn.data(), scale.data(), base.data(), norm.data(), 24, 20, double(1e-6f), double(1e-6f)};
+      MhcScratch scratch;
+      std::vector<double> seconds;
+      for (int rep = 0; rep < 33; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        MhcFront front(*backend, side, scratch);
+        const float *u = front.u().data(), *uq = front.uq().data();
+        const LinearParams first[] = {{uq, D, T, &wq_a, 0, QL, Epilogue::kBf16, nullptr, qr.data(), QL, 128},
+                                      {uq, D, T, &wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD, 128},
+                                      {u, D, T, &wc, 0, C, Epilogue::kF32, nullptr, ckv.data(), C},
+                                      {u, D, T, &wg, 0, C, Epilogue::kF32AddBias, bias.data(), cs.data(), C},
+                                      {u, D, T, &wp, 0, IH, Epilogue::kBf16, nullptr, iw.data(), IH}};
+        const LinearParams second[] = {{qrq.data(), QL, T, &wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q.data(), H * HD, 128},
+                                       {qrq.data(), QL, T, &iwq_b, 0, IH * ID, Epilogue::kBf16, nullptr, iq.data(), IH * ID, 128}};
+        front.run_with({first, qr.data(), T, QL, q_norm.data(), double(1e-6f), qrq.data(), 128, false, second});
+        if (rep >= 3) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::sort(seconds.begin(), seconds.end());
+      const double sec = seconds[seconds.size() / 2];
+      const double flops = 2.0 * double(T) * (24.0 * 4 * D + double(D) * (QL + HD + 2 * C + IH) + double(QL) * (H * HD + IH * ID));
+      char name[160];
+      std::snprintf(name, sizeof name, "attention front, V4-Flash layer, T=%lld, %s", (long long)T,
+                    whole ? "one call" : "steps (3 calls)");
+      rows.push_back(Row{name, sec * 1e6, bytes / sec / 1e9, flops / sec / 1e12, 0});
+    }
   }
 }
 
@@ -558,6 +631,7 @@ int run() {
   time_device_moe({1, 8, 64}, true, false, rows);
   time_device_moe({1, 8}, false, false, rows);
   time_device_moe({1, 8, 64}, true, true, rows);
+  time_attention_front({1, 8, 64}, rows);
 
   std::printf("\nceilings, measured now: device-to-device copy %.0f GB/s (read + write); cuBLASLt e4m3 GEMM 8192^3 %.0f TFLOP/s\n",
               copy, lt_big);

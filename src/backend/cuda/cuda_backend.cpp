@@ -308,9 +308,7 @@ class CudaBackend final : public Backend {
     }
     const MoeBlock* block = device_moe_block(p.moe);
     if (!block) return false;
-    const MhcSideDevice device{&side, weights_.constant(side.mhc.fn, side.mhc.n_mix * 4 * side.dim, stream_),
-                               weights_.constant(side.mhc.scale, 3, stream_), weights_.constant(side.mhc.base, side.mhc.n_mix, stream_),
-                               side.mhc.norm ? weights_.bf16_constant(side.mhc.norm, side.dim, stream_) : nullptr};
+    const MhcSideDevice device = mhc_side_device(side);
     run_moe(p.moe, *block, &device);
     return true;
   }
@@ -486,26 +484,12 @@ class CudaBackend final : public Backend {
     const int64_t partial_floats = std::max(mma_group_partial_floats(sorted), second.partial_floats);
     if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * 4);  // before anything is queued
 
-    const MhcWeights& m = side.mhc;
-    cuda::HcPreLaunch pre;
-    pre.h = f32(h_at);
-    pre.mixes = f32(mixes_at);
-    pre.n_tokens = T;
-    pre.dim = D;
-    pre.scale = weights_.constant(m.scale, 3, stream_);
-    pre.base = weights_.constant(m.base, m.n_mix, stream_);
-    pre.norm = m.norm ? weights_.bf16_constant(m.norm, D, stream_) : nullptr;
-    pre.collapse_pre = side_pre ? f32(pre_at) : nullptr;
-    pre.sinkhorn_iters = m.sinkhorn_iters;
-    pre.eps = m.eps;
-    pre.hc_eps = m.hc_eps;
-    pre.coeffs = f32(coeffs_at);
-    pre.u = f32(u_at);
-    pre.u_stride = kx;
-    const float* fn = weights_.constant(m.fn, m.n_mix * HW, stream_);
+    const MhcSideDevice device = mhc_side_device(side);
+    const cuda::HcPreLaunch pre = hc_pre_launch(device, f32(h_at), f32(mixes_at), side_pre ? f32(pre_at) : nullptr,
+                                                f32(coeffs_at), f32(u_at), kx);
     const cuda::ActQdqRule rule = chain.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
     DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
-    cuda::launch_hc_mix({f32(h_at), T, HW, fn, m.n_mix, m.eps, f32(mixes_at)}, stream_);
+    cuda::launch_hc_mix({f32(h_at), T, HW, device.fn, side.mhc.n_mix, side.mhc.eps, f32(mixes_at)}, stream_);
     cuda::launch_hc_pre(pre, stream_);
     cuda::launch_act_qdq({f32(u_at), kx, T, D, chain.qdq_block, rule, f32(uq_at), kx, kx}, stream_);
     launch_mma_groups(front_launches_, front_descriptors_host_, front_descriptors_);
@@ -646,6 +630,35 @@ class CudaBackend final : public Backend {
     const MhcSideParams* p = nullptr;
     const float *fn = nullptr, *scale = nullptr, *base = nullptr, *norm = nullptr;
   };
+
+  // The device copies of a side's weights (each uploaded on its first use).
+  MhcSideDevice mhc_side_device(const MhcSideParams& side) {
+    const MhcWeights& m = side.mhc;
+    return {&side, weights_.constant(m.fn, m.n_mix * 4 * side.dim, stream_), weights_.constant(m.scale, 3, stream_),
+            weights_.constant(m.base, m.n_mix, stream_), m.norm ? weights_.bf16_constant(m.norm, side.dim, stream_) : nullptr};
+  }
+  // The side's hc_pre launch on these device rows: h [T, 4 dim], mixes and coefficients [T, 24], the collapse's pre
+  // [T, 4] or nullptr, u [T, u_stride].
+  static cuda::HcPreLaunch hc_pre_launch(const MhcSideDevice& side, const float* h, float* mixes, const float* collapse_pre,
+                                         float* coeffs, float* u, int64_t u_stride) {
+    const MhcWeights& m = side.p->mhc;
+    cuda::HcPreLaunch pre;
+    pre.h = h;
+    pre.mixes = mixes;
+    pre.n_tokens = side.p->n_tokens;
+    pre.dim = side.p->dim;
+    pre.scale = side.scale;
+    pre.base = side.base;
+    pre.norm = side.norm;
+    pre.collapse_pre = collapse_pre;
+    pre.sinkhorn_iters = m.sinkhorn_iters;
+    pre.eps = m.eps;
+    pre.hc_eps = m.hc_eps;
+    pre.coeffs = coeffs;
+    pre.u = u;
+    pre.u_stride = u_stride;
+    return pre;
+  }
 
   // The block's MoeBlock, made on first use (every expert's weights uploaded then); nullptr when the device
   // MoE cannot run it exactly as the model's path would on this backend.
@@ -813,21 +826,7 @@ class CudaBackend final : public Backend {
     cuda::HcPreLaunch pre;
     cuda::HcPostLaunch post;
     if (has_side) {
-      const MhcWeights& m = side->p->mhc;
-      pre.h = f32(stream_at);
-      pre.mixes = f32(mixes_at);
-      pre.n_tokens = T;
-      pre.dim = D;
-      pre.scale = side->scale;
-      pre.base = side->base;
-      pre.norm = side->norm;
-      pre.collapse_pre = side_pre ? f32(pre_at) : nullptr;
-      pre.sinkhorn_iters = m.sinkhorn_iters;
-      pre.eps = m.eps;
-      pre.hc_eps = m.hc_eps;
-      pre.coeffs = f32(coeffs_at);
-      pre.u = f32(u_at);
-      pre.u_stride = kx;
+      pre = hc_pre_launch(*side, f32(stream_at), f32(mixes_at), side_pre ? f32(pre_at) : nullptr, f32(coeffs_at), f32(u_at), kx);
       post = {f32(stream_at), f32(out_at), D, f32(coeffs_at), T, D, f32(stream_out_at)};
     }
 
