@@ -404,7 +404,7 @@ class CudaBackend final : public Backend {
 
   // DEEPINFER_CUDA_LINEAR_CHAIN=device: the attention's projections with its q path (A1 with A10 and the other
   // projections of u, A2, qr's QDQ, A3 with I1) in one wait where the steps make two. First's ops are queued as
-  // linears() queues them, mid's norm and QDQ run where first wrote mid on the device (act_qdq_kernel, the host's
+  // linears() queues them, mid's norm and QDQ run where first wrote mid on the device (rmsnorm_qdq_kernel, the host's
   // exact code), and second's ops as linears() would launch them, so every output is the steps' bits. Declines
   // where second's ops would take other kernels than the tensor-core ones, and where linears() would split first
   // between the host and the device.

@@ -257,8 +257,8 @@ struct ActQdqLaunch {
   ActQdqRule rule = ActQdqRule::kV4;
   float* out = nullptr;      // [n_rows, out_stride]
   int64_t out_stride = 0, out_pad = 0;  // width <= out_pad <= out_stride
-  // Before the QDQ where rmsnorm is set: the row's rmsnorm (model/ops.h) with these bf16 weights' values (nullptr:
-  // none), the normed row also written to normed [n_rows, normed_stride].
+  // Before the QDQ where rmsnorm is set (its own kernel then, rmsnorm_qdq_kernel): the row's rmsnorm (model/ops.h)
+  // with these bf16 weights' values (nullptr: none), the normed row also written to normed [n_rows, normed_stride].
   bool rmsnorm = false;
   const float* norm = nullptr;
   double eps = 0;

@@ -31,7 +31,7 @@ __device__ __forceinline__ float warp_max_abs(float v) {
 // The activation QDQ of one row in place (qdq_fp8 / qdq_fp8_v41), its blocks shared out over the block's
 // warps; fmaxf skips NaNs as the host's block_amax does. The caller's writes to the row must be behind a
 // __syncthreads.
-__device__ void qdq_row(float* row, int64_t width, int64_t block, ActQdqRule rule) {
+__device__ __forceinline__ void qdq_row(float* row, int64_t width, int64_t block, ActQdqRule rule) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   for (int64_t b0 = int64_t(warp) * block; b0 < width; b0 += int64_t(n_warps) * block) {
     const int64_t b1 = min(width, b0 + block);
@@ -44,29 +44,38 @@ __device__ void qdq_row(float* row, int64_t width, int64_t block, ActQdqRule rul
   }
 }
 
-// One block per row: the row copied, the padding zeroed, the rmsnorm where asked (its sum of squares in
-// sum_squares_32_lanes's order by the first warp), then the QDQ in place.
+// One block per row: the row copied, the padding zeroed, then the QDQ in place.
 __global__ void __launch_bounds__(kRowThreads) act_qdq_kernel(const ActQdqLaunch p) {
+  const int64_t r = blockIdx.x;
+  const float* x = p.x + r * p.x_stride;
+  float* out = p.out + r * p.out_stride;
+  for (int64_t i = threadIdx.x; i < p.out_pad; i += kRowThreads) out[i] = i < p.width ? x[i] : 0.0f;
+  __syncthreads();
+  qdq_row(out, p.width, p.block, p.rule);
+}
+
+// The same with the row's rmsnorm before the QDQ (p.rmsnorm): its sum of squares in sum_squares_32_lanes's order
+// by the first warp, the normed row also to p.normed. (With __launch_bounds__(kRowThreads) alone ptxas held it to 40
+// registers and spilled 12-28 B on sm_90a / sm_89; the minimum of one block lets it take the 47 act_qdq_kernel takes.)
+__global__ void __launch_bounds__(kRowThreads, 1) rmsnorm_qdq_kernel(const ActQdqLaunch p) {
   __shared__ double r_shared;
   const int64_t r = blockIdx.x;
   const float* x = p.x + r * p.x_stride;
   float* out = p.out + r * p.out_stride;
   for (int64_t i = threadIdx.x; i < p.out_pad; i += kRowThreads) out[i] = i < p.width ? x[i] : 0.0f;
   __syncthreads();
-  if (p.rmsnorm) {
-    if (threadIdx.x < 32) {
-      const double sq = warp_sum_squares_32_lanes(out, p.width);
-      if (threadIdx.x == 0) r_shared = __dsqrt_rn(__dadd_rn(__ddiv_rn(sq, double(p.width)), p.eps));
-    }
-    __syncthreads();
-    const double rms = r_shared;
-    float* normed = p.normed + r * p.normed_stride;
-    for (int64_t i = threadIdx.x; i < p.width; i += kRowThreads) {
-      const double w = p.norm ? double(p.norm[i]) : 1.0;
-      out[i] = normed[i] = round_bf16_exact(__ddiv_rn(__dmul_rn(w, double(out[i])), rms));
-    }
-    __syncthreads();
+  if (threadIdx.x < 32) {
+    const double sq = warp_sum_squares_32_lanes(out, p.width);
+    if (threadIdx.x == 0) r_shared = __dsqrt_rn(__dadd_rn(__ddiv_rn(sq, double(p.width)), p.eps));
   }
+  __syncthreads();
+  const double rms = r_shared;
+  float* normed = p.normed + r * p.normed_stride;
+  for (int64_t i = threadIdx.x; i < p.width; i += kRowThreads) {
+    const double w = p.norm ? double(p.norm[i]) : 1.0;
+    out[i] = normed[i] = round_bf16_exact(__ddiv_rn(__dmul_rn(w, double(out[i])), rms));
+  }
+  __syncthreads();
   qdq_row(out, p.width, p.block, p.rule);
 }
 
@@ -222,7 +231,13 @@ void launch_rows(void (*kernel)(Launch), const Launch& p, const char* name, cuda
 
 }  // namespace
 
-void launch_act_qdq(const ActQdqLaunch& p, cudaStream_t stream) { launch_rows(act_qdq_kernel, p, "act_qdq", stream); }
+void launch_act_qdq(const ActQdqLaunch& p, cudaStream_t stream) {
+  if (p.rmsnorm) {
+    launch_rows(rmsnorm_qdq_kernel, p, "rmsnorm_qdq", stream);
+  } else {
+    launch_rows(act_qdq_kernel, p, "act_qdq", stream);
+  }
+}
 
 void launch_swiglu_qdq(const SwigluQdqLaunch& p, cudaStream_t stream) {
   launch_rows(swiglu_qdq_kernel, p, "swiglu_qdq", stream);
