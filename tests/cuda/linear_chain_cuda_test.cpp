@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <random>
+#include <string>
 
 #include "backend/backend.h"
 #include "core/dtypes.h"
@@ -141,45 +143,45 @@ TEST(LinearChainCuda, DeviceProjectionChainEqualsTheModelStepsBitForBit) {
   }
 }
 
-// The attention side's front (Backend::mhc_projection_chain: the mHC side's first half, uq, then the projection
-// chain) against MhcFront's steps on a backend without the option: u, uq, the coefficients and every output, the
-// same bits. Random 4-copy streams and mHC weights; V4's collapse (the side's own pre) and V4.1's (another pre).
-void expect_front_equals_model_steps(int64_t n_tokens, bool v41, uint32_t seed) {
-  SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n_tokens) + " tokens");
-  const int64_t T = n_tokens, D = RandomProjections::D;
-  std::mt19937 rng(seed);
-  RandomProjections r(T, v41, rng);
-  std::normal_distribution<float> normal;
-  std::uniform_real_distribution<float> uniform(0.1f, 1.0f);
-  const std::vector<float> h = random_bf16_values(rng, T * 4 * D, 1.0f);
-  std::vector<float> fn, scale, base, collapse_pre;
-  for (int64_t i = 0; i < 24 * 4 * D; ++i) fn.push_back(0.03f * normal(rng));
-  for (int i = 0; i < 3; ++i) scale.push_back(2.0f * uniform(rng));
-  for (int i = 0; i < 24; ++i) base.push_back(normal(rng));
-  for (int64_t i = 0; i < T * 4 && v41; ++i) collapse_pre.push_back(uniform(rng));
+// A random attention side's stream and mHC weights (4 copies, 24 mixes), owning every byte: V4's collapse (the
+// side's own pre) or V4.1's (another pre).
+struct RandomFrontSide {
+  std::vector<float> h, fn, scale, base, collapse_pre;
   std::vector<uint16_t> norm;
-  for (int64_t i = 0; i < D; ++i) norm.push_back(uint16_t(float_to_bits(1.0f + 0.1f * normal(rng)) >> 16));
   MhcSideParams side;
-  side.h = h.data();
-  side.n_tokens = T;
-  side.dim = D;
-  side.mhc = {fn.data(), scale.data(), base.data(), norm.data(), 24, 20, double(1e-6f), double(1e-6f)};
-  side.collapse_pre = v41 ? collapse_pre.data() : nullptr;
-  DI_MAKE_CUDA_BACKEND(steps_gpu);
-  setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
-  DI_MAKE_CUDA_BACKEND(gpu);
-  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
-  struct Run {
-    MhcScratch scratch;
-    RandomProjections::Outputs out;
-  };
-  auto run = [&](Backend& backend, Run& into) {
-    MhcFront front(backend, side, into.scratch);
-    front.run_with(r.chain(front.u().data(), front.uq().data(), into.out));
-  };
-  Run host{{}, RandomProjections::Outputs(T)}, device{{}, RandomProjections::Outputs(T)};
-  run(*steps_gpu, host);
-  run(*gpu, device);
+
+  RandomFrontSide(int64_t n_tokens, int64_t dim, bool other_pre, std::mt19937& rng) {
+    std::normal_distribution<float> normal;
+    std::uniform_real_distribution<float> uniform(0.1f, 1.0f);
+    h = random_bf16_values(rng, n_tokens * 4 * dim, 1.0f);
+    for (int64_t i = 0; i < 24 * 4 * dim; ++i) fn.push_back(0.03f * normal(rng));
+    for (int i = 0; i < 3; ++i) scale.push_back(2.0f * uniform(rng));
+    for (int i = 0; i < 24; ++i) base.push_back(normal(rng));
+    for (int64_t i = 0; i < n_tokens * 4 && other_pre; ++i) collapse_pre.push_back(uniform(rng));
+    for (int64_t i = 0; i < dim; ++i) norm.push_back(uint16_t(float_to_bits(1.0f + 0.1f * normal(rng)) >> 16));
+    side.h = h.data();
+    side.n_tokens = n_tokens;
+    side.dim = dim;
+    side.mhc = {fn.data(), scale.data(), base.data(), norm.data(), 24, 20, double(1e-6f), double(1e-6f)};
+    side.collapse_pre = other_pre ? collapse_pre.data() : nullptr;
+  }
+};
+
+// The front's run (MhcFront::run_with) on `backend`: u, uq, the coefficients and every output.
+struct FrontRun {
+  MhcScratch scratch;
+  RandomProjections::Outputs out;
+  FrontRun(Backend& backend, const MhcSideParams& side, RandomProjections& r) : out(side.n_tokens) {
+    MhcFront front(backend, side, scratch);
+    front.run_with(r.chain(front.u().data(), front.uq().data(), out));
+  }
+};
+
+// The attention side's front (Backend::mhc_projection_chain: the mHC side's first half, uq, then the projection
+// chain) against MhcFront's steps on a backend without the option (steps_gpu): u, uq, the coefficients and every
+// output, the same bits.
+void expect_front_equals_model_steps(Backend& gpu, Backend& steps_gpu, const MhcSideParams& side, RandomProjections& r) {
+  const FrontRun host(steps_gpu, side, r), device(gpu, side, r);
   EXPECT_EQ(n_differing(host.scratch.u, device.scratch.u), 0) << "u";
   EXPECT_EQ(n_differing(host.scratch.uq, device.scratch.uq), 0) << "uq";
   auto floats = [](const std::vector<HcCoefficients>& coeffs) {  // pre, post and comb of every token
@@ -191,14 +193,56 @@ void expect_front_equals_model_steps(int64_t n_tokens, bool v41, uint32_t seed) 
   expect_same_outputs(host.out, device.out);
 }
 
+std::unique_ptr<Backend> make_chain_backend(const char* chain) {
+  setenv("DEEPINFER_CUDA_LINEAR_CHAIN", chain, 1);
+  std::string error;
+  std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
+  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
+  EXPECT_NE(backend, nullptr) << error;
+  return backend;
+}
+
 TEST(LinearChainCuda, DeviceFrontEqualsTheModelStepsBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   uint32_t seed = 200;
   for (const char* linear : {"mma", "mma_split"}) {
     const ScopedCudaPaths paths(linear);
     for (int64_t n : {1, 3, 70}) {
-      expect_front_equals_model_steps(n, false, seed++);
-      expect_front_equals_model_steps(n, true, seed++);
+      for (bool v41 : {false, true}) {
+        SCOPED_TRACE(std::string(linear) + ", " + (v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n) + " tokens");
+        std::mt19937 rng(seed++);
+        RandomProjections r(n, v41, rng);
+        const RandomFrontSide side(n, RandomProjections::D, v41, rng);
+        const std::unique_ptr<Backend> gpu = make_chain_backend("device"), steps_gpu = make_chain_backend("host");
+        ASSERT_TRUE(gpu && steps_gpu);
+        expect_front_equals_model_steps(*gpu, *steps_gpu, side.side, r);
+      }
+    }
+  }
+}
+
+// The front's CUDA graphs: two layers' fronts (two keys) on one backend, each replayed with new streams after the
+// other's capture, so a replay must run its own work on the new inputs (a graph that copied staging shared with
+// the other's capture fails here); the same bits with graphs off.
+TEST(LinearChainCuda, FrontGraphsReplayTheirOwnWork) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  for (const char* graphs : {"on", "off"}) {
+    SCOPED_TRACE(std::string("DEEPINFER_CUDA_GRAPHS=") + graphs);
+    std::mt19937 rng(300);
+    RandomProjections first_layer(2, false, rng), second_layer(2, false, rng);
+    RandomFrontSide side(2, RandomProjections::D, false, rng);
+    setenv("DEEPINFER_CUDA_GRAPHS", graphs, 1);
+    const std::unique_ptr<Backend> gpu = make_chain_backend("device"), steps_gpu = make_chain_backend("host");
+    unsetenv("DEEPINFER_CUDA_GRAPHS");
+    ASSERT_TRUE(gpu && steps_gpu);
+    for (int round = 0; round < 3; ++round) {
+      for (RandomProjections* layer : {&first_layer, &second_layer}) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        side.h = random_bf16_values(rng, int64_t(side.h.size()), 1.0f);
+        side.side.h = side.h.data();
+        expect_front_equals_model_steps(*gpu, *steps_gpu, side.side, *layer);
+      }
     }
   }
 }

@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -25,7 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -164,7 +164,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {  // the buffers that members free belong to device_ too
     cudaSetDevice(device_);  // not bind_device(): a destructor must not abort
-    drop_moe_graphs();
+    drop_graphs();
     cudaStreamDestroy(stream_);
   }
 
@@ -413,9 +413,12 @@ class CudaBackend final : public Backend {
     bind_device();
     ChainSecond second;
     if (!plan_chain_second(p, second)) return false;
+    const float* mid_norm = p.mid_norm ? weights_.bf16_constant(p.mid_norm, p.mid_width, stream_) : nullptr;
+    upload_mma_descriptors(chain_launches_, chain_descriptors_host_, chain_descriptors_);
     const bool queued = enqueue_linears(p.first);
     DI_CHECK_MSG(queued, "projection chain: first has no work");
-    enqueue_chain_second(p, second, reinterpret_cast<const float*>(batch_.get<uint8_t>() + layout_.places()[size_t(second.mid_op)].out));
+    enqueue_chain_second(p, second, reinterpret_cast<const float*>(batch_.get<uint8_t>() + layout_.places()[size_t(second.mid_op)].out),
+                         mid_norm);
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     layout_.scatter_outputs(p.first, staging_.get<uint8_t>());
     finish_chain_second(p, second);
@@ -488,14 +491,42 @@ class CudaBackend final : public Backend {
     const cuda::HcPreLaunch pre = hc_pre_launch(device, f32(h_at), f32(mixes_at), side_pre ? f32(pre_at) : nullptr,
                                                 f32(coeffs_at), f32(u_at), kx);
     const cuda::ActQdqRule rule = chain.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
-    DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
-    cuda::launch_hc_mix({f32(h_at), T, HW, device.fn, side.mhc.n_mix, side.mhc.eps, f32(mixes_at)}, stream_);
-    cuda::launch_hc_pre(pre, stream_);
-    cuda::launch_act_qdq({f32(u_at), kx, T, D, chain.qdq_block, rule, f32(uq_at), kx, kx}, stream_);
-    launch_mma_groups(front_launches_, front_descriptors_host_, front_descriptors_);
-    for (const cuda::LinearLaunch& l : other) cuda::launch_linear(l, stream_);
-    enqueue_chain_second(chain, second, f32(out_at[size_t(second.mid_op)]));
-    DI_CUDA_CHECK(cudaMemcpyAsync(host + coeffs_at, dev + coeffs_at, back_end - coeffs_at, cudaMemcpyDeviceToHost, stream_));
+    // Nothing below allocates, uploads a constant or waits, so that it can be captured.
+    const float* mid_norm = chain.mid_norm ? weights_.bf16_constant(chain.mid_norm, chain.mid_width, stream_) : nullptr;
+    upload_mma_descriptors(front_launches_, front_descriptors_host_, front_descriptors_);
+    upload_mma_descriptors(chain_launches_, chain_descriptors_host_, chain_descriptors_);
+    auto enqueue = [&] {
+      DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
+      cuda::launch_hc_mix({f32(h_at), T, HW, device.fn, side.mhc.n_mix, side.mhc.eps, f32(mixes_at)}, stream_);
+      cuda::launch_hc_pre(pre, stream_);
+      cuda::launch_act_qdq({f32(u_at), kx, T, D, chain.qdq_block, rule, f32(uq_at), kx, kx}, stream_);
+      launch_uploaded_mma_groups(front_launches_, front_descriptors_);
+      for (const cuda::LinearLaunch& l : other) cuda::launch_linear(l, stream_);
+      enqueue_chain_second(chain, second, f32(out_at[size_t(second.mid_op)]), mid_norm);
+      DI_CUDA_CHECK(cudaMemcpyAsync(host + coeffs_at, dev + coeffs_at, back_end - coeffs_at, cudaMemcpyDeviceToHost, stream_));
+    };
+    if (graphs_) {
+      // The key: the side, the token count, and each op's weight, rows and epilogue and what it reads.
+      GraphKey key = {kFrontGraph, T, kx};
+      add_side_words(side, key);
+      for (const LinearParams& op : chain.first) {
+        for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue), word(op.x == p.u), word(op.bias != nullptr)}) {
+          key.push_back(w);
+        }
+      }
+      for (const LinearParams& op : chain.second) {
+        for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue)}) key.push_back(w);
+      }
+      for (int64_t w : {second.mid_op, chain.mid_width, word(chain.mid_norm), word(chain.eps), chain.qdq_block, word(chain.v41)}) {
+        key.push_back(w);
+      }
+      run_as_graph(key,
+                   {front_scratch_.get(), front_host_.get(), chain_scratch_.get(), chain_host_.get(), partials_.get(),
+                    front_descriptors_.get(), chain_descriptors_.get()},
+                   enqueue);
+    } else {
+      enqueue();
+    }
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::memcpy(p.coeffs, host + coeffs_at, size_t(T * NC) * 4);
     copy_rows(reinterpret_cast<const float*>(host + u_at), kx, T, D, p.u, D, D);
@@ -575,20 +606,21 @@ class CudaBackend final : public Backend {
     if (c.partial_floats > 0) partials_.reserve(size_t(c.partial_floats) * 4);
     return true;
   }
-  // Queues the second stage on mid's device rows [T, mid_width], and its copy back.
-  void enqueue_chain_second(const ProjectionChainParams& p, const ChainSecond& c, const float* mid_dev) {
+  // Queues the second stage on mid's device rows [T, mid_width] (mid_norm: the device copy of p.mid_norm's values),
+  // and its copy back; its descriptors' upload (upload_mma_descriptors on chain_launches_) queued before.
+  void enqueue_chain_second(const ProjectionChainParams& p, const ChainSecond& c, const float* mid_dev, const float* mid_norm) {
     const int64_t T = p.n_tokens, W = p.mid_width;
     DI_CHECK(partials_.bytes() >= size_t(c.partial_floats) * 4);
     uint8_t* dev = chain_scratch_.get<uint8_t>();
     cuda::ActQdqLaunch norm_qdq{mid_dev, W, T, W, p.qdq_block, p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4,
                                 reinterpret_cast<float*>(dev + c.mid_q_at), c.k2, c.k2};
     norm_qdq.rmsnorm = true;
-    norm_qdq.norm = p.mid_norm ? weights_.bf16_constant(p.mid_norm, W, stream_) : nullptr;
+    norm_qdq.norm = mid_norm;
     norm_qdq.eps = p.eps;
     norm_qdq.normed = reinterpret_cast<float*>(dev + c.normed_at);
     norm_qdq.normed_stride = W;
     cuda::launch_act_qdq(norm_qdq, stream_);
-    launch_mma_groups(chain_launches_, chain_descriptors_host_, chain_descriptors_);
+    launch_uploaded_mma_groups(chain_launches_, chain_descriptors_);
     DI_CUDA_CHECK(cudaMemcpyAsync(chain_host_.get(), dev, c.bytes, cudaMemcpyDeviceToHost, stream_));
   }
   // After the wait: the normed mid, mid_q and second's outputs to the caller's arrays.
@@ -861,11 +893,11 @@ class CudaBackend final : public Backend {
         DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
       }
     };
-    // Keyed by what the captured work depends on besides the buffers: the block, the token count, and the side
-    // (its fn array, and whether the collapse takes another pre).
-    const MoeGraphKey key{&w, T, has_side ? side->p->mhc.fn : nullptr, side_pre};
+    // Keyed by what the captured work depends on besides the buffers: the block, the token count, and the side.
+    GraphKey key = {kMoeGraph, word(&w), T};
+    if (has_side) add_side_words(*side->p, key);
     if (graphs_) {
-      run_as_graph(key, enqueue);
+      run_as_graph(key, {moe_scratch_.get(), moe_host_.get(), partials_.get()}, enqueue);
     } else {
       enqueue();
     }
@@ -880,24 +912,43 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // A device MoE's stream work as a CUDA graph, one per (block, token count, mHC side): captured at the first call, and
-  // replayed after, one launch where the stream would take ~14 operations one by one. A graph holds the addresses
-  // it was captured with (scratch, staging, partials): when one of those buffers has grown since, it is captured
-  // anew. A device whose runtime refuses the capture turns graphs off for this backend (said once) and runs the
-  // work as it is.
-  using MoeGraphKey = std::tuple<const BlockWeights*, int64_t, const float*, bool>;
-  void run_as_graph(const MoeGraphKey& key, const std::function<void()>& enqueue) {
-    const std::array<const void*, 3> buffers = {moe_scratch_.get(), moe_host_.get(), partials_.get()};
-    auto it = moe_graphs_.find(key);
-    if (it != moe_graphs_.end() && it->second.buffers == buffers) {
+  // A call's stream work as a CUDA graph (the device MoE or FFN side, the attention's front), one per key: captured
+  // at the first call and replayed after, one launch where the stream would take its ~14 operations one by one.
+  // The key holds everything the captured work depends on but the buffers' addresses (GraphKey's words: a kind,
+  // then pointers, sizes and bit patterns); a graph also holds the addresses of the buffers it was captured with
+  // (scratch, staging, partials, descriptors), and when one of those has grown since, it is captured anew. A device
+  // whose runtime refuses the capture turns graphs off for this backend (said once) and runs the work as it is.
+  using GraphKey = std::vector<int64_t>;
+  static constexpr int64_t kMoeGraph = 1, kFrontGraph = 2;  // GraphKey's first word
+  template <class T>
+  static int64_t word(T v) {
+    if constexpr (std::is_pointer_v<T>) {
+      return int64_t(reinterpret_cast<uintptr_t>(v));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      return std::bit_cast<int64_t>(double(v));
+    } else {
+      return int64_t(v);
+    }
+  }
+  // An mHC side's part of a key.
+  static void add_side_words(const MhcSideParams& side, GraphKey& key) {
+    const MhcWeights& m = side.mhc;
+    for (int64_t w : {word(m.fn), word(m.scale), word(m.base), word(m.norm), m.n_mix, int64_t(m.sinkhorn_iters), word(m.eps),
+                      word(m.hc_eps), word(side.collapse_pre != nullptr), side.dim}) {
+      key.push_back(w);
+    }
+  }
+  void run_as_graph(const GraphKey& key, std::vector<const void*> buffers, const std::function<void()>& enqueue) {
+    auto it = graphs_by_key_.find(key);
+    if (it != graphs_by_key_.end() && it->second.buffers == buffers) {
       DI_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
       return;
     }
-    if (it != moe_graphs_.end()) {
+    if (it != graphs_by_key_.end()) {
       cudaGraphExecDestroy(it->second.exec);
-      moe_graphs_.erase(it);
+      graphs_by_key_.erase(it);
     }
-    if (moe_graphs_.size() >= kMaxMoeGraphs) drop_moe_graphs();  // serving's batch sizes come and go
+    if (graphs_by_key_.size() >= kMaxGraphs) drop_graphs();  // serving's batch sizes come and go
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     cudaError_t err = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
@@ -914,12 +965,12 @@ class CudaBackend final : public Backend {
       enqueue();
       return;
     }
-    moe_graphs_.emplace(key, MoeGraph{exec, buffers});
+    graphs_by_key_.emplace(key, CapturedGraph{exec, std::move(buffers)});
     DI_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
   }
-  void drop_moe_graphs() {
-    for (auto& [key, g] : moe_graphs_) cudaGraphExecDestroy(g.exec);
-    moe_graphs_.clear();
+  void drop_graphs() {
+    for (auto& [key, g] : graphs_by_key_) cudaGraphExecDestroy(g.exec);
+    graphs_by_key_.clear();
   }
 
   // Queues a linears() batch on the stream up to its outputs' copy back to staging; false when it has no work.
@@ -987,6 +1038,14 @@ class CudaBackend final : public Backend {
   // queued may still read), a lone one as a plain launch.
   void launch_mma_groups(std::vector<cuda::LinearLaunch>& launches, cuda::PinnedBuffer& descriptors_host,
                          DeviceBuffer& descriptors) {
+    upload_mma_descriptors(launches, descriptors_host, descriptors);
+    launch_uploaded_mma_groups(launches, descriptors);
+  }
+  // launch_mma_groups in two steps: the launches sorted and their descriptors' upload queued, then the launches.
+  // A CUDA graph captures the second alone: a captured upload would copy whatever the shared staging holds when
+  // the graph replays (another graph's descriptors, captured since).
+  void upload_mma_descriptors(std::vector<cuda::LinearLaunch>& launches, cuda::PinnedBuffer& descriptors_host,
+                              DeviceBuffer& descriptors) {
     if (launches.empty()) return;
     std::stable_sort(launches.begin(), launches.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
       return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;
@@ -997,11 +1056,12 @@ class CudaBackend final : public Backend {
     std::memcpy(descriptors_host.get(), launches.data(), n * sizeof(cuda::LinearLaunch));
     DI_CUDA_CHECK(cudaMemcpyAsync(descriptors.get(), descriptors_host.get(), n * sizeof(cuda::LinearLaunch),
                                   cudaMemcpyHostToDevice, stream_));
-    const std::span<const cuda::LinearLaunch> all(launches);
     // A lone op split over K sums its slices in partials_: sized for the largest first (the launches of the
     // batch use it one after another, in stream order).
-    const int64_t partial_floats = mma_group_partial_floats(all);
+    const int64_t partial_floats = mma_group_partial_floats(launches);
     if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * sizeof(float));
+  }
+  void launch_uploaded_mma_groups(std::span<const cuda::LinearLaunch> all, const DeviceBuffer& descriptors) {
     for_each_run(all, kMaxGridYZ, same_mma_shape, [&](std::span<const cuda::LinearLaunch> run) {
       if (run.size() == 1) {
         cuda::LinearLaunch l = run[0];
@@ -1405,14 +1465,15 @@ class CudaBackend final : public Backend {
   std::unordered_map<const BlockWeights*, std::unique_ptr<MoeBlock>> moe_blocks_;
   DeviceBuffer moe_scratch_;
   cuda::PinnedBuffer moe_host_;
-  // DEEPINFER_CUDA_GRAPHS: the device MoE's captured graphs (run_as_graph), at most kMaxMoeGraphs.
+  // DEEPINFER_CUDA_GRAPHS: the captured graphs (run_as_graph) of the device MoE and FFN side and of the attention's
+  // front, at most kMaxGraphs.
   bool graphs_ = true;
-  struct MoeGraph {
+  struct CapturedGraph {
     cudaGraphExec_t exec = nullptr;
-    std::array<const void*, 3> buffers{};  // moe_scratch_, moe_host_, partials_ as captured
+    std::vector<const void*> buffers;  // the buffers' addresses as captured
   };
-  static constexpr size_t kMaxMoeGraphs = 4096;
-  std::map<MoeGraphKey, MoeGraph> moe_graphs_;
+  static constexpr size_t kMaxGraphs = 4096;
+  std::map<GraphKey, CapturedGraph> graphs_by_key_;
   // linear_chain() and projection_chain(): DEEPINFER_CUDA_LINEAR_CHAIN=device, their device scratch and pinned staging.
   bool device_chain_ = false;
   DeviceBuffer chain_scratch_;
