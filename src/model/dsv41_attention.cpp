@@ -160,9 +160,8 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
   }
   // The mHC side's first half, the projections of u, then qr's norm and QDQ, then the projections of qr: one call
   // where a backend runs them together.
-  front.run_with({.first = projections, .mid = qr.data(), .n_tokens = T, .mid_width = QL, .mid_norm = w.q_norm,
-                                   .eps = eps, .mid_q = out.qr_quantized.data(), .qdq_block = c.act_block, .v41 = c.is_v41(),
-                                   .second = q_ops});
+  front.run_with({.first = projections, .mid = qr.data(), .n_tokens = T, .mid_width = QL, .mid_norm = w.q_norm, .eps = eps,
+                  .mid_q = out.qr_quantized.data(), .qdq_block = c.act_block, .v41 = c.is_v41(), .second = q_ops});
   // Ranges of query heads; a token's last range also takes its kv row.
   for_token_ranges(*backend_, T, H, kHeadRange, [&](int64_t t, int64_t h0, int64_t h1) {
     const int64_t pos = positions[size_t(t)];
@@ -241,9 +240,9 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
   const int64_t W = c.window_size;
   const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
   const int ratio = c.compress_ratio(layer);
-  // The projections go to the backend in two batches (two waits on a GPU): those of u (wq_a, wkv, the KV
-  // source's compressor, the indexer's weights projection), then those of the quantised q latent (wq_b, the
-  // indexer's wq_b).
+  // The projections go to the backend as one chain with the mHC side's first half (project_qkv_v41): those of u
+  // (wq_a, wkv, the KV source's compressor, the indexer's weights projection), then those of the quantised q
+  // latent (wq_b, the indexer's wq_b); one wait on a GPU that runs the chain whole, three otherwise.
   const bool kv_source = ratio != 0 && c.is_kv_source(layer) && scratch.kv_source_done_layer != layer;
   const bool index_source = ratio != 0 && c.is_index_source(layer);
   const std::vector<float>& u = front.u();  // u once project_qkv_v41 has run the front

@@ -43,7 +43,8 @@ void MhcFront::run() {
 void MhcFront::run_with(const ProjectionChainParams& chain) {
   DI_CHECK_MSG(!ran_, "an mHC side's first half ran twice");
   static_assert(sizeof(HcCoefficients) == 24 * sizeof(float));
-  if (backend_.mhc_projection_chain({p_, scratch_.u.data(), scratch_.uq.data(), reinterpret_cast<float*>(scratch_.coeffs.data()), chain})) {
+  auto* coeffs = reinterpret_cast<float*>(scratch_.coeffs.data());
+  if (backend_.mhc_projection_chain({p_, scratch_.u.data(), scratch_.uq.data(), coeffs, chain})) {
     ran_ = true;
     return;
   }

@@ -24,6 +24,7 @@ struct MhcScratch {
 // by run() or run_with(), before it reads u.
 class MhcFront {
  public:
+  // p and scratch must outlive the front.
   MhcFront(Backend& backend, const MhcSideParams& p, MhcScratch& scratch);
   // The arrays u [n_tokens, dim] and u's activation QDQ land in: their values only once the first half has run.
   std::vector<float>& u() { return scratch_.u; }
