@@ -45,9 +45,8 @@ void expect_device_moe_equals_host_path(const MoeShape& s, int64_t n_tokens, uin
 TEST(MoeCuda, DeviceMoeEqualsTheHostPathBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   const ScopedCudaPaths linear("mma");
-  const std::vector<int64_t> tokens = small_test_shapes() ? std::vector<int64_t>{1, 5} : std::vector<int64_t>{1, 2, 5, 33};
   uint32_t seed = 1;
-  for (int64_t n : tokens) {
+  for (int64_t n : moe_test_token_counts()) {
     expect_device_moe_equals_host_path(MoeShape{}, n, seed++);
     expect_device_moe_equals_host_path(MoeShape{.v41 = true}, n, seed++);
     expect_device_moe_equals_host_path(MoeShape{.hash = true, .n_experts = 12, .top_k = 3}, n, seed++);

@@ -83,9 +83,8 @@ void expect_device_side_equals_model_steps(const MoeShape& s, bool other_pre, in
 TEST(MoeSideCuda, DeviceSideEqualsTheModelStepsBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   const ScopedCudaPaths linear("mma");
-  const std::vector<int64_t> tokens = small_test_shapes() ? std::vector<int64_t>{1, 5} : std::vector<int64_t>{1, 2, 5, 33};
   uint32_t seed = 1;
-  for (int64_t n : tokens) {
+  for (int64_t n : moe_test_token_counts()) {
     expect_device_side_equals_model_steps(MoeShape{}, false, n, seed++);
     expect_device_side_equals_model_steps(MoeShape{.v41 = true}, true, n, seed++);
     expect_device_side_equals_model_steps(MoeShape{.hash = true, .n_experts = 12, .top_k = 3}, false, n, seed++);

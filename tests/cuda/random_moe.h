@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cuda/cuda_util.h"
 #include "kernel/kernel_test_util.h"
 
 namespace deepinfer::testing {
@@ -81,5 +82,10 @@ struct RandomMoe {
             double(10.0f), s.v41 ? 32 : 128, out};
   }
 };
+
+// The token counts the random-block tests sweep: one token, a few, and (full size) more than one expert's rows.
+inline std::vector<int64_t> moe_test_token_counts() {
+  return small_test_shapes() ? std::vector<int64_t>{1, 5} : std::vector<int64_t>{1, 2, 5, 33};
+}
 
 }  // namespace deepinfer::testing
