@@ -22,31 +22,73 @@
 namespace deepinfer::testing {
 namespace {
 
+// A random output projection in the V4 layout (wo_a's groups are row ranges of one wo_a, each reading its columns of
+// o), owning every byte.
+struct RandomOutputProjection {
+  static constexpr int64_t G = 4, group_width = 128, OL = 64, D = 192;
+  int64_t T;
+  bool v41;
+  OwnedWeight wo_a, wo_b;
+  std::vector<float> o, z;
+  std::vector<LinearParams> groups;
+
+  RandomOutputProjection(int64_t n_tokens, bool v41_rules, std::mt19937& rng)
+      : T(n_tokens), v41(v41_rules), wo_a(random_fp8_weight(rng, G * OL, group_width, 128)),
+        wo_b(random_fp8_weight(rng, D, G * OL, 128)), o(random_bf16_values(rng, n_tokens * G * group_width, 1.0f)),
+        z(size_t(n_tokens * G * OL)) {
+    for (int64_t g = 0; g < G; ++g) {
+      groups.push_back({o.data() + g * group_width, G * group_width, T, &wo_a.w, g * OL, OL, Epilogue::kBf16, nullptr,
+                        z.data() + g * OL, G * OL});
+    }
+  }
+  LinearChainParams chain(float* out) {
+    const int64_t block = v41 ? 32 : 128;
+    return {groups, z.data(), T, G * OL, block, v41, {z.data(), G * OL, T, &wo_b.w, 0, D, Epilogue::kBf16, nullptr, out, D, block}};
+  }
+};
+
+// The chain whole on `gpu` and by the model's steps on the same backend: the same bits.
+void expect_chain_equals_steps(Backend& gpu, RandomOutputProjection& r) {
+  std::vector<float> host(size_t(r.T * r.D), -7.0f), device(size_t(r.T * r.D), -7.0f);
+  linear_chain_on_backend(gpu, r.chain(host.data()));
+  ASSERT_TRUE(gpu.linear_chain(r.chain(device.data()))) << "the device chain declined an output projection it can run";
+  EXPECT_EQ(n_differing(host, device), 0) << "of " << host.size() << " outputs";
+  EXPECT_GT(std::count_if(device.begin(), device.end(), [](float v) { return v != 0.0f && v != -7.0f; }), int64_t(host.size() / 2));
+}
+
 void expect_chain_equals_model_steps(int64_t n_tokens, bool v41, uint32_t seed) {
   SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " QDQ, " + std::to_string(n_tokens) + " tokens");
-  const int64_t G = 4, group_width = 128, OL = 64, D = 192, T = n_tokens;
   std::mt19937 rng(seed);
-  const OwnedWeight wo_a = random_fp8_weight(rng, G * OL, group_width, 128);
-  const OwnedWeight wo_b = random_fp8_weight(rng, D, G * OL, 128);
-  const std::vector<float> o = random_bf16_values(rng, T * G * group_width, 1.0f);
-  std::vector<float> z(size_t(T * G * OL)), host(size_t(T * D), -7.0f), device(size_t(T * D), -7.0f);
-  std::vector<LinearParams> groups(static_cast<size_t>(G));
-  for (int64_t g = 0; g < G; ++g) {
-    groups[size_t(g)] = {o.data() + g * group_width, G * group_width, T, &wo_a.w, g * OL, OL, Epilogue::kBf16, nullptr,
-                         z.data() + g * OL, G * OL};
-  }
-  const int64_t block = v41 ? 32 : 128;
-  auto chain = [&](float* out) {
-    return LinearChainParams{groups, z.data(), T, G * OL, block, v41,
-                             {z.data(), G * OL, T, &wo_b.w, 0, D, Epilogue::kBf16, nullptr, out, D, block}};
-  };
+  RandomOutputProjection r(n_tokens, v41, rng);
   setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
   DI_MAKE_CUDA_BACKEND(gpu);
   unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
-  linear_chain_on_backend(*gpu, chain(host.data()));
-  ASSERT_TRUE(gpu->linear_chain(chain(device.data()))) << "the device chain declined an output projection it can run";
-  EXPECT_EQ(n_differing(host, device), 0) << "of " << host.size() << " outputs";
-  EXPECT_GT(std::count_if(device.begin(), device.end(), [](float v) { return v != 0.0f && v != -7.0f; }), int64_t(host.size() / 2));
+  expect_chain_equals_steps(*gpu, r);
+}
+
+// The chain's CUDA graphs: two layers' output projections (two keys) on one backend, each replayed with new inputs
+// after the other's capture; the same bits with graphs off.
+TEST(LinearChainCuda, ChainGraphsReplayTheirOwnWork) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  for (const char* graphs : {"on", "off"}) {
+    SCOPED_TRACE(std::string("DEEPINFER_CUDA_GRAPHS=") + graphs);
+    std::mt19937 rng(400);
+    RandomOutputProjection first_layer(2, false, rng), second_layer(2, false, rng);
+    setenv("DEEPINFER_CUDA_GRAPHS", graphs, 1);
+    setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
+    DI_MAKE_CUDA_BACKEND(gpu);
+    unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
+    unsetenv("DEEPINFER_CUDA_GRAPHS");
+    for (int round = 0; round < 3; ++round) {
+      for (RandomOutputProjection* layer : {&first_layer, &second_layer}) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        const std::vector<float> o = random_bf16_values(rng, int64_t(layer->o.size()), 1.0f);
+        std::copy(o.begin(), o.end(), layer->o.begin());
+        expect_chain_equals_steps(*gpu, *layer);
+      }
+    }
+  }
 }
 
 TEST(LinearChainCuda, DeviceChainEqualsTheModelStepsBitForBit) {

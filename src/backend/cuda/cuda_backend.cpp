@@ -380,23 +380,38 @@ class CudaBackend final : public Backend {
     if (n_first == 1) partial_floats = std::max(partial_floats, cuda::linear_mma_partial_floats(launches[0], mma_choice_));
     if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * 4);
 
-    DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
-    if (n_first == 1) {
-      launch_lone_mma(launches[0]);
+    // The stream work, replayed as a CUDA graph where graphs are on (the inputs and descriptors are staged above,
+    // per call, and the graph's first copy takes them).
+    auto enqueue = [&] {
+      DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
+      if (n_first == 1) {
+        launch_lone_mma(launches[0]);
+      } else {
+        cuda::launch_linear_mma_grouped(reinterpret_cast<const cuda::LinearLaunch*>(dev + desc_at), int(n_first), w0.kind, k1,
+                                        max_rows, T, stream_, mma_choice_);
+      }
+      float* mid = reinterpret_cast<float*>(dev + mid_at);
+      for (int64_t i = 0; i < n_first; ++i) {  // each op's [T, n_rows] into its columns of mid
+        const LinearParams& op = p.first[size_t(i)];
+        DI_CUDA_CHECK(cudaMemcpy2DAsync(mid + (op.out - p.mid), size_t(k2) * 4, launches[size_t(i)].out, size_t(op.n_rows) * 4,
+                                        size_t(op.n_rows) * 4, size_t(T), cudaMemcpyDeviceToDevice, stream_));
+      }
+      const cuda::ActQdqRule rule = p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
+      cuda::launch_act_qdq({mid, k2, T, p.mid_width, p.qdq_block, rule, mid, k2, k2}, stream_);
+      launch_lone_mma(second);
+      DI_CUDA_CHECK(cudaMemcpyAsync(host, dev + y_at, size_t(T * n_out) * 4, cudaMemcpyDeviceToHost, stream_));
+    };
+    if (graphs_) {
+      // The key: the token count, each op's weight, rows, epilogue and place, and mid's QDQ.
+      GraphKey key = {kChainGraph, T, p.mid_width, p.qdq_block, word(p.v41)};
+      for (const LinearParams& op : p.first) {
+        for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue), int64_t(op.out - p.mid)}) key.push_back(w);
+      }
+      for (int64_t w : {word(p.second.weight), p.second.row_begin, p.second.n_rows, int64_t(p.second.epilogue)}) key.push_back(w);
+      run_as_graph(key, {chain_scratch_.get(), chain_host_.get(), partials_.get()}, enqueue);
     } else {
-      cuda::launch_linear_mma_grouped(reinterpret_cast<const cuda::LinearLaunch*>(dev + desc_at), int(n_first), w0.kind, k1,
-                                      max_rows, T, stream_, mma_choice_);
+      enqueue();
     }
-    float* mid = reinterpret_cast<float*>(dev + mid_at);
-    for (int64_t i = 0; i < n_first; ++i) {  // each op's [T, n_rows] into its columns of mid
-      const LinearParams& op = p.first[size_t(i)];
-      DI_CUDA_CHECK(cudaMemcpy2DAsync(mid + (op.out - p.mid), size_t(k2) * 4, launches[size_t(i)].out, size_t(op.n_rows) * 4,
-                                      size_t(op.n_rows) * 4, size_t(T), cudaMemcpyDeviceToDevice, stream_));
-    }
-    const cuda::ActQdqRule rule = p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
-    cuda::launch_act_qdq({mid, k2, T, p.mid_width, p.qdq_block, rule, mid, k2, k2}, stream_);
-    launch_lone_mma(second);
-    DI_CUDA_CHECK(cudaMemcpyAsync(host, dev + y_at, size_t(T * n_out) * 4, cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     copy_rows(reinterpret_cast<const float*>(host), n_out, T, n_out, p.second.out, p.second.out_stride, n_out);
     return true;
@@ -912,14 +927,15 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // A call's stream work as a CUDA graph (the device MoE or FFN side, the attention's front), one per key: captured
-  // at the first call and replayed after, one launch where the stream would take its ~14 operations one by one.
+  // A call's stream work as a CUDA graph (the device MoE or FFN side, the attention's front, the output projection's
+  // chain), one per key: captured at the first call and replayed after, one launch where the stream would take its
+  // ~10-20 operations one by one.
   // The key holds everything the captured work depends on but the buffers' addresses (GraphKey's words: a kind,
   // then pointers, sizes and bit patterns); a graph also holds the addresses of the buffers it was captured with
   // (scratch, staging, partials, descriptors), and when one of those has grown since, it is captured anew. A device
   // whose runtime refuses the capture turns graphs off for this backend (said once) and runs the work as it is.
   using GraphKey = std::vector<int64_t>;
-  static constexpr int64_t kMoeGraph = 1, kFrontGraph = 2;  // GraphKey's first word
+  static constexpr int64_t kMoeGraph = 1, kFrontGraph = 2, kChainGraph = 3;  // GraphKey's first word
   template <class T>
   static int64_t word(T v) {
     if constexpr (std::is_pointer_v<T>) {
@@ -1465,8 +1481,8 @@ class CudaBackend final : public Backend {
   std::unordered_map<const BlockWeights*, std::unique_ptr<MoeBlock>> moe_blocks_;
   DeviceBuffer moe_scratch_;
   cuda::PinnedBuffer moe_host_;
-  // DEEPINFER_CUDA_GRAPHS: the captured graphs (run_as_graph) of the device MoE and FFN side and of the attention's
-  // front, at most kMaxGraphs.
+  // DEEPINFER_CUDA_GRAPHS: the captured graphs (run_as_graph) of the device MoE and FFN side, the attention's front
+  // and the output projection's chain, at most kMaxGraphs.
   bool graphs_ = true;
   struct CapturedGraph {
     cudaGraphExec_t exec = nullptr;
