@@ -4,10 +4,12 @@
 // through page-locked staging (an async copy from or to the model's pageable arrays is the driver's staged
 // copy, and a device-to-host one blocks the host: one wait per output where a batch wants one). A linears()
 // batch (an MoE group's experts) and a sparse_attentions() batch (a prefill block's query tokens) each wait
-// for the device once, the attention batch in one launch over rows gathered once. A block's whole MoE
-// (Backend::moe, DEEPINFER_CUDA_MOE=device) keeps its intermediates on the device and replays its work as a CUDA
-// graph; device-resident activations elsewhere, and graphs of a whole decode step, need the model code to hold
-// its activations behind the backend (see README, GPU section).
+// for the device once, the attention batch in one launch over rows gathered once. Larger calls keep their
+// intermediates on the device and replay their work as a CUDA graph: a block's whole FFN side or MoE
+// (Backend::moe_side / moe, DEEPINFER_CUDA_MOE=device), the attention side's front and its output projection
+// (Backend::mhc_projection_chain / linear_chain, DEEPINFER_CUDA_LINEAR_CHAIN=device). Device-resident activations
+// across calls, and graphs of a whole decode step, need the model code to hold its activations behind the
+// backend (see README, GPU section).
 #include <cuda_runtime.h>
 
 #include <algorithm>
