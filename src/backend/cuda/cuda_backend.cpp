@@ -497,11 +497,8 @@ class CudaBackend final : public Backend {
       }
       (first_weights[i]->mma_exact ? front_launches_ : other).push_back(l);
     }
-    std::vector<cuda::LinearLaunch> sorted = front_launches_;
-    std::stable_sort(sorted.begin(), sorted.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
-      return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;
-    });
-    const int64_t partial_floats = std::max(mma_group_partial_floats(sorted), second.partial_floats);
+    sort_by_mma_shape(front_launches_);
+    const int64_t partial_floats = std::max(mma_group_partial_floats(front_launches_), second.partial_floats);
     if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * 4);  // before anything is queued
 
     const MhcSideDevice device = mhc_side_device(side);
@@ -614,11 +611,8 @@ class CudaBackend final : public Backend {
       chain_launches_.push_back(launch_of(*weights[i], p.second[i], reinterpret_cast<const float*>(dev + c.mid_q_at),
                                           reinterpret_cast<float*>(dev + c.out_at[i])));
     }
-    std::vector<cuda::LinearLaunch> sorted = chain_launches_;
-    std::stable_sort(sorted.begin(), sorted.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
-      return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;
-    });
-    c.partial_floats = mma_group_partial_floats(sorted);
+    sort_by_mma_shape(chain_launches_);
+    c.partial_floats = mma_group_partial_floats(chain_launches_);
     // partials_ sized before anything is queued: growing it later would free what queued work reads.
     if (c.partial_floats > 0) partials_.reserve(size_t(c.partial_floats) * 4);
     return true;
@@ -1041,7 +1035,14 @@ class CudaBackend final : public Backend {
   static bool same_mma_shape(const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
     return a.kind == b.kind && a.k_pad == b.k_pad;
   }
-  // The partials_ floats that launch_mma_groups needs for these launches (sorted as it sorts them): the largest
+  // The order launch_mma_groups runs launches in: by weight kind, then k_pad, so each shape's run is contiguous
+  // (stable: sorting again changes nothing).
+  static void sort_by_mma_shape(std::vector<cuda::LinearLaunch>& launches) {
+    std::stable_sort(launches.begin(), launches.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
+      return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;
+    });
+  }
+  // The partials_ floats that launch_mma_groups needs for these launches (sorted by sort_by_mma_shape): the largest
   // lone op's split over K.
   int64_t mma_group_partial_floats(std::span<const cuda::LinearLaunch> launches) const {
     int64_t floats = 0;
@@ -1065,9 +1066,7 @@ class CudaBackend final : public Backend {
   void upload_mma_descriptors(std::vector<cuda::LinearLaunch>& launches, cuda::PinnedBuffer& descriptors_host,
                               DeviceBuffer& descriptors) {
     if (launches.empty()) return;
-    std::stable_sort(launches.begin(), launches.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
-      return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;
-    });
+    sort_by_mma_shape(launches);
     const size_t n = launches.size();
     descriptors_host.reserve(n * sizeof(cuda::LinearLaunch));
     descriptors.reserve(n * sizeof(cuda::LinearLaunch));
