@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -21,6 +22,19 @@
 
 namespace deepinfer::testing {
 namespace {
+
+// The cases the chain tests sweep, each with the next seed from first_seed: the register and the split
+// tensor-core kernels, 1, 3 and 70 tokens, V4 and V4.1 rules.
+void for_each_chain_case(uint32_t first_seed, const std::function<void(int64_t n_tokens, bool v41, uint32_t seed)>& check) {
+  uint32_t seed = first_seed;
+  for (const char* linear : {"mma", "mma_split"}) {
+    const ScopedCudaPaths paths(linear);
+    SCOPED_TRACE(linear);
+    for (int64_t n : {1, 3, 70}) {
+      for (bool v41 : {false, true}) check(n, v41, seed++);
+    }
+  }
+}
 
 // A random output projection in the V4 layout (wo_a's groups are row ranges of one wo_a, each reading its columns of
 // o), owning every byte.
@@ -93,14 +107,7 @@ TEST(LinearChainCuda, ChainGraphsReplayTheirOwnWork) {
 
 TEST(LinearChainCuda, DeviceChainEqualsTheModelStepsBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
-  uint32_t seed = 1;
-  for (const char* linear : {"mma", "mma_split"}) {
-    const ScopedCudaPaths paths(linear);
-    for (int64_t n : {1, 3, 70}) {
-      expect_chain_equals_model_steps(n, false, seed++);
-      expect_chain_equals_model_steps(n, true, seed++);
-    }
-  }
+  for_each_chain_case(1, expect_chain_equals_model_steps);
 }
 
 // The attention's projections as the model's: two FP8 ops on uq (A1 writes mid, A10) and two bf16 ones on u, one
@@ -175,14 +182,7 @@ void expect_projection_chain_equals_model_steps(int64_t n_tokens, bool v41, uint
 
 TEST(LinearChainCuda, DeviceProjectionChainEqualsTheModelStepsBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
-  uint32_t seed = 100;
-  for (const char* linear : {"mma", "mma_split"}) {
-    const ScopedCudaPaths paths(linear);
-    for (int64_t n : {1, 3, 70}) {
-      expect_projection_chain_equals_model_steps(n, false, seed++);
-      expect_projection_chain_equals_model_steps(n, true, seed++);
-    }
-  }
+  for_each_chain_case(100, expect_projection_chain_equals_model_steps);
 }
 
 // A random attention side's stream and mHC weights (4 copies, 24 mixes), owning every byte: V4's collapse (the
@@ -246,21 +246,15 @@ std::unique_ptr<Backend> make_chain_backend(const char* chain) {
 
 TEST(LinearChainCuda, DeviceFrontEqualsTheModelStepsBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
-  uint32_t seed = 200;
-  for (const char* linear : {"mma", "mma_split"}) {
-    const ScopedCudaPaths paths(linear);
-    for (int64_t n : {1, 3, 70}) {
-      for (bool v41 : {false, true}) {
-        SCOPED_TRACE(std::string(linear) + ", " + (v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n) + " tokens");
-        std::mt19937 rng(seed++);
-        RandomProjections r(n, v41, rng);
-        const RandomFrontSide side(n, RandomProjections::D, v41, rng);
-        const std::unique_ptr<Backend> gpu = make_chain_backend("device"), steps_gpu = make_chain_backend("host");
-        ASSERT_TRUE(gpu && steps_gpu);
-        expect_front_equals_model_steps(*gpu, *steps_gpu, side.side, r);
-      }
-    }
-  }
+  for_each_chain_case(200, [](int64_t n, bool v41, uint32_t seed) {
+    SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n) + " tokens");
+    std::mt19937 rng(seed);
+    RandomProjections r(n, v41, rng);
+    const RandomFrontSide side(n, RandomProjections::D, v41, rng);
+    const std::unique_ptr<Backend> gpu = make_chain_backend("device"), steps_gpu = make_chain_backend("host");
+    ASSERT_TRUE(gpu && steps_gpu);
+    expect_front_equals_model_steps(*gpu, *steps_gpu, side.side, r);
+  });
 }
 
 // The front's CUDA graphs: two layers' fronts (two keys) on one backend, each replayed with new streams after the
