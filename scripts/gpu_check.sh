@@ -17,8 +17,8 @@
 #      --op-times on the 4-layer benchmark model: the defaults, decode batch 256 and decode at 2048 tokens of
 #      context with the cache rows as floats, packed and mirrored on the device (DEEPINFER_CUDA_KV), half
 #      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device FFN side (DEEPINFER_CUDA_MOE=device) alone
-#      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device), the split attention, the FMA linear (E2E=0
-#      skips it).
+#      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device; with both, each block's tail is one call), the
+#      split attention, the FMA linear (E2E=0 skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
@@ -120,7 +120,7 @@ fi
 
 # The tensor-core linear (all its kernels: mma_staged / mma_split run the staged one, unsplit / split over K, from
 # 64 tokens, the register one below)
-# both attention paths, the device MoE, its FFN side and the device linear chain under compute-sanitizer's memcheck (written
+# both attention paths, the device MoE, its FFN side, the block tail and the device linear chain under compute-sanitizer's memcheck (written
 # without a GPU at hand):
 # out-of-bounds or misaligned accesses show here even where the results happen to come out right.
 sanitizer_rc=skipped
@@ -128,7 +128,7 @@ SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ] && [ "$(limit_for 150)" -ge 30 ]; then
   step "compute-sanitizer memcheck: the mma linear, the attention, the device MoE and chain tests"
   timeout "$(limit_for 150)" "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
-    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.DeviceSideEqualsTheModelStepsBitForBit:LinearChainCuda.Device*' \
+    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.DeviceSideEqualsTheModelStepsBitForBit:MoeSideCuda.DeviceTailEqualsItsStepsBitForBit:LinearChainCuda.Device*' \
     >"$OUT_DIR/sanitizer.log" 2>&1
   sanitizer_rc=$?
   grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8

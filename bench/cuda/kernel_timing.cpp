@@ -420,8 +420,14 @@ class RandomWeights {
 // shared expert and each distinct chosen expert once. The time is the median wall time of a call from the host,
 // its copies in and out and its wait included: what a decode step pays for the block's MoE. `side`: the whole FFN
 // side instead (Backend::moe_side: the mHC mixes of the 4 x 4096 stream, its coefficients, u, the MoE and the
-// expansion, h in and out), the bytes then with the side's fp32 mix weights.
-void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, bool side, std::vector<Row>& rows) {
+// expansion, h in and out), the bytes then with the side's fp32 mix weights. `tail`: the block's whole tail (the
+// FFN side with the attention's output projection before it, wo_a's 8 groups of 1024 x 4096 and wo_b 4096 x 8192
+// in FP8, and the attention side's expansion, the attention's output o [T, 32768] and the stream in), as one call
+// (Backend::block_tail, DEEPINFER_CUDA_LINEAR_CHAIN=device too) or, `tail_steps`, as the model's steps on the same
+// backend (the chain, the expansion on the host, the side: two calls).
+enum class MoeTiming { kMoe, kSide, kTail, kTailSteps };
+void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, MoeTiming what, std::vector<Row>& rows) {
+  const bool side = what != MoeTiming::kMoe, tail = what == MoeTiming::kTail || what == MoeTiming::kTailSteps;
   const int64_t E = 256, K = 6, D = 4096, I = 2048, vocab = 1024;
   RandomWeights random(7);
   auto next = [&] { return random.next(); };
@@ -445,15 +451,21 @@ void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, bool
     tid2eid.insert(tid2eid.end(), experts.begin(), experts.begin() + K);
   }
   w.tid2eid = tid2eid.data();
+  const int64_t G = 8, OL = 1024, O = 64 * 512;  // the output projection's groups and o's width
+  const LinearWeight wo_a = random.fp8(G * OL, O / G), wo_b = random.fp8(D, G * OL);
   setenv("DEEPINFER_CUDA_MOE", "device", 1);
+  if (tail) setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
   setenv("DEEPINFER_CUDA_GRAPHS", graphs ? "on" : "off", 1);
   std::string error;
   std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
   unsetenv("DEEPINFER_CUDA_MOE");
+  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
   unsetenv("DEEPINFER_CUDA_GRAPHS");
   DI_CHECK_MSG(backend != nullptr, error);
   const double expert_bytes = 3.0 * double(I * D / 2 + I * D / 32);
-  const double other_bytes = double(E * D * 2) + 3.0 * double(I * D + (I / 128) * (D / 128)) + (side ? 24.0 * 4 * D * 4 : 0.0);
+  const double chain_bytes = 2.0 * double(G * OL) * double(O / G) * (1.0 + 1.0 / (128.0 * 128.0));
+  const double other_bytes = double(E * D * 2) + 3.0 * double(I * D + (I / 128) * (D / 128)) + (side ? 24.0 * 4 * D * 4 : 0.0) +
+                             (tail ? chain_bytes : 0.0);
   std::vector<float> fn(size_t(24 * 4 * D)), scale = {0.5f, 0.75f, 1.0f}, base(24);
   std::vector<uint16_t> norm(size_t(D), 0x3f80);  // 1.0
   for (float& v : fn) v = float(int(next() % 255) - 127) / 8192.0f;  // mixes of about unit size
@@ -470,22 +482,42 @@ void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, bool
     std::vector<float> u(size_t(T * width)), out(size_t(T * width));
     for (float& v : u) v = float(int(next() % 255) - 127) / 64.0f;  // bf16 values, as the model's u or h
     const MoeParams p{u.data(), T, D, &w, ids.data(), false, 2.5, 10.0, 128, out.data()};
-    MoeSideParams sp{{u.data(), T, D, {fn.data(), scale.data(), base.data(), norm.data(), 24, 20, double(1e-6f), double(1e-6f)},
-                      nullptr, out.data(), nullptr},
-                     p};
+    const MhcWeights mhc{fn.data(), scale.data(), base.data(), norm.data(), 24, 20, double(1e-6f), double(1e-6f)};
+    MoeSideParams sp{{u.data(), T, D, mhc, nullptr, out.data(), nullptr}, p};
+    // The tail: o and the attention side's coefficients in, its stream u (the side's output lands in out).
+    std::vector<float> o(size_t(tail ? T * O : 0)), z(size_t(tail ? T * G * OL : 0)), attention_out(size_t(T * D));
+    std::vector<float> h_mid(size_t(T * width)), coeffs(size_t(T * 24), 0.25f);
+    for (float& v : o) v = float(int(next() % 255) - 127) / 64.0f;
+    std::vector<LinearParams> groups;
+    for (int64_t g = 0; g < G && tail; ++g) {
+      groups.push_back({o.data() + g * (O / G), O, T, &wo_a, g * OL, OL, Epilogue::kBf16, nullptr, z.data() + g * OL, G * OL});
+    }
+    BlockTailParams tp;
+    tp.output = {groups, z.data(), T, G * OL, 128, false, {z.data(), G * OL, T, &wo_b, 0, D, Epilogue::kBf16, nullptr, attention_out.data(), D, 128}};
+    tp.attention = {u.data(), T, D, mhc, nullptr, h_mid.data(), nullptr};
+    tp.attention_coeffs = coeffs.data();
+    tp.ffn = sp;
+    tp.ffn.side.h = h_mid.data();
+    MhcScratch scratch;
     std::vector<double> seconds;
     for (int rep = 0; rep < 33; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
-      DI_CHECK_MSG(side ? backend->moe_side(sp) : backend->moe(p), "the device MoE declined the timing block");
+      if (what == MoeTiming::kTailSteps) {
+        block_tail_on_backend(*backend, tp, scratch);
+      } else {
+        const bool ran = what == MoeTiming::kTail ? backend->block_tail(tp) : side ? backend->moe_side(sp) : backend->moe(p);
+        DI_CHECK_MSG(ran, "the device declined the timing block");
+      }
       if (rep >= 3) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(seconds.begin(), seconds.end());
     const double sec = seconds[seconds.size() / 2];
     const double read = other_bytes + n_experts * expert_bytes;
-    const double flops = 2.0 * double(T) * double(D) * (double(E) + 3.0 * double(I) * double(K + 1));
+    const double flops = 2.0 * double(T) * (double(D) * (double(E) + 3.0 * double(I) * double(K + 1)) + (tail ? 2.0 * double(G * OL) * double(O / G) : 0.0));
+    const char* kind = what == MoeTiming::kMoe ? "MoE" : what == MoeTiming::kSide ? "FFN side" : what == MoeTiming::kTail ? "tail, one call" : "tail, steps";
     char name[160];
-    std::snprintf(name, sizeof name, "device %s, V4-Flash block, T=%lld (%g experts)%s", side ? "FFN side" : "MoE",
-                  (long long)T, n_experts, graphs ? "" : ", no graphs");
+    std::snprintf(name, sizeof name, "device %s, V4-Flash block, T=%lld (%g experts)%s", kind, (long long)T, n_experts,
+                  graphs ? "" : ", no graphs");
     rows.push_back(Row{name, sec * 1e6, read / sec / 1e9, flops / sec / 1e12, 0});
   }
 }
@@ -628,9 +660,11 @@ int run() {
   rows.push_back(time_hc_mix(1, 4 * 4096, 24));
   rows.push_back(time_hc_mix(64, 4 * 4096, 24));
   // A block's whole MoE on the device, per call from the host (copies and the wait included; GB/s of its weights).
-  time_device_moe({1, 8, 64}, true, false, rows);
-  time_device_moe({1, 8}, false, false, rows);
-  time_device_moe({1, 8, 64}, true, true, rows);
+  time_device_moe({1, 8, 64}, true, MoeTiming::kMoe, rows);
+  time_device_moe({1, 8}, false, MoeTiming::kMoe, rows);
+  time_device_moe({1, 8, 64}, true, MoeTiming::kSide, rows);
+  time_device_moe({1, 8, 64}, true, MoeTiming::kTailSteps, rows);
+  time_device_moe({1, 8, 64}, true, MoeTiming::kTail, rows);
   time_attention_front({1, 8, 64}, rows);
 
   std::printf("\nceilings, measured now: device-to-device copy %.0f GB/s (read + write); cuBLASLt e4m3 GEMM 8192^3 %.0f TFLOP/s\n",

@@ -194,6 +194,19 @@ struct MhcProjectionParams {
   ProjectionChainParams chain;
 };
 
+// A block's tail as the model computes it (model/mhc_side.h's block_tail_on_backend): the attention's output
+// projection (run_linear_chain), whose second op writes the attention side's sub-block output; the attention side's
+// second half (P1 / P2, hc_expand_columns with the coefficients its first half computed) into attention.h_out; then
+// the FFN side on that stream (moe_side_on_backend). The FFN side's h_out and pre_out are the outputs; what
+// output.mid, output.second.out and attention.h_out hold afterwards is unspecified. ffn.side.h is attention.h_out,
+// and ffn.side.h_out may be attention.h (a block's two stream buffers take turns).
+struct BlockTailParams {
+  LinearChainParams output;
+  MhcSideParams attention;                // h, n_tokens, dim and h_out are read; its weights and pre_out are not
+  const float* attention_coeffs = nullptr;  // [n_tokens, 24]: the attention side's coefficients (HcCoefficients)
+  MoeSideParams ffn;
+};
+
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
 // chunk uses the one-shot prefill layout); a backend may also pick its kernels by it, never by how many tokens
 // an op has, so a token's result depends on its kind but never on what else is in its batch.
@@ -265,6 +278,10 @@ class Backend {
   // wait), with the outputs of the model's own steps on this backend (moe_side_on_backend) bit for bit; false:
   // it did nothing, and the model runs the steps itself (the CPU backends always).
   virtual bool moe_side(const MoeSideParams& /*p*/) { return false; }
+  // Runs a block's tail whole where the backend can (the CUDA backend: the attention's output in, the block's
+  // output stream back, one wait), with the FFN side's outputs those of the model's steps on this backend
+  // (block_tail_on_backend) bit for bit; false: it did nothing, and the model runs the steps (the CPU backends always).
+  virtual bool block_tail(const BlockTailParams& /*p*/) { return false; }
 };
 
 std::unique_ptr<Backend> make_reference_backend();

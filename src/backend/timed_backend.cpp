@@ -130,6 +130,12 @@ bool TimedBackend::moe_side(const MoeSideParams& p) {
   record(OpKind::kMoe, 1, seconds_since(t0));
   return true;
 }
+bool TimedBackend::block_tail(const BlockTailParams& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!inner_->block_tail(p)) return false;
+  record(OpKind::kMoe, 1, seconds_since(t0));
+  return true;
+}
 bool TimedBackend::linear_chain(const LinearChainParams& p) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!inner_->linear_chain(p)) return false;

@@ -17,7 +17,7 @@ namespace deepinfer {
 enum class OpKind { kLinear, kHcMix, kSparseAttention, kIndexScores, kMoe, kRowWork };
 inline constexpr int kOpKinds = 6;
 // "linear", "hc_mix", "sparse_attention", "index_scores", "moe" (a whole MoE the backend ran: Backend::moe, or
-// Backend::moe_side with its mHC side),
+// Backend::moe_side with its mHC side, Backend::block_tail with the output projection before it),
 // "row_work"
 const char* op_kind_name(OpKind kind);
 
@@ -81,6 +81,7 @@ class TimedBackend final : public Backend {
   void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }
   bool moe(const MoeParams& p) override;  // timed only when the inner backend ran it
   bool moe_side(const MoeSideParams& p) override;  // as moe
+  bool block_tail(const BlockTailParams& p) override;  // as moe
   // Timed as linear ops (its ops, one call) only when the inner backend ran it.
   bool linear_chain(const LinearChainParams& p) override;
   bool projection_chain(const ProjectionChainParams& p) override;  // as linear_chain

@@ -75,7 +75,8 @@ DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor,
     const BlockWeights& w = weights_.mtp[size_t(s)].block;
     const RopeTable& rope = layer_rope_[size_t(c.n_layers + s)];
     const LayerState& ring = seq.mtp_layers[size_t(s)];
-    mhc_block_v41(w, batch, h, pre_in, [&](MhcFront& front, std::vector<float>& out) {
+    std::vector<float> o(static_cast<size_t>(B * H * HD));  // the output chain reads it after the lambda returns
+    mhc_block_v41(w, batch, h, pre_in, [&](MhcFront& front, MhcBack& back) {
       QkvV41 qkv;
       project_qkv_v41(w, rope, batch.pos, front, qkv);
       std::vector<const float*> rows;
@@ -83,7 +84,6 @@ DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor,
       window_rows.bind(ring.window_format, ring.window.data(), ring.ring_slots);
       for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) rows.push_back(window_rows.row(ring.slot(p)));
       for (int64_t i = 0; i < B; ++i) rows.push_back(&qkv.kv[size_t(i * HD)]);  // non-causal over the block
-      std::vector<float> o(static_cast<size_t>(B * H * HD));
       std::vector<int64_t> positions, row_begin{0};
       for (int64_t i = 0; i < B; ++i) {
         positions.push_back(pos + 1 + i);
@@ -92,7 +92,7 @@ DsparkDraft Model::dspark_draft(SequenceState& seq, int64_t pos, int32_t anchor,
       std::vector<const float*> all_rows;  // every query of the block reads the same rows
       for (int64_t i = 0; i < B; ++i) all_rows.insert(all_rows.end(), rows.begin(), rows.end());
       attend_v41(w, rope, qkv.q.data(), positions, all_rows, row_begin, o.data());
-      output_projection_v41(w, o, B, out);
+      output_projection_v41(w, o, B, back);
     });
   }
   // D5: base logits from the last stage's collapse and norm.

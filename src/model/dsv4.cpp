@@ -147,14 +147,13 @@ void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch
                           std::vector<float>& h) {
   BlockBuffers& buffers = block_buffers(h.size());  // reused from call to call
   std::vector<float>& h_next = buffers.h_next;
-  // Two-pass mHC (spec §3.2): the attention side, then the FFN side on its output.
-  mhc_side_on_backend(*backend_, side_params(w, batch, 0, h, h_next), buffers.side,
-                      [&](MhcFront& front, std::vector<float>& out) {
-                        attention(w, rope, batch, is_mtp, layer_index, front, out);
-                      });
-  h.swap(h_next);
-  ffn_side(w, batch, side_params(w, batch, 1, h, h_next), buffers.side);
-  h.swap(h_next);
+  // Two-pass mHC (spec §3.2): the attention side, then the FFN side on its output (h -> h_next -> h), the
+  // attention's output projection and the attention side's expansion run with the FFN side (MhcSide::finish_with).
+  const MhcSideParams attention_side = side_params(w, batch, 0, h, h_next);
+  MhcSide side(*backend_, attention_side, buffers.side, [&](MhcFront& front, MhcBack& back) {
+    attention(w, rope, batch, is_mtp, layer_index, front, back);
+  });
+  side.finish_with({side_params(w, batch, 1, h_next, h), moe_params(w, batch)});
 }
 
 template <class Chunk>

@@ -89,13 +89,13 @@ void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vec
       }
     }
   }
-  mhc_block_v41(w, batch, h, pre_in, [&](MhcFront& front, std::vector<float>& out) {
-    attention_v41(layer, batch, scratch, front, out);
+  mhc_block_v41(w, batch, h, pre_in, [&](MhcFront& front, MhcBack& back) {
+    attention_v41(layer, batch, scratch, front, back);
   });
 }
 
 void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,
-                          const std::function<void(MhcFront& front, std::vector<float>& out)>& attention) {
+                          const std::function<void(MhcFront& front, MhcBack& back)>& attention) {
   BlockBuffers& buffers = block_buffers(h.size());  // reused from call to call
   std::vector<float>& h_next = buffers.h_next;
   std::vector<float> attn_pre(size_t(batch.n_tokens() * 4));
@@ -103,15 +103,14 @@ void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float
   MhcSideParams attn = side_params(w, batch, 0, h, h_next);
   attn.collapse_pre = pre_in.data();
   attn.pre_out = attn_pre.data();
-  mhc_side_on_backend(*backend_, attn, buffers.side, attention);
-  h.swap(h_next);
-  // FFN side: mixes of the new stream, input collapsed with the ATTENTION's pre; its own pre collapses the
-  // next layer's input.
-  MhcSideParams ffn = side_params(w, batch, 1, h, h_next);
+  MhcSide side(*backend_, attn, buffers.side, attention);
+  // FFN side (h_next -> h, with the attention side's second half: MhcSide::finish_with): mixes of the new stream,
+  // input collapsed with the ATTENTION's pre (in attn_pre once the side's first half ran); its own pre collapses
+  // the next layer's input.
+  MhcSideParams ffn = side_params(w, batch, 1, h_next, h);
   ffn.collapse_pre = attn_pre.data();
   ffn.pre_out = pre_in.data();
-  ffn_side(w, batch, ffn, buffers.side);
-  h.swap(h_next);
+  side.finish_with({ffn, moe_params(w, batch)});
 }
 
 std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks) {

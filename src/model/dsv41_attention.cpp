@@ -211,28 +211,30 @@ void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float
   });
 }
 
-void Model::output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, std::vector<float>& out) {
+void Model::output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, MhcBack& back) {
   const ModelConfig& c = config_;
   const int64_t T = n_tokens, D = c.dim, H = c.n_heads, HD = c.head_dim, G = c.o_groups, OL = c.o_lora_rank;
   const int64_t group_width = H * HD / G;
-  std::vector<float> z(static_cast<size_t>(T * G * OL));
+  thread_local std::vector<float> z;  // reused from call to call, and kept until the side runs the chain
+  z.resize(size_t(T * G * OL));
   std::vector<LinearParams> wo_a(static_cast<size_t>(G));
   for (int64_t g = 0; g < G; ++g) {  // step 30: grouped wo_a on bf16 values, the groups as one batch
     wo_a[size_t(g)] = {.x = o.data() + g * group_width, .x_stride = H * HD, .n_tokens = T, .weight = &w.wo_a, .row_begin = g * OL,
                        .n_rows = OL, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = z.data() + g * OL, .out_stride = G * OL};
   }
-  // Step 31 (z's QDQ) between them; one call where the backend runs the chain whole.
-  run_linear_chain(*backend_, {.first = wo_a, .mid = z.data(), .n_tokens = T, .mid_width = G * OL, .qdq_block = c.act_block,
-                               .v41 = c.is_v41(),
-                               .second = {.x = z.data(), .x_stride = G * OL, .n_tokens = T, .weight = &w.wo_b, .row_begin = 0,
-                                          .n_rows = D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = out.data(),
-                                          .out_stride = D, .x_e4m3_block = c.act_block}});
+  // Step 31 (z's QDQ) between them; one call where the backend runs the chain whole, and that with the FFN side
+  // where it runs the block's tail whole (the side runs it).
+  back.set_output_chain({.first = wo_a, .mid = z.data(), .n_tokens = T, .mid_width = G * OL, .qdq_block = c.act_block,
+                         .v41 = c.is_v41(),
+                         .second = {.x = z.data(), .x_stride = G * OL, .n_tokens = T, .weight = &w.wo_b, .row_begin = 0,
+                                    .n_rows = D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = back.out().data(),
+                                    .out_stride = D, .x_e4m3_block = c.act_block}});
 }
 
 // Query tokens whose index scores are held at once (their selections run on the backend's threads).
 constexpr int64_t kSelectionBlock = 256;
 
-void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront& front, std::vector<float>& out) {
+void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront& front, MhcBack& back) {
   const ModelConfig& c = config_;
   const BlockWeights& w = weights_.layers[size_t(layer)];
   const RopeTable& rope = layer_rope_[size_t(layer)];
@@ -420,7 +422,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
     LayerState& ls = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)];
     ls.store_window_row(batch.pos[size_t(t)], &kv[size_t(t * HD)]);
   }
-  output_projection_v41(w, o, T, out);
+  output_projection_v41(w, o, T, back);
 }
 
 }  // namespace deepinfer

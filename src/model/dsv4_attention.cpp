@@ -126,7 +126,7 @@ std::vector<LinearParams> Model::query_projections(const BlockWeights& w, const 
 }
 
 void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
-                          MhcFront& front, std::vector<float>& out) {
+                          MhcFront& front, MhcBack& back) {
   const ModelConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
   const int64_t NOPE = HD - RD, QL = c.q_lora_rank, G = c.o_groups, OL = c.o_lora_rank, W = c.window_size;
@@ -328,10 +328,16 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       wo_a[size_t(g)] = {buf.o.data() + g * group_width, H * HD, nb, &w.wo_a, g * OL, OL, Epilogue::kBf16, nullptr,
                          buf.z.data() + g * OL, G * OL};
     }
-    // One call where the backend runs the chain whole (the CUDA backend: z stays on the device).
-    run_linear_chain(*backend_, {wo_a, buf.z.data(), nb, G * OL, c.act_block, c.is_v41(),
-                                 {buf.z.data(), G * OL, nb, &w.wo_b, 0, D, Epilogue::kBf16, nullptr, &out[size_t(b0 * D)], D,
-                                  c.act_block}});
+    // One call where the backend runs the chain whole (the CUDA backend: z stays on the device); a call of one
+    // query block (a decode step) hands it to the side to run with the FFN side (buf outlives the side).
+    const LinearChainParams chain{wo_a, buf.z.data(), nb, G * OL, c.act_block, c.is_v41(),
+                                  {buf.z.data(), G * OL, nb, &w.wo_b, 0, D, Epilogue::kBf16, nullptr,
+                                   back.out().data() + b0 * D, D, c.act_block}};
+    if (nb == T) {
+      back.set_output_chain(chain);
+    } else {
+      run_linear_chain(*backend_, chain);
+    }
   }
 
   // The window ring takes this call's rows only now: earlier tokens of the call still needed the old ones.

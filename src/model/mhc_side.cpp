@@ -54,27 +54,78 @@ void MhcFront::run_with(const ProjectionChainParams& chain) {
   run_projection_chain(backend_, chain);
 }
 
-void mhc_side_on_backend(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub) {
-  const int64_t T = p.n_tokens, D = p.dim;
-  MhcFront front(backend, p, scratch);
-  sub(front, scratch.sub_out);
-  DI_CHECK_MSG(front.ran(), "an mHC side's sub-block did not run its first half");
-  const std::vector<float>& sub_out = scratch.sub_out;
-  const std::vector<HcCoefficients>& coeffs = scratch.coeffs;
-  for_token_ranges(backend, T, D, kColumnRange, [&](int64_t t, int64_t i0, int64_t i1) {  // P1 / P2
-    hc_expand_columns(p.h + t * 4 * D, &sub_out[size_t(t * D)], coeffs[size_t(t)], D, i0, i1, p.h_out + t * 4 * D);
+void MhcBack::set_output_chain(const LinearChainParams& chain) {
+  DI_CHECK_MSG(!has_chain_, "a sub-block handed over two output chains");
+  DI_CHECK_MSG(chain.n_tokens == n_tokens_ && chain.second.out == out_.data() && chain.second.n_rows == dim_ &&
+                   chain.second.out_stride == dim_ && chain.second.n_tokens == n_tokens_,
+               "an output chain does not write the sub-block's whole output");
+  first_.assign(chain.first.begin(), chain.first.end());
+  chain_ = chain;
+  chain_.first = first_;
+  has_chain_ = true;
+}
+
+namespace {
+
+// P1 / P2 of side p: h_out = the expansion of p.h and the sub-block's output by each token's coefficients.
+void expand_side(Backend& backend, const MhcSideParams& p, const float* sub_out, const HcCoefficients* coeffs) {
+  const int64_t D = p.dim;
+  for_token_ranges(backend, p.n_tokens, D, kColumnRange, [&](int64_t t, int64_t i0, int64_t i1) {
+    hc_expand_columns(p.h + t * 4 * D, sub_out + t * D, coeffs[t], D, i0, i1, p.h_out + t * 4 * D);
   });
+}
+
+}  // namespace
+
+MhcSide::MhcSide(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub)
+    : backend_(backend), p_(p), scratch_(scratch), back_(scratch.sub_out, p.n_tokens, p.dim) {
+  MhcFront front(backend, p, scratch);
+  sub(front, back_);
+  DI_CHECK_MSG(front.ran(), "an mHC side's sub-block did not run its first half");
   if (p.pre_out) {
-    for (int64_t t = 0; t < T; ++t) std::copy_n(coeffs[size_t(t)].pre, 4, p.pre_out + t * 4);
+    for (int64_t t = 0; t < p.n_tokens; ++t) std::copy_n(scratch.coeffs[size_t(t)].pre, 4, p.pre_out + t * 4);
   }
 }
 
+void MhcSide::finish() {
+  DI_CHECK_MSG(!finished_, "an mHC side's second half ran twice");
+  finished_ = true;
+  if (const LinearChainParams* chain = back_.output_chain()) run_linear_chain(backend_, *chain);
+  expand_side(backend_, p_, scratch_.sub_out.data(), scratch_.coeffs.data());
+}
+
+void MhcSide::finish_with(const MoeSideParams& ffn) {
+  DI_CHECK_MSG(ffn.side.h == p_.h_out, "a block's FFN side does not read the attention side's output");
+  const LinearChainParams* chain = back_.output_chain();
+  if (!chain) {
+    finish();
+    run_moe_side(backend_, ffn, scratch_);
+    return;
+  }
+  DI_CHECK_MSG(!finished_, "an mHC side's second half ran twice");
+  finished_ = true;
+  const BlockTailParams tail{*chain, p_, reinterpret_cast<const float*>(scratch_.coeffs.data()), ffn};
+  if (!backend_.block_tail(tail)) block_tail_on_backend(backend_, tail, scratch_);
+}
+
+void mhc_side_on_backend(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub) {
+  MhcSide(backend, p, scratch, sub).finish();
+}
+
+void block_tail_on_backend(Backend& backend, const BlockTailParams& p, MhcScratch& ffn_scratch) {
+  DI_CHECK_MSG(p.ffn.side.h == p.attention.h_out && p.output.second.out != nullptr,
+               "a block's tail: the FFN side does not read the attention side's output");
+  run_linear_chain(backend, p.output);
+  expand_side(backend, p.attention, p.output.second.out, reinterpret_cast<const HcCoefficients*>(p.attention_coeffs));
+  run_moe_side(backend, p.ffn, ffn_scratch);
+}
+
 void moe_side_on_backend(Backend& backend, const MoeSideParams& p, MhcScratch& scratch) {
-  mhc_side_on_backend(backend, p.side, scratch, [&](MhcFront& front, std::vector<float>& out) {
+  mhc_side_on_backend(backend, p.side, scratch, [&](MhcFront& front, MhcBack& back) {
     front.run();
     MoeParams moe = p.moe;
     moe.u = front.u().data();
-    moe.out = out.data();
+    moe.out = back.out().data();
     if (!backend.moe(moe)) moe_on_backend(backend, moe);
   });
 }

@@ -1,6 +1,7 @@
 // One side of a block's mHC as the model computes it through a backend (spec B1-B8 around the sub-block, then
-// P1 / P2; V4.1 collapses with another side's pre), and a block's FFN side, the MoE in its middle, as the
-// model runs it (Backend::moe_side, where a backend has that, is the whole of it in one call).
+// P1 / P2; V4.1 collapses with another side's pre), a block's FFN side, the MoE in its middle, as the model runs
+// it (Backend::moe_side, where a backend has that, is the whole of it in one call), and a block's tail, the
+// attention's output projection through the FFN side (Backend::block_tail).
 #pragma once
 
 #include <functional>
@@ -43,15 +44,68 @@ class MhcFront {
   bool ran_ = false;
 };
 
-// The sub-block between the two halves: runs the front (and so has u), writes out [n_tokens, dim].
-using MhcSubBlock = std::function<void(MhcFront& front, std::vector<float>& out)>;
+// The sub-block's output, and the last call that writes it: a sub-block whose last call is a linear chain writing
+// its whole output (the attention's output projection) hands that chain over unrun (set_output_chain), so that the
+// side runs it with its second half, or the block with the next side (MhcSide::finish_with, Backend::block_tail).
+class MhcBack {
+ public:
+  MhcBack(std::vector<float>& out, int64_t n_tokens, int64_t dim) : out_(out), n_tokens_(n_tokens), dim_(dim) {}
+  // The sub-block's output [n_tokens, dim]: its values only once the output chain (if any) has run.
+  std::vector<float>& out() { return out_; }
+  // The chain whose second op writes out() whole, kept (its ops copied) for the side to run. Every array it reads
+  // or writes must stay as it is until the side has finished; the sub-block makes no backend call after this.
+  void set_output_chain(const LinearChainParams& chain);
+  // The kept chain, or nullptr.
+  const LinearChainParams* output_chain() const { return has_chain_ ? &chain_ : nullptr; }
 
-// The side: its first half (MhcFront), the sub-block, then P1 / P2 (hc_expand_columns) into p.h_out, and the
-// side's pre into p.pre_out where that is set. p.h_out must not be p.h.
+ private:
+  std::vector<float>& out_;
+  int64_t n_tokens_, dim_;
+  std::vector<LinearParams> first_;
+  LinearChainParams chain_;
+  bool has_chain_ = false;
+};
+
+// The sub-block between the two halves: runs the front (and so has u), writes back.out() [n_tokens, dim] or hands
+// over the chain that writes it.
+using MhcSubBlock = std::function<void(MhcFront& front, MhcBack& back)>;
+
+// A side whose first half and sub-block have run and whose second half has not: the sub-block's output chain (if
+// it handed one over), then P1 / P2 (hc_expand_columns) into p.h_out. The side's pre is in p.pre_out (where that is
+// set) from construction on. p, scratch and what the chain reads must outlive it; p.h_out must not be p.h.
+class MhcSide {
+ public:
+  MhcSide(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub);
+  // The second half alone.
+  void finish();
+  // The second half, then the block's FFN side on p.h_out (ffn.side.h == p.h_out): one call where the backend runs
+  // the output chain, the expansion and the FFN side together (Backend::block_tail), else their steps, the FFN
+  // side's on this side's scratch once the expansion is done with it.
+  void finish_with(const MoeSideParams& ffn);
+
+ private:
+  Backend& backend_;
+  const MhcSideParams& p_;
+  MhcScratch& scratch_;
+  MhcBack back_;
+  bool finished_ = false;
+};
+
+// The side whole: MhcSide, then its second half.
 void mhc_side_on_backend(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub);
 
 // A block's FFN side: mhc_side_on_backend with the MoE as the sub-block (Backend::moe where the backend runs the
 // MoE whole, else moe_on_backend).
 void moe_side_on_backend(Backend& backend, const MoeSideParams& p, MhcScratch& scratch);
+
+// The FFN side where the backend runs it whole (Backend::moe_side), else its steps.
+inline void run_moe_side(Backend& backend, const MoeSideParams& p, MhcScratch& scratch) {
+  if (!backend.moe_side(p)) moe_side_on_backend(backend, p, scratch);
+}
+
+// A block's tail by its steps (backend.h's BlockTailParams): the output chain (run_linear_chain), the attention
+// side's expansion, then run_moe_side with ffn_scratch (which may be the scratch whose arrays hold the chain's
+// output and the coefficients: the expansion is done with them first).
+void block_tail_on_backend(Backend& backend, const BlockTailParams& p, MhcScratch& ffn_scratch);
 
 }  // namespace deepinfer

@@ -24,8 +24,8 @@
 
 namespace deepinfer {
 
-struct MhcScratch;  // model/mhc_side.h
 class MhcFront;     // model/mhc_side.h
+class MhcBack;      // model/mhc_side.h
 
 struct ModelOptions {
   bool exact = false;       // reference kernels (double accumulation) instead of the fast ones
@@ -136,7 +136,7 @@ class Model {
   std::vector<ChunkOutput> forward_v41(std::span<const ForwardChunk> chunks);
   void run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in);
   void engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h);
-  void attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront& front, std::vector<float>& out);
+  void attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront& front, MhcBack& back);
   // The KV source's projections of u (steps 15-17: the compressor's wkv, and for ratio 2 its wgate), as ops for
   // the caller to batch with the layer's other projections of u; then the rows they make (steps 15-19).
   struct KvSourceProjections {
@@ -168,10 +168,12 @@ class Model {
   void attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
                   std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o,
                   std::span<const PackedSlot> packed = {});
-  void output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, std::vector<float>& out);
+  // Steps 30-31 on o [n_tokens, H * HD], handed to back as the sub-block's output chain (o must stay as it is until
+  // the side has finished).
+  void output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, MhcBack& back);
   // The single-pass mHC block around an attention function (spec §7.2), which runs the side's front.
   void mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,
-                     const std::function<void(MhcFront& front, std::vector<float>& out)>& attention);
+                     const std::function<void(MhcFront& front, MhcBack& back)>& attention);
   void run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  std::vector<float>& h);
   // H1-H5 over the logit rows of every chunk in one head call (stack_logit_rows); run_head_rows on n_tokens rows
@@ -181,16 +183,15 @@ class Model {
                 std::vector<ChunkOutput>& outputs);
   void run_head_rows(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits);
   void attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
-                 MhcFront& front, std::vector<float>& out);
+                 MhcFront& front, MhcBack& back);
   // A3 of n_tokens rows of qrq into q, with the indexer's I1 into iq where iq is not nullptr (both read qrq).
   std::vector<LinearParams> query_projections(const BlockWeights& w, const float* qrq, int64_t n_tokens, float* q,
                                               float* iq) const;
-  // The MoE's parameters for batch (u and out left for the caller), one side's mHC parameters (0: attention,
-  // 1: FFN) from h into h_out, and the FFN side (Backend::moe_side, or moe_side_on_backend).
+  // The MoE's parameters for batch (u and out left for the caller), and one side's mHC parameters (0: attention,
+  // 1: FFN) from h into h_out.
   MoeParams moe_params(const BlockWeights& w, const Batch& batch) const;
   MhcSideParams side_params(const BlockWeights& w, const Batch& batch, int side, const std::vector<float>& h,
                             std::vector<float>& h_out) const;
-  void ffn_side(const BlockWeights& w, const Batch& batch, const MhcSideParams& side, MhcScratch& scratch);
   Status place_experts();  // Backend::place_experts, once when the model opens
   void compressor_update(const CompressorWeights& w, const RopeTable& rope, int ratio, int64_t d, bool is_index,
                          const Batch& batch, bool is_mtp, int layer_index, const CompressorProjections& projected);

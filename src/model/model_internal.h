@@ -92,7 +92,7 @@ void split_logits(std::vector<float>&& logits, std::span<const int64_t> counts, 
 // name the buffers through this reference: a lambda that names a thread_local itself reads the running
 // thread's instance, and for_rows runs those lambdas on the backend's threads.
 struct BlockBuffers {
-  MhcScratch side;  // the mHC side's steps size their own buffers (mhc_side.h)
+  MhcScratch side;  // both mHC sides' steps, in turn (mhc_side.h: they size its buffers themselves)
   std::vector<float> h_next;
 };
 inline BlockBuffers& block_buffers(size_t stream_size) {

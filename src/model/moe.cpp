@@ -191,12 +191,6 @@ MhcSideParams Model::side_params(const BlockWeights& w, const Batch& batch, int 
   return p;
 }
 
-void Model::ffn_side(const BlockWeights& w, const Batch& batch, const MhcSideParams& side, MhcScratch& scratch) {
-  // A backend that runs the whole side (the CUDA backend's device MoE with the mHC around it) does it in one call.
-  const MoeSideParams p{side, moe_params(w, batch)};
-  if (!backend_->moe_side(p)) moe_side_on_backend(*backend_, p, scratch);
-}
-
 Status Model::place_experts() {
   std::vector<const LinearWeight*> experts;
   auto add = [&](const BlockWeights& block) {

@@ -8,6 +8,7 @@
 
 #include "backend/timed_backend.h"
 #include "cuda/cuda_util.h"
+#include "cuda/random_moe.h"
 #include "model/golden_util.h"
 #include "model/teacher_forcing.h"
 #include "model/weight_traffic.h"
@@ -221,6 +222,27 @@ TEST(GoldenCudaLinearChain, EqualsTheModelStepsBitForBit) {
                      EXPECT_LT(device_mixes, host_mixes);
                      std::printf("  backend linear calls %lld -> %lld, hc_mix calls %lld -> %lld\n", (long long)host_calls,
                                  (long long)device_calls, (long long)host_mixes, (long long)device_mixes);
+                   });
+}
+
+// Both options on: every block's tail (the attention's output projection, the attention side's expansion and the
+// FFN side) in one call where the call's tokens are one attention query block, giving the model's own steps' bits
+// on this backend (moe_side_cuda_test.cpp holds the op to that), so the logits (main, MTP, DSpark) equal those with
+// the output projection a call of its own, bit for bit. The tails' output projections are no linear calls of
+// their own (TimedBackend counts a tail as one MoE call).
+TEST(GoldenCudaBlockTail, EqualsTheModelStepsBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  const testing::ScopedMoePath moe("device");
+  expect_same_bits({{"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}, "DEEPINFER_CUDA_LINEAR_CHAIN",
+                   {"host", "device"}, [](const CudaRun (&runs)[2]) {
+                     const int64_t host_ops = runs[0].times[size_t(OpKind::kLinear)].calls;
+                     const int64_t device_ops = runs[1].times[size_t(OpKind::kLinear)].calls;
+                     EXPECT_EQ(runs[0].times[size_t(OpKind::kMoe)].entries, runs[1].times[size_t(OpKind::kMoe)].entries)
+                         << "each FFN side is one call, with its tail or without";
+                     EXPECT_LT(device_ops, host_ops) << "no output projection ran inside a block tail";
+                     std::printf("  backend linear ops %lld -> %lld, backend linear calls %lld -> %lld\n", (long long)host_ops,
+                                 (long long)device_ops, (long long)runs[0].times[size_t(OpKind::kLinear)].entries,
+                                 (long long)runs[1].times[size_t(OpKind::kLinear)].entries);
                    });
 }
 

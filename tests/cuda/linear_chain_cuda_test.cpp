@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "core/dtypes.h"
 #include "cuda/cuda_util.h"
+#include "cuda/random_output_projection.h"
 #include "kernel/kernel_test_util.h"
 #include "model/linear_chain.h"
 #include "model/mhc_side.h"
@@ -35,31 +36,6 @@ void for_each_chain_case(uint32_t first_seed, const std::function<void(int64_t n
     }
   }
 }
-
-// A random output projection in the V4 layout (wo_a's groups are row ranges of one wo_a, each reading its columns of
-// o), owning every byte.
-struct RandomOutputProjection {
-  static constexpr int64_t G = 4, group_width = 128, OL = 64, D = 192;
-  int64_t T;
-  bool v41;
-  OwnedWeight wo_a, wo_b;
-  std::vector<float> o, z;
-  std::vector<LinearParams> groups;
-
-  RandomOutputProjection(int64_t n_tokens, bool v41_rules, std::mt19937& rng)
-      : T(n_tokens), v41(v41_rules), wo_a(random_fp8_weight(rng, G * OL, group_width, 128)),
-        wo_b(random_fp8_weight(rng, D, G * OL, 128)), o(random_bf16_values(rng, n_tokens * G * group_width, 1.0f)),
-        z(size_t(n_tokens * G * OL)) {
-    for (int64_t g = 0; g < G; ++g) {
-      groups.push_back({o.data() + g * group_width, G * group_width, T, &wo_a.w, g * OL, OL, Epilogue::kBf16, nullptr,
-                        z.data() + g * OL, G * OL});
-    }
-  }
-  LinearChainParams chain(float* out) {
-    const int64_t block = v41 ? 32 : 128;
-    return {groups, z.data(), T, G * OL, block, v41, {z.data(), G * OL, T, &wo_b.w, 0, D, Epilogue::kBf16, nullptr, out, D, block}};
-  }
-};
 
 // The chain whole on `gpu` and by the model's steps on the same backend: the same bits.
 void expect_chain_equals_steps(Backend& gpu, RandomOutputProjection& r) {

@@ -2,7 +2,9 @@
 // steps on the same backend (moe_side_on_backend: hc_mix, then the coefficients, collapse and norm on the host,
 // the device MoE, the expansion on the host). mhc_kernels.cu repeats the host's exact arithmetic, so h_out and
 // pre_out must be the same bits. Random streams and mHC weights around random_moe.h's blocks, with V4's rule (u
-// collapsed with the side's own pre) and V4.1's (with another side's pre).
+// collapsed with the side's own pre) and V4.1's (with another side's pre). The same for a block's whole tail
+// (Backend::block_tail with DEEPINFER_CUDA_LINEAR_CHAIN=device too: the attention's output projection, the
+// attention side's expansion, then the FFN side) against its steps (block_tail_on_backend).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +16,7 @@
 #include "core/dtypes.h"
 #include "cuda/cuda_util.h"
 #include "cuda/random_moe.h"
+#include "cuda/random_output_projection.h"
 #include "kernel/kernel_test_util.h"
 #include "model/mhc_side.h"
 
@@ -134,6 +137,133 @@ TEST(MoeSideCuda, DeclinesWhereTheModelStepsDiffer) {
   MoeSideParams p = side.params(moe, s, 2, h_out.data(), nullptr);
   p.side.mhc.n_mix = 12;
   EXPECT_FALSE(gpu->moe_side(p));
+}
+
+// A block's tail around random_moe.h's block: a random output projection (the attention's output), the attention
+// side's stream and random coefficients (any floats: the expansion is exact arithmetic on them), and an FFN side.
+struct RandomTail {
+  RandomOutputProjection output;
+  RandomSide attention, ffn;
+  std::vector<float> coeffs;
+
+  RandomTail(const MoeShape& s, int64_t n_tokens, std::mt19937& rng)
+      : output(n_tokens, s.v41, rng, s.dim), attention(n_tokens, s.dim, false, rng()), ffn(n_tokens, s.dim, s.v41, rng()) {
+    std::uniform_real_distribution<float> uniform(0.05f, 1.0f);
+    for (int64_t i = 0; i < n_tokens * 24; ++i) coeffs.push_back(uniform(rng));
+  }
+  // New attention outputs and streams, in place (the chain's ops point into o).
+  void refresh_inputs(std::mt19937& rng) {
+    for (std::vector<float>* v : {&output.o, &attention.h}) {
+      const std::vector<float> values = random_bf16_values(rng, int64_t(v->size()), 1.0f);
+      std::copy(values.begin(), values.end(), v->begin());
+    }
+  }
+
+  // The tail as the model hands it over: the FFN side writes its output over a copy of the attention side's
+  // input (`stream`, in and out, as a block's two stream buffers take turns).
+  BlockTailParams params(const RandomMoe& moe, const MoeShape& s, float* stream, float* sub_out, float* h_mid, float* pre_out) {
+    const int64_t T = output.T;
+    BlockTailParams p;
+    p.output = output.chain(sub_out);
+    p.attention = attention.params(moe, s, T, h_mid, nullptr).side;
+    p.attention.h = stream;
+    p.attention_coeffs = coeffs.data();
+    p.ffn = ffn.params(moe, s, T, stream, pre_out);
+    p.ffn.side.h = h_mid;
+    return p;
+  }
+};
+
+// The tail on `gpu` whole and by its steps: the same block output and pre.
+void expect_tail_equals_steps(Backend& gpu, const RandomMoe& moe, RandomTail& tail, const MoeShape& s) {
+  const int64_t T = tail.output.T;
+  const size_t n = size_t(T * 4 * s.dim);
+  std::vector<float> host(tail.attention.h.begin(), tail.attention.h.begin() + int64_t(n)), device = host;
+  std::vector<float> sub_out(size_t(T * s.dim)), h_mid(n), host_pre(size_t(T * 4), -7.0f), device_pre = host_pre;
+  MhcScratch scratch;
+  block_tail_on_backend(gpu, tail.params(moe, s, host.data(), sub_out.data(), h_mid.data(), host_pre.data()), scratch);
+  ASSERT_TRUE(gpu.block_tail(tail.params(moe, s, device.data(), sub_out.data(), h_mid.data(), device_pre.data())))
+      << "the device declined a tail it can run";
+  EXPECT_EQ(n_differing(host, device), 0) << "of " << n << " stream values";
+  EXPECT_EQ(n_differing(host_pre, device_pre), 0) << "of the pre";
+  EXPECT_TRUE(std::all_of(device.begin(), device.end(), [](float v) { return std::isfinite(v); }));
+  std::vector<float> h_in(tail.attention.h.begin(), tail.attention.h.begin() + int64_t(n));
+  EXPECT_GT(n_differing(h_in, device), int64_t(n / 2));
+}
+
+// DEEPINFER_CUDA_MOE=device and DEEPINFER_CUDA_LINEAR_CHAIN=device for the backends made while it lives.
+class ScopedTailPaths {
+ public:
+  ScopedTailPaths() : moe_("device") { setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1); }
+  ~ScopedTailPaths() { unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN"); }
+  ScopedTailPaths(const ScopedTailPaths&) = delete;
+  ScopedTailPaths& operator=(const ScopedTailPaths&) = delete;
+
+ private:
+  ScopedMoePath moe_;
+};
+
+TEST(MoeSideCuda, DeviceTailEqualsItsStepsBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  const ScopedTailPaths paths;
+  uint32_t seed = 300;
+  for (int64_t n : moe_test_token_counts()) {
+    for (const MoeShape& s : {MoeShape{}, MoeShape{.v41 = true}, MoeShape{.hash = true, .n_experts = 12, .top_k = 3}}) {
+      SCOPED_TRACE(std::string(s.v41 ? "V4.1" : "V4") + (s.hash ? " hash" : " score") + " routing, " + std::to_string(n) + " tokens");
+      std::mt19937 rng(seed++);
+      const RandomMoe moe(s, n, rng());
+      RandomTail tail(s, n, rng);
+      DI_MAKE_CUDA_BACKEND(gpu);
+      expect_tail_equals_steps(*gpu, moe, tail, s);
+    }
+  }
+}
+
+// The tails of two blocks (two graph keys) on one backend, each replayed with new inputs after the other's capture:
+// a replay must take the newly staged attention output and stream. The same bits with graphs off.
+TEST(MoeSideCuda, TailGraphsReplayTheirOwnWork) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  const ScopedTailPaths paths;
+  for (const char* graphs : {"on", "off"}) {
+    SCOPED_TRACE(std::string("DEEPINFER_CUDA_GRAPHS=") + graphs);
+    const MoeShape s;
+    std::mt19937 rng(31);
+    const RandomMoe first_moe(s, 2, 32), second_moe(s, 2, 33);
+    RandomTail first_tail(s, 2, rng), second_tail(s, 2, rng);
+    setenv("DEEPINFER_CUDA_GRAPHS", graphs, 1);
+    DI_MAKE_CUDA_BACKEND(gpu);
+    unsetenv("DEEPINFER_CUDA_GRAPHS");
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      for (auto [moe, tail] : {std::pair{&first_moe, &first_tail}, std::pair{&second_moe, &second_tail}}) {
+        tail->refresh_inputs(rng);
+        expect_tail_equals_steps(*gpu, *moe, *tail, s);
+      }
+    }
+  }
+}
+
+// The tail declines where its steps would not run on the device whole: without the device chain, and without the
+// device MoE.
+TEST(MoeSideCuda, TailDeclinesWhereItsStepsDiffer) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  const MoeShape s;
+  std::mt19937 rng(41);
+  const RandomMoe moe(s, 2, 42);
+  RandomTail tail(s, 2, rng);
+  std::vector<float> stream = tail.attention.h, sub_out(size_t(2 * s.dim)), h_mid(stream.size()), pre(8);
+  {
+    const ScopedMoePath moe_only("device");
+    DI_MAKE_CUDA_BACKEND(gpu);
+    EXPECT_FALSE(gpu->block_tail(tail.params(moe, s, stream.data(), sub_out.data(), h_mid.data(), pre.data())));
+  }
+  setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
+  DI_MAKE_CUDA_BACKEND(gpu);
+  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
+  EXPECT_FALSE(gpu->block_tail(tail.params(moe, s, stream.data(), sub_out.data(), h_mid.data(), pre.data())));
 }
 
 }  // namespace

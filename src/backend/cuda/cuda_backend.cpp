@@ -7,9 +7,10 @@
 // for the device once, the attention batch in one launch over rows gathered once. Larger calls keep their
 // intermediates on the device and replay their work as a CUDA graph: a block's whole FFN side or MoE
 // (Backend::moe_side / moe, DEEPINFER_CUDA_MOE=device), the attention side's front and its output projection
-// (Backend::mhc_projection_chain / linear_chain, DEEPINFER_CUDA_LINEAR_CHAIN=device). Device-resident activations
-// across calls, and graphs of a whole decode step, need the model code to hold its activations behind the
-// backend (see README, GPU section).
+// (Backend::mhc_projection_chain / linear_chain, DEEPINFER_CUDA_LINEAR_CHAIN=device), and with both options a
+// block's tail (Backend::block_tail: the output projection, the attention side's expansion, the FFN side).
+// Device-resident activations across calls, and graphs of a whole decode step, need the model code to hold its
+// activations behind the backend (see README, GPU section).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -294,7 +295,7 @@ class CudaBackend final : public Backend {
   bool moe(const MoeParams& p) override {
     const MoeBlock* block = device_moe_block(p);
     if (!block) return false;
-    run_moe(p, *block, nullptr);
+    run_moe(p, *block, nullptr, nullptr);
     return true;
   }
 
@@ -303,15 +304,11 @@ class CudaBackend final : public Backend {
   // steps make two (hc_mix, then moe) with the coefficients, the collapse, the norm and the expansion on the
   // host between and after them. It declines where moe() does, and for mHC sides the kernels do not take.
   bool moe_side(const MoeSideParams& p) override {
-    const MhcSideParams& side = p.side;
-    if (side.mhc.n_mix != cuda::kHcCoefficientFloats || side.dim != p.moe.dim || side.n_tokens != p.moe.n_tokens ||
-        side.dim > cuda::kHcPreMaxDim) {
-      return false;
-    }
+    if (!side_takes(p)) return false;
     const MoeBlock* block = device_moe_block(p.moe);
     if (!block) return false;
-    const MhcSideDevice device = mhc_side_device(side);
-    run_moe(p.moe, *block, &device);
+    const MhcSideDevice device = mhc_side_device(p.side);
+    run_moe(p.moe, *block, &device, nullptr);
     return true;
   }
 
@@ -323,99 +320,49 @@ class CudaBackend final : public Backend {
   // the FP8-operand prompt linear for prompt tokens), for weights in host memory, for first ops of different
   // weight kinds or k_pad, and for a second op with a bias.
   bool linear_chain(const LinearChainParams& p) override {
-    const int64_t T = p.n_tokens, n_first = int64_t(p.first.size());
-    if (!device_chain_ || !tensor_core_linear_ || T == 0 || n_first == 0) return false;
-    if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return false;
-    if (p.second.epilogue == Epilogue::kF32AddBias) return false;
-    bind_device();
-    std::vector<const LinearParams*> ops;
-    for (const LinearParams& op : p.first) ops.push_back(&op);
-    ops.push_back(&p.second);
-    std::vector<const cuda::DeviceWeight*> weights;
-    for (const LinearParams* op : ops) {
-      if (host_experts_.count(op->weight->data)) return false;
-      const cuda::DeviceWeight& d = weights_.get(*op->weight, stream_);
-      if (!d.mma_exact) return false;
-      weights.push_back(&d);
-    }
-    const cuda::DeviceWeight& w0 = *weights[0];
-    int64_t covered = 0, max_rows = 0;
-    for (int64_t i = 0; i < n_first; ++i) {
-      const LinearParams& op = p.first[size_t(i)];
-      if (weights[size_t(i)]->kind != w0.kind || weights[size_t(i)]->k_pad != w0.k_pad) return false;
-      const int64_t column = op.out - p.mid;
-      DI_CHECK_MSG(op.n_tokens == T && op.out_stride == p.mid_width && column >= 0 && column + op.n_rows <= p.mid_width,
-                   "linear chain: a first op does not write columns of mid");
-      covered += op.n_rows;
-      max_rows = std::max(max_rows, op.n_rows);
-    }
-    DI_CHECK_MSG(covered == p.mid_width, "linear chain: the first ops do not cover mid's columns");
-    DI_CHECK_MSG(p.second.x == p.mid && p.second.x_stride == p.mid_width && p.second.n_tokens == T &&
-                     p.second.weight->n_in == p.mid_width,
-                 "linear chain: the second op does not read mid");
-    const cuda::DeviceWeight& w2 = *weights.back();
-    const int64_t k1 = w0.k_pad, k2 = w2.k_pad, n_out = p.second.n_rows;
-    // Device: the first ops' x [T, k1] each, their outputs [T, n_rows] each, their descriptors, mid [T, k2], the
-    // output [T, n_out]; host (pinned): the x rows and the descriptors (one copy in), then the output.
-    ScratchLayout layout;
-    const size_t x_at = layout.take(size_t(n_first * T * k1) * 4);
-    const size_t desc_at = layout.take(size_t(n_first) * sizeof(cuda::LinearLaunch));
-    const size_t in_bytes = layout.bytes;
-    std::vector<size_t> out_at;
-    for (int64_t i = 0; i < n_first; ++i) out_at.push_back(layout.take(size_t(T * p.first[size_t(i)].n_rows) * 4));
-    const size_t mid_at = layout.take(size_t(T * k2) * 4), y_at = layout.take(size_t(T * n_out) * 4);
-    chain_scratch_.reserve(layout.bytes);
-    chain_host_.reserve(std::max(in_bytes, size_t(T * n_out) * 4));
-    uint8_t* dev = chain_scratch_.get<uint8_t>();
+    OutputChain chain;
+    if (!plan_output_chain(p, chain)) return false;
+    const int64_t T = p.n_tokens, n_out = chain.n_out;
     uint8_t* host = chain_host_.get<uint8_t>();
-    std::vector<cuda::LinearLaunch> launches(static_cast<size_t>(n_first));
-    for (int64_t i = 0; i < n_first; ++i) {
-      const LinearParams& op = p.first[size_t(i)];
-      copy_rows(op.x, op.x_stride, T, op.weight->n_in, reinterpret_cast<float*>(host + x_at) + i * T * k1, k1, k1);
-      launches[size_t(i)] = launch_of(*weights[size_t(i)], op, reinterpret_cast<const float*>(dev + x_at) + i * T * k1,
-                                      reinterpret_cast<float*>(dev + out_at[size_t(i)]));
-    }
-    std::memcpy(host + desc_at, launches.data(), launches.size() * sizeof(cuda::LinearLaunch));
-    const cuda::LinearLaunch second =
-        launch_of(w2, p.second, reinterpret_cast<const float*>(dev + mid_at), reinterpret_cast<float*>(dev + y_at));
-    int64_t partial_floats = cuda::linear_mma_partial_floats(second, mma_choice_);
-    if (n_first == 1) partial_floats = std::max(partial_floats, cuda::linear_mma_partial_floats(launches[0], mma_choice_));
-    if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * 4);
-
-    // The stream work, replayed as a CUDA graph where graphs are on (the inputs and descriptors are staged above,
-    // per call, and the graph's first copy takes them).
+    // The stream work, replayed as a CUDA graph where graphs are on (the inputs and descriptors are staged in
+    // plan_output_chain, per call, and the graph's first copy takes them).
     auto enqueue = [&] {
-      DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
-      if (n_first == 1) {
-        launch_lone_mma(launches[0]);
-      } else {
-        cuda::launch_linear_mma_grouped(reinterpret_cast<const cuda::LinearLaunch*>(dev + desc_at), int(n_first), w0.kind, k1,
-                                        max_rows, T, stream_, mma_choice_);
-      }
-      float* mid = reinterpret_cast<float*>(dev + mid_at);
-      for (int64_t i = 0; i < n_first; ++i) {  // each op's [T, n_rows] into its columns of mid
-        const LinearParams& op = p.first[size_t(i)];
-        DI_CUDA_CHECK(cudaMemcpy2DAsync(mid + (op.out - p.mid), size_t(k2) * 4, launches[size_t(i)].out, size_t(op.n_rows) * 4,
-                                        size_t(op.n_rows) * 4, size_t(T), cudaMemcpyDeviceToDevice, stream_));
-      }
-      const cuda::ActQdqRule rule = p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
-      cuda::launch_act_qdq({mid, k2, T, p.mid_width, p.qdq_block, rule, mid, k2, k2}, stream_);
-      launch_lone_mma(second);
-      DI_CUDA_CHECK(cudaMemcpyAsync(host, dev + y_at, size_t(T * n_out) * 4, cudaMemcpyDeviceToHost, stream_));
+      enqueue_output_chain(chain);
+      DI_CUDA_CHECK(cudaMemcpyAsync(host, chain.y, size_t(T * n_out) * 4, cudaMemcpyDeviceToHost, stream_));
     };
     if (graphs_) {
-      // The key: the token count, each op's weight, rows, epilogue and place, and mid's QDQ.
-      GraphKey key = {kChainGraph, T, p.mid_width, p.qdq_block, word(p.v41)};
-      for (const LinearParams& op : p.first) {
-        for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue), int64_t(op.out - p.mid)}) key.push_back(w);
-      }
-      for (int64_t w : {word(p.second.weight), p.second.row_begin, p.second.n_rows, int64_t(p.second.epilogue)}) key.push_back(w);
+      GraphKey key = {kChainGraph};
+      add_output_chain_words(p, key);
       run_as_graph(key, {chain_scratch_.get(), chain_host_.get(), partials_.get()}, enqueue);
     } else {
       enqueue();
     }
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     copy_rows(reinterpret_cast<const float*>(host), n_out, T, n_out, p.second.out, p.second.out_stride, n_out);
+    return true;
+  }
+
+  // DEEPINFER_CUDA_MOE=device with DEEPINFER_CUDA_LINEAR_CHAIN=device: a block's tail in one call, the output chain
+  // as linear_chain() runs it, the attention side's expansion (hc_post_kernel) of its output on the device, then the
+  // FFN side as moe_side() runs it on that stream: the attention's output and the attention side's input and
+  // coefficients in, the block's output stream back, one wait where the steps make two, and neither the attention's
+  // output nor the stream between the sides crossing to the host. It declines where either part would.
+  bool block_tail(const BlockTailParams& p) override {
+    const MhcSideParams& attention = p.attention;
+    const MoeSideParams& ffn = p.ffn;
+    if (!side_takes(ffn) || attention.n_tokens != ffn.side.n_tokens || attention.dim != ffn.side.dim ||
+        p.output.n_tokens != ffn.side.n_tokens || p.output.second.n_rows != ffn.side.dim) {
+      return false;
+    }
+    DI_CHECK_MSG(ffn.side.h == attention.h_out && p.output.second.out_stride == attention.dim,
+                 "block tail: the FFN side does not read the attention side's output");
+    const MoeBlock* block = device_moe_block(ffn.moe);
+    if (!block) return false;
+    OutputChain chain;
+    if (!plan_output_chain(p.output, chain)) return false;
+    const MhcSideDevice device = mhc_side_device(ffn.side);
+    const TailHead head{&p, &chain};
+    run_moe(ffn.moe, *block, &device, &head);
     return true;
   }
 
@@ -570,6 +517,123 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  // Whether mhc_kernels.cu takes an FFN side's mHC (4 copies' 24 mixes, a dim it fits) around its MoE.
+  static bool side_takes(const MoeSideParams& p) {
+    const MhcSideParams& side = p.side;
+    return side.mhc.n_mix == cuda::kHcCoefficientFloats && side.dim == p.moe.dim && side.n_tokens == p.moe.n_tokens &&
+           side.dim <= cuda::kHcPreMaxDim;
+  }
+
+  // An output chain (Backend::linear_chain) set up on the device by plan_output_chain: the first ops' x rows and
+  // descriptors staged in chain_host_ (in_bytes, copied in by enqueue_output_chain), its scratch in chain_scratch_,
+  // and its output y [T, n_out] there once the queued work has run.
+  struct OutputChain {
+    int64_t n_first = 0, k1 = 0, k2 = 0, max_rows = 0, n_out = 0;
+    cuda::WeightKind kind = cuda::WeightKind::kFp8;
+    size_t in_bytes = 0, desc_at = 0;
+    std::vector<cuda::LinearLaunch> launches;  // the first ops'
+    std::vector<int64_t> mid_column;           // where each first op's output goes in mid
+    cuda::LinearLaunch second;
+    float* mid = nullptr;
+    const float* y = nullptr;
+    int64_t mid_width = 0, qdq_block = 0;
+    bool v41 = false;
+  };
+  // Plans p on the device and stages its inputs; false (nothing staged) where the chain takes other kernels than
+  // the tensor-core ones (the FMA linear, the FP8-operand prompt linear for prompt tokens), for weights in host
+  // memory, for first ops of different weight kinds or k_pad, and for a second op with a bias.
+  bool plan_output_chain(const LinearChainParams& p, OutputChain& c) {
+    const int64_t T = p.n_tokens, n_first = int64_t(p.first.size());
+    if (!device_chain_ || !tensor_core_linear_ || T == 0 || n_first == 0) return false;
+    if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return false;
+    if (p.second.epilogue == Epilogue::kF32AddBias) return false;
+    bind_device();
+    std::vector<const LinearParams*> ops;
+    for (const LinearParams& op : p.first) ops.push_back(&op);
+    ops.push_back(&p.second);
+    std::vector<const cuda::DeviceWeight*> weights;
+    for (const LinearParams* op : ops) {
+      if (host_experts_.count(op->weight->data)) return false;
+      const cuda::DeviceWeight& d = weights_.get(*op->weight, stream_);
+      if (!d.mma_exact) return false;
+      weights.push_back(&d);
+    }
+    const cuda::DeviceWeight& w0 = *weights[0];
+    int64_t covered = 0;
+    for (int64_t i = 0; i < n_first; ++i) {
+      const LinearParams& op = p.first[size_t(i)];
+      if (weights[size_t(i)]->kind != w0.kind || weights[size_t(i)]->k_pad != w0.k_pad) return false;
+      const int64_t column = op.out - p.mid;
+      DI_CHECK_MSG(op.n_tokens == T && op.out_stride == p.mid_width && column >= 0 && column + op.n_rows <= p.mid_width,
+                   "linear chain: a first op does not write columns of mid");
+      covered += op.n_rows;
+      c.max_rows = std::max(c.max_rows, op.n_rows);
+      c.mid_column.push_back(column);
+    }
+    DI_CHECK_MSG(covered == p.mid_width, "linear chain: the first ops do not cover mid's columns");
+    DI_CHECK_MSG(p.second.x == p.mid && p.second.x_stride == p.mid_width && p.second.n_tokens == T &&
+                     p.second.weight->n_in == p.mid_width,
+                 "linear chain: the second op does not read mid");
+    const cuda::DeviceWeight& w2 = *weights.back();
+    const int64_t k1 = w0.k_pad, k2 = w2.k_pad, n_out = p.second.n_rows;
+    c.n_first = n_first;
+    c.k1 = k1;
+    c.k2 = k2;
+    c.n_out = n_out;
+    c.kind = w0.kind;
+    c.mid_width = p.mid_width;
+    c.qdq_block = p.qdq_block;
+    c.v41 = p.v41;
+    // Device: the first ops' x [T, k1] each, their descriptors, their outputs [T, n_rows] each, mid [T, k2], the
+    // output [T, n_out]; host (pinned): the x rows and the descriptors (one copy in), then the output.
+    ScratchLayout layout;
+    const size_t x_at = layout.take(size_t(n_first * T * k1) * 4);
+    c.desc_at = layout.take(size_t(n_first) * sizeof(cuda::LinearLaunch));
+    c.in_bytes = layout.bytes;
+    std::vector<size_t> out_at;
+    for (int64_t i = 0; i < n_first; ++i) out_at.push_back(layout.take(size_t(T * p.first[size_t(i)].n_rows) * 4));
+    const size_t mid_at = layout.take(size_t(T * k2) * 4), y_at = layout.take(size_t(T * n_out) * 4);
+    chain_scratch_.reserve(layout.bytes);
+    chain_host_.reserve(std::max(c.in_bytes, size_t(T * n_out) * 4));
+    uint8_t* dev = chain_scratch_.get<uint8_t>();
+    uint8_t* host = chain_host_.get<uint8_t>();
+    c.launches.resize(size_t(n_first));
+    for (int64_t i = 0; i < n_first; ++i) {
+      const LinearParams& op = p.first[size_t(i)];
+      copy_rows(op.x, op.x_stride, T, op.weight->n_in, reinterpret_cast<float*>(host + x_at) + i * T * k1, k1, k1);
+      c.launches[size_t(i)] = launch_of(*weights[size_t(i)], op, reinterpret_cast<const float*>(dev + x_at) + i * T * k1,
+                                        reinterpret_cast<float*>(dev + out_at[size_t(i)]));
+    }
+    std::memcpy(host + c.desc_at, c.launches.data(), c.launches.size() * sizeof(cuda::LinearLaunch));
+    c.mid = reinterpret_cast<float*>(dev + mid_at);
+    c.y = reinterpret_cast<const float*>(dev + y_at);
+    c.second = launch_of(w2, p.second, c.mid, reinterpret_cast<float*>(dev + y_at));
+    int64_t partial_floats = cuda::linear_mma_partial_floats(c.second, mma_choice_);
+    if (n_first == 1) partial_floats = std::max(partial_floats, cuda::linear_mma_partial_floats(c.launches[0], mma_choice_));
+    if (partial_floats > 0) partials_.reserve(size_t(partial_floats) * 4);  // before anything is queued
+    return true;
+  }
+  // Queues a planned chain up to its output on the device: its staged inputs in, the first ops, their outputs into
+  // mid's columns, mid's QDQ (moe_kernels.cu's, the host's exact code), the second op.
+  void enqueue_output_chain(const OutputChain& c) {
+    const int64_t T = c.second.n_tokens;
+    uint8_t* dev = chain_scratch_.get<uint8_t>();
+    DI_CUDA_CHECK(cudaMemcpyAsync(dev, chain_host_.get(), c.in_bytes, cudaMemcpyHostToDevice, stream_));
+    if (c.n_first == 1) {
+      launch_lone_mma(c.launches[0]);
+    } else {
+      cuda::launch_linear_mma_grouped(reinterpret_cast<const cuda::LinearLaunch*>(dev + c.desc_at), int(c.n_first), c.kind, c.k1,
+                                      c.max_rows, T, stream_, mma_choice_);
+    }
+    for (int64_t i = 0; i < c.n_first; ++i) {  // each op's [T, n_rows] into its columns of mid
+      const cuda::LinearLaunch& l = c.launches[size_t(i)];
+      DI_CUDA_CHECK(cudaMemcpy2DAsync(c.mid + c.mid_column[size_t(i)], size_t(c.k2) * 4, l.out, size_t(l.n_rows) * 4,
+                                      size_t(l.n_rows) * 4, size_t(T), cudaMemcpyDeviceToDevice, stream_));
+    }
+    const cuda::ActQdqRule rule = c.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
+    cuda::launch_act_qdq({c.mid, c.k2, T, c.mid_width, c.qdq_block, rule, c.mid, c.k2, c.k2}, stream_);
+    launch_lone_mma(c.second);
+  }
   // A projection chain's second stage (mid's norm and QDQ, second's ops) in chain_scratch_, mirrored in
   // chain_host_: the normed mid, mid_q padded to k2, then each op's output.
   struct ChainSecond {
@@ -674,6 +738,12 @@ class CudaBackend final : public Backend {
     const float *fn = nullptr, *scale = nullptr, *base = nullptr, *norm = nullptr;
   };
 
+  // A block_tail() call's part before its FFN side: the call, and its output chain as planned (and staged).
+  struct TailHead {
+    const BlockTailParams* p = nullptr;
+    const OutputChain* chain = nullptr;
+  };
+
   // The device copies of a side's weights (each uploaded on its first use).
   MhcSideDevice mhc_side_device(const MhcSideParams& side) {
     const MhcWeights& m = side.mhc;
@@ -762,8 +832,10 @@ class CudaBackend final : public Backend {
   // gate and shared expert, the router's plan, the routed rows' gather, w1 / w3 and w2 as one grouped launch
   // each, the M8 sum and the output back (as a CUDA graph, run_as_graph, unless DEEPINFER_CUDA_GRAPHS=off), one wait.
   // With an mHC side (moe_side()): h (and the collapse's pre) in instead of u, the mixes, coefficients, u and its
-  // norm on the device before the MoE, the expansion after it, and h_out and the coefficients back.
-  void run_moe(const MoeParams& p, const MoeBlock& block, const MhcSideDevice* side) {
+  // norm on the device before the MoE, the expansion after it, and h_out and the coefficients back. With a tail's
+  // head too (block_tail()): the attention side's h and coefficients in instead of h, and before the mixes the
+  // output chain (its own inputs staged by plan_output_chain) and the attention side's expansion into h.
+  void run_moe(const MoeParams& p, const MoeBlock& block, const MhcSideDevice* side, const TailHead* head) {
     const BlockWeights& w = *p.weights;
     const int64_t T = p.n_tokens, D = p.dim, E = int64_t(w.experts.size()), K = w.n_activated_experts, R = T * K;
     const int64_t kx = block.k_pad, k2 = block.inter_k_pad, I = w.experts[0].w1.n_out, IS = block.shared_w1->n_out;
@@ -782,14 +854,17 @@ class CudaBackend final : public Backend {
                  a_at = take(size_t(R * I) * 4), b_at = take(size_t(R * I) * 4), h_at = take(size_t(R * k2) * 4),
                  y_at = take(size_t(R * D) * 4), out_at = take(size_t(T * D) * 4);
     const int64_t HW = 4 * D, NC = cuda::kHcCoefficientFloats;  // the side's stream row and coefficients
-    const bool has_side = side != nullptr, side_pre = has_side && side->p->collapse_pre;
+    const bool has_side = side != nullptr, side_pre = has_side && side->p->collapse_pre, has_head = head != nullptr;
+    DI_CHECK(has_side || !has_head);
     const size_t stream_at = has_side ? take(size_t(T * HW) * 4) : 0, mixes_at = has_side ? take(size_t(T * NC) * 4) : 0,
                  coeffs_at = has_side ? take(size_t(T * NC) * 4) : 0, pre_at = side_pre ? take(size_t(T * 4) * 4) : 0,
-                 stream_out_at = has_side ? take(size_t(T * HW) * 4) : 0;
+                 stream_out_at = has_side ? take(size_t(T * HW) * 4) : 0,
+                 head_h_at = has_head ? take(size_t(T * HW) * 4) : 0, head_coeffs_at = has_head ? take(size_t(T * NC) * 4) : 0;
     moe_scratch_.reserve(layout.bytes);
-    // Host staging: u padded (or h and the collapse's pre), then the hash rows; after the wait, the output (or h_out
-    // and the coefficients).
-    const int64_t in_floats = has_side ? T * HW + (side_pre ? T * 4 : 0) : T * kx;
+    // Host staging: u padded (or h, the head's coefficients where it has a head, and the collapse's pre), then the
+    // hash rows; after the wait, the output (or h_out and the coefficients).
+    const int64_t head_coeffs_in = T * HW, pre_in = head_coeffs_in + (has_head ? T * NC : 0);
+    const int64_t in_floats = has_side ? pre_in + (side_pre ? T * 4 : 0) : T * kx;
     const int64_t out_floats = has_side ? T * (HW + NC) : T * D;
     moe_host_.reserve(size_t(std::max(in_floats + R, out_floats)) * 4);
     uint8_t* dev = moe_scratch_.get<uint8_t>();
@@ -799,8 +874,9 @@ class CudaBackend final : public Backend {
 
     float* in_host = moe_host_.get<float>();
     if (has_side) {
-      std::memcpy(in_host, side->p->h, size_t(T * HW) * 4);
-      if (side_pre) std::memcpy(in_host + T * HW, side->p->collapse_pre, size_t(T * 4) * 4);
+      std::memcpy(in_host, has_head ? head->p->attention.h : side->p->h, size_t(T * HW) * 4);
+      if (has_head) std::memcpy(in_host + head_coeffs_in, head->p->attention_coeffs, size_t(T * NC) * 4);
+      if (side_pre) std::memcpy(in_host + pre_in, side->p->collapse_pre, size_t(T * 4) * 4);
     } else {
       copy_rows(p.u, D, T, D, in_host, kx, kx);
     }
@@ -874,10 +950,17 @@ class CudaBackend final : public Backend {
     }
 
     auto enqueue = [&] {
+      if (has_head) {  // the output chain, then the attention side's P1 / P2 into the FFN side's h
+        DI_CUDA_CHECK(cudaMemcpyAsync(f32(head_h_at), in_host, size_t(T * HW) * 4, cudaMemcpyHostToDevice, stream_));
+        DI_CUDA_CHECK(cudaMemcpyAsync(f32(head_coeffs_at), in_host + head_coeffs_in, size_t(T * NC) * 4, cudaMemcpyHostToDevice,
+                                      stream_));
+        enqueue_output_chain(*head->chain);
+        cuda::launch_hc_post({f32(head_h_at), head->chain->y, head->chain->n_out, f32(head_coeffs_at), T, D, f32(stream_at)}, stream_);
+      }
       if (has_side) {  // B1-B8 into u
         const MhcWeights& m = side->p->mhc;
-        DI_CUDA_CHECK(cudaMemcpyAsync(f32(stream_at), in_host, size_t(T * HW) * 4, cudaMemcpyHostToDevice, stream_));
-        if (side_pre) DI_CUDA_CHECK(cudaMemcpyAsync(f32(pre_at), in_host + T * HW, size_t(T * 4) * 4, cudaMemcpyHostToDevice, stream_));
+        if (!has_head) DI_CUDA_CHECK(cudaMemcpyAsync(f32(stream_at), in_host, size_t(T * HW) * 4, cudaMemcpyHostToDevice, stream_));
+        if (side_pre) DI_CUDA_CHECK(cudaMemcpyAsync(f32(pre_at), in_host + pre_in, size_t(T * 4) * 4, cudaMemcpyHostToDevice, stream_));
         cuda::launch_hc_mix({f32(stream_at), T, HW, side->fn, m.n_mix, m.eps, f32(mixes_at)}, stream_);
         cuda::launch_hc_pre(pre, stream_);
       } else {
@@ -904,11 +987,15 @@ class CudaBackend final : public Backend {
         DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
       }
     };
-    // Keyed by what the captured work depends on besides the buffers: the block, the token count, and the side.
-    GraphKey key = {kMoeGraph, word(&w), T};
+    // Keyed by what the captured work depends on besides the buffers: the block, the token count, the side, and
+    // the head's output chain (whose scratch and staging are the chain's).
+    GraphKey key = {has_head ? kTailGraph : kMoeGraph, word(&w), T};
     if (has_side) add_side_words(*side->p, key);
+    if (has_head) add_output_chain_words(head->p->output, key);
     if (graphs_) {
-      run_as_graph(key, {moe_scratch_.get(), moe_host_.get(), partials_.get()}, enqueue);
+      std::vector<const void*> buffers = {moe_scratch_.get(), moe_host_.get(), partials_.get()};
+      if (has_head) buffers.insert(buffers.end(), {chain_scratch_.get(), chain_host_.get()});
+      run_as_graph(key, std::move(buffers), enqueue);
     } else {
       enqueue();
     }
@@ -931,7 +1018,7 @@ class CudaBackend final : public Backend {
   // (scratch, staging, partials, descriptors), and when one of those has grown since, it is captured anew. A device
   // whose runtime refuses the capture turns graphs off for this backend (said once) and runs the work as it is.
   using GraphKey = std::vector<int64_t>;
-  static constexpr int64_t kMoeGraph = 1, kFrontGraph = 2, kChainGraph = 3;  // GraphKey's first word
+  static constexpr int64_t kMoeGraph = 1, kFrontGraph = 2, kChainGraph = 3, kTailGraph = 4;  // GraphKey's first word
   template <class T>
   static int64_t word(T v) {
     if constexpr (std::is_pointer_v<T>) {
@@ -950,6 +1037,15 @@ class CudaBackend final : public Backend {
       key.push_back(w);
     }
   }
+  // An output chain's part of a graph key: the token count, each op's weight, rows, epilogue and place, mid's QDQ.
+  static void add_output_chain_words(const LinearChainParams& p, GraphKey& key) {
+    for (int64_t w : {p.n_tokens, p.mid_width, p.qdq_block, word(p.v41)}) key.push_back(w);
+    for (const LinearParams& op : p.first) {
+      for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue), int64_t(op.out - p.mid)}) key.push_back(w);
+    }
+    for (int64_t w : {word(p.second.weight), p.second.row_begin, p.second.n_rows, int64_t(p.second.epilogue)}) key.push_back(w);
+  }
+
   void run_as_graph(const GraphKey& key, std::vector<const void*> buffers, const std::function<void()>& enqueue) {
     auto it = graphs_by_key_.find(key);
     if (it != graphs_by_key_.end() && it->second.buffers == buffers) {
