@@ -1284,17 +1284,27 @@ class CudaBackend final : public Backend {
     key_arrays_.plan(batch);
     const int64_t max_keys = key_arrays_.max_keys(), total = key_arrays_.total_keys(), n_rows = key_arrays_.n_rows();
     if (max_keys == 0) return;
-    const size_t packed_bytes = size_t(key_arrays_.packed_bytes());
+    const std::vector<IndexKeyArrays::Array>& arrays = key_arrays_.arrays();
+    const int64_t n_float_rows = key_arrays_.n_float_rows();
+    // The packed keys' bytes: with the mirror only the rows the device lacks, followed by every packed row's slot
+    // in the arena and the staged rows' slots; without it every packed array's rows, array after array.
+    const bool mirrored = plan_key_upload(arrays, n_float_rows);
+    const int64_t row_bytes = mirrored ? key_group_.format.row_bytes : 0;
+    const size_t staged_bytes = mirrored ? (key_upload_.staged.size() * size_t(row_bytes) + 15) / 16 * 16 : 0;
+    const size_t packed_bytes = mirrored ? staged_bytes + key_upload_.slots.size() * 8 : size_t(key_arrays_.packed_bytes());
     const int64_t qw = T * H * dim + T * H;  // q, then weights
     const int64_t qw_even = qw + (qw & 1);
-    const size_t float_key_bytes = size_t(key_arrays_.n_float_rows() * dim) * 4;
-    index_host_.reserve(size_t(qw_even) * 4 + size_t(3 * T) * 8 + float_key_bytes + packed_bytes);
+    const size_t float_key_bytes = size_t(n_float_rows * dim) * 4;
+    // Host staging: q and weights, [T] key counts, output offsets and first key rows, the float keys, then the
+    // packed section at a 16-byte aligned offset (the device's is too: the scatter reads 4-byte words, the slots
+    // are 8 bytes).
+    const size_t packed_at = (size_t(qw_even) * 4 + size_t(3 * T) * 8 + float_key_bytes + 15) / 16 * 16;
+    index_host_.reserve(packed_at + packed_bytes);
     float* q_host = index_host_.get<float>();
-    auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw_even);  // [T] key counts, output offsets, first key rows
+    auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw_even);
     auto* float_keys_host = reinterpret_cast<float*>(meta_host + 3 * T);
-    auto* packed_host = reinterpret_cast<uint8_t*>(float_keys_host) + float_key_bytes;
+    uint8_t* packed_host = index_host_.get<uint8_t>() + packed_at;
     // The arrays' copies on the host's threads (a 256-sequence decode step stages 256 of them per layer).
-    const std::vector<IndexKeyArrays::Array>& arrays = key_arrays_.arrays();
     host_->for_rows(int64_t(arrays.size()), [&](int64_t a0, int64_t a1) {
       for (int64_t i = a0; i < a1; ++i) {
         const IndexKeyArrays::Array& a = arrays[size_t(i)];
@@ -1303,6 +1313,7 @@ class CudaBackend final : public Backend {
           std::memcpy(float_keys_host + a.first_row * dim, a.keys, size_t(a.n_keys * dim) * 4);
           continue;
         }
+        if (mirrored) continue;
         const size_t end = size_t(a.first_byte + a.n_keys * a.format->row_bytes);
         size_t at = size_t(a.first_byte);
         for (const PackedRowRun& run : a.runs) {
@@ -1314,6 +1325,15 @@ class CudaBackend final : public Backend {
         DI_CHECK_MSG(at == end, "packed index keys: the runs hold fewer rows than n_keys");
       }
     });
+    if (mirrored) {
+      const std::vector<int64_t>& staged = key_upload_.staged;
+      host_->for_rows(int64_t(staged.size()), [&](int64_t s0, int64_t s1) {
+        for (int64_t s = s0; s < s1; ++s) {
+          std::memcpy(packed_host + s * row_bytes, key_group_.rows[size_t(staged[size_t(s)])], size_t(row_bytes));
+        }
+      });
+      std::memcpy(packed_host + staged_bytes, key_upload_.slots.data(), key_upload_.slots.size() * 8);
+    }
     int64_t at = 0;
     for (int64_t t = 0; t < T; ++t) {
       const IndexScoreParams& p = batch[size_t(t)];
@@ -1324,16 +1344,27 @@ class CudaBackend final : public Backend {
       meta_host[2 * T + t] = arrays[size_t(key_arrays_.array_of(t))].first_row;
       at += p.n_keys;
     }
+    // Device: rows_ holds the keys as floats [n_rows, dim], then the packed section as staged.
+    const size_t packed_dev_at = (size_t(n_rows * dim) * 4 + 15) / 16 * 16;
     x_.reserve(size_t(qw) * 4);
     index_meta_.reserve(size_t(3 * T) * 8);
-    rows_.reserve(size_t(n_rows * dim) * 4 + packed_bytes);  // the keys as floats, then the packed bytes
+    rows_.reserve(packed_dev_at + packed_bytes);
     out_.reserve(size_t(total) * 4);
     DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), q_host, size_t(qw) * 4, cudaMemcpyHostToDevice, stream_));
     DI_CUDA_CHECK(cudaMemcpyAsync(index_meta_.get(), meta_host, size_t(3 * T) * 8, cudaMemcpyHostToDevice, stream_));
     if (float_key_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), float_keys_host, float_key_bytes, cudaMemcpyHostToDevice, stream_));
-    if (packed_bytes) {
-      uint8_t* packed_dev = rows_.get<uint8_t>() + size_t(n_rows * dim) * 4;
-      DI_CUDA_CHECK(cudaMemcpyAsync(packed_dev, packed_host, packed_bytes, cudaMemcpyHostToDevice, stream_));
+    uint8_t* packed_dev = rows_.get<uint8_t>() + packed_dev_at;
+    if (packed_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(packed_dev, packed_host, packed_bytes, cudaMemcpyHostToDevice, stream_));
+    if (mirrored) {
+      // The rows the arena lacked into their slots, then every packed key decoded from its slot, behind the floats.
+      const int64_t n = int64_t(key_group_.rows.size());
+      const auto* slots_dev = reinterpret_cast<const int64_t*>(packed_dev + staged_bytes);
+      uint8_t* arena = key_upload_.arena->bytes.get<uint8_t>();
+      cuda::launch_scatter_rows(packed_dev, int64_t(key_upload_.staged.size()), row_bytes, slots_dev + n, arena, stream_);
+      cuda::UnpackRowsLaunch l = unpack_launch(key_group_.format, arena, n, rows_.get<float>() + n_float_rows * dim);
+      l.row_slots = slots_dev;
+      cuda::launch_unpack_rows(l, stream_);
+    } else {
       for (const IndexKeyArrays::Array& a : arrays) {
         if (a.format && a.n_keys) {
           cuda::launch_unpack_rows(unpack_launch(*a.format, packed_dev + a.first_byte, a.n_keys, rows_.get<float>() + a.first_row * dim),
@@ -1356,6 +1387,42 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // DEEPINFER_CUDA_KV=mirror for score(): every packed array's keys as one group (key_group_, in their device row
+  // order: array after array behind the float keys) through the row mirror (plan_upload into key_upload_), so that a
+  // decode step copies only the keys written since the last (one per 4 positions) instead of every key of the
+  // context. False (nothing planned) where the mirror does not take them: off, packed arrays of different formats,
+  // keys without stamps, more keys than the arena holds.
+  bool plan_key_upload(const std::vector<IndexKeyArrays::Array>& arrays, int64_t n_float_rows) {
+    if (!mirror_rows_) return false;
+    SlotGather::PackedGroup& g = key_group_;
+    g.rows.clear();
+    g.stamps.clear();
+    const KvRowFormat* format = nullptr;
+    for (const IndexKeyArrays::Array& a : arrays) {
+      if (!a.format || a.n_keys == 0) continue;
+      if (format && !(*a.format == *format)) return false;
+      format = a.format;
+      DI_CHECK_MSG(a.first_row == n_float_rows + int64_t(g.rows.size()), "packed index keys: the arrays' rows are not in order");
+      int64_t left = a.n_keys;
+      for (const PackedRowRun& run : a.runs) {
+        if (!run.stamps) return false;
+        const int64_t n = std::min(run.n_rows, left);
+        for (int64_t k = 0; k < n; ++k) {
+          g.rows.push_back(run.rows + k * format->row_bytes);
+          g.stamps.push_back(run.stamps[k]);
+        }
+        left -= n;
+        if (left == 0) break;
+      }
+      DI_CHECK_MSG(left == 0, "packed index keys: the runs hold fewer rows than n_keys");
+    }
+    if (!format) return false;
+    g.format = *format;
+    g.first_row = n_float_rows;
+    plan_upload(g, key_upload_);
+    return key_upload_.arena != nullptr;
+  }
+
   // DEEPINFER_CUDA_KV=mirror: the packed rows of one size that the device keeps.
   struct RowArena {
     RowMirror mirror;
@@ -1370,12 +1437,13 @@ class CudaBackend final : public Backend {
     size_t byte_at = 0;           // the staged bytes' offset among all staged packed bytes
     int64_t slot_at = 0;          // arena: slots' offset among all slot words
   };
-  // The arena of packed rows of row_bytes, made on first use with half the mirror's budget (a model has at most
-  // two attention row sizes: V4 584 B, V4.1 528 and 288 B); nullptr when the device had no room for it.
+  // The arena of packed rows of row_bytes, made on first use with a third of the mirror's budget (a model has at
+  // most three packed row sizes: V4 584 B attention rows and its index keys, V4.1 528 and 288 B attention rows and
+  // its index keys; 68 B keys at index_head_dim 128); nullptr when the device had no room for it.
   RowArena* arena_for(int64_t row_bytes) {
     auto [it, fresh] = arenas_.try_emplace(row_bytes);
     if (fresh) {
-      const int64_t capacity = int64_t(mirror_gb_ * 1e9 / 2) / row_bytes;
+      const int64_t capacity = int64_t(mirror_gb_ * 1e9 / 3) / row_bytes;
       DeviceBuffer bytes = capacity > 0 ? DeviceBuffer::try_allocate(size_t(capacity * row_bytes)) : DeviceBuffer();
       if (bytes.get()) it->second = std::make_unique<RowArena>(RowArena{RowMirror(capacity), std::move(bytes)});
       else std::fprintf(stderr, "%s: no device memory for the row mirror (%lld B rows); they are copied each call\n",
@@ -1571,6 +1639,8 @@ class CudaBackend final : public Backend {
   // the offsets on the device.
   IndexKeyArrays key_arrays_;
   cuda::PinnedBuffer index_host_;
+  SlotGather::PackedGroup key_group_;  // DEEPINFER_CUDA_KV=mirror: the packed keys (plan_key_upload)
+  PackedUpload key_upload_;
   DeviceBuffer index_meta_;
   // moe(): DEEPINFER_CUDA_MOE=device, the blocks it has set up (nullptr: one it declines), its scratch on the
   // device and its pinned staging (u and the hash rows in, the output back).
@@ -1631,8 +1701,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   paths.split_attention = *attention == "split";
   // DEEPINFER_CUDA_KV: floats (default: the model decodes cache rows and the backend copies 4 bytes a value),
   // packed (the cache rows' own bytes are copied and decoded on the device) or mirror (packed, and the device
-  // keeps the attention's rows by their stamps, so a call copies only rows written since it last saw them; up to
-  // DEEPINFER_CUDA_KV_MIRROR_GB, default 2). packed and mirror were written without a GPU at hand.
+  // keeps the attention's rows and the index keys by their stamps, so a call copies only rows written since it
+  // last saw them; up to DEEPINFER_CUDA_KV_MIRROR_GB, default 2). packed and mirror were written without a GPU at
+  // hand.
   const std::optional<std::string> kv = env_choice("DEEPINFER_CUDA_KV", {"floats", "packed", "mirror"}, error);
   if (!kv) return nullptr;
   paths.packed_rows = *kv != "floats";
