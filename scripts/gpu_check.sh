@@ -18,7 +18,8 @@
 #      context with the cache rows as floats, packed and mirrored on the device (DEEPINFER_CUDA_KV), half
 #      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device FFN side (DEEPINFER_CUDA_MOE=device) alone
 #      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device; with both, each block's tail is one call), the
-#      split attention, the FMA linear (E2E=0 skips it).
+#      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
+#      (DEEPINFER_CUDA_INDEX_SELECT=device) (E2E=0 skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
@@ -128,7 +129,7 @@ SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ] && [ "$(limit_for 150)" -ge 30 ]; then
   step "compute-sanitizer memcheck: the mma linear, the attention, the device MoE and chain tests"
   timeout "$(limit_for 150)" "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
-    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.DeviceSideEqualsTheModelStepsBitForBit:MoeSideCuda.DeviceTailEqualsItsStepsBitForBit:LinearChainCuda.Device*' \
+    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.DeviceSideEqualsTheModelStepsBitForBit:MoeSideCuda.DeviceTailEqualsItsStepsBitForBit:LinearChainCuda.Device*' \
     >"$OUT_DIR/sanitizer.log" 2>&1
   sanitizer_rc=$?
   grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8
@@ -203,6 +204,10 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     bench_run "context 2048, DEEPINFER_CUDA_KV=floats" 90 DEEPINFER_CUDA_KV=floats -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
     bench_run "context 2048, DEEPINFER_CUDA_KV=packed" 90 DEEPINFER_CUDA_KV=packed -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
     bench_run "context 2048, DEEPINFER_CUDA_KV=mirror" 90 DEEPINFER_CUDA_KV=mirror -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
+    # And the top-k selection on the device (DEEPINFER_CUDA_INDEX_SELECT=device, not yet run on a GPU): the index
+    # call's selections come back instead of its scores.
+    bench_run "context 2048, mirror, DEEPINFER_CUDA_INDEX_SELECT=device" 90 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=device \
+      -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
     # Half the routed experts in host memory, their ops on the host's CPU kernels (place_experts): how a
     # checkpoint larger than the GPU (V4-Flash: 149 GB) runs.
     bench_run "DEEPINFER_CUDA_WEIGHT_GB=8" 100 DEEPINFER_CUDA_WEIGHT_GB=8 -- --prefill 128 --batch 1,8 --decode-steps 8

@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
+#include "core/dtypes.h"
 #include "model/mhc_side.h"
 
 namespace deepinfer::cuda {
@@ -370,6 +371,47 @@ Row time_index(int64_t H, int64_t dim, int64_t n_keys, int64_t n_tokens = 1) {
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
 }
 
+// The top-k selection after the index scores (DEEPINFER_CUDA_INDEX_SELECT=device): n_tokens tokens each selecting
+// k of n_keys bf16 scores (random, so ties are few), V4.1's candidate mask (every other 8-key block kept) where
+// `masked`. GB/s of its three passes over the scores.
+Row time_index_select(int64_t n_keys, int64_t k, int64_t n_tokens, bool masked) {
+  std::mt19937 rng(5);
+  std::vector<float> scores(size_t(n_tokens * n_keys));
+  for (float& v : scores) v = bits_to_float(float_to_bits(std::normal_distribution<float>()(rng)) & 0xffff0000u);
+  const int64_t n_keep = masked ? (n_keys / 8 + 1) / 2 : 0;
+  std::vector<int64_t> meta;  // keys, scores_at, select, selected_at, keep, keep_at; then the kept blocks
+  for (int64_t t = 0; t < n_tokens; ++t) meta.push_back(n_keys);
+  for (int64_t t = 0; t < n_tokens; ++t) meta.push_back(t * n_keys);
+  for (int64_t t = 0; t < n_tokens; ++t) meta.push_back(k);
+  for (int64_t t = 0; t < n_tokens; ++t) meta.push_back(t * k);
+  for (int64_t t = 0; t < n_tokens; ++t) meta.push_back(masked ? n_keep : -1);
+  for (int64_t t = 0; t < n_tokens; ++t) meta.push_back(0);
+  for (int64_t b = 0; b < n_keep; ++b) meta.push_back(2 * b);
+  DeviceBuffer scores_dev(scores.size() * 4), meta_dev(meta.size() * 8), selected(size_t(n_tokens * k) * 4);
+  DI_CUDA_CHECK(cudaMemcpy(scores_dev.get(), scores.data(), scores.size() * 4, cudaMemcpyHostToDevice));
+  DI_CUDA_CHECK(cudaMemcpy(meta_dev.get(), meta.data(), meta.size() * 8, cudaMemcpyHostToDevice));
+  const int64_t* m = meta_dev.get<int64_t>();
+  IndexSelectLaunch l;
+  l.scores = scores_dev.get<float>();
+  l.token_keys = m;
+  l.token_scores_at = m + n_tokens;
+  l.token_select = m + 2 * n_tokens;
+  l.token_selected_at = m + 3 * n_tokens;
+  l.keep_blocks = masked ? m + 6 * n_tokens : nullptr;
+  l.token_keep = m + 4 * n_tokens;
+  l.token_keep_at = m + 5 * n_tokens;
+  l.block_size = 8;
+  l.max_keys = n_keys;
+  l.selected = selected.get<int32_t>();
+  l.n_tokens = n_tokens;
+  const double ms = median_ms([&](int, cudaStream_t st) { launch_index_select(l, st); });
+  const double bytes = 3.0 * double(n_tokens * n_keys) * 4;
+  char name[160];
+  std::snprintf(name, sizeof(name), "index select %lld of %lld keys%s%s", (long long)k, (long long)n_keys, masked ? ", masked" : "",
+                n_tokens > 1 ? (", " + std::to_string(n_tokens) + " tokens").c_str() : "");
+  return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, 0, -1};
+}
+
 Row time_hc_mix(int64_t T, int64_t width, int64_t n_mix) {
   std::mt19937 rng(4);
   DeviceBuffer x = upload_random_floats(size_t(T * width), rng, 1.0f);
@@ -657,6 +699,10 @@ int run() {
   rows.push_back(time_index(64, 128, 1024));
   rows.push_back(time_index(64, 128, 4096));
   rows.push_back(time_index(64, 128, 1024, 64));  // a prefill block's 64 tokens in one launch
+  rows.push_back(time_index_select(4096, 512, 1, false));    // V4-Flash I10 at 16k tokens of context
+  rows.push_back(time_index_select(65536, 512, 1, false));   // at 256k
+  rows.push_back(time_index_select(65536, 512, 1, true));    // V4.1 with its candidate mask
+  rows.push_back(time_index_select(4096, 512, 64, false));   // a prefill block's 64 tokens
   rows.push_back(time_hc_mix(1, 4 * 4096, 24));
   rows.push_back(time_hc_mix(64, 4 * 4096, 24));
   // A block's whole MoE on the device, per call from the host (copies and the wait included; GB/s of its weights).

@@ -106,6 +106,19 @@ struct IndexScoreParams {
   std::span<const PackedRowRun> key_runs = {};  // packed keys: at least n_keys rows
 };
 
+// An indexer query's top-k selection from its scores (spec I10; V4.1 steps 26-27): the n_select best of the
+// query's keys, larger score first and ties to the lower index, best first (the model's partial_sort), where
+// with `masked` the keys outside keep_blocks' blocks (block b: keys [b * block_size, (b + 1) * block_size)) first
+// score -inf.
+struct IndexSelectParams {
+  IndexScoreParams score;                // score.scores is not written
+  int64_t n_select = 0;                  // <= score.n_keys
+  bool masked = false;
+  std::span<const int64_t> keep_blocks = {};  // with masked: the kept blocks (V4.1's candidates)
+  int64_t block_size = 0;
+  int64_t* selected = nullptr;           // [n_select]
+};
+
 // The MoE of one block (spec M1-M8) exactly as model/moe.cpp computes it, for a backend that runs it whole
 // (Backend::moe): u's activation QDQ, the gate (M1) and the shared expert (M7), the routing (M2/M3,
 // route_token in model/moe.h), the routed experts (M4-M6) and the sum (M8).
@@ -264,6 +277,11 @@ class Backend {
   // intermediate kept there), with out equal to what the model's own code computes on this backend bit for bit;
   // false: it did nothing, and the model runs its own code (the CPU backends always).
   virtual bool moe(const MoeParams& /*p*/) { return false; }
+  // Index scores and their top-k selections for several query tokens (as index_scores_batch), where the backend
+  // selects itself (the CUDA backend with DEEPINFER_CUDA_INDEX_SELECT=device: on the device, the selections coming
+  // back instead of every key's score), with the model's selections exactly; false: it did nothing, and the model
+  // scores and selects on the host.
+  virtual bool index_select_batch(std::span<const IndexSelectParams> /*ps*/) { return false; }
   // Runs a linear chain whole where the backend can (the CUDA backend: mid stays on the device, one wait), with
   // second's outputs equal to the model's own steps on this backend bit for bit; false: it did nothing, and the
   // model runs the steps itself (the CPU backends always).

@@ -115,6 +115,12 @@ void TimedBackend::linears(std::span<const LinearParams> ps) {
 void TimedBackend::index_scores_batch(std::span<const IndexScoreParams> ps) {
   timed(OpKind::kIndexScores, int64_t(ps.size()), [&] { inner_->index_scores_batch(ps); });
 }
+bool TimedBackend::index_select_batch(std::span<const IndexSelectParams> ps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!inner_->index_select_batch(ps)) return false;
+  record(OpKind::kIndexScores, int64_t(ps.size()), seconds_since(t0));
+  return true;
+}
 void TimedBackend::sparse_attentions(std::span<const SparseAttentionParams> ps) {
   timed(OpKind::kSparseAttention, int64_t(ps.size()), [&] { inner_->sparse_attentions(ps); });
 }

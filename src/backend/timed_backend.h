@@ -71,6 +71,7 @@ class TimedBackend final : public Backend {
   void linears(std::span<const LinearParams> ps) override;
   void sparse_attentions(std::span<const SparseAttentionParams> ps) override;
   void index_scores_batch(std::span<const IndexScoreParams> ps) override;
+  bool index_select_batch(std::span<const IndexSelectParams> ps) override;  // as index scores, when the inner ran it
   void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override;
   bool kernels_differ_by_token_kind() const override { return inner_->kernels_differ_by_token_kind(); }
   bool takes_packed_rows() const override { return inner_->takes_packed_rows(); }

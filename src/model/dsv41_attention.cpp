@@ -308,7 +308,34 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
         score_queries[size_t(t - b0)] = {&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], &keys.row_format, &keys.rows, &keys,
                                          n_visible, scores.data() + score_begin[size_t(t - b0)]};
       }
-      index_keys.score(*backend_, score_queries, IH, ID);
+      // Steps 26-27 with the scores where the backend selects (every layer but the candidate source, whose step 25
+      // needs the scores themselves): the same masked top-k the loop below makes, sorted here.
+      const bool masked = uses_candidates && scratch.have_candidates;
+      bool selected_on_backend = false;
+      if (is_candidate_source) {
+        index_keys.score(*backend_, score_queries, IH, ID);
+      } else {
+        for (int64_t t = b0; t < b1; ++t) {
+          IndexQuery& q = score_queries[size_t(t - b0)];
+          std::vector<int64_t>& sel = scratch.selection[size_t(t)];
+          sel.resize(size_t(std::min({int64_t(c.index_topk), batch.layout_tokens[size_t(t)] / ratio, q.n_keys})));
+          q.n_select = int64_t(sel.size());
+          q.selected = sel.data();
+          q.masked = masked;
+          q.keep_blocks = masked ? std::span<const int64_t>(scratch.candidates[size_t(t)]) : std::span<const int64_t>();
+          q.block_size = c.candidate_block_size;
+        }
+        selected_on_backend = index_keys.select(*backend_, score_queries, IH, ID);
+      }
+      if (selected_on_backend) {
+        backend_->for_rows(b1 - b0, [&](int64_t i0, int64_t i1) {
+          for (int64_t t = b0 + i0; t < b0 + i1; ++t) {
+            std::vector<int64_t>& sel = scratch.selection[size_t(t)];
+            std::sort(sel.begin(), sel.end());  // V4.1 lists the top-k in ascending position order
+          }
+        });
+        continue;
+      }
       backend_->for_rows(b1 - b0, [&](int64_t i0, int64_t i1) {
         std::vector<int64_t> order, block_order;
         std::vector<float> block_score;

@@ -187,6 +187,12 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   std::vector<int64_t> score_at;
   std::vector<IndexQuery> score_queries;
   std::vector<int64_t> order;
+  std::vector<int64_t> selection, select_at;  // I10 made by the backend: token i's at select_at[i]
+  bool selected_on_backend = false;
+  // I10's count for token t: the index_topk best of its visible keys, at most its layout's slots.
+  auto index_fill = [&](const Batch& b, int64_t t) {
+    return std::min({int64_t(c.index_topk), b.layout_tokens[size_t(t)] / 4, (b.pos[size_t(t)] + 1) / 4});
+  };
   // Packed rows decoded for this call: per chunk, only the slots its tokens read, each once.
   RowDecodeCache window_rows, compressed_rows;
   IndexKeySet index_keys(backend_->takes_packed_rows());
@@ -229,7 +235,16 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
         score_queries[size_t(i)] = {&iq[size_t(i * IH * ID)], &index_w[size_t(i * IH)], &keys.row_format, &keys.rows, &keys,
                                     score_at[size_t(i + 1)] - score_at[size_t(i)], scores.data() + score_at[size_t(i)]};
       }
-      index_keys.score(*backend_, score_queries, IH, ID);
+      // I10 with them where the backend selects (each token's n_fill best, in the order the partial_sort below
+      // gives), else the scores for it.
+      select_at.assign(1, 0);
+      for (int64_t i = 0; i < nb; ++i) select_at.push_back(select_at.back() + index_fill(batch, b0 + i));
+      selection.resize(size_t(select_at.back()));
+      for (int64_t i = 0; i < nb; ++i) {
+        score_queries[size_t(i)].n_select = select_at[size_t(i + 1)] - select_at[size_t(i)];
+        score_queries[size_t(i)].selected = selection.data() + select_at[size_t(i)];
+      }
+      selected_on_backend = index_keys.select(*backend_, score_queries, IH, ID);
     }
 
     // Sparse attention (AT0-AT3) of the block's tokens, run together (Backend::sparse_attentions: a token per
@@ -285,20 +300,24 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
           }
         }
       } else if (ratio == 4) {
-        const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_visible = (pos + 1) / 4;
-        const int64_t n_fill = std::min(n_slots, n_visible);
-        const float* token_scores = scores.data() + score_at[size_t(i)];  // I7-I9, above
-        order.resize(size_t(n_visible));
-        std::iota(order.begin(), order.end(), 0);
-        std::partial_sort(order.begin(), order.begin() + n_fill, order.end(), [&](int64_t a, int64_t b) {
-          return token_scores[a] != token_scores[b] ? token_scores[a] > token_scores[b] : a < b;
-        });  // I10: larger score first, ties lower index first
+        const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_fill = index_fill(batch, t);
+        const int64_t* best = selection.data() + select_at[size_t(i)];
+        if (!selected_on_backend) {
+          const int64_t n_visible = (pos + 1) / 4;
+          const float* token_scores = scores.data() + score_at[size_t(i)];  // I7-I9, above
+          order.resize(size_t(n_visible));
+          std::iota(order.begin(), order.end(), 0);
+          std::partial_sort(order.begin(), order.begin() + n_fill, order.end(), [&](int64_t a, int64_t b) {
+            return token_scores[a] != token_scores[b] ? token_scores[a] > token_scores[b] : a < b;
+          });  // I10: larger score first, ties lower index first
+          best = order.data();
+        }
         for (int64_t j = 0; j < n_slots; ++j) {
           if (j >= n_fill) {
             slots.push(nullptr);
             continue;
           }
-          const int64_t row = order[size_t(j)];
+          const int64_t row = best[j];
           slots.push_cached(compressed_rows, row, ls.compressor.rows.row(row), ls.compressor.row_format, ls.compressor.rows.stamp(row));
         }
       }

@@ -117,6 +117,25 @@ const float* KeyDecodeCache::keys(int64_t n_keys) {
 }
 
 void IndexKeySet::score(Backend& backend, std::span<const IndexQuery> queries, int64_t n_heads, int64_t dim) {
+  make_ops(queries, n_heads, dim);
+  if (!ops_.empty()) backend.index_scores_batch(ops_);
+}
+
+bool IndexKeySet::select(Backend& backend, std::span<const IndexQuery> queries, int64_t n_heads, int64_t dim) {
+  make_ops(queries, n_heads, dim);
+  if (ops_.empty()) return true;  // no query has a key, and so none selects one
+  selects_.clear();
+  size_t op = 0;
+  for (const IndexQuery& q : queries) {
+    if (q.n_keys == 0) continue;
+    selects_.push_back({ops_[op++], q.n_select, q.masked, q.keep_blocks, q.block_size, q.selected});
+  }
+  if (backend.index_select_batch(selects_)) return true;
+  backend.index_scores_batch(ops_);
+  return false;
+}
+
+void IndexKeySet::make_ops(std::span<const IndexQuery> queries, int64_t n_heads, int64_t dim) {
   needs_.clear();
   cache_index_.reset(int64_t(queries.size()));
   handles_.resize(queries.size());
@@ -133,7 +152,6 @@ void IndexKeySet::score(Backend& backend, std::span<const IndexQuery> queries, i
     op = {q.q, q.weights, n_heads, dim, nullptr, q.n_keys, q.scores};
     set_keys(handles_[i], op);
   }
-  if (!ops_.empty()) backend.index_scores_batch(ops_);
 }
 
 size_t IndexKeySet::need(const KvRowFormat& format, const PagedRows& rows, const void* owner, int64_t n_keys) {

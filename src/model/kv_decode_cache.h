@@ -119,6 +119,12 @@ struct IndexQuery {
   const void* owner = nullptr;
   int64_t n_keys = 0;
   float* scores = nullptr;
+  // The query's top-k selection, for IndexKeySet::select (backend.h's IndexSelectParams).
+  int64_t n_select = 0;
+  bool masked = false;
+  std::span<const int64_t> keep_blocks = {};
+  int64_t block_size = 0;
+  int64_t* selected = nullptr;  // [n_select]
 };
 
 // The index keys that a block of query tokens scores against, for one index_scores_batch over the whole block
@@ -131,6 +137,9 @@ class IndexKeySet {
   // Scores the block's queries (those with n_keys > 0) in one index_scores_batch. Decoded keys stay for a later
   // block that reads the same cache (a prefill's blocks); the queries' formats must outlive the set.
   void score(Backend& backend, std::span<const IndexQuery> queries, int64_t n_heads, int64_t dim);
+  // The same with each query's selection made by the backend (Backend::index_select_batch), where it can: true
+  // when it did (the scores are then unwritten), false when it scored the queries only and the caller selects.
+  bool select(Backend& backend, std::span<const IndexQuery> queries, int64_t n_heads, int64_t dim);
 
  private:
   // A token reads rows [0, n_keys) of `rows`, the key cache of `owner`; returns the cache's index in needs_.
@@ -153,7 +162,11 @@ class IndexKeySet {
   std::vector<std::vector<PackedRowRun>> runs_;  // [i] needs_[i]'s runs (packed)
   FlatIndex cache_index_{4};                      // a cache's address -> its index in needs_
   std::vector<size_t> handles_;                   // score(): query i's cache in needs_
+  // Lists the queries' keys (prepare) and makes the score ops of those with keys into ops_, in query order.
+  void make_ops(std::span<const IndexQuery> queries, int64_t n_heads, int64_t dim);
+
   std::vector<IndexScoreParams> ops_;
+  std::vector<IndexSelectParams> selects_;
 };
 
 }  // namespace deepinfer

@@ -246,5 +246,17 @@ TEST(GoldenCudaBlockTail, EqualsTheModelStepsBitForBit) {
                    });
 }
 
+// DEEPINFER_CUDA_INDEX_SELECT=device end to end: each ratio-4 layer's top-k selection made on the device after the
+// index scores (V4's I10; V4.1's steps 26-27 with the candidate blocks' mask, but at the candidate source) is the
+// model's own selection, so the logits (main, MTP, DSpark) equal the host selection's bit for bit.
+TEST(GoldenCudaIndexSelect, EqualsTheHostSelectionBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  expect_same_bits({{"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}, "DEEPINFER_CUDA_INDEX_SELECT",
+                   {"host", "device"}, [](const CudaRun (&runs)[2]) {
+                     EXPECT_EQ(runs[0].times[size_t(OpKind::kIndexScores)].calls, runs[1].times[size_t(OpKind::kIndexScores)].calls)
+                         << "the same index calls, selecting or not";
+                   });
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -94,6 +94,9 @@ inline uint64_t __cvta_generic_to_shared(const void* p) { return ::deepinfer::de
 template <class T>
 inline T __ldg(const T* p) { return *p; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+// Atomics on shared memory (a block's threads are fibers of one OS thread; relaxed atomics all the same).
+inline unsigned int atomicAdd(unsigned int* p, unsigned int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline unsigned int atomicOr(unsigned int* p, unsigned int v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
 inline float __fdiv_rn(float a, float b) { return a / b; }  // IEEE division: round to nearest even
 inline unsigned int __float_as_uint(float v) { return std::bit_cast<unsigned int>(v); }
 inline float __uint_as_float(unsigned int v) { return std::bit_cast<float>(v); }

@@ -428,4 +428,34 @@ void launch_moe_combine(const MoeCombineLaunch& p, cudaStream_t stream) {
 }
 #endif
 
+#ifndef DEEPINFER_REAL_KERNELS_INDEX_SELECT_KERNEL  // index_select_kernel.cu
+size_t index_select_shared_bytes(int64_t max_keys, int64_t block_size) {
+  return block_size > 0 ? size_t(((max_keys + block_size - 1) / block_size + 31) / 32) * 4 : 0;
+}
+// The model's own selection: the masked scores, then partial_sort by (score desc, index asc).
+void launch_index_select(const IndexSelectLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const int64_t n = p.token_keys[t], k = p.token_select[t];
+      DI_CHECK_MSG(k <= n && k <= kIndexSelectMax && n <= p.max_keys, "index select: a token selects more keys than it has");
+      std::vector<float> s(p.scores + p.token_scores_at[t], p.scores + p.token_scores_at[t] + n);
+      if (p.keep_blocks && p.token_keep[t] >= 0) {
+        std::vector<char> keep(size_t((n + p.block_size - 1) / p.block_size), 0);
+        for (int64_t i = 0; i < p.token_keep[t]; ++i) {
+          const int64_t b = p.keep_blocks[p.token_keep_at[t] + i];
+          if (b >= 0 && b < int64_t(keep.size())) keep[size_t(b)] = 1;
+        }
+        for (int64_t j = 0; j < n; ++j) if (!keep[size_t(j / p.block_size)]) s[size_t(j)] = -INFINITY;
+      }
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) order[size_t(j)] = j;
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+        return s[size_t(a)] != s[size_t(b)] ? s[size_t(a)] > s[size_t(b)] : a < b;
+      });
+      for (int64_t r = 0; r < k; ++r) p.selected[p.token_selected_at[t] + r] = int32_t(order[size_t(r)]);
+    }
+  });
+}
+#endif
+
 }  // namespace deepinfer::cuda

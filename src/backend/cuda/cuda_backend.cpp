@@ -148,6 +148,7 @@ struct KernelPaths {
   bool device_moe = false;         // DEEPINFER_CUDA_MOE=device or host (the default)
   bool graphs = true;              // DEEPINFER_CUDA_GRAPHS=on (the default) or off
   bool device_chain = false;       // DEEPINFER_CUDA_LINEAR_CHAIN=device or host (the default)
+  bool device_select = false;      // DEEPINFER_CUDA_INDEX_SELECT=device or host (the default)
 };
 
 class CudaBackend final : public Backend {
@@ -157,7 +158,7 @@ class CudaBackend final : public Backend {
         tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention),
         mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb), fp8_prompt_linear_(paths.fp8_prompt_linear),
         fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma), device_moe_(paths.device_moe), graphs_(paths.graphs),
-        device_chain_(paths.device_chain) {
+        device_chain_(paths.device_chain), device_select_(paths.device_select) {
     bind_device();
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -282,6 +283,33 @@ class CudaBackend final : public Backend {
     auto same_shape = [](const IndexScoreParams& a, const IndexScoreParams& b) { return a.n_heads == b.n_heads && a.dim == b.dim; };
     bind_device();
     for_each_run(ps, kMaxGridYZ, same_shape, [&](auto run) { score(run); });
+  }
+
+  // DEEPINFER_CUDA_INDEX_SELECT=device: the scores as index_scores_batch computes them, then each token's top-k
+  // selection on the device (index_select_kernel.cu: exact, as the model's partial_sort orders them), and only the
+  // selections back: n_select indices a token where the scores are one float per key of its context (at 64k
+  // tokens, 16k keys a ratio-4 layer), and no selection left on the host. Declines for more than kIndexSelectMax
+  // keys a token, and where the kept blocks' bits would not fit the device's shared memory.
+  bool index_select_batch(std::span<const IndexSelectParams> ps) override {
+    if (!device_select_ || ps.empty()) return false;
+    int64_t max_keys = 0, block_size = 0;
+    for (const IndexSelectParams& p : ps) {
+      if (p.n_select > cuda::kIndexSelectMax || p.n_select > p.score.n_keys) return false;
+      if (p.masked && (p.block_size <= 0 || (block_size && p.block_size != block_size))) return false;
+      if (p.masked) block_size = p.block_size;
+      max_keys = std::max(max_keys, p.score.n_keys);
+    }
+    if (block_size && cuda::index_select_shared_bytes(max_keys, block_size) + 20 * 1024 > max_shared_bytes_) return false;
+    bind_device();
+    auto same_shape = [](const IndexSelectParams& a, const IndexSelectParams& b) {
+      return a.score.n_heads == b.score.n_heads && a.score.dim == b.score.dim;
+    };
+    for_each_run(ps, kMaxGridYZ, same_shape, [&](std::span<const IndexSelectParams> run) {
+      select_scores_.clear();
+      for (const IndexSelectParams& p : run) select_scores_.push_back(p.score);
+      score(select_scores_, run);
+    });
+    return true;
   }
 
   // DEEPINFER_CUDA_MOE=device: the whole MoE of a block on the device, one upload of u, one download of the
@@ -1278,7 +1306,9 @@ class CudaBackend final : public Backend {
   // output offset and first key row, then the keys of every distinct key array (IndexKeyArrays: float arrays
   // first, then the packed arrays' bytes, which a kernel decodes on the device behind the float rows); one
   // launch, the scores back in one copy.
-  void score(std::span<const IndexScoreParams> batch) {
+  // With `selects` (index_select_batch: batch[i] is selects[i].score), each token's selection after its scores,
+  // and the selections back instead of the scores.
+  void score(std::span<const IndexScoreParams> batch, std::span<const IndexSelectParams> selects = {}) {
     const IndexScoreParams& p0 = batch[0];
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, dim = p0.dim;
     key_arrays_.plan(batch);
@@ -1295,14 +1325,24 @@ class CudaBackend final : public Backend {
     const int64_t qw = T * H * dim + T * H;  // q, then weights
     const int64_t qw_even = qw + (qw & 1);
     const size_t float_key_bytes = size_t(n_float_rows * dim) * 4;
-    // Host staging: q and weights, [T] key counts, output offsets and first key rows, the float keys, then the
-    // packed section at a 16-byte aligned offset (the device's is too: the scatter reads 4-byte words, the slots
-    // are 8 bytes).
-    const size_t packed_at = (size_t(qw_even) * 4 + size_t(3 * T) * 8 + float_key_bytes + 15) / 16 * 16;
+    // The words per token: key count, output offset, first key row; selecting, also the selection's size and
+    // offset, and the kept blocks' count (-1: no mask) and offset among the kept blocks behind them.
+    const bool selecting = !selects.empty();
+    const int64_t n_meta = (selecting ? 7 : 3) * T;
+    int64_t n_keep_words = 0, total_select = 0, block_size = 0;
+    for (const IndexSelectParams& sp : selects) {
+      if (sp.masked) n_keep_words += int64_t(sp.keep_blocks.size());
+      if (sp.masked) block_size = sp.block_size;
+      total_select += sp.n_select;
+    }
+    // Host staging: q and weights, the words, the kept blocks, the float keys, then the packed section at a 16-byte
+    // aligned offset (the device's is too: the scatter reads 4-byte words, the slots are 8 bytes).
+    const size_t meta_bytes = size_t(n_meta + n_keep_words) * 8;
+    const size_t packed_at = (size_t(qw_even) * 4 + meta_bytes + float_key_bytes + 15) / 16 * 16;
     index_host_.reserve(packed_at + packed_bytes);
     float* q_host = index_host_.get<float>();
     auto* meta_host = reinterpret_cast<int64_t*>(q_host + qw_even);
-    auto* float_keys_host = reinterpret_cast<float*>(meta_host + 3 * T);
+    auto* float_keys_host = reinterpret_cast<float*>(meta_host + n_meta + n_keep_words);
     uint8_t* packed_host = index_host_.get<uint8_t>() + packed_at;
     // The arrays' copies on the host's threads (a 256-sequence decode step stages 256 of them per layer).
     host_->for_rows(int64_t(arrays.size()), [&](int64_t a0, int64_t a1) {
@@ -1344,14 +1384,27 @@ class CudaBackend final : public Backend {
       meta_host[2 * T + t] = arrays[size_t(key_arrays_.array_of(t))].first_row;
       at += p.n_keys;
     }
+    if (selecting) {
+      int64_t selected_at = 0, keep_at = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        const IndexSelectParams& sp = selects[size_t(t)];
+        meta_host[3 * T + t] = sp.n_select;
+        meta_host[4 * T + t] = selected_at;
+        meta_host[5 * T + t] = sp.masked ? int64_t(sp.keep_blocks.size()) : -1;
+        meta_host[6 * T + t] = keep_at;
+        if (sp.masked) std::copy(sp.keep_blocks.begin(), sp.keep_blocks.end(), meta_host + n_meta + keep_at);
+        selected_at += sp.n_select;
+        keep_at += sp.masked ? int64_t(sp.keep_blocks.size()) : 0;
+      }
+    }
     // Device: rows_ holds the keys as floats [n_rows, dim], then the packed section as staged.
     const size_t packed_dev_at = (size_t(n_rows * dim) * 4 + 15) / 16 * 16;
     x_.reserve(size_t(qw) * 4);
-    index_meta_.reserve(size_t(3 * T) * 8);
+    index_meta_.reserve(meta_bytes);
     rows_.reserve(packed_dev_at + packed_bytes);
-    out_.reserve(size_t(total) * 4);
+    out_.reserve(size_t(total + total_select) * 4);  // the scores, then the selections
     DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), q_host, size_t(qw) * 4, cudaMemcpyHostToDevice, stream_));
-    DI_CUDA_CHECK(cudaMemcpyAsync(index_meta_.get(), meta_host, size_t(3 * T) * 8, cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(index_meta_.get(), meta_host, meta_bytes, cudaMemcpyHostToDevice, stream_));
     if (float_key_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), float_keys_host, float_key_bytes, cudaMemcpyHostToDevice, stream_));
     uint8_t* packed_dev = rows_.get<uint8_t>() + packed_dev_at;
     if (packed_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(packed_dev, packed_host, packed_bytes, cudaMemcpyHostToDevice, stream_));
@@ -1378,6 +1431,35 @@ class CudaBackend final : public Backend {
     l.token_scores_at = index_meta_.get<int64_t>() + T;
     l.token_keys_at = index_meta_.get<int64_t>() + 2 * T;
     cuda::launch_index_scores(l, stream_);
+    if (selecting) {
+      const int64_t* meta = index_meta_.get<int64_t>();
+      auto* selected_dev = reinterpret_cast<int32_t*>(out_.get<float>() + total);
+      cuda::IndexSelectLaunch sl;
+      sl.scores = out_.get<float>();
+      sl.token_keys = meta;
+      sl.token_scores_at = meta + T;
+      sl.token_select = meta + 3 * T;
+      sl.token_selected_at = meta + 4 * T;
+      sl.keep_blocks = block_size ? meta + n_meta : nullptr;
+      sl.token_keep = meta + 5 * T;
+      sl.token_keep_at = meta + 6 * T;
+      sl.block_size = block_size;
+      sl.max_keys = max_keys;
+      sl.selected = selected_dev;
+      sl.n_tokens = T;
+      cuda::launch_index_select(sl, stream_);
+      out_host_.reserve(size_t(std::max<int64_t>(total_select, 1)) * 4);
+      if (total_select) {
+        DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), selected_dev, size_t(total_select) * 4, cudaMemcpyDeviceToHost, stream_));
+      }
+      DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      const auto* selected_host = out_host_.get<int32_t>();
+      for (const IndexSelectParams& sp : selects) {
+        std::copy(selected_host, selected_host + sp.n_select, sp.selected);
+        selected_host += sp.n_select;
+      }
+      return;
+    }
     out_host_.reserve(size_t(total) * 4);
     DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_.get(), size_t(total) * 4, cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -1640,6 +1722,7 @@ class CudaBackend final : public Backend {
   IndexKeyArrays key_arrays_;
   cuda::PinnedBuffer index_host_;
   SlotGather::PackedGroup key_group_;  // DEEPINFER_CUDA_KV=mirror: the packed keys (plan_key_upload)
+  std::vector<IndexScoreParams> select_scores_;  // index_select_batch(): its runs' scores
   PackedUpload key_upload_;
   DeviceBuffer index_meta_;
   // moe(): DEEPINFER_CUDA_MOE=device, the blocks it has set up (nullptr: one it declines), its scratch on the
@@ -1659,6 +1742,7 @@ class CudaBackend final : public Backend {
   std::map<GraphKey, CapturedGraph> graphs_by_key_;
   // linear_chain() and projection_chain(): DEEPINFER_CUDA_LINEAR_CHAIN=device, their device scratch and pinned staging.
   bool device_chain_ = false;
+  bool device_select_ = false;  // index_select_batch(): DEEPINFER_CUDA_INDEX_SELECT=device
   DeviceBuffer chain_scratch_;
   cuda::PinnedBuffer chain_host_;
   // projection_chain(): its second stage's launches and their descriptors (the first stage's are linears()'s).
@@ -1741,6 +1825,12 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   const std::optional<std::string> chain = env_choice("DEEPINFER_CUDA_LINEAR_CHAIN", {"host", "device"}, error);
   if (!chain) return nullptr;
   paths.device_chain = *chain == "device";
+  // DEEPINFER_CUDA_INDEX_SELECT: host (default: the index scores come back and the model selects) or device (the
+  // top-k selection on the device after the scores, only the selections coming back; Backend::index_select_batch,
+  // written without a GPU at hand).
+  const std::optional<std::string> select = env_choice("DEEPINFER_CUDA_INDEX_SELECT", {"host", "device"}, error);
+  if (!select) return nullptr;
+  paths.device_select = *select == "device";
   // DEEPINFER_CUDA_GRAPHS: on (default) or off: the device MoE's stream work replayed as CUDA graphs (written
   // without a GPU at hand; off runs the same operations one by one).
   const std::optional<std::string> graphs = env_choice("DEEPINFER_CUDA_GRAPHS", {"on", "off"}, error);

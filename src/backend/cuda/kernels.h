@@ -241,6 +241,29 @@ struct IndexScoreLaunch {
 };
 void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream);
 
+// The indexer's top-k selection (index_select_kernel.cu) on index_scores' output: token t's selected indices are
+// the token_select[t] keys of largest score among its token_keys[t], ties to the lower index, best first. Where
+// keep_blocks is set and token_keep[t] >= 0, keys outside the token's kept blocks (keys [b * block_size, (b + 1) *
+// block_size) for each listed b) score -inf (V4.1's candidate blocks).
+constexpr int64_t kIndexSelectMax = 2048;  // the most keys a token selects
+struct IndexSelectLaunch {
+  const float* scores = nullptr;             // bf16 values; token t's at scores + token_scores_at[t]
+  const int64_t* token_keys = nullptr;       // [n_tokens]
+  const int64_t* token_scores_at = nullptr;  // [n_tokens]
+  const int64_t* token_select = nullptr;     // [n_tokens], each <= token_keys[t] and <= kIndexSelectMax
+  const int64_t* token_selected_at = nullptr;  // [n_tokens]: token t's indices at selected + token_selected_at[t]
+  const int64_t* keep_blocks = nullptr;      // token t's [token_keep[t]] blocks at keep_blocks + token_keep_at[t]
+  const int64_t* token_keep = nullptr;       // [n_tokens] (< 0: no mask for t)
+  const int64_t* token_keep_at = nullptr;    // [n_tokens]
+  int64_t block_size = 0;
+  int64_t max_keys = 0;                      // the most keys a token has
+  int32_t* selected = nullptr;
+  int64_t n_tokens = 0;                      // at most 65535
+};
+// The kernel's dynamic shared memory (the kept blocks' bits): it must fit the device's opt-in limit.
+size_t index_select_shared_bytes(int64_t max_keys, int64_t block_size);
+void launch_index_select(const IndexSelectLaunch& p, cudaStream_t stream);
+
 // ---- The MoE of a block on the device (moe_kernels.cu; CudaBackend::moe, DEEPINFER_CUDA_MOE=device) ----
 // Each kernel computes what model/moe.cpp and model/ops.cpp compute on the host for the same step, bit for bit:
 // the double arithmetic goes through the _rn intrinsics (nvcc would otherwise contract a * b + c into one

@@ -1,0 +1,175 @@
+// The indexer's top-k selection on the device (spec I10; V4.1 steps 26-27), after index_scores: per query token,
+// the n_select keys of largest score, ties to the lower index, best first, where keys outside the token's kept
+// candidate blocks score -inf: the order the model's partial_sort gives on the host. One block per token. The
+// scores are bf16 values, so a key's order is its score's 16 high bits made monotonic (order_key); the block finds
+// the n_select-th largest of those by two 8-bit histogram passes, collects every key above it and the lowest-
+// indexed keys equal to it, and sorts those by (score, index) in shared memory (bitonic, at most kIndexSelectMax).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_launch.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+
+// 16 bits that order bf16 scores as floats compare them (larger score, larger key); -0 and +0 share one key, as
+// they compare equal. -inf is 0x007f.
+__device__ __forceinline__ uint32_t order_key(float score) {
+  uint32_t bits = __float_as_uint(score) >> 16;
+  if (bits == 0x8000u) bits = 0;
+  return (bits & 0x8000u) ? (~bits & 0xffffu) : (bits | 0x8000u);
+}
+
+// Among 256 bins counted from the top, the bin where the count reaches `want` (1 <= want <= the total), and how
+// many are in the bins above it. One thread.
+__device__ __forceinline__ void find_bin(const uint32_t* hist, int64_t want, uint32_t* bin, int64_t* above) {
+  int64_t seen = 0;
+  for (int b = 255; b >= 0; --b) {
+    if (seen + hist[b] >= want) {
+      *bin = uint32_t(b);
+      *above = seen;
+      return;
+    }
+    seen += hist[b];
+  }
+  *bin = 0;
+  *above = seen;
+}
+
+__global__ void __launch_bounds__(kThreads) index_select_kernel(const IndexSelectLaunch p) {
+  DI_DYNAMIC_SHARED(uint32_t, kept);  // [kept_words] bit b: candidate block b is kept
+  __shared__ uint32_t hist[256];
+  __shared__ uint64_t entries[kIndexSelectMax];  // (key << 32) | (0xffffffff - index)
+  __shared__ uint32_t tie_count[kThreads];
+  __shared__ uint32_t threshold, n_placed;
+  __shared__ int64_t n_above, ties_wanted;
+  const int64_t t = blockIdx.x, n = p.token_keys[t], k = p.token_select[t];
+  if (k == 0) return;
+  const float* scores = p.scores + p.token_scores_at[t];
+  const bool masked = p.keep_blocks && p.token_keep[t] >= 0;
+  const int64_t n_blocks = masked ? (n + p.block_size - 1) / p.block_size : 0, kept_words = (n_blocks + 31) / 32;
+  if (masked) {
+    for (int64_t w = threadIdx.x; w < kept_words; w += kThreads) kept[w] = 0;
+    __syncthreads();
+    const int64_t* keep = p.keep_blocks + p.token_keep_at[t];
+    for (int64_t i = threadIdx.x; i < p.token_keep[t]; i += kThreads) {
+      const int64_t b = keep[i];
+      if (b >= 0 && b < n_blocks) atomicOr(&kept[b / 32], 1u << (b % 32));
+    }
+  }
+  auto key_of = [&](int64_t j) {
+    if (masked && !((kept[(j / p.block_size) / 32] >> ((j / p.block_size) % 32)) & 1u)) return order_key(-INFINITY);
+    return order_key(scores[j]);
+  };
+  // The high byte of the k-th largest key, then its low byte.
+  for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) atomicAdd(&hist[key_of(j) >> 8], 1u);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t high = 0;
+    int64_t above = 0;
+    find_bin(hist, k, &high, &above);
+    threshold = high << 8;
+    n_above = above;
+  }
+  __syncthreads();
+  const uint32_t high = threshold >> 8;
+  const int64_t above_high = n_above;
+  __syncthreads();
+  for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) {
+    const uint32_t key = key_of(j);
+    if ((key >> 8) == high) atomicAdd(&hist[key & 255u], 1u);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t low = 0;
+    int64_t above = 0;
+    find_bin(hist, k - above_high, &low, &above);
+    threshold = (high << 8) | low;
+    n_above = above_high + above;
+    ties_wanted = k - n_above;
+    n_placed = 0;
+  }
+  __syncthreads();
+  // Keys above the threshold go anywhere in entries [0, n_above); of the keys equal to it the ties_wanted lowest
+  // indices, in index order, into [n_above, k). Each thread takes a contiguous range of indices, so that a block
+  // scan of its tie counts ranks the ties by index.
+  const uint32_t key_k = threshold;
+  const int64_t chunk = (n + kThreads - 1) / kThreads, j0 = min(n, threadIdx.x * chunk), j1 = min(n, j0 + chunk);
+  uint32_t ties = 0;
+  for (int64_t j = j0; j < j1; ++j) ties += key_of(j) == key_k;
+  tie_count[threadIdx.x] = ties;
+  __syncthreads();
+  if (threadIdx.x == 0) {  // exclusive prefix sums
+    uint32_t sum = 0;
+    for (int i = 0; i < kThreads; ++i) {
+      const uint32_t c = tie_count[i];
+      tie_count[i] = sum;
+      sum += c;
+    }
+  }
+  __syncthreads();
+  int64_t tie_rank = tie_count[threadIdx.x];
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint32_t key = key_of(j);
+    const uint64_t entry = (uint64_t(key) << 32) | (0xffffffffu - uint32_t(j));
+    if (key > key_k) {
+      entries[atomicAdd(&n_placed, 1u)] = entry;
+    } else if (key == key_k) {
+      if (tie_rank < ties_wanted) entries[n_above + tie_rank] = entry;
+      ++tie_rank;
+    }
+  }
+  // Sorted by (key, index) best first: a bitonic sort over the next power of two, padded with 0 (below any key).
+  int64_t size = 1;
+  while (size < k) size <<= 1;
+  for (int64_t i = k + threadIdx.x; i < size; i += kThreads) entries[i] = 0;
+  __syncthreads();
+  for (int64_t span = 2; span <= size; span <<= 1) {
+    for (int64_t stride = span / 2; stride > 0; stride >>= 1) {
+      for (int64_t i = threadIdx.x; i < size; i += kThreads) {
+        const int64_t partner = i ^ stride;
+        if (partner > i) {
+          const uint64_t a = entries[i], b = entries[partner];
+          const bool descending = (i & span) == 0;
+          if ((a < b) == descending) {
+            entries[i] = b;
+            entries[partner] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  int32_t* selected = p.selected + p.token_selected_at[t];
+  for (int64_t r = threadIdx.x; r < k; r += kThreads) selected[r] = int32_t(0xffffffffu - uint32_t(entries[r]));
+}
+
+}  // namespace
+
+size_t index_select_shared_bytes(int64_t max_keys, int64_t block_size) {
+  const int64_t n_blocks = block_size > 0 ? (max_keys + block_size - 1) / block_size : 0;
+  return size_t((n_blocks + 31) / 32) * 4;
+}
+
+void launch_index_select(const IndexSelectLaunch& p, cudaStream_t stream) {
+  if (p.n_tokens == 0) return;
+  DI_CHECK(p.n_tokens <= 65535 && p.max_keys < (int64_t(1) << 31));
+  const size_t smem = p.keep_blocks ? index_select_shared_bytes(p.max_keys, p.block_size) : 0;
+  if (smem > 16 * 1024) {  // beside ~19 KB of static shared memory
+    DI_CUDA_CHECK(cudaFuncSetAttribute(index_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  launch_kernel(index_select_kernel, dim3(unsigned(p.n_tokens)), kThreads, smem, stream, p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer::cuda
