@@ -354,7 +354,8 @@ Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running, bool spl
 }
 
 // n_tokens query tokens against the same keys in one launch (a prefill block's tokens of one chunk).
-Row time_index(int64_t H, int64_t dim, int64_t n_keys, int64_t n_tokens = 1) {
+// `packed`: the keys read as 68-byte e2m1 rows from an arena by slot (DEEPINFER_CUDA_KV=mirror), in reverse order.
+Row time_index(int64_t H, int64_t dim, int64_t n_keys, int64_t n_tokens = 1, bool packed = false) {
   std::mt19937 rng(3);
   DeviceBuffer q = upload_random_floats(size_t(n_tokens * H * dim), rng, 1.0f);
   DeviceBuffer w = upload_random_floats(size_t(n_tokens * H), rng, 0.1f);
@@ -362,12 +363,29 @@ Row time_index(int64_t H, int64_t dim, int64_t n_keys, int64_t n_tokens = 1) {
   DeviceBuffer out(size_t(n_tokens * n_keys) * 4);
   IndexScoreLaunch l{q.get<float>(), w.get<float>(), H, dim, keys.get<float>(), n_keys, out.get<float>()};
   l.n_tokens = n_tokens;
+  const int64_t row_bytes = dim / 2 + dim / 32;
+  std::vector<uint8_t> rows(size_t(n_keys * row_bytes));
+  for (int64_t r = 0; r < n_keys; ++r) {  // random codes, scales near 1
+    for (int64_t b = 0; b < row_bytes; ++b) rows[size_t(r * row_bytes + b)] = uint8_t(b < dim / 2 ? rng() : 125 + rng() % 5);
+  }
+  std::vector<int64_t> slots(static_cast<size_t>(n_keys));
+  for (int64_t r = 0; r < n_keys; ++r) slots[size_t(r)] = n_keys - 1 - r;
+  DeviceBuffer rows_dev(rows.size()), slots_dev(slots.size() * 8);
+  if (packed) {
+    DI_CUDA_CHECK(cudaMemcpy(rows_dev.get(), rows.data(), rows.size(), cudaMemcpyHostToDevice));
+    DI_CUDA_CHECK(cudaMemcpy(slots_dev.get(), slots.data(), slots.size() * 8, cudaMemcpyHostToDevice));
+    l.keys = nullptr;
+    l.packed_keys = rows_dev.get<uint8_t>();
+    l.key_slots = slots_dev.get<int64_t>();
+    l.key_row_bytes = row_bytes;
+    l.key_block = 32;
+  }
   const double ms = median_ms([&](int, cudaStream_t st) { launch_index_scores(l, st); });
-  const double bytes = double(n_keys * dim) * 4 + double(n_tokens * n_keys) * 4;
+  const double bytes = double(n_keys) * (packed ? double(row_bytes + 8) : double(dim * 4)) + double(n_tokens * n_keys) * 4;
   const double flops = 2.0 * double(n_tokens) * double(H) * double(n_keys) * double(dim);
   char name[160];
-  std::snprintf(name, sizeof(name), "index scores %lldh x %lld, %lld keys%s", (long long)H, (long long)dim, (long long)n_keys,
-                n_tokens > 1 ? (", " + std::to_string(n_tokens) + " tokens").c_str() : "");
+  std::snprintf(name, sizeof(name), "index scores %lldh x %lld, %lld keys%s%s", (long long)H, (long long)dim, (long long)n_keys,
+                packed ? " packed" : "", n_tokens > 1 ? (", " + std::to_string(n_tokens) + " tokens").c_str() : "");
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
 }
 
@@ -699,6 +717,8 @@ int run() {
   rows.push_back(time_index(64, 128, 1024));
   rows.push_back(time_index(64, 128, 4096));
   rows.push_back(time_index(64, 128, 1024, 64));  // a prefill block's 64 tokens in one launch
+  rows.push_back(time_index(64, 128, 4096, 1, true));  // the keys read packed from the mirror's arena
+  rows.push_back(time_index(64, 128, 4096));
   rows.push_back(time_index_select(4096, 512, 1, false));    // V4-Flash I10 at 16k tokens of context
   rows.push_back(time_index_select(65536, 512, 1, false));   // at 256k
   rows.push_back(time_index_select(65536, 512, 1, true));    // V4.1 with its candidate mask

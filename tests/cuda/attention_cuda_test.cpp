@@ -551,78 +551,84 @@ TEST(IndexScoresCuda, SeveralKeyArraysInOneBatchMatchSingleCalls) {
   }
 }
 
-// DEEPINFER_CUDA_KV=mirror for the index keys: two sequences' stamped key arrays (runs of 6 rows) and a float one
-// in one batch, scored three times: every key new; every key kept, with the packed arrays' host bytes zeroed under
-// the same stamps (which the model never does), so that only keys kept on the device give the first call's
-// scores; and with 20 keys appended to each packed array (new stamps, new bytes), whose scores must be those of
-// the same keys as floats. A budget too small for the keys (every key copied each call) gives the same bits.
+// DEEPINFER_CUDA_KV=mirror for the index keys: three sequences' stamped key arrays (runs of 6 rows) in one batch,
+// one of them as floats or not (with none, the kernel reads the keys packed from the arena), scored three times:
+// every key new; every key kept, with the packed arrays' host bytes zeroed under the same stamps (which the model
+// never does), so that only keys kept on the device give the first call's scores; and with 20 keys appended to
+// each packed array (new stamps, new bytes), whose scores must be those of the same keys as floats. A budget too
+// small for the keys (every key copied each call) gives the same bits.
+void expect_mirrored_keys_kept(bool with_floats, const char* budget_gb) {
+  SCOPED_TRACE(std::string("DEEPINFER_CUDA_KV_MIRROR_GB=") + budget_gb + (with_floats ? ", a float array" : ", all packed"));
+  const ScopedCudaPaths paths("mma", "fused", "mirror");
+  setenv("DEEPINFER_CUDA_KV_MIRROR_GB", budget_gb, 1);
+  DI_MAKE_CUDA_BACKEND(gpu);
+  unsetenv("DEEPINFER_CUDA_KV_MIRROR_GB");
+  const bool kept = std::string(budget_gb) == "2";
+  std::mt19937 rng(53);
+  const int64_t H = 16, dim = 128, n_arrays = 3, n_first = 90, n_all = 110;
+  const KvRowFormat format = kv_row_format(KvRowKind::kFp4Key, dim);
+  uint64_t next_stamp = 1000;
+  std::vector<std::vector<float>> keys(n_arrays);
+  std::vector<std::vector<uint8_t>> packed(n_arrays);
+  std::vector<std::vector<uint64_t>> stamps(n_arrays);
+  std::vector<std::vector<PackedRowRun>> runs(n_arrays);
+  for (int64_t a = 0; a < n_arrays; ++a) {
+    keys[size_t(a)] = random_bf16_values(rng, n_all * dim, 1.0f);
+    packed[size_t(a)].resize(size_t(n_all * format.row_bytes));
+    for (int64_t j = 0; j < n_all; ++j) {
+      float* key = &keys[size_t(a)][size_t(j * dim)];
+      uint8_t* row = &packed[size_t(a)][size_t(j * format.row_bytes)];
+      qdq_fp4(key, dim, 32);
+      ASSERT_TRUE(pack_kv_row(format, key, row));
+      unpack_kv_row(format, row, key);
+      stamps[size_t(a)].push_back(next_stamp++);
+    }
+    for (int64_t j = 0; j < n_all; j += 6) {
+      runs[size_t(a)].push_back({&packed[size_t(a)][size_t(j * format.row_bytes)], std::min<int64_t>(6, n_all - j),
+                                 &stamps[size_t(a)][size_t(j)]});
+    }
+  }
+  const int64_t T = 5;  // token t reads array t % 3
+  const int64_t n_packed = with_floats ? 2 : 3;  // arrays [0, n_packed) go packed
+  const std::vector<float> q = fp4_grid_values(rng, T * H * dim), w = random_bf16_values(rng, T * H, 0.125f);
+  auto score = [&](int64_t n_keys, bool packed_keys, std::vector<std::vector<float>>& out) {
+    std::vector<IndexScoreParams> batch;
+    out.assign(size_t(T), {});
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t a = t % n_arrays, n = n_keys - t;
+      out[size_t(t)].assign(size_t(n), -7.0f);
+      IndexScoreParams p{&q[size_t(t * H * dim)], &w[size_t(t * H)], H, dim, keys[size_t(a)].data(), n, out[size_t(t)].data()};
+      if (packed_keys && a < n_packed) {
+        p.keys = nullptr;
+        p.key_format = &format;
+        p.key_runs = runs[size_t(a)];
+      }
+      batch.push_back(p);
+    }
+    gpu->index_scores_batch(batch);
+  };
+  std::vector<std::vector<float>> want, got;
+  score(n_first, false, want);
+  score(n_first, true, got);
+  EXPECT_EQ(want, got) << "every key new";
+  const std::vector<std::vector<uint8_t>> saved = packed;
+  for (int64_t a = 0; a < n_packed; ++a) std::fill(packed[size_t(a)].begin(), packed[size_t(a)].end(), uint8_t(0));
+  score(n_first, true, got);
+  if (kept) {
+    EXPECT_EQ(want, got) << "every key kept: the zeroed host bytes must not be read";
+  } else {
+    EXPECT_NE(want, got) << "a mirror too small for the keys copies them every call";
+  }
+  for (int64_t a = 0; a < n_packed; ++a) std::copy(saved[size_t(a)].begin(), saved[size_t(a)].end(), packed[size_t(a)].begin());
+  score(n_all, false, want);
+  score(n_all, true, got);
+  EXPECT_EQ(want, got) << "20 keys appended to each packed array";
+}
+
 TEST(IndexScoresCuda, MirroredKeysAreKeptAcrossCalls) {
   DI_SKIP_WITHOUT_CUDA();
-  for (const char* budget_gb : {"2", "0.000001"}) {
-    SCOPED_TRACE(std::string("DEEPINFER_CUDA_KV_MIRROR_GB=") + budget_gb);
-    const ScopedCudaPaths paths("mma", "fused", "mirror");
-    setenv("DEEPINFER_CUDA_KV_MIRROR_GB", budget_gb, 1);
-    DI_MAKE_CUDA_BACKEND(gpu);
-    unsetenv("DEEPINFER_CUDA_KV_MIRROR_GB");
-    const bool kept = std::string(budget_gb) == "2";
-    std::mt19937 rng(53);
-    const int64_t H = 16, dim = 128, n_arrays = 3, n_first = 90, n_all = 110;
-    const KvRowFormat format = kv_row_format(KvRowKind::kFp4Key, dim);
-    uint64_t next_stamp = 1000;
-    std::vector<std::vector<float>> keys(n_arrays);
-    std::vector<std::vector<uint8_t>> packed(n_arrays);
-    std::vector<std::vector<uint64_t>> stamps(n_arrays);
-    std::vector<std::vector<PackedRowRun>> runs(n_arrays);
-    for (int64_t a = 0; a < n_arrays; ++a) {
-      keys[size_t(a)] = random_bf16_values(rng, n_all * dim, 1.0f);
-      packed[size_t(a)].resize(size_t(n_all * format.row_bytes));
-      for (int64_t j = 0; j < n_all; ++j) {
-        float* key = &keys[size_t(a)][size_t(j * dim)];
-        uint8_t* row = &packed[size_t(a)][size_t(j * format.row_bytes)];
-        qdq_fp4(key, dim, 32);
-        ASSERT_TRUE(pack_kv_row(format, key, row));
-        unpack_kv_row(format, row, key);
-        stamps[size_t(a)].push_back(next_stamp++);
-      }
-      for (int64_t j = 0; j < n_all; j += 6) {
-        runs[size_t(a)].push_back({&packed[size_t(a)][size_t(j * format.row_bytes)], std::min<int64_t>(6, n_all - j),
-                                   &stamps[size_t(a)][size_t(j)]});
-      }
-    }
-    const int64_t T = 5;  // token t reads array t % 3 (array 2 as floats)
-    const std::vector<float> q = fp4_grid_values(rng, T * H * dim), w = random_bf16_values(rng, T * H, 0.125f);
-    auto score = [&](int64_t n_keys, bool packed_keys, std::vector<std::vector<float>>& out) {
-      std::vector<IndexScoreParams> batch;
-      out.assign(size_t(T), {});
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t a = t % n_arrays, n = n_keys - t;
-        out[size_t(t)].assign(size_t(n), -7.0f);
-        IndexScoreParams p{&q[size_t(t * H * dim)], &w[size_t(t * H)], H, dim, keys[size_t(a)].data(), n, out[size_t(t)].data()};
-        if (packed_keys && a < 2) {
-          p.keys = nullptr;
-          p.key_format = &format;
-          p.key_runs = runs[size_t(a)];
-        }
-        batch.push_back(p);
-      }
-      gpu->index_scores_batch(batch);
-    };
-    std::vector<std::vector<float>> want, got;
-    score(n_first, false, want);
-    score(n_first, true, got);
-    EXPECT_EQ(want, got) << "every key new";
-    const std::vector<std::vector<uint8_t>> saved = packed;
-    for (int64_t a = 0; a < 2; ++a) std::fill(packed[size_t(a)].begin(), packed[size_t(a)].end(), uint8_t(0));
-    score(n_first, true, got);
-    if (kept) {
-      EXPECT_EQ(want, got) << "every key kept: the zeroed host bytes must not be read";
-    } else {
-      EXPECT_NE(want, got) << "a mirror too small for the keys copies them every call";
-    }
-    for (int64_t a = 0; a < 2; ++a) std::copy(saved[size_t(a)].begin(), saved[size_t(a)].end(), packed[size_t(a)].begin());
-    score(n_all, false, want);
-    score(n_all, true, got);
-    EXPECT_EQ(want, got) << "20 keys appended to each packed array";
+  for (const bool with_floats : {true, false}) {
+    for (const char* budget_gb : {"2", "0.000001"}) expect_mirrored_keys_kept(with_floats, budget_gb);
   }
 }
 

@@ -305,17 +305,32 @@ void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cuda
   });
 }
 
+size_t index_scores_shared_bytes(int64_t n_heads, int64_t dim, bool packed_keys) {
+  return size_t(n_heads * (dim + 1) + (packed_keys ? 32 * dim : 0)) * sizeof(float);
+}
 void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] {
+    std::vector<float> decoded;  // packed keys: the token's, as unpack_kv_row gives them
     for (int64_t t = 0; t < p.n_tokens; ++t) {
       IndexScoreParams s;
       s.q = p.q + t * p.n_heads * p.dim;
       s.weights = p.weights + t * p.n_heads;
       s.n_heads = p.n_heads;
       s.dim = p.dim;
-      s.keys = p.keys + (p.token_keys_at ? p.token_keys_at[t] : 0) * p.dim;
+      const int64_t first_row = p.token_keys_at ? p.token_keys_at[t] : 0;
       s.n_keys = p.token_keys ? p.token_keys[t] : p.n_keys;
       DI_CHECK_MSG(s.n_keys <= p.n_keys, "an index-score token reads more keys than the launch's n_keys");
+      if (p.key_slots) {
+        const KvRowFormat f = kv_row_format(KvRowKind::kFp4Key, p.dim);
+        DI_CHECK_MSG(f.row_bytes == p.key_row_bytes && f.block == p.key_block, "index scores: packed keys of another format");
+        decoded.resize(size_t(s.n_keys * p.dim));
+        for (int64_t j = 0; j < s.n_keys; ++j) {
+          unpack_kv_row(f, p.packed_keys + p.key_slots[first_row + j] * p.key_row_bytes, &decoded[size_t(j * p.dim)]);
+        }
+        s.keys = decoded.data();
+      } else {
+        s.keys = p.keys + first_row * p.dim;
+      }
       s.scores = p.scores + (p.token_scores_at ? p.token_scores_at[t] : t * p.n_keys);
       device_ops().index_scores(s);
     }

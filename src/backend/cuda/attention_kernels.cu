@@ -238,10 +238,12 @@ __global__ void __launch_bounds__(kThreads) attention_pv_kernel(const AttentionL
 // Grid: (blocks of 32 keys, query tokens). One warp per kIndexKeysPerWarp keys, their dot products
 // interleaved (independent FMA chains); lane l takes heads l, l + 32, .... q sits in shared memory with a padded pitch (dim + 1) so the lanes' different
 // heads fall in different banks; it is staged with 8 loads in flight per thread, once per 32 keys. Each
-// key's sum is the same whatever keys share its warp.
+// key's sum is the same whatever keys share its warp. kPacked: the keys are read packed (key_slots), each warp
+// decoding its keys into shared memory first, the values launch_unpack_rows would write, so the sums are the same.
 constexpr int kIndexKeysPerWarp = 4;
 constexpr int kIndexKeysPerBlock = kIndexKeysPerWarp * kThreads / 32;
 
+template <bool kPacked>
 __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScoreLaunch p) {
   DI_DYNAMIC_SHARED(float, q_s);
   const int64_t t = blockIdx.y;
@@ -268,10 +270,25 @@ __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScore
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t j0 = int64_t(blockIdx.x) * kIndexKeysPerBlock + int64_t(warp) * kIndexKeysPerWarp;
   if (j0 >= n_keys) return;
-  const float* keys = p.keys + (p.token_keys_at ? p.token_keys_at[t] : 0) * p.dim;  // this token's key rows
+  const int64_t first_row = p.token_keys_at ? p.token_keys_at[t] : 0;  // this token's key rows
   const float* key[kIndexKeysPerWarp];
+  if constexpr (kPacked) {  // the warp's keys decoded behind q
+    float* k_s = q_s + p.n_heads * pitch + warp * kIndexKeysPerWarp * dim;
+    const int64_t n_coded = (dim + 1) / 2;
+    for (int i = lane; i < kIndexKeysPerWarp * dim; i += 32) {
+      const int u = i / dim, d = i % dim;
+      const int64_t j = j0 + u < n_keys ? j0 + u : j0;  // past the end: a repeat, not stored
+      const uint8_t* row = p.packed_keys + p.key_slots[first_row + j] * p.key_row_bytes;
+      k_s[i] = e2m1_value((row[d / 2] >> (4 * (d & 1))) & 0xfu) * e8m0_value(row[n_coded + d / p.key_block]);
+    }
+    __syncwarp();
 #pragma unroll
-  for (int u = 0; u < kIndexKeysPerWarp; ++u) key[u] = keys + (j0 + u < n_keys ? j0 + u : j0) * p.dim;  // past the end: a repeat, not stored
+    for (int u = 0; u < kIndexKeysPerWarp; ++u) key[u] = k_s + u * dim;
+  } else {
+    const float* keys = p.keys + first_row * p.dim;
+#pragma unroll
+    for (int u = 0; u < kIndexKeysPerWarp; ++u) key[u] = keys + (j0 + u < n_keys ? j0 + u : j0) * p.dim;  // past the end: a repeat, not stored
+  }
   float total[kIndexKeysPerWarp] = {};
   for (int h = lane; h < p.n_heads; h += 32) {
     const float* qh = q_s + h * pitch;
@@ -279,7 +296,13 @@ __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScore
     for (int d = 0; d < dim; ++d) {
       const float qd = qh[d];
 #pragma unroll
-      for (int u = 0; u < kIndexKeysPerWarp; ++u) dot[u] = __fmaf_rn(qd, __ldg(key[u] + d), dot[u]);
+      for (int u = 0; u < kIndexKeysPerWarp; ++u) {
+        if constexpr (kPacked) {
+          dot[u] = __fmaf_rn(qd, key[u][d], dot[u]);
+        } else {
+          dot[u] = __fmaf_rn(qd, __ldg(key[u] + d), dot[u]);
+        }
+      }
     }
     const float w = weights[h];
 #pragma unroll
@@ -331,16 +354,21 @@ void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cuda
   DI_CUDA_CHECK_LAUNCH();
 }
 
+size_t index_scores_shared_bytes(int64_t n_heads, int64_t dim, bool packed_keys) {
+  return size_t(n_heads * (dim + 1) + (packed_keys ? kIndexKeysPerBlock * dim : 0)) * sizeof(float);
+}
+
 void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream) {
   if (p.n_keys == 0) return;
-  const size_t smem = size_t(p.n_heads * (p.dim + 1)) * sizeof(float);
-  if (smem > 48 * 1024) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(index_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  }
+  const bool packed = p.key_slots != nullptr;
+  const size_t smem = index_scores_shared_bytes(p.n_heads, p.dim, packed);
+  auto* kernel = packed ? index_scores_kernel<true> : index_scores_kernel<false>;
+  if (smem > 48 * 1024) DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   DI_CHECK_MSG(p.n_heads * p.dim < (int64_t(1) << 31), "index scores: q too large");
   DI_CHECK(p.n_tokens > 0 && p.n_tokens <= 65535);
+  DI_CHECK(!packed || (p.packed_keys && p.key_row_bytes > 0 && p.key_block > 0));
   const unsigned key_blocks = unsigned((p.n_keys + kIndexKeysPerBlock - 1) / kIndexKeysPerBlock);
-  launch_kernel(index_scores_kernel, dim3(key_blocks, unsigned(p.n_tokens)), kThreads, smem, stream, p);
+  launch_kernel(kernel, dim3(key_blocks, unsigned(p.n_tokens)), kThreads, smem, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 

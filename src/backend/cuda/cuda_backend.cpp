@@ -1398,7 +1398,12 @@ class CudaBackend final : public Backend {
       }
     }
     // Device: rows_ holds the keys as floats [n_rows, dim], then the packed section as staged.
-    const size_t packed_dev_at = (size_t(n_rows * dim) * 4 + 15) / 16 * 16;
+    // Mirrored keys of the index-key format, and no float keys: the kernel reads them packed from the arena, with
+    // no float copy of every key each call.
+    const bool read_packed = mirrored && n_float_rows == 0 && key_group_.format.kind == KvRowKind::kFp4Key &&
+                             key_group_.format.n_values == dim &&
+                             cuda::index_scores_shared_bytes(H, dim, true) <= max_shared_bytes_;
+    const size_t packed_dev_at = read_packed ? 0 : (size_t(n_rows * dim) * 4 + 15) / 16 * 16;
     x_.reserve(size_t(qw) * 4);
     index_meta_.reserve(meta_bytes);
     rows_.reserve(packed_dev_at + packed_bytes);
@@ -1408,15 +1413,25 @@ class CudaBackend final : public Backend {
     if (float_key_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), float_keys_host, float_key_bytes, cudaMemcpyHostToDevice, stream_));
     uint8_t* packed_dev = rows_.get<uint8_t>() + packed_dev_at;
     if (packed_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(packed_dev, packed_host, packed_bytes, cudaMemcpyHostToDevice, stream_));
+    cuda::IndexScoreLaunch l{x_.get<float>(), x_.get<float>() + T * H * dim, H, dim, rows_.get<float>(), max_keys, out_.get<float>()};
     if (mirrored) {
-      // The rows the arena lacked into their slots, then every packed key decoded from its slot, behind the floats.
+      // The rows the arena lacked into their slots; then the kernel reads every key from its slot, or every key is
+      // decoded from its slot behind the floats.
       const int64_t n = int64_t(key_group_.rows.size());
       const auto* slots_dev = reinterpret_cast<const int64_t*>(packed_dev + staged_bytes);
       uint8_t* arena = key_upload_.arena->bytes.get<uint8_t>();
       cuda::launch_scatter_rows(packed_dev, int64_t(key_upload_.staged.size()), row_bytes, slots_dev + n, arena, stream_);
-      cuda::UnpackRowsLaunch l = unpack_launch(key_group_.format, arena, n, rows_.get<float>() + n_float_rows * dim);
-      l.row_slots = slots_dev;
-      cuda::launch_unpack_rows(l, stream_);
+      if (read_packed) {
+        l.keys = nullptr;
+        l.packed_keys = arena;
+        l.key_slots = slots_dev;
+        l.key_row_bytes = row_bytes;
+        l.key_block = key_group_.format.block;
+      } else {
+        cuda::UnpackRowsLaunch u = unpack_launch(key_group_.format, arena, n, rows_.get<float>() + n_float_rows * dim);
+        u.row_slots = slots_dev;
+        cuda::launch_unpack_rows(u, stream_);
+      }
     } else {
       for (const IndexKeyArrays::Array& a : arrays) {
         if (a.format && a.n_keys) {
@@ -1425,7 +1440,6 @@ class CudaBackend final : public Backend {
         }
       }
     }
-    cuda::IndexScoreLaunch l{x_.get<float>(), x_.get<float>() + T * H * dim, H, dim, rows_.get<float>(), max_keys, out_.get<float>()};
     l.n_tokens = T;
     l.token_keys = index_meta_.get<int64_t>();
     l.token_scores_at = index_meta_.get<int64_t>() + T;

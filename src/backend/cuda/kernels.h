@@ -238,7 +238,15 @@ struct IndexScoreLaunch {
   const int64_t* token_keys = nullptr;       // [n_tokens] (nullptr: n_keys each)
   const int64_t* token_scores_at = nullptr;  // [n_tokens] (nullptr: t * n_keys)
   const int64_t* token_keys_at = nullptr;    // [n_tokens] (nullptr: every token's keys start at row 0)
+  // Keys read packed instead (where key_slots is set; keys is then unused): key row r is the e2m1 row at
+  // packed_keys + key_slots[r] * key_row_bytes (PackedRowKind::kE2m1E8m0Scales, one e8m0 scale per key_block values),
+  // decoded as launch_unpack_rows decodes it.
+  const uint8_t* packed_keys = nullptr;
+  const int64_t* key_slots = nullptr;
+  int64_t key_row_bytes = 0, key_block = 0;
 };
+// Its dynamic shared memory (q, and the warps' decoded keys where packed): it must fit the device's opt-in limit.
+size_t index_scores_shared_bytes(int64_t n_heads, int64_t dim, bool packed_keys);
 void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream);
 
 // The indexer's top-k selection (index_select_kernel.cu) on index_scores' output: token t's selected indices are
