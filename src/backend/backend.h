@@ -111,12 +111,12 @@ struct IndexScoreParams {
 // with `masked` the keys outside keep_blocks' blocks (block b: keys [b * block_size, (b + 1) * block_size)) first
 // score -inf.
 struct IndexSelectParams {
-  IndexScoreParams score;                // score.scores is not written
-  int64_t n_select = 0;                  // <= score.n_keys
+  IndexScoreParams score;                     // score.scores is not written
+  int64_t n_select = 0;                       // <= score.n_keys
   bool masked = false;
   std::span<const int64_t> keep_blocks = {};  // with masked: the kept blocks (V4.1's candidates)
   int64_t block_size = 0;
-  int64_t* selected = nullptr;           // [n_select]
+  int64_t* selected = nullptr;                // [n_select]
 };
 
 // The MoE of one block (spec M1-M8) exactly as model/moe.cpp computes it, for a backend that runs it whole
@@ -215,7 +215,7 @@ struct MhcProjectionParams {
 // and ffn.side.h_out may be attention.h (a block's two stream buffers take turns).
 struct BlockTailParams {
   LinearChainParams output;
-  MhcSideParams attention;                // h, n_tokens, dim and h_out are read; its weights and pre_out are not
+  MhcSideParams attention;                  // h, n_tokens, dim and h_out are read; its weights and pre_out are not
   const float* attention_coeffs = nullptr;  // [n_tokens, 24]: the attention side's coefficients (HcCoefficients)
   MoeSideParams ffn;
 };

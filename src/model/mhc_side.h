@@ -50,6 +50,8 @@ class MhcFront {
 class MhcBack {
  public:
   MhcBack(std::vector<float>& out, int64_t n_tokens, int64_t dim) : out_(out), n_tokens_(n_tokens), dim_(dim) {}
+  MhcBack(const MhcBack&) = delete;  // the kept chain's first points into first_
+  MhcBack& operator=(const MhcBack&) = delete;
   // The sub-block's output [n_tokens, dim]: its values only once the output chain (if any) has run.
   std::vector<float>& out() { return out_; }
   // The chain whose second op writes out() whole, kept (its ops copied) for the side to run. Every array it reads

@@ -288,8 +288,9 @@ class CudaBackend final : public Backend {
   // DEEPINFER_CUDA_INDEX_SELECT=device: the scores as index_scores_batch computes them, then each token's top-k
   // selection on the device (index_select_kernel.cu: exact, as the model's partial_sort orders them), and only the
   // selections back: n_select indices a token where the scores are one float per key of its context (at 64k
-  // tokens, 16k keys a ratio-4 layer), and no selection left on the host. Declines for more than kIndexSelectMax
-  // keys a token, and where the kept blocks' bits would not fit the device's shared memory.
+  // tokens, 16k keys a ratio-4 layer), and no selection left on the host. Declines where a token selects more
+  // than kIndexSelectMax keys, and where the kept blocks' bits would not fit the device's shared memory beside the
+  // kernel's ~19.5 KB of static shared memory.
   bool index_select_batch(std::span<const IndexSelectParams> ps) override {
     if (!device_select_ || ps.empty()) return false;
     int64_t max_keys = 0, block_size = 0;
@@ -1397,9 +1398,9 @@ class CudaBackend final : public Backend {
         keep_at += sp.masked ? int64_t(sp.keep_blocks.size()) : 0;
       }
     }
-    // Device: rows_ holds the keys as floats [n_rows, dim], then the packed section as staged.
     // Mirrored keys of the index-key format, and no float keys: the kernel reads them packed from the arena, with
-    // no float copy of every key each call.
+    // no float copy of every key each call. Device: rows_ holds the keys as floats [n_rows, dim] (none where the
+    // kernel reads them packed), then the packed section as staged.
     const bool read_packed = mirrored && n_float_rows == 0 && key_group_.format.kind == KvRowKind::kFp4Key &&
                              key_group_.format.n_values == dim &&
                              cuda::index_scores_shared_bytes(H, dim, true) <= max_shared_bytes_;
