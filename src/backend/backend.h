@@ -109,7 +109,9 @@ struct IndexScoreParams {
 // An indexer query's top-k selection from its scores (spec I10; V4.1 steps 26-27): the n_select best of the
 // query's keys, larger score first and ties to the lower index, best first (the model's partial_sort), where
 // with `masked` the keys outside keep_blocks' blocks (block b: keys [b * block_size, (b + 1) * block_size)) first
-// score -inf.
+// score -inf. With candidates set (V4.1's candidate source, step 25; not masked): also the n_candidates best blocks
+// of block_size keys by their largest score, the newest block (with the last key) scoring +inf, best first in the
+// same order.
 struct IndexSelectParams {
   IndexScoreParams score;                     // score.scores is not written
   int64_t n_select = 0;                       // <= score.n_keys
@@ -117,6 +119,8 @@ struct IndexSelectParams {
   std::span<const int64_t> keep_blocks = {};  // with masked: the kept blocks (V4.1's candidates)
   int64_t block_size = 0;
   int64_t* selected = nullptr;                // [n_select]
+  int64_t n_candidates = 0;                   // <= the blocks
+  int64_t* candidates = nullptr;              // [n_candidates] or nullptr
 };
 
 // The MoE of one block (spec M1-M8) exactly as model/moe.cpp computes it, for a backend that runs it whole

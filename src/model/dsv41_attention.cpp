@@ -308,25 +308,27 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
         score_queries[size_t(t - b0)] = {&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], &keys.row_format, &keys.rows, &keys,
                                          n_visible, scores.data() + score_begin[size_t(t - b0)]};
       }
-      // Steps 26-27 with the scores where the backend selects (every layer but the candidate source, whose step 25
-      // needs the scores themselves): the same masked top-k the loop below makes, sorted here.
-      const bool masked = uses_candidates && scratch.have_candidates;
-      bool selected_on_backend = false;
-      if (is_candidate_source) {
-        index_keys.score(*backend_, score_queries, IH, ID);
-      } else {
-        for (int64_t t = b0; t < b1; ++t) {
-          IndexQuery& q = score_queries[size_t(t - b0)];
-          std::vector<int64_t>& sel = scratch.selection[size_t(t)];
-          sel.resize(size_t(std::min({int64_t(c.index_topk), batch.layout_tokens[size_t(t)] / ratio, q.n_keys})));
-          q.n_select = int64_t(sel.size());
-          q.selected = sel.data();
-          q.masked = masked;
-          q.keep_blocks = masked ? std::span<const int64_t>(scratch.candidates[size_t(t)]) : std::span<const int64_t>();
-          q.block_size = c.candidate_block_size;
+      // Steps 25-27 with the scores where the backend selects: the candidate source's blocks, or the mask of the
+      // candidates, and the top-k, as the loop below makes them (the top-k sorted here).
+      const bool masked = uses_candidates && scratch.have_candidates && !is_candidate_source;
+      for (int64_t t = b0; t < b1; ++t) {
+        IndexQuery& q = score_queries[size_t(t - b0)];
+        std::vector<int64_t>& sel = scratch.selection[size_t(t)];
+        sel.resize(size_t(std::min({int64_t(c.index_topk), batch.layout_tokens[size_t(t)] / ratio, q.n_keys})));
+        q.n_select = int64_t(sel.size());
+        q.selected = sel.data();
+        q.masked = masked;
+        q.keep_blocks = masked ? std::span<const int64_t>(scratch.candidates[size_t(t)]) : std::span<const int64_t>();
+        q.block_size = c.candidate_block_size;
+        if (is_candidate_source) {
+          std::vector<int64_t>& candidates = scratch.candidates[size_t(t)];
+          const int64_t n_blocks = (q.n_keys + c.candidate_block_size - 1) / c.candidate_block_size;
+          candidates.resize(size_t(std::min<int64_t>(c.candidate_topk_blocks, n_blocks)));
+          q.n_candidates = int64_t(candidates.size());
+          q.candidates = candidates.data();
         }
-        selected_on_backend = index_keys.select(*backend_, score_queries, IH, ID);
       }
+      const bool selected_on_backend = index_keys.select(*backend_, score_queries, IH, ID);
       if (selected_on_backend) {
         backend_->for_rows(b1 - b0, [&](int64_t i0, int64_t i1) {
           for (int64_t t = b0 + i0; t < b0 + i1; ++t) {

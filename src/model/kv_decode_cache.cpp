@@ -128,7 +128,7 @@ bool IndexKeySet::select(Backend& backend, std::span<const IndexQuery> queries, 
   size_t op = 0;
   for (const IndexQuery& q : queries) {
     if (q.n_keys == 0) continue;
-    selects_.push_back({ops_[op++], q.n_select, q.masked, q.keep_blocks, q.block_size, q.selected});
+    selects_.push_back({ops_[op++], q.n_select, q.masked, q.keep_blocks, q.block_size, q.selected, q.n_candidates, q.candidates});
   }
   if (backend.index_select_batch(selects_)) return true;
   backend.index_scores_batch(ops_);

@@ -125,6 +125,8 @@ struct IndexQuery {
   std::span<const int64_t> keep_blocks = {};
   int64_t block_size = 0;
   int64_t* selected = nullptr;  // [n_select]
+  int64_t n_candidates = 0;
+  int64_t* candidates = nullptr;  // [n_candidates] or nullptr
 };
 
 // The index keys that a block of query tokens scores against, for one index_scores_batch over the whole block

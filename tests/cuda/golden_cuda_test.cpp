@@ -246,8 +246,8 @@ TEST(GoldenCudaBlockTail, EqualsTheModelStepsBitForBit) {
                    });
 }
 
-// DEEPINFER_CUDA_INDEX_SELECT=device end to end: each ratio-4 layer's top-k selection made on the device after the
-// index scores (V4's I10; V4.1's steps 26-27 with the candidate blocks' mask, but at the candidate source) is the
+// DEEPINFER_CUDA_INDEX_SELECT=device end to end: each index source's top-k selection made on the device after the
+// index scores (V4's I10; V4.1's steps 25-27: the candidate source's blocks, the other layers' mask of them) is the
 // model's own selection, so the logits (main, MTP, DSpark) equal the host selection's bit for bit.
 TEST(GoldenCudaIndexSelect, EqualsTheHostSelectionBitForBit) {
   DI_SKIP_WITHOUT_CUDA();

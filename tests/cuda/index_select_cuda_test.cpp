@@ -3,7 +3,8 @@
 // partial-sorted on the host as model/dsv4_attention.cpp and dsv41_attention.cpp do it. The selection is exact, so
 // the indices must be the same, in the same order. The keys repeat a few distinct rows, so that many scores tie
 // (ties go to the lower index), and some tokens keep only a few candidate blocks (the others score -inf, and when
-// too few keys are left the -inf keys are taken lowest index first).
+// too few keys are left the -inf keys are taken lowest index first); some tokens are a candidate source's, whose
+// best blocks come back too (V4.1's step 25).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,9 +39,20 @@ std::vector<int64_t> host_selection(std::vector<float> scores, int64_t n_select,
   return order;
 }
 
+// V4.1's candidate source (step 25) on the host: the n_candidates best blocks by their largest score, the
+// newest block first of all, best first.
+std::vector<int64_t> host_candidates(const std::vector<float>& scores, int64_t n_candidates, int64_t block_size) {
+  const int64_t n = int64_t(scores.size()), n_blocks = (n + block_size - 1) / block_size;
+  std::vector<float> block_score(static_cast<size_t>(n_blocks), -INFINITY);
+  for (int64_t j = 0; j < n; ++j) block_score[size_t(j / block_size)] = std::max(block_score[size_t(j / block_size)], scores[size_t(j)]);
+  block_score[size_t(n_blocks - 1)] = INFINITY;
+  return host_selection(block_score, n_candidates, false, {}, 1);
+}
+
 struct SelectCase {
   int64_t n_keys, n_select;
   bool masked;
+  int64_t n_candidates = -1;  // >= 0: a candidate source's token
 };
 
 // Tokens scoring against one key array of `n_rows` rows drawn from `n_distinct` distinct ones, each token with
@@ -57,7 +69,7 @@ void expect_device_selection_is_the_models(Backend& gpu, const std::vector<Selec
   }
   const std::vector<float> q = random_bf16_values(rng, T * H * dim, 1.0f), w = random_bf16_values(rng, T * H, 0.25f);
   std::vector<std::vector<float>> scores(static_cast<size_t>(T));
-  std::vector<std::vector<int64_t>> keep(static_cast<size_t>(T)), got(static_cast<size_t>(T));
+  std::vector<std::vector<int64_t>> keep(static_cast<size_t>(T)), got(static_cast<size_t>(T)), got_candidates(static_cast<size_t>(T));
   std::vector<IndexScoreParams> score_ops;
   std::vector<IndexSelectParams> select_ops;
   for (int64_t t = 0; t < T; ++t) {
@@ -72,6 +84,11 @@ void expect_device_selection_is_the_models(Backend& gpu, const std::vector<Selec
     const IndexScoreParams p{&q[size_t(t * H * dim)], &w[size_t(t * H)], H, dim, keys.data(), c.n_keys, scores[size_t(t)].data()};
     score_ops.push_back(p);
     select_ops.push_back({p, c.n_select, c.masked, keep[size_t(t)], block_size, got[size_t(t)].data()});
+    if (c.n_candidates >= 0) {
+      got_candidates[size_t(t)].assign(size_t(c.n_candidates), -1);
+      select_ops.back().n_candidates = c.n_candidates;
+      select_ops.back().candidates = got_candidates[size_t(t)].data();
+    }
   }
   gpu.index_scores_batch(score_ops);
   ASSERT_TRUE(gpu.index_select_batch(select_ops)) << "the device declined a selection it can make";
@@ -81,6 +98,9 @@ void expect_device_selection_is_the_models(Backend& gpu, const std::vector<Selec
                  (c.masked ? ", masked" : ""));
     const std::vector<int64_t> want = host_selection(scores[size_t(t)], c.n_select, c.masked, keep[size_t(t)], block_size);
     EXPECT_EQ(want, got[size_t(t)]);
+    if (c.n_candidates >= 0) {
+      EXPECT_EQ(host_candidates(scores[size_t(t)], c.n_candidates, block_size), got_candidates[size_t(t)]) << "the candidate blocks";
+    }
   }
 }
 
@@ -90,9 +110,10 @@ TEST(IndexSelectCuda, DeviceSelectionIsTheModelsExactly) {
   setenv("DEEPINFER_CUDA_INDEX_SELECT", "device", 1);
   DI_MAKE_CUDA_BACKEND(gpu);
   unsetenv("DEEPINFER_CUDA_INDEX_SELECT");
-  const std::vector<SelectCase> cases = {{1, 1, false},     {40, 40, false},    {300, 17, false},  {300, 17, true},
-                                         {1000, 512, false}, {1000, 512, true},  {2500, 2048, false}, {37, 0, false},
-                                         {600, 300, true},   {3000, 1024, true}};
+  const std::vector<SelectCase> cases = {{1, 1, false},      {40, 40, false},     {300, 17, false},   {300, 17, true},
+                                         {1000, 512, false},  {1000, 512, true},   {2500, 2048, false}, {37, 0, false},
+                                         {600, 300, true},    {3000, 1024, true},  {3000, 512, false, 200},
+                                         {61, 20, false, 8},  {9, 9, false, 2},    {2000, 100, false, 250}};
   expect_device_selection_is_the_models(*gpu, cases, 3000, 6, 1);    // six distinct keys: ties everywhere
   expect_device_selection_is_the_models(*gpu, cases, 3000, 3000, 2);  // ties only where the scores round together
 }

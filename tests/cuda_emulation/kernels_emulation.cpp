@@ -471,6 +471,19 @@ void launch_index_select(const IndexSelectLaunch& p, cudaStream_t stream) {
     }
   });
 }
+void launch_candidate_blocks(const CandidateBlocksLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const int64_t n = p.token_keys[t], n_blocks = (n + p.block_size - 1) / p.block_size;
+      DI_CHECK_MSG(n_blocks <= p.max_blocks, "candidate blocks: a token has more blocks than the launch's most");
+      const float* scores = p.scores + p.token_scores_at[t];
+      float* out = p.block_scores + p.token_blocks_at[t];
+      for (int64_t b = 0; b < n_blocks; ++b) out[b] = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) out[j / p.block_size] = std::max(out[j / p.block_size], scores[j]);
+      if (n_blocks) out[n_blocks - 1] = INFINITY;
+    }
+  });
+}
 #endif
 
 }  // namespace deepinfer::cuda

@@ -296,8 +296,13 @@ class CudaBackend final : public Backend {
     int64_t max_keys = 0, block_size = 0;
     for (const IndexSelectParams& p : ps) {
       if (p.n_select > cuda::kIndexSelectMax || p.n_select > p.score.n_keys) return false;
-      if (p.masked && (p.block_size <= 0 || (block_size && p.block_size != block_size))) return false;
-      if (p.masked) block_size = p.block_size;
+      const bool blocks = p.masked || p.candidates;
+      if (blocks && (p.block_size <= 0 || (block_size && p.block_size != block_size))) return false;
+      if (p.candidates && (p.masked || p.n_candidates > cuda::kIndexSelectMax ||
+                           p.n_candidates > (p.score.n_keys + p.block_size - 1) / p.block_size)) {
+        return false;
+      }
+      if (blocks) block_size = p.block_size;
       max_keys = std::max(max_keys, p.score.n_keys);
     }
     if (block_size && cuda::index_select_shared_bytes(max_keys, block_size) + 20 * 1024 > max_shared_bytes_) return false;
@@ -1327,14 +1332,22 @@ class CudaBackend final : public Backend {
     const int64_t qw_even = qw + (qw & 1);
     const size_t float_key_bytes = size_t(n_float_rows * dim) * 4;
     // The words per token: key count, output offset, first key row; selecting, also the selection's size and
-    // offset, and the kept blocks' count (-1: no mask) and offset among the kept blocks behind them.
+    // offset, the kept blocks' count (-1: no mask) and offset among the kept blocks behind the words, and the
+    // candidate blocks' count, their block scores' offset, the candidates' count and their offset (behind the
+    // selections).
     const bool selecting = !selects.empty();
-    const int64_t n_meta = (selecting ? 7 : 3) * T;
-    int64_t n_keep_words = 0, total_select = 0, block_size = 0;
+    const int64_t n_meta = (selecting ? 11 : 3) * T;
+    int64_t n_keep_words = 0, total_select = 0, block_size = 0, total_blocks = 0, total_candidates = 0, max_blocks = 0;
     for (const IndexSelectParams& sp : selects) {
       if (sp.masked) n_keep_words += int64_t(sp.keep_blocks.size());
-      if (sp.masked) block_size = sp.block_size;
+      if (sp.masked || sp.candidates) block_size = sp.block_size;
       total_select += sp.n_select;
+      if (sp.candidates) {
+        const int64_t n_blocks = (sp.score.n_keys + sp.block_size - 1) / sp.block_size;
+        total_blocks += n_blocks;
+        max_blocks = std::max(max_blocks, n_blocks);
+        total_candidates += sp.n_candidates;
+      }
     }
     // Host staging: q and weights, the words, the kept blocks, the float keys, then the packed section at a 16-byte
     // aligned offset (the device's is too: the scatter reads 4-byte words, the slots are 8 bytes).
@@ -1386,7 +1399,7 @@ class CudaBackend final : public Backend {
       at += p.n_keys;
     }
     if (selecting) {
-      int64_t selected_at = 0, keep_at = 0;
+      int64_t selected_at = 0, keep_at = 0, blocks_at = 0, candidates_at = total_select;
       for (int64_t t = 0; t < T; ++t) {
         const IndexSelectParams& sp = selects[size_t(t)];
         meta_host[3 * T + t] = sp.n_select;
@@ -1394,8 +1407,15 @@ class CudaBackend final : public Backend {
         meta_host[5 * T + t] = sp.masked ? int64_t(sp.keep_blocks.size()) : -1;
         meta_host[6 * T + t] = keep_at;
         if (sp.masked) std::copy(sp.keep_blocks.begin(), sp.keep_blocks.end(), meta_host + n_meta + keep_at);
+        const int64_t n_blocks = sp.candidates ? (sp.score.n_keys + sp.block_size - 1) / sp.block_size : 0;
+        meta_host[7 * T + t] = n_blocks;
+        meta_host[8 * T + t] = blocks_at;
+        meta_host[9 * T + t] = sp.candidates ? sp.n_candidates : 0;
+        meta_host[10 * T + t] = candidates_at;
         selected_at += sp.n_select;
         keep_at += sp.masked ? int64_t(sp.keep_blocks.size()) : 0;
+        blocks_at += n_blocks;
+        candidates_at += sp.candidates ? sp.n_candidates : 0;
       }
     }
     // Mirrored keys of the index-key format, and no float keys: the kernel reads them packed from the arena, with
@@ -1408,7 +1428,8 @@ class CudaBackend final : public Backend {
     x_.reserve(size_t(qw) * 4);
     index_meta_.reserve(meta_bytes);
     rows_.reserve(packed_dev_at + packed_bytes);
-    out_.reserve(size_t(total + total_select) * 4);  // the scores, then the selections
+    out_.reserve(size_t(total + total_select + total_candidates + total_blocks) * 4);  // the scores, the selections and
+                                                                                      // candidates, the block scores
     DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), q_host, size_t(qw) * 4, cudaMemcpyHostToDevice, stream_));
     DI_CUDA_CHECK(cudaMemcpyAsync(index_meta_.get(), meta_host, meta_bytes, cudaMemcpyHostToDevice, stream_));
     if (float_key_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), float_keys_host, float_key_bytes, cudaMemcpyHostToDevice, stream_));
@@ -1463,15 +1484,38 @@ class CudaBackend final : public Backend {
       sl.selected = selected_dev;
       sl.n_tokens = T;
       cuda::launch_index_select(sl, stream_);
-      out_host_.reserve(size_t(std::max<int64_t>(total_select, 1)) * 4);
-      if (total_select) {
-        DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), selected_dev, size_t(total_select) * 4, cudaMemcpyDeviceToHost, stream_));
+      if (total_candidates) {  // V4.1's candidate blocks: their scores, then the same selection over them
+        float* block_scores = out_.get<float>() + total + total_select + total_candidates;
+        cuda::CandidateBlocksLaunch cl{out_.get<float>(), meta, meta + T, block_size, block_scores, meta + 8 * T, max_blocks, T};
+        cuda::launch_candidate_blocks(cl, stream_);
+        cuda::IndexSelectLaunch bl;
+        bl.scores = block_scores;
+        bl.token_keys = meta + 7 * T;
+        bl.token_scores_at = meta + 8 * T;
+        bl.token_select = meta + 9 * T;
+        bl.token_selected_at = meta + 10 * T;
+        bl.token_keep = meta + 5 * T;  // unread: no mask
+        bl.token_keep_at = meta + 6 * T;
+        bl.max_keys = max_blocks;
+        bl.selected = selected_dev;
+        bl.n_tokens = T;
+        cuda::launch_index_select(bl, stream_);
+      }
+      const int64_t n_back = total_select + total_candidates;
+      out_host_.reserve(size_t(std::max<int64_t>(n_back, 1)) * 4);
+      if (n_back) {
+        DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), selected_dev, size_t(n_back) * 4, cudaMemcpyDeviceToHost, stream_));
       }
       DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
       const auto* selected_host = out_host_.get<int32_t>();
+      const int32_t* candidates_host = selected_host + total_select;
       for (const IndexSelectParams& sp : selects) {
         std::copy(selected_host, selected_host + sp.n_select, sp.selected);
         selected_host += sp.n_select;
+        if (sp.candidates) {
+          std::copy(candidates_host, candidates_host + sp.n_candidates, sp.candidates);
+          candidates_host += sp.n_candidates;
+        }
       }
       return;
     }

@@ -154,7 +154,26 @@ __global__ void __launch_bounds__(kThreads) index_select_kernel(const IndexSelec
   for (int64_t r = threadIdx.x; r < k; r += kThreads) selected[r] = int32_t(0xffffffffu - uint32_t(entries[r]));
 }
 
+// Grid: (blocks of kThreads candidate blocks, tokens); a thread per candidate block.
+__global__ void __launch_bounds__(kThreads) candidate_blocks_kernel(const CandidateBlocksLaunch p) {
+  const int64_t t = blockIdx.y, n = p.token_keys[t], n_blocks = (n + p.block_size - 1) / p.block_size;
+  const int64_t b = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (b >= n_blocks) return;
+  const float* scores = p.scores + p.token_scores_at[t];
+  float m = -INFINITY;
+  for (int64_t j = b * p.block_size; j < min(n, (b + 1) * p.block_size); ++j) m = fmaxf(m, scores[j]);
+  p.block_scores[p.token_blocks_at[t] + b] = b == n_blocks - 1 ? INFINITY : m;
+}
+
 }  // namespace
+
+void launch_candidate_blocks(const CandidateBlocksLaunch& p, cudaStream_t stream) {
+  if (p.n_tokens == 0 || p.max_blocks == 0) return;
+  DI_CHECK(p.n_tokens <= 65535 && p.block_size > 0);
+  const unsigned grid_x = unsigned((p.max_blocks + kThreads - 1) / kThreads);
+  launch_kernel(candidate_blocks_kernel, dim3(grid_x, unsigned(p.n_tokens)), kThreads, 0, stream, p);
+  DI_CUDA_CHECK_LAUNCH();
+}
 
 size_t index_select_shared_bytes(int64_t max_keys, int64_t block_size) {
   const int64_t n_blocks = block_size > 0 ? (max_keys + block_size - 1) / block_size : 0;

@@ -271,6 +271,20 @@ struct IndexSelectLaunch {
 // The kernel's dynamic shared memory (the kept blocks' bits): it must fit the device's opt-in limit.
 size_t index_select_shared_bytes(int64_t max_keys, int64_t block_size);
 void launch_index_select(const IndexSelectLaunch& p, cudaStream_t stream);
+// V4.1's candidate blocks (step 25) before their selection: token t's block b scores the largest of its keys
+// [b * block_size, (b + 1) * block_size) (fmaxf: equal to std::max's value), except the newest block (the one with
+// the token's last key), which scores +inf; written at block_scores + token_blocks_at[t].
+struct CandidateBlocksLaunch {
+  const float* scores = nullptr;             // token t's [token_keys[t]] at scores + token_scores_at[t]
+  const int64_t* token_keys = nullptr;       // [n_tokens]
+  const int64_t* token_scores_at = nullptr;  // [n_tokens]
+  int64_t block_size = 0;
+  float* block_scores = nullptr;
+  const int64_t* token_blocks_at = nullptr;  // [n_tokens]
+  int64_t max_blocks = 0;                    // the most blocks a token has
+  int64_t n_tokens = 0;                      // at most 65535
+};
+void launch_candidate_blocks(const CandidateBlocksLaunch& p, cudaStream_t stream);
 
 // ---- The MoE of a block on the device (moe_kernels.cu; CudaBackend::moe, DEEPINFER_CUDA_MOE=device) ----
 // Each kernel computes what model/moe.cpp and model/ops.cpp compute on the host for the same step, bit for bit:
