@@ -208,6 +208,9 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     # call's selections come back instead of its scores.
     bench_run "context 2048, mirror, DEEPINFER_CUDA_INDEX_SELECT=device" 90 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=device \
       -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
+    # Every device path of stop 44 together (the fewest calls a decode step makes today: 4 per ratio-4 layer).
+    bench_run "context 2048, every device path" 90 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=device \
+      DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
     # Half the routed experts in host memory, their ops on the host's CPU kernels (place_experts): how a
     # checkpoint larger than the GPU (V4-Flash: 149 GB) runs.
     bench_run "DEEPINFER_CUDA_WEIGHT_GB=8" 100 DEEPINFER_CUDA_WEIGHT_GB=8 -- --prefill 128 --batch 1,8 --decode-steps 8
