@@ -1380,12 +1380,7 @@ class CudaBackend final : public Backend {
       }
     });
     if (mirrored) {
-      const std::vector<int64_t>& staged = key_upload_.staged;
-      host_->for_rows(int64_t(staged.size()), [&](int64_t s0, int64_t s1) {
-        for (int64_t s = s0; s < s1; ++s) {
-          std::memcpy(packed_host + s * row_bytes, key_group_.rows[size_t(staged[size_t(s)])], size_t(row_bytes));
-        }
-      });
+      copy_staged_rows(key_group_, key_upload_, packed_host);
       std::memcpy(packed_host + staged_bytes, key_upload_.slots.data(), key_upload_.slots.size() * 8);
     }
     int64_t at = 0;
@@ -1617,6 +1612,14 @@ class CudaBackend final : public Backend {
     for (int64_t k : u.staged) u.slots.push_back(u.slots[size_t(k)]);  // the copied rows' slots, for the scatter
   }
 
+  // The bytes of the rows u stages from group g, one after another into dst, on the host's threads.
+  void copy_staged_rows(const SlotGather::PackedGroup& g, const PackedUpload& u, uint8_t* dst) {
+    const size_t row_bytes = size_t(g.format.row_bytes);
+    host_->for_rows(int64_t(u.staged.size()), [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) std::memcpy(dst + size_t(s) * row_bytes, g.rows[size_t(u.staged[size_t(s)])], row_bytes);
+    });
+  }
+
   // Tokens per attention launch: a prefill block (the model's 256) or a batched decode step's 256 sequences
   // in one launch and one wait, not four. The split path's scores scratch is then up to 256 x 64 heads x 1152
   // slots x 4 B = 75 MB.
@@ -1661,16 +1664,7 @@ class CudaBackend final : public Backend {
     for (int64_t t = 0; t < T; ++t) std::memcpy(q_host + t * H * D, batch[size_t(t)].q, size_t(H * D) * 4);
     std::memcpy(q_host + T * H * D, p0.sink, size_t(H) * 4);  // then the sink
     auto* packed_host = reinterpret_cast<uint8_t*>(q_host + T * H * D + H);  // then the staged rows' bytes
-    for (size_t i = 0; i < groups.size(); ++i) {
-      const SlotGather::PackedGroup& g = groups[i];
-      const PackedUpload& u = uploads_[i];
-      host_->for_rows(int64_t(u.staged.size()), [&](int64_t s0, int64_t s1) {
-        for (int64_t s = s0; s < s1; ++s) {
-          std::memcpy(packed_host + u.byte_at + s * g.format.row_bytes, g.rows[size_t(u.staged[size_t(s)])],
-                      size_t(g.format.row_bytes));
-        }
-      });
-    }
+    for (size_t i = 0; i < groups.size(); ++i) copy_staged_rows(groups[i], uploads_[i], packed_host + uploads_[i].byte_at);
     for (const PackedUpload& u : uploads_) {  // then the arenas' slots (host side possibly unaligned: memcpy)
       if (!u.slots.empty()) {
         std::memcpy(packed_host + slot_words_at + size_t(u.slot_at) * 8, u.slots.data(), u.slots.size() * 8);
