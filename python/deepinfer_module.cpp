@@ -1,6 +1,7 @@
 // The Python module `deepinfer` (pybind11) over the public engine API: an offline LLM(model).generate(prompts,
 // SamplingParams(...)) in the shape vLLM and DeepSeek's engine use, plus chat(). All prompts of a call are
-// submitted at once, so they batch continuously; the GIL is released while the engine works.
+// submitted together (Engine::submit_all), so the engine's first step sees them all; the GIL is released while
+// the engine works.
 // Includes only include/deepinfer/.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -107,16 +108,10 @@ class LLM {
 
  private:
   std::vector<RequestOutput> run(std::vector<deepinfer::Request> requests, const PySamplingParams& params) {
-    std::vector<deepinfer::RequestId> ids;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      requests[i].sampling = params.to_engine(next_seed_++);
-      auto id = engine_->submit(std::move(requests[i]));
-      if (!id.ok()) {
-        for (auto done : ids) engine_->release(done);
-        throw py::value_error("prompt " + std::to_string(i) + ": " + id.status().message());
-      }
-      ids.push_back(id.value());
-    }
+    for (deepinfer::Request& r : requests) r.sampling = params.to_engine(next_seed_++);
+    auto submitted = engine_->submit_all(std::move(requests));
+    if (!submitted.ok()) throw py::value_error(submitted.status().message());
+    const std::vector<deepinfer::RequestId>& ids = submitted.value();
     std::vector<RequestOutput> outputs(ids.size());
     {
       py::gil_scoped_release release;

@@ -25,6 +25,10 @@ class Engine {
 
   // Validates and queues a request. Fails (bad request, too long, queue full, shutting down) with a message.
   [[nodiscard]] Result<RequestId> submit(Request request);
+  // Validates and queues several requests together, all or none: the engine's next step sees them all, so an
+  // offline batch is scheduled the same way every run. Fails with the first invalid request's message,
+  // prefixed "request <index>: ", or as submit() does.
+  [[nodiscard]] Result<std::vector<RequestId>> submit_all(std::vector<Request> requests);
 
   // Moves the request's pending events into `out` (appending), waiting up to `wait` for at least one.
   // Returns false once the request's finishing event has been delivered (or the id is unknown); the id is

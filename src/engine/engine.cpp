@@ -95,6 +95,8 @@ struct Engine::Impl {
   std::optional<JsonSchemaPrefixValidator> json_schema_scratch;  // scratch for the JSON Schema mask
   EngineStats local;  // counters accumulated by the engine thread, published every step
 
+  Result<std::unique_ptr<Sequence>> make_sequence(Request request);
+  Result<std::vector<RequestId>> queue(std::vector<std::unique_ptr<Sequence>> seqs);
   void run();
   void step();
   void finish(Sequence& seq, EndReason reason, const std::string& error = "");
@@ -200,18 +202,17 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() { shutdown(false); }
 
-Result<RequestId> Engine::submit(Request request) {
-  Impl& im = *impl_;
-  if (!im.accepting.load()) return Status::error("the engine is shutting down");
-  Result<PreparedRequest> prepared = prepare_request(std::move(request), im.prep);
+// A validated request as the engine thread will hold it; counts the rejection when the request is invalid.
+Result<std::unique_ptr<Sequence>> Engine::Impl::make_sequence(Request request) {
+  Result<PreparedRequest> prepared = prepare_request(std::move(request), prep);
   if (!prepared.ok()) {
-    std::lock_guard<std::mutex> lock(im.stats_mu);
-    im.stats.n_requests_rejected += 1;
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats.n_requests_rejected += 1;
     return prepared.status();
   }
   auto seq = std::make_unique<Sequence>();
   PreparedRequest& p = prepared.value();
-  seq->id = im.next_id.fetch_add(1);
+  seq->id = next_id.fetch_add(1);
   seq->channel = std::make_shared<RequestChannel>();
   seq->tokens = std::move(p.prompt);
   seq->n_prompt = int64_t(seq->tokens.size());
@@ -219,40 +220,68 @@ Result<RequestId> Engine::submit(Request request) {
   seq->sampling = std::move(p.sampling);
   seq->sampler = Sampler(seq->sampling.seed);
   seq->max_new_tokens = p.max_new_tokens;
-  seq->shared_prefix_tokens = im.prefix_cache ? p.shared_prefix_tokens : 0;
-  if (p.json_object && im.json_table) {
+  seq->shared_prefix_tokens = prefix_cache ? p.shared_prefix_tokens : 0;
+  if (p.json_object && json_table) {
     seq->json = std::make_unique<JsonPrefixValidator>();
     seq->json->feed(p.json_prefix);  // checked by prepare_request
     seq->json_active = !p.json_after_think;
   }
-  if (p.json_schema && im.json_table) {
+  if (p.json_schema && json_table) {
     seq->json_schema = std::make_unique<JsonSchemaPrefixValidator>(p.json_schema);
     seq->json_schema->feed(p.json_prefix);  // checked by prepare_request
     seq->json_active = !p.json_after_think;
   }
-  if (p.parser && im.tokenizer) seq->text = std::make_unique<TextOutput>(*im.tokenizer, std::move(*p.parser));
+  if (p.parser && tokenizer) seq->text = std::make_unique<TextOutput>(*tokenizer, std::move(*p.parser));
   seq->deadline = p.deadline;
-  seq->submitted_at = Impl::Clock::now();
-  seq->layout = LayoutClass{im.prompt_layout_class(seq->n_prompt), seq->n_prompt, im.decode_class};
-  const RequestId id = seq->id;
+  seq->submitted_at = Clock::now();
+  seq->layout = LayoutClass{prompt_layout_class(seq->n_prompt), seq->n_prompt, decode_class};
+  return seq;
+}
+
+// Queues the sequences under one lock, so the engine thread takes them in one step; all or none.
+Result<std::vector<RequestId>> Engine::Impl::queue(std::vector<std::unique_ptr<Sequence>> seqs) {
+  std::vector<RequestId> ids;
   {
-    std::lock_guard<std::mutex> lock(im.inbox_mu);
-    if (im.stopping) return Status::error("the engine is shutting down");
-    if (int64_t(im.inbox.size()) + im.n_queued.load() >= im.options.max_waiting) {
-      return Status::error("too many queued requests (" + std::to_string(im.options.max_waiting) + "); retry later");
+    std::lock_guard<std::mutex> lock(inbox_mu);
+    if (stopping) return Status::error("the engine is shutting down");
+    if (int64_t(inbox.size()) + n_queued.load() + int64_t(seqs.size()) > options.max_waiting) {
+      return Status::error("too many queued requests (" + std::to_string(options.max_waiting) + "); retry later");
     }
-    {
-      std::lock_guard<std::mutex> channels_lock(im.channels_mu);
-      im.channels.emplace(id, seq->channel);
+    std::lock_guard<std::mutex> channels_lock(channels_mu);
+    for (std::unique_ptr<Sequence>& seq : seqs) {
+      ids.push_back(seq->id);
+      channels.emplace(seq->id, seq->channel);
+      inbox.push_back(std::move(seq));
     }
-    im.inbox.push_back(std::move(seq));
   }
-  im.inbox_cv.notify_one();
+  inbox_cv.notify_one();
   {
-    std::lock_guard<std::mutex> lock(im.stats_mu);
-    im.stats.n_requests_submitted += 1;
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats.n_requests_submitted += ids.size();
   }
-  return id;
+  return ids;
+}
+
+Result<RequestId> Engine::submit(Request request) {
+  if (!impl_->accepting.load()) return Status::error("the engine is shutting down");
+  Result<std::unique_ptr<Sequence>> seq = impl_->make_sequence(std::move(request));
+  if (!seq.ok()) return seq.status();
+  std::vector<std::unique_ptr<Sequence>> one;
+  one.push_back(std::move(seq.value()));
+  Result<std::vector<RequestId>> ids = impl_->queue(std::move(one));
+  if (!ids.ok()) return ids.status();
+  return ids.value()[0];
+}
+
+Result<std::vector<RequestId>> Engine::submit_all(std::vector<Request> requests) {
+  if (!impl_->accepting.load()) return Status::error("the engine is shutting down");
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Result<std::unique_ptr<Sequence>> seq = impl_->make_sequence(std::move(requests[i]));
+    if (!seq.ok()) return Status::error("request " + std::to_string(i) + ": " + seq.status().message());
+    seqs.push_back(std::move(seq.value()));
+  }
+  return impl_->queue(std::move(seqs));
 }
 
 bool Engine::poll(RequestId id, std::vector<Event>& out, std::chrono::milliseconds wait) {

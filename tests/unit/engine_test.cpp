@@ -292,8 +292,10 @@ TEST(Engine, SmallPagePoolPreemptsAndSharesPrefixesWithoutChangingOutputs) {
   for (const Request& r : requests) solo.push_back(collect(*solo_engine, solo_engine->submit(r).value()));
   solo_engine.reset();
   auto engine = open_engine(tight);
-  std::vector<RequestId> ids;
-  for (const Request& r : requests) ids.push_back(engine->submit(r).value());
+  // Together, so that the schedule (and with it the counts below) is the same every run: submitted one by one,
+  // a loaded machine let the engine start the first request alone, and the others then found its snapshots
+  // and fitted beside it without a preemption.
+  const std::vector<RequestId> ids = engine->submit_all(requests).value();
   for (size_t i = 0; i < ids.size(); ++i) {
     const Outcome got = collect(*engine, ids[i]);
     EXPECT_EQ(got.end, EndReason::kLength) << got.error;
@@ -350,8 +352,7 @@ TEST(Engine, PreemptionRecomputesWithoutChangingOutputs) {
   for (RequestId id : ids) expected.push_back(collect(*reference, id));
   reference.reset();
   auto engine = open_engine(tight);
-  ids.clear();
-  for (const Request& r : requests) ids.push_back(engine->submit(r).value());
+  ids = engine->submit_all(requests).value();  // together: the same schedule every run (see above)
   for (size_t i = 0; i < ids.size(); ++i) {
     const Outcome got = collect(*engine, ids[i]);
     EXPECT_EQ(got.end, EndReason::kLength);
@@ -399,6 +400,34 @@ TEST(Engine, RejectsInvalidRequestsWithAMessage) {
   // A request that fits is still served after all that.
   const Outcome ok = collect(*engine, engine->submit(ids_request(random_prompt(4, 43), 2)).value());
   EXPECT_EQ(ok.tokens.size(), 2u);
+}
+
+TEST(Engine, SubmitAllQueuesEveryRequestOrNone) {
+  EngineOptions o = options_for_tests();
+  o.max_waiting = 3;
+  auto engine = open_engine(o);
+  std::vector<Request> batch = {ids_request(random_prompt(4, 44), 2), ids_request({0, 999999}, 1),
+                                ids_request(random_prompt(5, 45), 2)};
+  auto bad = engine->submit_all(batch);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().rfind("request 1: ", 0), 0u) << bad.status().message();
+  batch.erase(batch.begin() + 1);
+  batch.push_back(ids_request(random_prompt(6, 46), 2));
+  batch.push_back(ids_request(random_prompt(7, 47), 2));
+  auto too_many = engine->submit_all(batch);  // four where three may wait
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("too many queued"), std::string::npos);
+  EXPECT_EQ(engine->stats().n_requests_submitted, 0u);  // neither call queued anything
+  batch.pop_back();
+  const std::vector<RequestId> ids = engine->submit_all(batch).value();
+  ASSERT_EQ(ids.size(), 3u);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Outcome got = collect(*engine, ids[i]);
+    EXPECT_EQ(got.end, EndReason::kLength);
+    const Outcome alone = collect(*engine, engine->submit(batch[i]).value());
+    expect_same(alone, got);
+  }
+  EXPECT_EQ(engine->stats().n_requests_submitted, 6u);
 }
 
 TEST(Engine, ShutdownDrainsAcceptedRequests) {
