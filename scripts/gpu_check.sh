@@ -15,7 +15,8 @@
 #   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
 #      --op-times on the 4-layer benchmark model: the defaults, decode batch 256 and decode at 2048 tokens of
-#      context with the cache rows as floats, packed and mirrored on the device (DEEPINFER_CUDA_KV), half
+#      context with the cache rows as floats, packed and mirrored on the device (DEEPINFER_CUDA_KV), and read
+#      packed by the attention kernels (DEEPINFER_CUDA_ATTENTION_ROWS=packed), half
 #      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device FFN side (DEEPINFER_CUDA_MOE=device) alone
 #      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device; with both, each block's tail is one call), the
 #      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
@@ -199,6 +200,10 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     bench_run "decode batch 256, DEEPINFER_CUDA_KV=packed" 100 DEEPINFER_CUDA_KV=packed -- --prefill 16 --batch 256 --decode-steps 4
     # And kept on the device by stamp (DEEPINFER_CUDA_KV=mirror): a step copies only the rows written since.
     bench_run "decode batch 256, DEEPINFER_CUDA_KV=mirror" 100 DEEPINFER_CUDA_KV=mirror -- --prefill 16 --batch 256 --decode-steps 4
+    # And read packed by the attention kernels (DEEPINFER_CUDA_ATTENTION_ROWS=packed, not yet run on a GPU): no float
+    # copy of the step's ~160k rows a layer written and read again (335 MB each way).
+    bench_run "decode batch 256, mirror, DEEPINFER_CUDA_ATTENTION_ROWS=packed" 100 DEEPINFER_CUDA_KV=mirror \
+      DEEPINFER_CUDA_ATTENTION_ROWS=packed -- --prefill 16 --batch 256 --decode-steps 4
     # Batch-1 decode after a 2048-token context, the cache rows handed over as floats, then packed (decoded on
     # the device): at long context the rows' copy is a step's largest transfer.
     bench_run "context 2048, DEEPINFER_CUDA_KV=floats" 90 DEEPINFER_CUDA_KV=floats -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
@@ -208,9 +213,10 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     # call's selections come back instead of its scores.
     bench_run "context 2048, mirror, DEEPINFER_CUDA_INDEX_SELECT=device" 90 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=device \
       -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
-    # Every device path of stop 44 together (the fewest calls a decode step makes today: 4 per ratio-4 layer).
+    # Every device path together (the fewest calls a decode step makes today: 4 per ratio-4 layer).
     bench_run "context 2048, every device path" 90 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=device \
-      DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
+      DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device DEEPINFER_CUDA_ATTENTION_ROWS=packed \
+      -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
     # Half the routed experts in host memory, their ops on the host's CPU kernels (place_experts): how a
     # checkpoint larger than the GPU (V4-Flash: 149 GB) runs.
     bench_run "DEEPINFER_CUDA_WEIGHT_GB=8" 100 DEEPINFER_CUDA_WEIGHT_GB=8 -- --prefill 128 --batch 1,8 --decode-steps 8

@@ -28,6 +28,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
 #include "core/dtypes.h"
+#include "model/kv_format.h"
 #include "model/mhc_side.h"
 
 namespace deepinfer::cuda {
@@ -328,28 +329,82 @@ Row time_expert_group(int n_ops, int64_t T, bool grouped) {
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
 }
 
-Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running, bool split = false) {
+// How the attention's rows come: fp32 rows (DEEPINFER_CUDA_KV=floats), V4's 584-byte cache rows decoded into
+// floats by launch_unpack_rows first (KV packed or mirror: the default), or read packed by the attention
+// kernels themselves (DEEPINFER_CUDA_ATTENTION_ROWS=packed).
+enum class AttentionRows { kFloats, kDecoded, kPacked };
+
+// V4's packed cache rows [n, 584] with sane values: e4m3 codes (no NaN), bf16 rope values, scales near 1.
+DeviceBuffer upload_random_v4_rows(int64_t n, std::mt19937& rng) {
+  const KvRowFormat f = kv_row_format(KvRowKind::kV4Kv, 512, 64);
+  const int64_t n_coded = f.n_values - f.n_rope;
+  std::vector<uint8_t> h(size_t(n * f.row_bytes), 0);
+  std::uniform_int_distribution<int> byte(0, 255), scale(120, 127);
+  for (int64_t r = 0; r < n; ++r) {
+    uint8_t* row = &h[size_t(r * f.row_bytes)];
+    for (int64_t i = 0; i < n_coded; ++i) {
+      row[i] = uint8_t(byte(rng));
+      if ((row[i] & 0x7f) == 0x7f) row[i] ^= 1;
+    }
+    for (int64_t k = 0; k < f.n_rope; ++k) {  // bf16 in [-2, 2): exponent bytes 0x3f / 0xbf
+      row[n_coded + 2 * k] = uint8_t(byte(rng));
+      row[n_coded + 2 * k + 1] = byte(rng) & 1 ? 0x3f : 0xbf;
+    }
+    for (int64_t b = 0; b < n_coded / f.block; ++b) row[n_coded + 2 * f.n_rope + b] = uint8_t(scale(rng));
+  }
+  DeviceBuffer d(h.size());
+  DI_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size(), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// T query tokens, each over its own n_slots rows (a batched decode step's tokens of different sequences).
+Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running, bool split = false,
+                   AttentionRows mode = AttentionRows::kFloats, int64_t T = 1) {
   std::mt19937 rng(2);
-  DeviceBuffer q = upload_random_floats(size_t(H * D), rng, 1.0f);
-  DeviceBuffer rows = upload_random_floats(size_t(n_slots * D), rng, 1.0f);
+  const int64_t n_rows = T * n_slots;
+  const KvRowFormat f = kv_row_format(KvRowKind::kV4Kv, 512, 64);
+  DI_CHECK(mode == AttentionRows::kFloats || D == f.n_values);
+  DeviceBuffer q = upload_random_floats(size_t(T * H * D), rng, 1.0f);
+  DeviceBuffer rows = mode == AttentionRows::kFloats ? upload_random_floats(size_t(n_rows * D), rng, 1.0f)
+                                                     : DeviceBuffer(size_t(mode == AttentionRows::kDecoded ? n_rows * D * 4 : 4));
+  DeviceBuffer packed = mode == AttentionRows::kFloats ? DeviceBuffer(4) : upload_random_v4_rows(n_rows, rng);
   DeviceBuffer sink = upload_random_floats(size_t(H), rng, 0.5f);
-  std::vector<int32_t> idx(static_cast<size_t>(n_slots));
-  for (int64_t j = 0; j < n_slots; ++j) idx[size_t(j)] = int32_t(j);
-  DeviceBuffer slot_row(size_t(n_slots) * 4);
+  std::vector<int32_t> idx(static_cast<size_t>(n_rows));
+  for (int64_t j = 0; j < n_rows; ++j) idx[size_t(j)] = int32_t(j);
+  DeviceBuffer slot_row(size_t(n_rows) * 4);
   DI_CUDA_CHECK(cudaMemcpy(slot_row.get(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
-  DeviceBuffer out(size_t(H * D) * 4);
+  DeviceBuffer out(size_t(T * H * D) * 4);
   AttentionLaunch a{q.get<float>(), H, D, rows.get<float>(), slot_row.get<int32_t>(), n_slots, sink.get<float>(),
                     1.0 / 22.627416997969522, running, out.get<float>()};
-  DeviceBuffer scores(size_t(H * n_slots) * 4);
+  a.n_tokens = T;
+  UnpackRowsLaunch u;
+  u.kind = PackedRowKind::kE4m3;
+  u.n_values = f.n_values;
+  u.n_rope = f.n_rope;
+  u.block = f.block;
+  u.row_bytes = f.row_bytes;
+  u.rows = packed.get<uint8_t>();
+  u.n_rows = n_rows;
+  u.out = rows.get<float>();
+  if (mode == AttentionRows::kPacked) {
+    a.n_packed = 1;
+    a.packed[0] = {0, n_rows, packed.get<uint8_t>(), nullptr, f.row_bytes, PackedRowKind::kE4m3, int32_t(f.n_rope), int32_t(f.block)};
+  }
+  DeviceBuffer scores(size_t(T * H * n_slots) * 4);
   const double ms = median_ms([&](int, cudaStream_t st) {
+    if (mode == AttentionRows::kDecoded) launch_unpack_rows(u, st);
     if (split) launch_sparse_attention_split(a, scores.get<float>(), st);
     else launch_sparse_attention(a, st);
   });
-  const double bytes = double(n_slots * D) * 4 + double(2 * H * D) * 4;  // rows read once, q and out
-  const double flops = 4.0 * double(H) * double(n_slots) * double(D);
-  char name[160];
-  std::snprintf(name, sizeof(name), "%ssparse attention %lldh x %lld, %lld slots%s", split ? "split " : "", (long long)H,
-                (long long)D, (long long)n_slots, running ? "" : " (global max)");
+  // The bytes the step must read: the rows as they are held (fp32, or packed), q, and out written.
+  const double row_bytes = mode == AttentionRows::kFloats ? double(D) * 4 : double(f.row_bytes);
+  const double bytes = double(n_rows) * row_bytes + double(2 * T * H * D) * 4;
+  const double flops = 4.0 * double(T * H) * double(n_slots) * double(D);
+  const char* how = mode == AttentionRows::kFloats ? "" : mode == AttentionRows::kDecoded ? ", 584 B rows decoded first" : ", 584 B rows read packed";
+  char name[200];
+  std::snprintf(name, sizeof(name), "%ssparse attention %lldh x %lld, %lld slots%s%s%s", split ? "split " : "", (long long)H,
+                (long long)D, (long long)n_slots, running ? "" : " (global max)", T > 1 ? (", T=" + std::to_string(T)).c_str() : "",
+                how);
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
 }
 
@@ -714,6 +769,14 @@ int run() {
   rows.push_back(time_attention(64, 512, 640, false, true));
   rows.push_back(time_attention(64, 512, 1152, false));
   rows.push_back(time_attention(64, 512, 1152, false, true));
+  // V4's 584-byte cache rows: decoded into floats first, then read packed by the kernels (ATTENTION_ROWS=packed),
+  // at one token and at a 64-sequence decode step (64 x 640 rows: 24 MB packed, 84 MB as floats).
+  for (const int64_t T : {int64_t(1), int64_t(64)}) {
+    for (const bool split : {false, true}) {
+      rows.push_back(time_attention(64, 512, 640, true, split, AttentionRows::kDecoded, T));
+      rows.push_back(time_attention(64, 512, 640, true, split, AttentionRows::kPacked, T));
+    }
+  }
   rows.push_back(time_index(64, 128, 1024));
   rows.push_back(time_index(64, 128, 4096));
   rows.push_back(time_index(64, 128, 1024, 64));  // a prefill block's 64 tokens in one launch

@@ -190,10 +190,11 @@ int64_t packed_outputs_differing(Backend& gpu, const std::vector<float>& q, cons
 
 // DEEPINFER_CUDA_KV=packed: cache rows handed over packed (SparseAttentionParams::packed) are decoded on the
 // device to the floats unpack_kv_row gives, so every output equals, bit for bit, that of the same slots given
-// as those floats. Every row format, 3 tokens sharing rows, float and packed slots mixed, empty slots.
-TEST_P(SparseAttentionCuda, PackedRowsMatchTheirDecodedFloats) {
-  DI_SKIP_WITHOUT_CUDA();
-  const ScopedCudaPaths paths("mma", GetParam(), "packed");
+// as those floats. Every row format, 3 tokens sharing rows, float and packed slots mixed, empty slots. These
+// three tests run with the rows decoded first and (DEEPINFER_CUDA_ATTENTION_ROWS=packed) read packed by the
+// attention kernels themselves.
+void packed_rows_match_their_decoded_floats(const std::string& path, const std::string& rows) {
+  const ScopedCudaPaths paths("mma", path, "packed", rows);
   DI_MAKE_CUDA_BACKEND(gpu);
   ASSERT_TRUE(gpu->takes_packed_rows());
   struct Format {
@@ -240,16 +241,23 @@ TEST_P(SparseAttentionCuda, PackedRowsMatchTheirDecodedFloats) {
   }
 }
 
+TEST_P(SparseAttentionCuda, PackedRowsMatchTheirDecodedFloats) {
+  DI_SKIP_WITHOUT_CUDA();
+  for (const char* rows : {"decoded", "packed"}) {
+    SCOPED_TRACE(std::string("DEEPINFER_CUDA_ATTENTION_ROWS=") + rows);
+    packed_rows_match_their_decoded_floats(GetParam(), rows);
+  }
+}
+
 // DEEPINFER_CUDA_KV=mirror: packed rows kept on the device by their stamps (PackedSlot::stamp). Four calls over
 // one pool of stamped rows: every row new, every row kept, a third of the rows rewritten with new stamps (as the
 // model's writes give them), and the first pool again; each output equal, bit for bit, to the same slots given
 // as decoded floats. With the default budget, with one of 160 584-byte rows (the rewritten rows do not fit the
 // 10 slots left: the arena is emptied and the call copies every row), and with one too small for a call's rows
 // (every row copied, as with packed).
-TEST_P(SparseAttentionCuda, MirroredRowsMatchTheirDecodedFloats) {
-  DI_SKIP_WITHOUT_CUDA();
+void mirrored_rows_match_their_decoded_floats(const std::string& path, const std::string& rows) {
   for (const char* budget_gb : {"2", "0.00028032", "0.00001"}) {  // a third of the budget per row size
-    const ScopedCudaPaths paths("mma", GetParam(), "mirror");
+    const ScopedCudaPaths paths("mma", path, "mirror", rows);
     setenv("DEEPINFER_CUDA_KV_MIRROR_GB", budget_gb, 1);
     DI_MAKE_CUDA_BACKEND(gpu);
     unsetenv("DEEPINFER_CUDA_KV_MIRROR_GB");
@@ -295,13 +303,20 @@ TEST_P(SparseAttentionCuda, MirroredRowsMatchTheirDecodedFloats) {
   }
 }
 
+TEST_P(SparseAttentionCuda, MirroredRowsMatchTheirDecodedFloats) {
+  DI_SKIP_WITHOUT_CUDA();
+  for (const char* rows : {"decoded", "packed"}) {
+    SCOPED_TRACE(std::string("DEEPINFER_CUDA_ATTENTION_ROWS=") + rows);
+    mirrored_rows_match_their_decoded_floats(GetParam(), rows);
+  }
+}
+
 // DEEPINFER_CUDA_KV=mirror, as V4.1 calls it: two row sizes (528 B window rows, 288 B compressed rows, two
 // arenas) and float rows in one call, 5 heads (the device's slot words behind an odd number of floats). The
 // second call proves the rows were kept: their host bytes are changed under the same stamps (which the model
 // never does), and the outputs must stay those of the first call, while the same slots as floats now differ.
-TEST_P(SparseAttentionCuda, MirrorKeepsRowsOfTwoSizesAcrossCalls) {
-  DI_SKIP_WITHOUT_CUDA();
-  const ScopedCudaPaths paths("mma", GetParam(), "mirror");
+void mirror_keeps_rows_of_two_sizes_across_calls(const std::string& path, const std::string& rows) {
+  const ScopedCudaPaths paths("mma", path, "mirror", rows);
   DI_MAKE_CUDA_BACKEND(gpu);
   const KvRowFormat formats[2] = {kv_row_format(KvRowKind::kV41Kv, 512), kv_row_format(KvRowKind::kV41Fp4, 512)};
   std::mt19937 rng(41);
@@ -365,6 +380,14 @@ TEST_P(SparseAttentionCuda, MirrorKeepsRowsOfTwoSizesAcrossCalls) {
   run(true, kept);
   EXPECT_GT(n_differing(want, changed), 0) << "the new contents change nothing: the test proves nothing";
   EXPECT_EQ(n_differing(want, kept), 0) << "second call: the device did not use the rows it kept under their stamps";
+}
+
+TEST_P(SparseAttentionCuda, MirrorKeepsRowsOfTwoSizesAcrossCalls) {
+  DI_SKIP_WITHOUT_CUDA();
+  for (const char* rows : {"decoded", "packed"}) {
+    SCOPED_TRACE(std::string("DEEPINFER_CUDA_ATTENTION_ROWS=") + rows);
+    mirror_keeps_rows_of_two_sizes_across_calls(GetParam(), rows);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, SparseAttentionCuda, ::testing::ValuesIn(attention_paths()),

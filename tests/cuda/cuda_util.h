@@ -41,15 +41,18 @@ inline int64_t n_differing(const std::vector<float>& a, const std::vector<float>
 // cache rows reach it (DEEPINFER_CUDA_KV: floats or packed).
 class ScopedCudaPaths {
  public:
-  explicit ScopedCudaPaths(const std::string& linear, const std::string& attention = "fused", const std::string& kv = "floats") {
+  explicit ScopedCudaPaths(const std::string& linear, const std::string& attention = "fused", const std::string& kv = "floats",
+                           const std::string& attention_rows = "decoded") {
     setenv("DEEPINFER_CUDA_LINEAR", linear.c_str(), 1);
     setenv("DEEPINFER_CUDA_ATTENTION", attention.c_str(), 1);
     setenv("DEEPINFER_CUDA_KV", kv.c_str(), 1);
+    setenv("DEEPINFER_CUDA_ATTENTION_ROWS", attention_rows.c_str(), 1);
   }
   ~ScopedCudaPaths() {
     unsetenv("DEEPINFER_CUDA_LINEAR");
     unsetenv("DEEPINFER_CUDA_ATTENTION");
     unsetenv("DEEPINFER_CUDA_KV");
+    unsetenv("DEEPINFER_CUDA_ATTENTION_ROWS");
   }
   ScopedCudaPaths(const ScopedCudaPaths&) = delete;
   ScopedCudaPaths& operator=(const ScopedCudaPaths&) = delete;

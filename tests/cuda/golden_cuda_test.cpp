@@ -180,6 +180,15 @@ TEST(GoldenCudaMirror, EqualsThePackedPathBitForBit) {
                    {"packed", "mirror"});
 }
 
+// DEEPINFER_CUDA_ATTENTION_ROWS=packed end to end, on the mirror's rows and through both attention paths: the
+// kernels decode each value of a packed row as launch_unpack_rows does, so the logits (main, MTP, DSpark) equal
+// the decoded rows' bit for bit.
+TEST(GoldenCudaPackedAttentionRows, EqualsTheDecodedRowsBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  expect_same_bits({{"v4-flash", "flash-tiny", 3, "mma", "fused", "mirror"}, {"v41-flash", "tiny-a", 1, "mma", "split", "mirror"}},
+                   "DEEPINFER_CUDA_ATTENTION_ROWS", {"decoded", "packed"});
+}
+
 // DEEPINFER_CUDA_MOE=device end to end: every block's FFN side (its mHC halves and the MoE) in one call, on the
 // device, gives the model's own steps' bits on this backend (moe_cuda_test.cpp and moe_side_cuda_test.cpp hold
 // the ops to that), so the logits (main, MTP, DSpark) equal the host's bit for bit through a prefill and the

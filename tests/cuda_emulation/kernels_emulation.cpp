@@ -111,12 +111,34 @@ using cuda_emulation::enqueue;
   return f;
 }
 
+// The packed groups' rows decoded (unpack_kv_row), [rows from packed[0].first_row on, head_dim].
+[[maybe_unused]] std::vector<float> decode_packed_groups(const AttentionLaunch& p) {
+  std::vector<float> decoded;
+  for (int g = 0; g < p.n_packed; ++g) {
+    const AttentionPackedRows& r = p.packed[g];
+    DI_CHECK_MSG(r.first_row == p.packed[0].first_row + int64_t(decoded.size()) / p.head_dim, "attention: packed groups out of order");
+    UnpackRowsLaunch u;
+    u.kind = r.kind;
+    u.n_values = p.head_dim;
+    u.n_rope = r.n_rope;
+    u.block = r.block;
+    u.row_bytes = r.row_bytes;
+    const KvRowFormat f = format_of(u);
+    decoded.resize(decoded.size() + size_t(r.n_rows * p.head_dim));
+    float* out = decoded.data() + decoded.size() - size_t(r.n_rows * p.head_dim);
+    for (int64_t i = 0; i < r.n_rows; ++i) unpack_kv_row(f, r.bytes + (r.slots ? r.slots[i] : i) * r.row_bytes, out + i * p.head_dim);
+  }
+  return decoded;
+}
+
 [[maybe_unused]] void attention_now(const AttentionLaunch& p) {
   std::vector<const float*> slots(size_t(p.n_slots));
+  const std::vector<float> packed = decode_packed_groups(p);
   for (int64_t t = 0; t < p.n_tokens; ++t) {
     for (int64_t j = 0; j < p.n_slots; ++j) {
       const int32_t r = p.slot_row[t * p.n_slots + j];
-      slots[size_t(j)] = r < 0 ? nullptr : p.rows + int64_t(r) * p.head_dim;
+      const bool in_packed = p.n_packed > 0 && r >= p.packed[0].first_row;
+      slots[size_t(j)] = r < 0 ? nullptr : in_packed ? &packed[size_t((r - p.packed[0].first_row) * p.head_dim)] : p.rows + int64_t(r) * p.head_dim;
     }
     SparseAttentionParams a;
     a.q = p.q + t * p.n_heads * p.head_dim;
@@ -295,8 +317,8 @@ void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
 }
 // The real kernels' shared memory grows with the slots (attention_kernels.cu); here a size that fits the
 // emulated device's limit for every slot count the tests use.
-size_t sparse_attention_shared_bytes(int64_t n_slots) { return size_t(n_slots) * 4; }
-size_t sparse_attention_split_shared_bytes(int64_t n_slots) { return size_t(n_slots) * 32; }
+size_t sparse_attention_shared_bytes(int64_t n_slots, bool packed_rows) { return size_t(n_slots) * (packed_rows ? 12 : 4); }
+size_t sparse_attention_split_shared_bytes(int64_t n_slots, bool packed_rows) { return size_t(n_slots) * (packed_rows ? 40 : 32); }
 void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cudaStream_t stream) {
   enqueue(stream, [p, scores] {
     // The scores scratch must hold [n_tokens, n_heads, n_slots] floats: touched end to end.

@@ -13,6 +13,7 @@
 #include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/packed_rows.cuh"
 
 namespace deepinfer::cuda {
 
@@ -20,6 +21,44 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The packed-rows path (kPacked, AttentionLaunch::packed): a row before the packed groups is p.rows'; a packed
+// one is decoded value by value from its bytes (packed_row_value, as launch_unpack_rows decodes it, so each value
+// is the float the decoded-rows path reads). A block resolves each of its slots' row addresses once (a slot
+// word read for an arena's row), into shared memory beside the row numbers.
+__device__ __forceinline__ int packed_group(const AttentionLaunch& p, int32_t row) {
+  return int(p.n_packed > 1 && row >= p.packed[1].first_row) + int(p.n_packed > 2 && row >= p.packed[2].first_row);
+}
+
+__device__ __forceinline__ const AttentionPackedRows& packed_group_rows(const AttentionLaunch& p, int g) {
+  return g == 0 ? p.packed[0] : g == 1 ? p.packed[1] : p.packed[2];
+}
+
+// A filled slot's row bytes (nullptr for a float row).
+__device__ __forceinline__ const uint8_t* packed_row_address(const AttentionLaunch& p, int32_t row) {
+  if (p.n_packed == 0 || row < p.packed[0].first_row) return nullptr;
+  const AttentionPackedRows& g = packed_group_rows(p, packed_group(p, row));
+  const int64_t k = row - g.first_row;
+  return g.bytes + (g.slots ? g.slots[k] : k) * g.row_bytes;
+}
+
+// Value d of a filled slot's row: `at` is packed_row_address's for it (kPacked), else unused.
+template <bool kPacked>
+__device__ __forceinline__ float row_value(const AttentionLaunch& p, int32_t row, const uint8_t* at, int64_t d) {
+  if constexpr (kPacked) {
+    if (at) {
+      const AttentionPackedRows& g = packed_group_rows(p, packed_group(p, row));
+      const PackedRowFormat f{g.kind, int32_t(p.head_dim - g.n_rope), g.n_rope, g.block};
+      return packed_row_value(f, at, d);
+    }
+  }
+  return p.rows[int64_t(row) * p.head_dim + d];
+}
+
+// The fused kernel's shared floats before its slots' row addresses (kPacked), an even count so that the
+// addresses are 8-byte aligned.
+__host__ __device__ constexpr int64_t fused_shared_floats(int64_t n_slots) { return (n_slots + n_slots / 64 + 33 + 1) / 2 * 2; }
+
+template <bool kPacked>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const AttentionLaunch p) {
   DI_DYNAMIC_SHARED(float, smem);
   const int64_t n_slots = p.n_slots, n_blocks = n_slots / 64, D = p.head_dim;
@@ -30,6 +69,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Att
   const int64_t h = blockIdx.x, t = blockIdx.z;
   const float* q = p.q + (t * p.n_heads + h) * D;
   const int32_t* slot_row = p.slot_row + t * n_slots;
+  const uint8_t** row_at = nullptr;  // kPacked: [n_slots] the slots' row bytes
+  if constexpr (kPacked) {
+    row_at = reinterpret_cast<const uint8_t**>(smem + fused_shared_floats(n_slots));
+    for (int64_t j = threadIdx.x; j < n_slots; j += kThreads) {
+      const int32_t row = slot_row[j];
+      row_at[j] = row < 0 ? nullptr : packed_row_address(p, row);
+    }
+    __syncthreads();
+  }
 
   for (int64_t j = warp; j < n_slots; j += n_warps) {  // AT1: scores
     const int32_t row = slot_row[j];
@@ -37,9 +85,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Att
       if (lane == 0) s[j] = -INFINITY;
       continue;
     }
-    const float* kv = p.rows + int64_t(row) * D;
+    const uint8_t* at = kPacked ? row_at[j] : nullptr;
     float dot = 0.0f;
-    for (int64_t d = lane; d < D; d += 32) dot = __fmaf_rn(q[d], kv[d], dot);
+    for (int64_t d = lane; d < D; d += 32) dot = __fmaf_rn(q[d], row_value<kPacked>(p, row, at, d), dot);
     dot = warp_sum(dot);
     if (lane == 0) s[j] = float(double(dot) * p.softmax_scale);
   }
@@ -77,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Att
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         row[u] = slot_row[j + u];
-        v[u] = row[u] >= 0 ? p.rows[int64_t(row[u]) * D + d] : 0.0f;
+        v[u] = row[u] >= 0 ? row_value<kPacked>(p, row[u], kPacked ? row_at[j + u] : nullptr, d) : 0.0f;
       }
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
@@ -86,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Att
     }
     for (; j < n_slots; ++j) {
       const int32_t row = slot_row[j];
-      if (row >= 0) acc = __fmaf_rn(s[j], p.rows[int64_t(row) * D + d], acc);
+      if (row >= 0) acc = __fmaf_rn(s[j], row_value<kPacked>(p, row, kPacked ? row_at[j] : nullptr, d), acc);
     }
     p.out[(t * p.n_heads + h) * D + d] = round_bf16(acc / denom);
   }
@@ -105,15 +153,21 @@ constexpr int kScoreSlots = 32, kScoreHeads = 8, kScoreCols = 128;
 constexpr int kScoreRowLoads = kScoreSlots * kScoreCols / kThreads;   // 16 per thread and step
 constexpr int kScoreQLoads = kScoreHeads * kScoreCols / kThreads;     // 4
 
+template <bool kPacked>
 __global__ void __launch_bounds__(kThreads) attention_scores_kernel(const AttentionLaunch p, float* scores) {
   __shared__ float rows_s[kScoreSlots][kScoreCols + 1];  // +1: lane j reads row j, in 32 different banks
   __shared__ float q_s[kScoreHeads][kScoreCols];         // a warp reads one head: a broadcast
   __shared__ int32_t row_of[kScoreSlots];
+  __shared__ const uint8_t* row_at[kPacked ? kScoreSlots : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t j0 = int64_t(blockIdx.x) * kScoreSlots, h0 = int64_t(blockIdx.y) * kScoreHeads, D = p.head_dim;
   const int64_t t = blockIdx.z;
   const float* q = p.q + t * p.n_heads * D;
-  if (threadIdx.x < kScoreSlots) row_of[threadIdx.x] = p.slot_row[t * p.n_slots + j0 + threadIdx.x];  // n_slots % 64 == 0
+  if (threadIdx.x < kScoreSlots) {
+    const int32_t row = p.slot_row[t * p.n_slots + j0 + threadIdx.x];  // n_slots % 64 == 0
+    row_of[threadIdx.x] = row;
+    if constexpr (kPacked) row_at[threadIdx.x] = row < 0 ? nullptr : packed_row_address(p, row);
+  }
   __syncthreads();
   // Element i of a step: rows i / kScoreCols, column i % kScoreCols; a warp reads 32 consecutive columns.
   float row_v[kScoreRowLoads], q_v[kScoreQLoads];
@@ -122,7 +176,7 @@ __global__ void __launch_bounds__(kThreads) attention_scores_kernel(const Attent
     for (int u = 0; u < kScoreRowLoads; ++u) {
       const int i = threadIdx.x + u * kThreads, r = i / kScoreCols, c = i % kScoreCols;
       const int32_t row = row_of[r];
-      row_v[u] = row >= 0 && d0 + c < D ? p.rows[int64_t(row) * D + d0 + c] : 0.0f;
+      row_v[u] = row >= 0 && d0 + c < D ? row_value<kPacked>(p, row, kPacked ? row_at[r] : nullptr, d0 + c) : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < kScoreQLoads; ++u) {
@@ -162,21 +216,29 @@ __global__ void __launch_bounds__(kThreads) attention_scores_kernel(const Attent
 constexpr int kPvHeads = 8, kPvCols = 32, kPvSlots = 128;
 constexpr int kPvLoads = kPvSlots * kPvCols / kThreads;  // 16 per thread and step
 
-size_t pv_shared_bytes(int64_t n_slots) {
+// Its shared memory: the weights, maxima and staged rows (an even count of floats), then (kPacked) the slots' row
+// addresses, then their row numbers.
+size_t pv_shared_bytes(int64_t n_slots, bool packed) {
   return (size_t(kPvHeads) * size_t(n_slots) + size_t(kPvHeads) * size_t(n_slots / 64) + size_t(kPvSlots) * kPvCols) *
-             sizeof(float) + size_t(n_slots) * sizeof(int32_t);
+             sizeof(float) + size_t(n_slots) * (sizeof(int32_t) + (packed ? sizeof(const uint8_t*) : 0));
 }
 
-__global__ void __launch_bounds__(kThreads) attention_pv_kernel(const AttentionLaunch p, const float* scores) {
+template <bool kPacked>
+__global__ void __launch_bounds__(kThreads, 1) attention_pv_kernel(const AttentionLaunch p, const float* scores) {
   DI_DYNAMIC_SHARED(float, smem);
   const int64_t n_slots = p.n_slots, n_blocks = n_slots / 64, D = p.head_dim;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* weight = smem + warp * n_slots;                          // [kPvHeads][n_slots]
   float* block_max = smem + kPvHeads * n_slots + warp * n_blocks;  // [kPvHeads][n_blocks] running maxima
   float* v_s = smem + kPvHeads * (n_slots + n_blocks);            // [kPvSlots][kPvCols]
-  int32_t* row_of = reinterpret_cast<int32_t*>(v_s + kPvSlots * kPvCols);  // [n_slots]
+  const uint8_t** row_at = reinterpret_cast<const uint8_t**>(v_s + kPvSlots * kPvCols);  // kPacked: [n_slots]
+  int32_t* row_of = kPacked ? reinterpret_cast<int32_t*>(row_at + n_slots) : reinterpret_cast<int32_t*>(v_s + kPvSlots * kPvCols);
   const int64_t t = blockIdx.z;
-  for (int64_t j = threadIdx.x; j < n_slots; j += kThreads) row_of[j] = p.slot_row[t * n_slots + j];
+  for (int64_t j = threadIdx.x; j < n_slots; j += kThreads) {
+    const int32_t row = p.slot_row[t * n_slots + j];
+    row_of[j] = row;
+    if constexpr (kPacked) row_at[j] = row < 0 ? nullptr : packed_row_address(p, row);
+  }
   const int64_t h = int64_t(blockIdx.x) * kPvHeads + warp;
   float denom = 1.0f;
   if (h < p.n_heads) {  // AT2 for head h, in this warp alone
@@ -215,7 +277,7 @@ __global__ void __launch_bounds__(kThreads) attention_pv_kernel(const AttentionL
       const int i = threadIdx.x + u * kThreads;
       const int64_t j = j0 + i / kPvCols, col = int64_t(blockIdx.y) * kPvCols + i % kPvCols;
       const int32_t row = j < n_slots ? row_of[j] : -1;
-      v_next[u] = row >= 0 && col < D ? p.rows[int64_t(row) * D + col] : 0.0f;
+      v_next[u] = row >= 0 && col < D ? row_value<kPacked>(p, row, kPacked ? row_at[j] : nullptr, col) : 0.0f;
     }
   };
   __syncthreads();  // row_of and every warp's weights are written
@@ -317,41 +379,73 @@ __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScore
 
 }  // namespace
 
-size_t sparse_attention_shared_bytes(int64_t n_slots) { return size_t(n_slots + n_slots / 64 + 33) * sizeof(float); }
+size_t sparse_attention_shared_bytes(int64_t n_slots, bool packed_rows) {
+  return size_t(fused_shared_floats(n_slots)) * sizeof(float) + (packed_rows ? size_t(n_slots) * sizeof(const uint8_t*) : 0);
+}
 
-void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
-  DI_CHECK(p.n_slots % 64 == 0 && p.n_heads > 0 && p.head_dim > 0 && p.n_tokens > 0 && p.n_tokens <= 65535);
-  const size_t smem = sparse_attention_shared_bytes(p.n_slots);
+namespace {
+
+// The packed groups as kernels.h describes them: ascending, each a known format, within the slot words' range.
+void check_packed_groups(const AttentionLaunch& p) {
+  DI_CHECK(p.n_packed >= 0 && p.n_packed <= kMaxAttentionPackedGroups);
+  for (int g = 0; g < p.n_packed; ++g) {
+    const AttentionPackedRows& r = p.packed[g];
+    DI_CHECK(r.bytes && r.row_bytes > 0 && r.block > 0 && r.n_rope >= 0 && r.n_rope < p.head_dim && r.first_row >= 0);
+    DI_CHECK(r.kind == PackedRowKind::kE4m3 || r.n_rope == 0);  // e2m1 rows code every value
+    DI_CHECK(r.first_row + r.n_rows <= 0x7fffffff && (g == 0 || r.first_row == p.packed[g - 1].first_row + p.packed[g - 1].n_rows));
+  }
+}
+
+template <bool kPacked>
+void launch_fused(const AttentionLaunch& p, size_t smem, cudaStream_t stream) {
   if (smem > 48 * 1024) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_kernel<kPacked>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
   const unsigned d_blocks = unsigned((p.head_dim + kThreads - 1) / kThreads);
-  launch_kernel(sparse_attention_kernel, dim3(unsigned(p.n_heads), d_blocks, unsigned(p.n_tokens)), kThreads, smem, stream,
-                p);
+  launch_kernel(sparse_attention_kernel<kPacked>, dim3(unsigned(p.n_heads), d_blocks, unsigned(p.n_tokens)), kThreads, smem,
+                stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
-size_t sparse_attention_split_shared_bytes(int64_t n_slots) { return pv_shared_bytes(n_slots); }
+template <bool kPacked>
+void launch_split(const AttentionLaunch& p, float* scores, cudaStream_t stream) {
+  const unsigned head_groups = unsigned((p.n_heads + kScoreHeads - 1) / kScoreHeads);
+  launch_kernel(attention_scores_kernel<kPacked>, dim3(unsigned(p.n_slots / kScoreSlots), head_groups, unsigned(p.n_tokens)),
+                kThreads, 0, stream, p, scores);
+  DI_CUDA_CHECK_LAUNCH();
+  const size_t smem = pv_shared_bytes(p.n_slots, kPacked);
+  if (smem > 48 * 1024) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(attention_pv_kernel<kPacked>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  const unsigned pv_head_groups = unsigned((p.n_heads + kPvHeads - 1) / kPvHeads);
+  const unsigned col_blocks = unsigned((p.head_dim + kPvCols - 1) / kPvCols);
+  launch_kernel(attention_pv_kernel<kPacked>, dim3(pv_head_groups, col_blocks, unsigned(p.n_tokens)), kThreads, smem, stream, p,
+                scores);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
+  DI_CHECK(p.n_slots % 64 == 0 && p.n_heads > 0 && p.head_dim > 0 && p.n_tokens > 0 && p.n_tokens <= 65535);
+  check_packed_groups(p);
+  const bool packed = p.n_packed > 0;
+  const size_t smem = sparse_attention_shared_bytes(p.n_slots, packed);
+  if (packed) launch_fused<true>(p, smem, stream);
+  else launch_fused<false>(p, smem, stream);
+}
+
+size_t sparse_attention_split_shared_bytes(int64_t n_slots, bool packed_rows) { return pv_shared_bytes(n_slots, packed_rows); }
 
 void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cudaStream_t stream) {
   DI_CHECK(p.n_slots % 64 == 0 && p.n_heads > 0 && p.head_dim > 0 && p.n_tokens > 0 && p.n_tokens <= 65535);
+  check_packed_groups(p);
   if (p.n_slots == 0) {  // no slot: every output is 0 / (0 + exp(sink - -inf)) = 0, as the fused kernel gives
     DI_CUDA_CHECK(cudaMemsetAsync(p.out, 0, size_t(p.n_tokens * p.n_heads * p.head_dim) * sizeof(float), stream));
     return;
   }
-  const unsigned head_groups = unsigned((p.n_heads + kScoreHeads - 1) / kScoreHeads);
-  launch_kernel(attention_scores_kernel, dim3(unsigned(p.n_slots / kScoreSlots), head_groups, unsigned(p.n_tokens)), kThreads,
-                0, stream, p, scores);
-  DI_CUDA_CHECK_LAUNCH();
-  const size_t smem = pv_shared_bytes(p.n_slots);
-  if (smem > 48 * 1024) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(attention_pv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  }
-  const unsigned pv_head_groups = unsigned((p.n_heads + kPvHeads - 1) / kPvHeads);
-  const unsigned col_blocks = unsigned((p.head_dim + kPvCols - 1) / kPvCols);
-  launch_kernel(attention_pv_kernel, dim3(pv_head_groups, col_blocks, unsigned(p.n_tokens)), kThreads, smem, stream, p,
-                scores);
-  DI_CUDA_CHECK_LAUNCH();
+  if (p.n_packed > 0) launch_split<true>(p, scores, stream);
+  else launch_split<false>(p, scores, stream);
 }
 
 size_t index_scores_shared_bytes(int64_t n_heads, int64_t dim, bool packed_keys) {

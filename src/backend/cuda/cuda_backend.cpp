@@ -139,6 +139,7 @@ struct KernelPaths {
   bool tensor_core_linear = true;  // DEEPINFER_CUDA_LINEAR=mma (the default), mma_staged or mma_split, not fma
   cuda::MmaKernelChoice mma_choice = cuda::MmaKernelChoice::kFastest;  // mma_staged: kStaged, mma_split: kStagedSplit
   bool split_attention = false;    // DEEPINFER_CUDA_ATTENTION=split or fused (the default)
+  bool packed_attention_rows = false;  // DEEPINFER_CUDA_ATTENTION_ROWS=packed or decoded (the default)
   bool packed_rows = false;        // DEEPINFER_CUDA_KV=packed or mirror, not floats (the default)
   bool mirror_rows = false;        // DEEPINFER_CUDA_KV=mirror: the attention's packed rows kept on the device
   double mirror_gb = 2;            // DEEPINFER_CUDA_KV_MIRROR_GB: the device memory the kept rows may take
@@ -156,6 +157,7 @@ class CudaBackend final : public Backend {
   CudaBackend(int device, std::unique_ptr<Backend> host, double weight_budget_gb, const KernelPaths& paths)
       : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(paths.packed_rows),
         tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention),
+        packed_attention_rows_(paths.packed_attention_rows),
         mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb), fp8_prompt_linear_(paths.fp8_prompt_linear),
         fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma), device_moe_(paths.device_moe), graphs_(paths.graphs),
         device_chain_(paths.device_chain), device_select_(paths.device_select) {
@@ -1628,8 +1630,10 @@ class CudaBackend final : public Backend {
   // Tokens that share n_heads, head_dim, sink and softmax. The rows they read (KV cache rows in host memory)
   // are gathered once (SlotGather) into pinned staging. Float rows go over as they are; packed cache rows
   // (takes_packed_rows) go over as their bytes, a group per format, and are decoded on the device behind the
-  // float rows. Each token's slots are indices into the rows, padded with empty slots to the longest list: an
-  // empty slot changes no output (its weight is 0 and its 64-block's maximum is -inf).
+  // float rows, or (DEEPINFER_CUDA_ATTENTION_ROWS=packed) read as they are by the attention kernels, which then
+  // never write and read a float copy of each row (4 bytes a value where the rows hold about one). Each token's
+  // slots are indices into the rows, padded with empty slots to the longest list: an empty slot changes no
+  // output (its weight is 0 and its 64-block's maximum is -inf).
   void attend(std::span<const SparseAttentionParams> batch) {
     const SparseAttentionParams& p0 = batch[0];
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, D = p0.head_dim;
@@ -1648,9 +1652,18 @@ class CudaBackend final : public Backend {
       u.slot_at = n_slot_words;
       n_slot_words += int64_t(u.slots.size());
     }
+    // The attention reads the packed rows as they are when it can: its kernels take a few groups, and their
+    // shared memory then holds each slot's row address too.
+    auto fits = [&](bool packed) {
+      const bool fused = cuda::sparse_attention_shared_bytes(n_slots, packed) <= max_shared_bytes_;
+      return fused || (split_attention_ && cuda::sparse_attention_split_shared_bytes(n_slots, packed) <= max_shared_bytes_);
+    };
+    const bool read_packed =
+        packed_attention_rows_ && !groups.empty() && groups.size() <= size_t(cuda::kMaxAttentionPackedGroups) && fits(true);
+    const int64_t n_decoded = read_packed ? n_float : n_rows;  // the float rows on the device
     // The slots after the packed bytes, at an 8-byte aligned device address (the packed bytes start 4-byte aligned,
     // behind the rows, q and sink, from the 256-byte aligned rows_).
-    const size_t misalign = size_t(n_rows * D + T * H * D + H) * 4 % 8;
+    const size_t misalign = size_t(n_decoded * D + T * H * D + H) * 4 % 8;
     const size_t slot_words_at = (packed_bytes + misalign + 7) / 8 * 8 - misalign;
     const size_t packed_and_slots = slot_words_at + size_t(n_slot_words) * 8;
     rows_host_.reserve(size_t(n_float * D + T * H * D + H) * 4 + packed_and_slots);
@@ -1678,45 +1691,48 @@ class CudaBackend final : public Backend {
     // arenas' slots; slot indices; outputs. The host's [float rows][q, sink, packed bytes, slots] go over in two
     // copies.
     const size_t staged = size_t(T * H * D + H) * 4 + packed_and_slots;
-    rows_.reserve(size_t(n_rows * D) * 4 + staged);
+    rows_.reserve(size_t(n_decoded * D) * 4 + staged);
     index_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
     out_.reserve(size_t(T * H * D) * 4);
     float* rows_dev = rows_.get<float>();
-    float* q_dev = rows_dev + n_rows * D;
+    float* q_dev = rows_dev + n_decoded * D;
     float* sink_dev = q_dev + T * H * D;
     const auto* packed_dev = reinterpret_cast<const uint8_t*>(sink_dev + H);
     const auto* slots_dev = reinterpret_cast<const int64_t*>(packed_dev + slot_words_at);
     if (n_float) DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_float * D) * 4, cudaMemcpyHostToDevice, stream_));
     DI_CUDA_CHECK(cudaMemcpyAsync(q_dev, q_host, staged, cudaMemcpyHostToDevice, stream_));
+    cuda::AttentionLaunch a{q_dev, H, D, rows_dev, nullptr, n_slots, sink_dev, p0.softmax_scale, p0.block_running_max,
+                            out_.get<float>()};
+    a.n_tokens = T;
     for (size_t i = 0; i < groups.size(); ++i) {
       const SlotGather::PackedGroup& g = groups[i];
       const PackedUpload& u = uploads_[i];
       const int64_t n = int64_t(g.rows.size());
-      float* out = rows_dev + g.first_row * D;
-      if (!u.arena) {
-        cuda::launch_unpack_rows(unpack_launch(g.format, packed_dev + u.byte_at, n, out), stream_);
-        continue;
+      // Where the group's rows are on the device: staged one after another, or in the arena's slots (the rows it
+      // lacked scattered there first; stream order keeps an earlier group's reads of a slot before a later
+      // group's write to it).
+      cuda::UnpackRowsLaunch l = unpack_launch(g.format, packed_dev + u.byte_at, n, rows_dev + g.first_row * D);
+      if (u.arena) {
+        l.rows = u.arena->bytes.get<uint8_t>();
+        l.row_slots = slots_dev + u.slot_at;
+        cuda::launch_scatter_rows(packed_dev + u.byte_at, int64_t(u.staged.size()), g.format.row_bytes, slots_dev + u.slot_at + n,
+                                  u.arena->bytes.get<uint8_t>(), stream_);
       }
-      // The rows the arena lacked into their slots, then every row decoded from its slot (stream order keeps an
-      // earlier group's reads of a slot before a later group's write to it).
-      uint8_t* arena = u.arena->bytes.get<uint8_t>();
-      cuda::launch_scatter_rows(packed_dev + u.byte_at, int64_t(u.staged.size()), g.format.row_bytes, slots_dev + u.slot_at + n,
-                                arena, stream_);
-      cuda::UnpackRowsLaunch l = unpack_launch(g.format, arena, n, out);
-      l.row_slots = slots_dev + u.slot_at;
-      cuda::launch_unpack_rows(l, stream_);
+      if (read_packed) {
+        a.packed[a.n_packed++] = {g.first_row, n, l.rows, l.row_slots, l.row_bytes, l.kind, int32_t(l.n_rope), int32_t(l.block)};
+      } else {
+        cuda::launch_unpack_rows(l, stream_);
+      }
     }
     if (n_slots) {
       DI_CUDA_CHECK(cudaMemcpyAsync(index_.get(), slot_row, size_t(T * n_slots) * 4, cudaMemcpyHostToDevice, stream_));
     }
-    cuda::AttentionLaunch a{q_dev, H, D, rows_dev, index_.get<int32_t>(), n_slots, sink_dev, p0.softmax_scale,
-                            p0.block_running_max, out_.get<float>()};
-    a.n_tokens = T;
-    if (split_attention_ && cuda::sparse_attention_split_shared_bytes(n_slots) <= max_shared_bytes_) {
+    a.slot_row = index_.get<int32_t>();
+    if (split_attention_ && cuda::sparse_attention_split_shared_bytes(n_slots, read_packed) <= max_shared_bytes_) {
       scores_.reserve(size_t(std::max<int64_t>(T * H * n_slots, 1)) * 4);
       cuda::launch_sparse_attention_split(a, scores_.get<float>(), stream_);
     } else {
-      DI_CHECK_MSG(cuda::sparse_attention_shared_bytes(n_slots) <= max_shared_bytes_,
+      DI_CHECK_MSG(cuda::sparse_attention_shared_bytes(n_slots, read_packed) <= max_shared_bytes_,
                    "sparse attention: " + std::to_string(n_slots) + " slots need more shared memory than the device has per block");
       cuda::launch_sparse_attention(a, stream_);
     }
@@ -1738,6 +1754,7 @@ class CudaBackend final : public Backend {
   bool tensor_core_linear_ = true;
   cuda::MmaKernelChoice mma_choice_ = cuda::MmaKernelChoice::kFastest;
   bool split_attention_ = false;
+  bool packed_attention_rows_ = false;
   bool mirror_rows_ = false;
   double mirror_gb_ = 2;
   size_t max_shared_bytes_ = 0;     // per block, opted in
@@ -1845,6 +1862,12 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   if (!kv) return nullptr;
   paths.packed_rows = *kv != "floats";
   paths.mirror_rows = *kv == "mirror";
+  // DEEPINFER_CUDA_ATTENTION_ROWS: decoded (default: packed cache rows decoded into floats, then attended over)
+  // or packed (the attention kernels read the packed rows' bytes themselves, the same values bit for bit; with
+  // DEEPINFER_CUDA_KV packed or mirror; written without a GPU at hand).
+  const std::optional<std::string> attention_rows = env_choice("DEEPINFER_CUDA_ATTENTION_ROWS", {"decoded", "packed"}, error);
+  if (!attention_rows) return nullptr;
+  paths.packed_attention_rows = *attention_rows == "packed";
   // DEEPINFER_CUDA_PROMPT_LINEAR: mma (default: prompt tokens' linears as generated tokens' are) or fp8 (prompt
   // tokens' ops whose x the model quantised to e4m3 blocks run on FP8 operands, kernels.h; written without a
   // GPU at hand, see bench/cuda/NOTES.md). With fp8 the model runs prompt and generated tokens as separate passes.

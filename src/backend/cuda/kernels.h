@@ -180,10 +180,28 @@ void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream);
 
 // Sparse attention with sink for n_tokens query tokens that share the rows array; slot j of token t holds
 // row slot_row[t, j] of rows, or is empty (-1).
+// Packed cache rows' layouts (model/kv_format.h): kE4m3 (V4 and V4.1 window rows, V4 compressed rows):
+// n_values - n_rope e4m3 codes, n_rope bf16 values, one e8m0 scale per block codes; kE2m1E4m3Scales (V4.1
+// compressed rows) and kE2m1E8m0Scales (index keys): packed e2m1 codes (value 2i in the low nibble of byte i),
+// then one scale per block values.
+enum class PackedRowKind { kE4m3, kE2m1E4m3Scales, kE2m1E8m0Scales };
+
+// Rows [first_row, first_row + n_rows) of an attention launch, read packed: row first_row + i is at
+// bytes + (slots ? slots[i] : i) * row_bytes.
+struct AttentionPackedRows {
+  int64_t first_row = 0, n_rows = 0;
+  const uint8_t* bytes = nullptr;
+  const int64_t* slots = nullptr;
+  int64_t row_bytes = 0;
+  PackedRowKind kind{};
+  int32_t n_rope = 0, block = 0;  // the format's (n_values is the launch's head_dim)
+};
+constexpr int kMaxAttentionPackedGroups = 3;  // a model's attention reads at most two packed formats (V4.1)
+
 struct AttentionLaunch {
   const float* q = nullptr;        // [n_tokens, n_heads, head_dim]
   int64_t n_heads = 0, head_dim = 0;
-  const float* rows = nullptr;     // [n_filled, head_dim] (K = V)
+  const float* rows = nullptr;     // [n_filled, head_dim] (K = V); with packed groups, the rows before theirs
   const int32_t* slot_row = nullptr;  // [n_tokens, n_slots]
   int64_t n_slots = 0;             // a multiple of 64
   const float* sink = nullptr;     // [n_heads]
@@ -191,23 +209,25 @@ struct AttentionLaunch {
   bool block_running_max = true;
   float* out = nullptr;            // [n_tokens, n_heads, head_dim] bf16 values
   int64_t n_tokens = 1;            // at most 65535
+  // DEEPINFER_CUDA_ATTENTION_ROWS=packed: the rows from packed[0].first_row on are read from their packed bytes
+  // (each value decoded as launch_unpack_rows decodes it, so the outputs are the decoded floats' bit for bit),
+  // the groups in ascending first_row, together covering every row from there to the last.
+  int n_packed = 0;
+  AttentionPackedRows packed[kMaxAttentionPackedGroups] = {};
 };
 void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream);
-// The fused kernel's shared memory: it must fit the device's opt-in limit (n_slots up to ~57000 on an H200).
-size_t sparse_attention_shared_bytes(int64_t n_slots);
+// The fused kernel's shared memory: it must fit the device's opt-in limit (n_slots up to ~57000 on an H200;
+// with packed rows, whose slots' row addresses it keeps too, ~19000).
+size_t sparse_attention_shared_bytes(int64_t n_slots, bool packed_rows = false);
 // The same op as two kernels (scores, then softmax and P.V; attention_kernels.cu says why). `scores` is
 // device scratch of [n_tokens, n_heads, n_slots] floats. The second kernel keeps 8 heads' weights in shared memory:
 // sparse_attention_split_shared_bytes(n_slots) must fit the device's opt-in limit (n_slots up to ~6000 on an
-// H200, ~2500 on sm_89 / sm_120).
-size_t sparse_attention_split_shared_bytes(int64_t n_slots);
+// H200, ~2500 on sm_89 / sm_120; with packed rows ~5200 and ~2200).
+size_t sparse_attention_split_shared_bytes(int64_t n_slots, bool packed_rows = false);
 void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cudaStream_t stream);
 
-// Packed cache rows (model/kv_format.h) decoded on the device to the floats unpack_kv_row gives: the attention's
-// rows when the model hands cache rows over packed. Row layouts: kE4m3 (V4 and V4.1 window rows, V4
-// compressed rows): n_values - n_rope e4m3 codes, n_rope bf16 values, one e8m0 scale per block codes;
-// kE2m1E4m3Scales (V4.1 compressed rows) and kE2m1E8m0Scales (index keys): packed e2m1 codes (value 2i in the
-// low nibble of byte i), then one scale per block values.
-enum class PackedRowKind { kE4m3, kE2m1E4m3Scales, kE2m1E8m0Scales };
+// Packed cache rows decoded on the device to the floats unpack_kv_row gives: the attention's rows when the
+// model hands cache rows over packed (and the attention does not read them packed), and the index keys.
 struct UnpackRowsLaunch {
   PackedRowKind kind = PackedRowKind::kE4m3;
   int64_t n_values = 0, n_rope = 0, block = 0, row_bytes = 0;

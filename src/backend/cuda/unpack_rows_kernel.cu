@@ -1,12 +1,13 @@
 // Packed cache rows decoded on the device (kernels.h: launch_unpack_rows): the same products as the CPU's
-// unpack_kv_row (model/kv_format.cpp), code value times scale in one fp32 multiply, NaN codes included, so
-// the attention reads the same floats whether the host or the device decoded a row.
+// unpack_kv_row (model/kv_format.cpp; packed_rows.cuh), so the attention reads the same floats whether the
+// host or the device decoded a row.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/packed_rows.cuh"
 
 namespace deepinfer::cuda {
 
@@ -14,31 +15,13 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// e4m3_value with the NaN that unpack_kv_row's table gives the two codes whose low bits are all set.
-__device__ __forceinline__ float e4m3_or_nan(uint32_t code) {
-  return (code & 0x7fu) == 0x7fu ? __uint_as_float(0x7fc00000u) : e4m3_value(code);
-}
-
 // One block per row, one value per thread and step.
 __global__ void __launch_bounds__(kThreads) unpack_rows_kernel(const UnpackRowsLaunch p) {
   const int64_t at = p.row_slots ? p.row_slots[blockIdx.x] : int64_t(blockIdx.x);
   const uint8_t* row = p.rows + at * p.row_bytes;
   float* out = p.out + int64_t(blockIdx.x) * p.n_values;
-  const int64_t n = p.n_values - p.n_rope;  // the coded values
-  for (int64_t i = threadIdx.x; i < p.n_values; i += kThreads) {
-    if (p.kind == PackedRowKind::kE4m3) {
-      if (i < n) {
-        out[i] = e4m3_or_nan(row[i]) * e8m0_value(row[n + 2 * p.n_rope + i / p.block]);
-      } else {  // the bf16 rope values, little-endian
-        const int64_t k = i - n;
-        out[i] = __uint_as_float((uint32_t(row[n + 2 * k]) | uint32_t(row[n + 2 * k + 1]) << 8) << 16);
-      }
-    } else if (i < n) {
-      const uint8_t scale = row[(n + 1) / 2 + i / p.block];
-      const float s = p.kind == PackedRowKind::kE2m1E4m3Scales ? e4m3_or_nan(scale) : e8m0_value(scale);
-      out[i] = e2m1_value((row[i / 2] >> (4 * (i & 1))) & 0xfu) * s;
-    }
-  }
+  const PackedRowFormat f{p.kind, int32_t(p.n_values - p.n_rope), int32_t(p.n_rope), int32_t(p.block)};
+  for (int64_t i = threadIdx.x; i < p.n_values; i += kThreads) out[i] = packed_row_value(f, row, i);
 }
 
 // One block per row: 4-byte words (every packed row format is a multiple of 4 bytes long).
