@@ -16,7 +16,8 @@
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
 #      --op-times on the 4-layer benchmark model: the defaults, decode batch 256 and decode at 2048 tokens of
 #      context with the cache rows as floats, packed and mirrored on the device (DEEPINFER_CUDA_KV), and read
-#      packed by the attention kernels (DEEPINFER_CUDA_ATTENTION_ROWS=packed), half
+#      packed by the attention kernels (DEEPINFER_CUDA_ATTENTION_ROWS=packed; with every device path, the index
+#      scores on the tensor cores too, DEEPINFER_CUDA_INDEX_SCORES=mma), half
 #      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device FFN side (DEEPINFER_CUDA_MOE=device) alone
 #      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device; with both, each block's tail is one call), the
 #      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
@@ -216,7 +217,7 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     # Every device path together (the fewest calls a decode step makes today: 4 per ratio-4 layer).
     bench_run "context 2048, every device path" 90 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=device \
       DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device DEEPINFER_CUDA_ATTENTION_ROWS=packed \
-      -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
+      DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
     # Half the routed experts in host memory, their ops on the host's CPU kernels (place_experts): how a
     # checkpoint larger than the GPU (V4-Flash: 149 GB) runs.
     bench_run "DEEPINFER_CUDA_WEIGHT_GB=8" 100 DEEPINFER_CUDA_WEIGHT_GB=8 -- --prefill 128 --batch 1,8 --decode-steps 8

@@ -410,11 +410,22 @@ Row time_attention(int64_t H, int64_t D, int64_t n_slots, bool running, bool spl
 
 // n_tokens query tokens against the same keys in one launch (a prefill block's tokens of one chunk).
 // `packed`: the keys read as 68-byte e2m1 rows from an arena by slot (DEEPINFER_CUDA_KV=mirror), in reverse order.
-Row time_index(int64_t H, int64_t dim, int64_t n_keys, int64_t n_tokens = 1, bool packed = false) {
+// `mma`: on the tensor cores (DEEPINFER_CUDA_INDEX_SCORES=mma), with q and the float keys bf16 values, as the
+// model's FP4 ones are (one mma per tile, not the nine of arbitrary floats).
+Row time_index(int64_t H, int64_t dim, int64_t n_keys, int64_t n_tokens = 1, bool packed = false, bool mma = false) {
   std::mt19937 rng(3);
-  DeviceBuffer q = upload_random_floats(size_t(n_tokens * H * dim), rng, 1.0f);
+  auto upload = [&](size_t n, float stddev) {
+    if (!mma) return upload_random_floats(n, rng, stddev);
+    std::vector<float> h(n);
+    std::normal_distribution<float> d(0.0f, stddev);
+    for (float& v : h) v = bits_to_float(float_to_bits(d(rng)) & 0xffff0000u);
+    DeviceBuffer b(n * 4);
+    DI_CUDA_CHECK(cudaMemcpy(b.get(), h.data(), n * 4, cudaMemcpyHostToDevice));
+    return b;
+  };
+  DeviceBuffer q = upload(size_t(n_tokens * H * dim), 1.0f);
   DeviceBuffer w = upload_random_floats(size_t(n_tokens * H), rng, 0.1f);
-  DeviceBuffer keys = upload_random_floats(size_t(n_keys * dim), rng, 1.0f);
+  DeviceBuffer keys = upload(size_t(n_keys * dim), 1.0f);
   DeviceBuffer out(size_t(n_tokens * n_keys) * 4);
   IndexScoreLaunch l{q.get<float>(), w.get<float>(), H, dim, keys.get<float>(), n_keys, out.get<float>()};
   l.n_tokens = n_tokens;
@@ -435,12 +446,15 @@ Row time_index(int64_t H, int64_t dim, int64_t n_keys, int64_t n_tokens = 1, boo
     l.key_row_bytes = row_bytes;
     l.key_block = 32;
   }
-  const double ms = median_ms([&](int, cudaStream_t st) { launch_index_scores(l, st); });
+  const double ms = median_ms([&](int, cudaStream_t st) {
+    if (mma) launch_index_scores_mma(l, st);
+    else launch_index_scores(l, st);
+  });
   const double bytes = double(n_keys) * (packed ? double(row_bytes + 8) : double(dim * 4)) + double(n_tokens * n_keys) * 4;
   const double flops = 2.0 * double(n_tokens) * double(H) * double(n_keys) * double(dim);
   char name[160];
-  std::snprintf(name, sizeof(name), "index scores %lldh x %lld, %lld keys%s%s", (long long)H, (long long)dim, (long long)n_keys,
-                packed ? " packed" : "", n_tokens > 1 ? (", " + std::to_string(n_tokens) + " tokens").c_str() : "");
+  std::snprintf(name, sizeof(name), "%sindex scores %lldh x %lld, %lld keys%s%s", mma ? "mma " : "", (long long)H, (long long)dim,
+                (long long)n_keys, packed ? " packed" : "", n_tokens > 1 ? (", " + std::to_string(n_tokens) + " tokens").c_str() : "");
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, -1};
 }
 
@@ -781,6 +795,11 @@ int run() {
   rows.push_back(time_index(64, 128, 4096));
   rows.push_back(time_index(64, 128, 1024, 64));  // a prefill block's 64 tokens in one launch
   rows.push_back(time_index(64, 128, 4096, 1, true));  // the keys read packed from the mirror's arena
+  // On the tensor cores (DEEPINFER_CUDA_INDEX_SCORES=mma), against the FMA kernel at 16k keys (64k tokens of context).
+  rows.push_back(time_index(64, 128, 4096, 1, true, true));
+  rows.push_back(time_index(64, 128, 16384, 1, true));
+  rows.push_back(time_index(64, 128, 16384, 1, true, true));
+  rows.push_back(time_index(64, 128, 1024, 64, false, true));  // a prefill block's 64 tokens
   rows.push_back(time_index(64, 128, 4096));
   rows.push_back(time_index_select(4096, 512, 1, false));    // V4-Flash I10 at 16k tokens of context
   rows.push_back(time_index_select(65536, 512, 1, false));   // at 256k

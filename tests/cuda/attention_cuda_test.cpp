@@ -188,11 +188,21 @@ int64_t packed_outputs_differing(Backend& gpu, const std::vector<float>& q, cons
   return n_differing(want, got);
 }
 
+// test(attention path, rows mode) with the packed rows decoded first and (DEEPINFER_CUDA_ATTENTION_ROWS=packed)
+// read packed by the attention kernels themselves.
+void on_both_row_modes(void (*test)(const std::string&, const std::string&), const std::string& path) {
+  DI_SKIP_WITHOUT_CUDA();
+  for (const char* rows : {"decoded", "packed"}) {
+    SCOPED_TRACE(std::string("DEEPINFER_CUDA_ATTENTION_ROWS=") + rows);
+    test(path, rows);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // DEEPINFER_CUDA_KV=packed: cache rows handed over packed (SparseAttentionParams::packed) are decoded on the
 // device to the floats unpack_kv_row gives, so every output equals, bit for bit, that of the same slots given
-// as those floats. Every row format, 3 tokens sharing rows, float and packed slots mixed, empty slots. These
-// three tests run with the rows decoded first and (DEEPINFER_CUDA_ATTENTION_ROWS=packed) read packed by the
-// attention kernels themselves.
+// as those floats. Every row format, 3 tokens sharing rows, float and packed slots mixed, empty slots. This test
+// and the two mirror tests run on both row modes (on_both_row_modes).
 void packed_rows_match_their_decoded_floats(const std::string& path, const std::string& rows) {
   const ScopedCudaPaths paths("mma", path, "packed", rows);
   DI_MAKE_CUDA_BACKEND(gpu);
@@ -241,13 +251,7 @@ void packed_rows_match_their_decoded_floats(const std::string& path, const std::
   }
 }
 
-TEST_P(SparseAttentionCuda, PackedRowsMatchTheirDecodedFloats) {
-  DI_SKIP_WITHOUT_CUDA();
-  for (const char* rows : {"decoded", "packed"}) {
-    SCOPED_TRACE(std::string("DEEPINFER_CUDA_ATTENTION_ROWS=") + rows);
-    packed_rows_match_their_decoded_floats(GetParam(), rows);
-  }
-}
+TEST_P(SparseAttentionCuda, PackedRowsMatchTheirDecodedFloats) { on_both_row_modes(packed_rows_match_their_decoded_floats, GetParam()); }
 
 // DEEPINFER_CUDA_KV=mirror: packed rows kept on the device by their stamps (PackedSlot::stamp). Four calls over
 // one pool of stamped rows: every row new, every row kept, a third of the rows rewritten with new stamps (as the
@@ -303,13 +307,7 @@ void mirrored_rows_match_their_decoded_floats(const std::string& path, const std
   }
 }
 
-TEST_P(SparseAttentionCuda, MirroredRowsMatchTheirDecodedFloats) {
-  DI_SKIP_WITHOUT_CUDA();
-  for (const char* rows : {"decoded", "packed"}) {
-    SCOPED_TRACE(std::string("DEEPINFER_CUDA_ATTENTION_ROWS=") + rows);
-    mirrored_rows_match_their_decoded_floats(GetParam(), rows);
-  }
-}
+TEST_P(SparseAttentionCuda, MirroredRowsMatchTheirDecodedFloats) { on_both_row_modes(mirrored_rows_match_their_decoded_floats, GetParam()); }
 
 // DEEPINFER_CUDA_KV=mirror, as V4.1 calls it: two row sizes (528 B window rows, 288 B compressed rows, two
 // arenas) and float rows in one call, 5 heads (the device's slot words behind an odd number of floats). The
@@ -382,16 +380,22 @@ void mirror_keeps_rows_of_two_sizes_across_calls(const std::string& path, const 
   EXPECT_EQ(n_differing(want, kept), 0) << "second call: the device did not use the rows it kept under their stamps";
 }
 
-TEST_P(SparseAttentionCuda, MirrorKeepsRowsOfTwoSizesAcrossCalls) {
-  DI_SKIP_WITHOUT_CUDA();
-  for (const char* rows : {"decoded", "packed"}) {
-    SCOPED_TRACE(std::string("DEEPINFER_CUDA_ATTENTION_ROWS=") + rows);
-    mirror_keeps_rows_of_two_sizes_across_calls(GetParam(), rows);
-  }
-}
+TEST_P(SparseAttentionCuda, MirrorKeepsRowsOfTwoSizesAcrossCalls) { on_both_row_modes(mirror_keeps_rows_of_two_sizes_across_calls, GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Paths, SparseAttentionCuda, ::testing::ValuesIn(attention_paths()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// Every IndexScoresCuda test runs on both index-score kernels (DEEPINFER_CUDA_INDEX_SCORES): the FMA chains and
+// the tensor cores, each within the reference's bound and equal to itself across batches, arrays and key forms.
+void on_both_index_kernels(void (*test)()) {
+  DI_SKIP_WITHOUT_CUDA();
+  for (const char* kernel : {"fma", "mma"}) {
+    SCOPED_TRACE(std::string("DEEPINFER_CUDA_INDEX_SCORES=") + kernel);
+    const ScopedIndexScores scoped(kernel);
+    test();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
 
 void run_index(int64_t n_heads, int64_t dim, int64_t n_keys, bool fp32_inputs, uint32_t seed) {
   DI_MAKE_CUDA_BACKEND(gpu);
@@ -414,22 +418,24 @@ void run_index(int64_t n_heads, int64_t dim, int64_t n_keys, bool fp32_inputs, u
              d);
 }
 
-TEST(IndexScoresCuda, V4FlashShapes) {
+void v4flash_shapes() {
   DI_SKIP_WITHOUT_CUDA();
   for (int64_t n_keys : {1, 5, 100, 1024}) run_index(64, 128, n_keys, false, uint32_t(10 + n_keys));
 }
+TEST(IndexScoresCuda, V4FlashShapes) { on_both_index_kernels(v4flash_shapes); }
 
-TEST(IndexScoresCuda, OddDimFewHeadsFp32Keys) {
+void odd_dim_few_heads_fp32_keys() {
   DI_SKIP_WITHOUT_CUDA();
   run_index(4, 100, 77, false, 21);
   run_index(8, 128, 300, false, 22);
   run_index(64, 128, 200, true, 31);
 }
+TEST(IndexScoresCuda, OddDimFewHeadsFp32Keys) { on_both_index_kernels(odd_dim_few_heads_fp32_keys); }
 
 // A prefill block's tokens against one keys array in one index_scores_batch call, each reading its own
 // prefix (1 .. 1000 keys, one token with none): every score equal to the same token scored alone, and the
 // reference's within the bound of run_index.
-TEST(IndexScoresCuda, BatchedTokensMatchSingleCalls) {
+void batched_tokens_match_single_calls() {
   DI_SKIP_WITHOUT_CUDA();
   DI_MAKE_CUDA_BACKEND(gpu);
   auto reference = make_reference_backend();
@@ -472,11 +478,12 @@ TEST(IndexScoresCuda, BatchedTokensMatchSingleCalls) {
     }
   }
 }
+TEST(IndexScoresCuda, BatchedTokensMatchSingleCalls) { on_both_index_kernels(batched_tokens_match_single_calls); }
 
 // DEEPINFER_CUDA_KV=packed: index keys handed over packed (IndexScoreParams::key_runs, runs of 7 rows as
 // pages would give) are decoded on the device to unpack_kv_row's floats: every score equals, bit for bit, that of
 // the same keys given as those floats, for tokens of 0 .. 300 keys in one batch.
-TEST(IndexScoresCuda, PackedKeysMatchTheirDecodedFloats) {
+void packed_keys_match_their_decoded_floats() {
   DI_SKIP_WITHOUT_CUDA();
   const ScopedCudaPaths paths("mma", "fused", "packed");
   DI_MAKE_CUDA_BACKEND(gpu);
@@ -519,11 +526,12 @@ TEST(IndexScoresCuda, PackedKeysMatchTheirDecodedFloats) {
     }
   }
 }
+TEST(IndexScoresCuda, PackedKeysMatchTheirDecodedFloats) { on_both_index_kernels(packed_keys_match_their_decoded_floats); }
 
 // A batched decode step's tokens, each scoring against its own sequence's keys, in one index_scores_batch call:
 // three float key arrays and two packed ones (runs of 5 rows), the tokens interleaved over them with 0 .. 250
 // keys each. Every score equals, bit for bit, the same token's scored alone against its keys as floats.
-TEST(IndexScoresCuda, SeveralKeyArraysInOneBatchMatchSingleCalls) {
+void several_key_arrays_in_one_batch_match_single_calls() {
   DI_SKIP_WITHOUT_CUDA();
   const ScopedCudaPaths paths("mma", "fused", "packed");
   DI_MAKE_CUDA_BACKEND(gpu);
@@ -573,6 +581,7 @@ TEST(IndexScoresCuda, SeveralKeyArraysInOneBatchMatchSingleCalls) {
     }
   }
 }
+TEST(IndexScoresCuda, SeveralKeyArraysInOneBatchMatchSingleCalls) { on_both_index_kernels(several_key_arrays_in_one_batch_match_single_calls); }
 
 // DEEPINFER_CUDA_KV=mirror for the index keys: three sequences' stamped key arrays (runs of 6 rows) in one batch,
 // one of them as floats or not (with none, the kernel reads the keys packed from the arena), scored three times:
@@ -648,12 +657,13 @@ void expect_mirrored_keys_kept(bool with_floats, const char* budget_gb) {
   EXPECT_EQ(want, got) << "20 keys appended to each packed array";
 }
 
-TEST(IndexScoresCuda, MirroredKeysAreKeptAcrossCalls) {
+void mirrored_keys_are_kept_across_calls() {
   DI_SKIP_WITHOUT_CUDA();
   for (const bool with_floats : {true, false}) {
     for (const char* budget_gb : {"2", "0.000001"}) expect_mirrored_keys_kept(with_floats, budget_gb);
   }
 }
+TEST(IndexScoresCuda, MirroredKeysAreKeptAcrossCalls) { on_both_index_kernels(mirrored_keys_are_kept_across_calls); }
 
 }  // namespace
 }  // namespace deepinfer::testing

@@ -68,6 +68,16 @@ class ScopedPromptLinear {
   ScopedPromptLinear& operator=(const ScopedPromptLinear&) = delete;
 };
 
+// The CUDA backend's index-score kernel (DEEPINFER_CUDA_INDEX_SCORES: fma, the default, or mma) for the backends
+// made while it lives.
+class ScopedIndexScores {
+ public:
+  explicit ScopedIndexScores(const std::string& kernel) { setenv("DEEPINFER_CUDA_INDEX_SCORES", kernel.c_str(), 1); }
+  ~ScopedIndexScores() { unsetenv("DEEPINFER_CUDA_INDEX_SCORES"); }
+  ScopedIndexScores(const ScopedIndexScores&) = delete;
+  ScopedIndexScores& operator=(const ScopedIndexScores&) = delete;
+};
+
 // The batched-linears tests' per-op setup: op p (its out ignored) on the reference into ref and alone on the
 // device into alone, then queued for the batch call, which writes batched.
 inline void run_alone_and_queue(LinearParams p, Backend& reference, Backend& device, float* ref, float* alone, float* batched,

@@ -112,6 +112,19 @@ TEST(GoldenCudaFp8Prompt, WithinFastPathBounds) {
   }
 }
 
+// DEEPINFER_CUDA_INDEX_SCORES=mma: the indexer's dot products on the tensor cores (index_scores_mma_kernel.cu),
+// through the index keys read packed from the mirror; the cases stay within the same bounds.
+TEST(GoldenCudaIndexScoresMma, WithinFastPathBounds) {
+  DI_SKIP_WITHOUT_CUDA();
+  const testing::ScopedIndexScores mma("mma");
+  for (const testing::GoldenCaseParam& param : std::vector<testing::GoldenCaseParam>{
+           {"v4-flash", "flash-tiny", 3, "mma", "fused", "mirror"}, {"v41-flash", "tiny-a", 1, "mma", "fused", "mirror"}}) {
+    if (!std::filesystem::exists(param.case_path())) GTEST_SKIP() << "golden case not found: " << param.case_path();
+    SCOPED_TRACE(param.case_path());
+    expect_within_fast_path_bounds(param);
+  }
+}
+
 // DEEPINFER_CUDA_PROMPT_LINEAR=wgmma: the same on the wgmma kernel (compute capability 9.0 devices only).
 TEST(GoldenCudaWgmmaPrompt, WithinFastPathBounds) {
   DI_SKIP_WITHOUT_CUDA();

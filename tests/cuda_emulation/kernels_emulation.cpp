@@ -360,6 +360,11 @@ void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream) {
 }
 #endif
 
+#ifndef DEEPINFER_REAL_KERNELS_INDEX_SCORES_MMA_KERNEL  // index_scores_mma_kernel.cu: the same op as launch_index_scores
+size_t index_scores_mma_shared_bytes(int64_t n_heads, int64_t dim) { return index_scores_shared_bytes(n_heads, dim, false); }
+void launch_index_scores_mma(const IndexScoreLaunch& p, cudaStream_t stream) { launch_index_scores(p, stream); }
+#endif
+
 #ifndef DEEPINFER_REAL_KERNELS_UNPACK_ROWS_KERNEL  // unpack_rows_kernel.cu
 void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] {

@@ -140,6 +140,7 @@ struct KernelPaths {
   cuda::MmaKernelChoice mma_choice = cuda::MmaKernelChoice::kFastest;  // mma_staged: kStaged, mma_split: kStagedSplit
   bool split_attention = false;    // DEEPINFER_CUDA_ATTENTION=split or fused (the default)
   bool packed_attention_rows = false;  // DEEPINFER_CUDA_ATTENTION_ROWS=packed or decoded (the default)
+  bool mma_index_scores = false;   // DEEPINFER_CUDA_INDEX_SCORES=mma or fma (the default)
   bool packed_rows = false;        // DEEPINFER_CUDA_KV=packed or mirror, not floats (the default)
   bool mirror_rows = false;        // DEEPINFER_CUDA_KV=mirror: the attention's packed rows kept on the device
   double mirror_gb = 2;            // DEEPINFER_CUDA_KV_MIRROR_GB: the device memory the kept rows may take
@@ -157,7 +158,7 @@ class CudaBackend final : public Backend {
   CudaBackend(int device, std::unique_ptr<Backend> host, double weight_budget_gb, const KernelPaths& paths)
       : device_(device), host_(std::move(host)), weight_budget_gb_(weight_budget_gb), packed_rows_(paths.packed_rows),
         tensor_core_linear_(paths.tensor_core_linear), mma_choice_(paths.mma_choice), split_attention_(paths.split_attention),
-        packed_attention_rows_(paths.packed_attention_rows),
+        packed_attention_rows_(paths.packed_attention_rows), mma_index_scores_(paths.mma_index_scores),
         mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb), fp8_prompt_linear_(paths.fp8_prompt_linear),
         fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma), device_moe_(paths.device_moe), graphs_(paths.graphs),
         device_chain_(paths.device_chain), device_select_(paths.device_select) {
@@ -1463,7 +1464,11 @@ class CudaBackend final : public Backend {
     l.token_keys = index_meta_.get<int64_t>();
     l.token_scores_at = index_meta_.get<int64_t>() + T;
     l.token_keys_at = index_meta_.get<int64_t>() + 2 * T;
-    cuda::launch_index_scores(l, stream_);
+    if (mma_index_scores_ && H <= cuda::kIndexScoresMmaMaxHeads && cuda::index_scores_mma_shared_bytes(H, dim) <= max_shared_bytes_) {
+      cuda::launch_index_scores_mma(l, stream_);
+    } else {
+      cuda::launch_index_scores(l, stream_);
+    }
     if (selecting) {
       const int64_t* meta = index_meta_.get<int64_t>();
       auto* selected_dev = reinterpret_cast<int32_t*>(out_.get<float>() + total);
@@ -1755,6 +1760,7 @@ class CudaBackend final : public Backend {
   cuda::MmaKernelChoice mma_choice_ = cuda::MmaKernelChoice::kFastest;
   bool split_attention_ = false;
   bool packed_attention_rows_ = false;
+  bool mma_index_scores_ = false;
   bool mirror_rows_ = false;
   double mirror_gb_ = 2;
   size_t max_shared_bytes_ = 0;     // per block, opted in
@@ -1868,6 +1874,11 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   const std::optional<std::string> attention_rows = env_choice("DEEPINFER_CUDA_ATTENTION_ROWS", {"decoded", "packed"}, error);
   if (!attention_rows) return nullptr;
   paths.packed_attention_rows = *attention_rows == "packed";
+  // DEEPINFER_CUDA_INDEX_SCORES: fma (default: each dot product a chain of fp32 FMAs) or mma (on the tensor cores,
+  // index_scores_mma_kernel.cu; written without a GPU at hand).
+  const std::optional<std::string> index_scores = env_choice("DEEPINFER_CUDA_INDEX_SCORES", {"fma", "mma"}, error);
+  if (!index_scores) return nullptr;
+  paths.mma_index_scores = *index_scores == "mma";
   // DEEPINFER_CUDA_PROMPT_LINEAR: mma (default: prompt tokens' linears as generated tokens' are) or fp8 (prompt
   // tokens' ops whose x the model quantised to e4m3 blocks run on FP8 operands, kernels.h; written without a
   // GPU at hand, see bench/cuda/NOTES.md). With fp8 the model runs prompt and generated tokens as separate passes.

@@ -268,6 +268,12 @@ struct IndexScoreLaunch {
 // Its dynamic shared memory (q, and the warps' decoded keys where packed): it must fit the device's opt-in limit.
 size_t index_scores_shared_bytes(int64_t n_heads, int64_t dim, bool packed_keys);
 void launch_index_scores(const IndexScoreLaunch& p, cudaStream_t stream);
+// The same scores with the dot products on the tensor cores (index_scores_mma_kernel.cu says how they stay
+// exact): up to kIndexScoresMmaMaxHeads heads, any dim; index_scores_mma_shared_bytes must fit the device's
+// opt-in limit (69 KB at 64 heads x 128).
+constexpr int64_t kIndexScoresMmaMaxHeads = 64;
+size_t index_scores_mma_shared_bytes(int64_t n_heads, int64_t dim);
+void launch_index_scores_mma(const IndexScoreLaunch& p, cudaStream_t stream);
 
 // The indexer's top-k selection (index_select_kernel.cu) on index_scores' output: token t's selected indices are
 // the token_select[t] keys of largest score among its token_keys[t], ties to the lower index, best first. Where
