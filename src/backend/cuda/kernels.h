@@ -178,8 +178,6 @@ struct HcPostLaunch {
 };
 void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream);
 
-// Sparse attention with sink for n_tokens query tokens that share the rows array; slot j of token t holds
-// row slot_row[t, j] of rows, or is empty (-1).
 // Packed cache rows' layouts (model/kv_format.h): kE4m3 (V4 and V4.1 window rows, V4 compressed rows):
 // n_values - n_rope e4m3 codes, n_rope bf16 values, one e8m0 scale per block codes; kE2m1E4m3Scales (V4.1
 // compressed rows) and kE2m1E8m0Scales (index keys): packed e2m1 codes (value 2i in the low nibble of byte i),
@@ -198,6 +196,8 @@ struct AttentionPackedRows {
 };
 constexpr int kMaxAttentionPackedGroups = 3;  // a model's attention reads at most two packed formats (V4.1)
 
+// Sparse attention with sink for n_tokens query tokens that share the rows array; slot j of token t holds
+// row slot_row[t, j] of rows, or is empty (-1).
 struct AttentionLaunch {
   const float* q = nullptr;        // [n_tokens, n_heads, head_dim]
   int64_t n_heads = 0, head_dim = 0;
