@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <limits>
 #include <string>
 #include <variant>
 #include <vector>
@@ -72,6 +73,9 @@ class LLM {
     o.prefix_cache_bytes = prefix_cache_mb << 20;
     o.exact = exact;
     o.cuda = backend == "cuda";
+    // Offline: a call's prompts all wait in the engine's queue (submit_all takes them together or not at all),
+    // and the caller holds them in memory anyway, so the queue has no bound a long prompt list could hit.
+    o.max_waiting = std::numeric_limits<int>::max();
     auto engine = Engine::open(o);
     if (!engine.ok()) throw std::runtime_error(engine.status().message());
     engine_ = std::move(engine.value());

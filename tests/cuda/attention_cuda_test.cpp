@@ -382,6 +382,64 @@ void mirror_keeps_rows_of_two_sizes_across_calls(const std::string& path, const 
 
 TEST_P(SparseAttentionCuda, MirrorKeepsRowsOfTwoSizesAcrossCalls) { on_both_row_modes(mirror_keeps_rows_of_two_sizes_across_calls, GetParam()); }
 
+// Float rows and three packed formats (V4's 584-byte rows, V4.1's 528- and 288-byte rows) in one call, copied each
+// call and mirrored: with the rows read packed, the attention's three groups (AttentionLaunch::packed) and the
+// float rows before them; every output equal, bit for bit, to the same slots given as the decoded floats.
+void three_formats_in_one_call(const std::string& path, const std::string& rows) {
+  for (const char* kv : {"packed", "mirror"}) {
+    SCOPED_TRACE(std::string("DEEPINFER_CUDA_KV=") + kv);
+    const ScopedCudaPaths paths("mma", path, kv, rows);
+    DI_MAKE_CUDA_BACKEND(gpu);
+    const KvRowFormat formats[3] = {kv_row_format(KvRowKind::kV4Kv, 512, 64), kv_row_format(KvRowKind::kV41Kv, 512),
+                                    kv_row_format(KvRowKind::kV41Fp4, 512)};
+    std::mt19937 rng(51);
+    const int64_t H = 8, D = 512, n_pool = 40, T = 2, n_slots = 192;
+    const std::vector<float> floats = random_bf16_values(rng, n_pool * D, 1.0f);
+    std::vector<float> decoded[3];
+    std::vector<uint8_t> bytes[3];
+    for (int f = 0; f < 3; ++f) {
+      decoded[f] = random_bf16_values(rng, n_pool * D, 1.0f);
+      bytes[f].assign(size_t(n_pool * formats[f].row_bytes), 0);
+      for (int64_t r = 0; r < n_pool; ++r) {
+        float* row = &decoded[f][size_t(r * D)];
+        if (f == 0) qdq_fp8(row, D - 64, 64);
+        else if (f == 1) qdq_fp8_v41(row, D, 32);
+        else qdq_fp4_e4m3_scale(row, D, 16);
+        ASSERT_TRUE(pack_kv_row(formats[f], row, &bytes[f][size_t(r * formats[f].row_bytes)]));
+        unpack_kv_row(formats[f], &bytes[f][size_t(r * formats[f].row_bytes)], row);
+      }
+    }
+    const std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
+    std::vector<float> sink(static_cast<size_t>(H));
+    for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+    std::vector<const float*> as_floats, mixed;
+    std::vector<PackedSlot> packed;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < n_slots; ++j) {
+        const int kind = int(j % 4);  // 3: a float row
+        const int64_t r = (j * 3 + t) % n_pool;
+        if (j % 17 == 5) {
+          as_floats.push_back(nullptr);
+          mixed.push_back(nullptr);
+          packed.push_back({});
+        } else if (kind == 3) {
+          as_floats.push_back(&floats[size_t(r * D)]);
+          mixed.push_back(&floats[size_t(r * D)]);
+          packed.push_back({});
+        } else {
+          as_floats.push_back(&decoded[kind][size_t(r * D)]);
+          mixed.push_back(nullptr);
+          packed.push_back({&bytes[kind][size_t(r * formats[kind].row_bytes)], &formats[kind], uint64_t(1000 * (kind + 1) + r)});
+        }
+      }
+    }
+    const int64_t n_differ = packed_outputs_differing(*gpu, q, sink, H, D, n_slots, false, as_floats, mixed, packed);
+    EXPECT_EQ(n_differ, 0) << n_differ << " outputs differ from the decoded-floats run";
+  }
+}
+
+TEST_P(SparseAttentionCuda, ThreePackedFormatsInOneCall) { on_both_row_modes(three_formats_in_one_call, GetParam()); }
+
 INSTANTIATE_TEST_SUITE_P(Paths, SparseAttentionCuda, ::testing::ValuesIn(attention_paths()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

@@ -1657,14 +1657,18 @@ class CudaBackend final : public Backend {
       u.slot_at = n_slot_words;
       n_slot_words += int64_t(u.slots.size());
     }
-    // The attention reads the packed rows as they are when it can: its kernels take a few groups, and their
-    // shared memory then holds each slot's row address too.
-    auto fits = [&](bool packed) {
-      const bool fused = cuda::sparse_attention_shared_bytes(n_slots, packed) <= max_shared_bytes_;
-      return fused || (split_attention_ && cuda::sparse_attention_split_shared_bytes(n_slots, packed) <= max_shared_bytes_);
-    };
-    const bool read_packed =
-        packed_attention_rows_ && !groups.empty() && groups.size() <= size_t(cuda::kMaxAttentionPackedGroups) && fits(true);
+    // The attention reads the packed rows as they are when it can: its kernels take a few groups; their shared
+    // memory then holds each slot's row address too (the kernel the decoded rows would get must still fit); and
+    // no two groups share an arena (one row size), since a later group's placing may reuse an earlier group's
+    // slots, which the decoded path has read by then and the attention would read after.
+    const bool split = split_attention_ && cuda::sparse_attention_split_shared_bytes(n_slots) <= max_shared_bytes_;
+    const size_t packed_shared =
+        split ? cuda::sparse_attention_split_shared_bytes(n_slots, true) : cuda::sparse_attention_shared_bytes(n_slots, true);
+    bool read_packed = packed_attention_rows_ && !groups.empty() && groups.size() <= size_t(cuda::kMaxAttentionPackedGroups) &&
+                       packed_shared <= max_shared_bytes_;
+    for (size_t i = 0; read_packed && i < groups.size(); ++i) {
+      for (size_t k = 0; k < i; ++k) read_packed = read_packed && !(uploads_[i].arena && uploads_[i].arena == uploads_[k].arena);
+    }
     const int64_t n_decoded = read_packed ? n_float : n_rows;  // the float rows on the device
     // The slots after the packed bytes, at an 8-byte aligned device address (the packed bytes start 4-byte aligned,
     // behind the rows, q and sink, from the 256-byte aligned rows_).
@@ -1733,7 +1737,7 @@ class CudaBackend final : public Backend {
       DI_CUDA_CHECK(cudaMemcpyAsync(index_.get(), slot_row, size_t(T * n_slots) * 4, cudaMemcpyHostToDevice, stream_));
     }
     a.slot_row = index_.get<int32_t>();
-    if (split_attention_ && cuda::sparse_attention_split_shared_bytes(n_slots, read_packed) <= max_shared_bytes_) {
+    if (split) {
       scores_.reserve(size_t(std::max<int64_t>(T * H * n_slots, 1)) * 4);
       cuda::launch_sparse_attention_split(a, scores_.get<float>(), stream_);
     } else {

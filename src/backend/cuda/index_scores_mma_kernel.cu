@@ -52,15 +52,15 @@ __global__ void __launch_bounds__(kThreads) index_scores_mma_kernel(const IndexS
   if (j0 >= n_keys) return;  // the whole block: no barrier waits
   const int dim = int(p.dim), n_heads = int(p.n_heads), pitch = int(row_pitch(dim)), dim_pad = pitch - 4;
   const int n_head_tiles = (n_heads + 15) / 16;
-  float* q_s = smem;                                     // [n_head_tiles * 16][pitch]
+  int* keys_low_bits = reinterpret_cast<int*>(smem);    // a key value of the block is not a bf16 value
+  float* q_s = smem + 4;                                 // [n_head_tiles * 16][pitch], 16-byte aligned
   float* k_s = q_s + n_head_tiles * 16 * pitch;          // [kKeysPerBlock][pitch]
   const float* q = p.q + t * n_heads * dim;
   const float* weights = p.weights + t * n_heads;
   float* scores = p.scores + (p.token_scores_at ? p.token_scores_at[t] : t * p.n_keys);
   const int64_t first_row = p.token_keys_at ? p.token_keys_at[t] : 0;  // this token's key rows
 
-  __shared__ int keys_low_bits;  // a key value of the block is not a bf16 value
-  if (threadIdx.x == 0) keys_low_bits = 0;
+  if (threadIdx.x == 0) *keys_low_bits = 0;
   // q and the block's keys into shared memory, zero past the heads, the dimension and the token's keys.
   for (int i = threadIdx.x; i < n_head_tiles * 16 * dim_pad; i += kThreads) {
     const int h = i / dim_pad, d = i % dim_pad;
@@ -83,9 +83,9 @@ __global__ void __launch_bounds__(kThreads) index_scores_mma_kernel(const IndexS
     k_s[u * pitch + d] = v;
   }
   __syncthreads();  // keys_low_bits is 0 before any thread sets it
-  if (low_bits) keys_low_bits = 1;
+  if (low_bits) *keys_low_bits = 1;
   __syncthreads();
-  const bool split_keys = keys_low_bits != 0;
+  const bool split_keys = *keys_low_bits != 0;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
   float acc[kMaxHeadTiles][2][4] = {};
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) index_scores_mma_kernel(const IndexS
   // finishes its keys: lane h takes heads h, h + 32, ..., as index_scores_kernel does.
   __syncthreads();
   const int dot_pitch = n_head_tiles * 16 + 1;
-  float* dot_s = smem;  // [kKeysPerBlock][dot_pitch]
+  float* dot_s = q_s;  // [kKeysPerBlock][dot_pitch]
 #pragma unroll
   for (int mt = 0; mt < kMaxHeadTiles; ++mt) {
     if (mt >= n_head_tiles) break;
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) index_scores_mma_kernel(const IndexS
 size_t index_scores_mma_shared_bytes(int64_t n_heads, int64_t dim) {
   const int64_t head_rows = (n_heads + 15) / 16 * 16;
   const int64_t staged = (head_rows + kKeysPerBlock) * row_pitch(dim), dots = kKeysPerBlock * (head_rows + 1);
-  return size_t(staged > dots ? staged : dots) * sizeof(float);
+  return size_t(4 + (staged > dots ? staged : dots)) * sizeof(float);  // the flag's 16 bytes first
 }
 
 void launch_index_scores_mma(const IndexScoreLaunch& p, cudaStream_t stream) {

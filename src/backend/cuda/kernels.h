@@ -221,8 +221,8 @@ void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream);
 size_t sparse_attention_shared_bytes(int64_t n_slots, bool packed_rows = false);
 // The same op as two kernels (scores, then softmax and P.V; attention_kernels.cu says why). `scores` is
 // device scratch of [n_tokens, n_heads, n_slots] floats. The second kernel keeps 8 heads' weights in shared memory:
-// sparse_attention_split_shared_bytes(n_slots) must fit the device's opt-in limit (n_slots up to ~6000 on an
-// H200, ~2500 on sm_89 / sm_120; with packed rows ~5200 and ~2200).
+// sparse_attention_split_shared_bytes(n_slots) must fit the device's opt-in limit (n_slots up to ~5900 on an
+// H200, ~2300 on sm_89 / sm_120; with packed rows ~4800 and ~1900).
 size_t sparse_attention_split_shared_bytes(int64_t n_slots, bool packed_rows = false);
 void launch_sparse_attention_split(const AttentionLaunch& p, float* scores, cudaStream_t stream);
 
