@@ -69,7 +69,7 @@ struct Engine::Impl {
   bool drain = false;
   std::atomic<bool> accepting{true};
   std::atomic<uint64_t> next_id{1};
-  std::atomic<int64_t> n_queued{0};  // waiting sequences, as of the last step
+  std::atomic<int64_t> n_queued{0};  // waiting sequences, as of the last inbox drain or step
   std::mutex channels_mu;
   std::unordered_map<RequestId, std::shared_ptr<RequestChannel>> channels;
   mutable std::mutex stats_mu;
@@ -375,6 +375,7 @@ void Engine::Impl::run() {
         waiting.push_back(std::move(inbox.front()));
         inbox.pop_front();
       }
+      n_queued.store(int64_t(waiting.size()));  // under the lock: queue() counts them while this step runs
       stop = stopping;
       drain_now = drain;
     }
