@@ -784,8 +784,8 @@ int run() {
   rows.push_back(time_attention(64, 512, 1152, false));
   rows.push_back(time_attention(64, 512, 1152, false, true));
   // V4's 584-byte cache rows: decoded into floats first, then read packed by the kernels (ATTENTION_ROWS=packed),
-  // at one token and at a 64-sequence decode step (64 x 640 rows: 24 MB packed, 84 MB as floats).
-  for (const int64_t T : {int64_t(1), int64_t(64)}) {
+  // at one token and at 64- and 256-sequence decode steps (256 x 640 rows: 96 MB packed, 335 MB as floats).
+  for (const int64_t T : {int64_t(1), int64_t(64), int64_t(256)}) {
     for (const bool split : {false, true}) {
       rows.push_back(time_attention(64, 512, 640, true, split, AttentionRows::kDecoded, T));
       rows.push_back(time_attention(64, 512, 640, true, split, AttentionRows::kPacked, T));
