@@ -301,7 +301,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_pv_kernel(const Attenti
 // interleaved (independent FMA chains); lane l takes heads l, l + 32, .... q sits in shared memory with a padded pitch (dim + 1) so the lanes' different
 // heads fall in different banks; it is staged with 8 loads in flight per thread, once per 32 keys. Each
 // key's sum is the same whatever keys share its warp. kPacked: the keys are read packed (key_slots), each warp
-// decoding its keys into shared memory first, the values launch_unpack_rows would write, so the sums are the same.
+// decoding its keys into shared memory first with packed_row_value, as launch_unpack_rows does, so the sums are
+// the same.
 constexpr int kIndexKeysPerWarp = 4;
 constexpr int kIndexKeysPerBlock = kIndexKeysPerWarp * kThreads / 32;
 
@@ -336,12 +337,11 @@ __global__ void __launch_bounds__(kThreads) index_scores_kernel(const IndexScore
   const float* key[kIndexKeysPerWarp];
   if constexpr (kPacked) {  // the warp's keys decoded behind q
     float* k_s = q_s + p.n_heads * pitch + warp * kIndexKeysPerWarp * dim;
-    const int64_t n_coded = (dim + 1) / 2;
+    const PackedRowFormat f{PackedRowKind::kE2m1E8m0Scales, dim, 0, int32_t(p.key_block)};
     for (int i = lane; i < kIndexKeysPerWarp * dim; i += 32) {
       const int u = i / dim, d = i % dim;
       const int64_t j = j0 + u < n_keys ? j0 + u : j0;  // past the end: a repeat, not stored
-      const uint8_t* row = p.packed_keys + p.key_slots[first_row + j] * p.key_row_bytes;
-      k_s[i] = e2m1_value((row[d / 2] >> (4 * (d & 1))) & 0xfu) * e8m0_value(row[n_coded + d / p.key_block]);
+      k_s[i] = packed_row_value(f, p.packed_keys + p.key_slots[first_row + j] * p.key_row_bytes, d);
     }
     __syncwarp();
 #pragma unroll

@@ -23,6 +23,7 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/linear_mma_fragments.cuh"
+#include "backend/cuda/packed_rows.cuh"
 #include "backend/cuda/ptx_instructions.cuh"
 
 namespace deepinfer::cuda {
@@ -67,14 +68,14 @@ __global__ void __launch_bounds__(kThreads) index_scores_mma_kernel(const IndexS
     q_s[h * pitch + d] = h < n_heads && d < dim ? q[h * dim + d] : 0.0f;
   }
   bool low_bits = false;
+  const PackedRowFormat key_format{PackedRowKind::kE2m1E8m0Scales, dim, 0, int32_t(p.key_block)};  // kPacked
   for (int i = threadIdx.x; i < kKeysPerBlock * dim_pad; i += kThreads) {
     const int u = i / dim_pad, d = i % dim_pad;
     const int64_t j = j0 + u;
     float v = 0.0f;
     if (j < n_keys && d < dim) {
       if constexpr (kPacked) {
-        const uint8_t* row = p.packed_keys + p.key_slots[first_row + j] * p.key_row_bytes;
-        v = e2m1_value((row[d / 2] >> (4 * (d & 1))) & 0xfu) * e8m0_value(row[(dim + 1) / 2 + d / p.key_block]);
+        v = packed_row_value(key_format, p.packed_keys + p.key_slots[first_row + j] * p.key_row_bytes, d);
       } else {
         v = p.keys[(first_row + j) * dim + d];
       }
