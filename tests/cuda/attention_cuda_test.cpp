@@ -166,6 +166,20 @@ TEST_P(SparseAttentionCuda, BatchedTokensShareRowsAndMatchSingleRuns) {
   }
 }
 
+// A cache row of `format` as the model writes it: quantised the model's way (a V4 row's rope values stay bf16),
+// packed into `bytes`, and replaced by unpack_kv_row's floats, what the device must read.
+void pack_row_as_the_model(const KvRowFormat& format, float* row, uint8_t* bytes) {
+  const int64_t n = format.n_values;
+  switch (format.kind) {
+    case KvRowKind::kV4Kv: qdq_fp8(row, n - format.n_rope, format.block); break;
+    case KvRowKind::kV41Kv: qdq_fp8_v41(row, n, format.block); break;
+    case KvRowKind::kV41Fp4: qdq_fp4_e4m3_scale(row, n, format.block); break;
+    case KvRowKind::kFp4Key: qdq_fp4(row, n, format.block); break;
+  }
+  ASSERT_TRUE(pack_kv_row(format, row, bytes));
+  unpack_kv_row(format, bytes, row);
+}
+
 // T tokens' attention on `gpu` twice: over as_floats (n_slots float rows each), and over `slots` beside `packed`
 // (the same rows, some of them packed); how many outputs differ in their bits.
 int64_t packed_outputs_differing(Backend& gpu, const std::vector<float>& q, const std::vector<float>& sink, int64_t H,
@@ -207,26 +221,15 @@ void packed_rows_match_their_decoded_floats(const std::string& path, const std::
   const ScopedCudaPaths paths("mma", path, "packed", rows);
   DI_MAKE_CUDA_BACKEND(gpu);
   ASSERT_TRUE(gpu->takes_packed_rows());
-  struct Format {
-    KvRowFormat format;
-    void (*qdq)(float*, int64_t);
-  };
-  const Format formats[] = {
-      {kv_row_format(KvRowKind::kV4Kv, 512, 64), [](float* x, int64_t n) { qdq_fp8(x, n - 64, 64); }},  // rope stays bf16
-      {kv_row_format(KvRowKind::kV41Kv, 512), [](float* x, int64_t n) { qdq_fp8_v41(x, n, 32); }},
-      {kv_row_format(KvRowKind::kV41Fp4, 512), [](float* x, int64_t n) { qdq_fp4_e4m3_scale(x, n, 16); }},
-      {kv_row_format(KvRowKind::kFp4Key, 128), [](float* x, int64_t n) { qdq_fp4(x, n, 32); }},
-  };
+  const KvRowFormat formats[] = {kv_row_format(KvRowKind::kV4Kv, 512, 64), kv_row_format(KvRowKind::kV41Kv, 512),
+                                  kv_row_format(KvRowKind::kV41Fp4, 512), kv_row_format(KvRowKind::kFp4Key, 128)};
   std::mt19937 rng(21);
-  for (const Format& f : formats) {
-    const int64_t H = 8, D = f.format.n_values, n_pool = 150, T = 3, n_slots = 192;
+  for (const KvRowFormat& format : formats) {
+    const int64_t H = 8, D = format.n_values, n_pool = 150, T = 3, n_slots = 192;
     std::vector<float> decoded = random_bf16_values(rng, n_pool * D, 1.0f);
-    std::vector<uint8_t> packed_rows(size_t(n_pool * f.format.row_bytes));
+    std::vector<uint8_t> packed_rows(size_t(n_pool * format.row_bytes));
     for (int64_t r = 0; r < n_pool; ++r) {
-      float* row = &decoded[size_t(r * D)];
-      f.qdq(row, D);
-      ASSERT_TRUE(pack_kv_row(f.format, row, &packed_rows[size_t(r * f.format.row_bytes)]));
-      unpack_kv_row(f.format, &packed_rows[size_t(r * f.format.row_bytes)], row);  // what the device must give
+      ASSERT_NO_FATAL_FAILURE(pack_row_as_the_model(format, &decoded[size_t(r * D)], &packed_rows[size_t(r * format.row_bytes)]));
     }
     std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
     std::vector<float> sink(static_cast<size_t>(H));
@@ -240,12 +243,12 @@ void packed_rows_match_their_decoded_floats(const std::string& path, const std::
         const bool as_packed = !empty && j % 3 != 0;
         as_floats.push_back(empty ? nullptr : &decoded[size_t(r * D)]);
         mixed.push_back(empty || as_packed ? nullptr : &decoded[size_t(r * D)]);
-        packed.push_back(as_packed ? PackedSlot{&packed_rows[size_t(r * f.format.row_bytes)], &f.format} : PackedSlot{});
+        packed.push_back(as_packed ? PackedSlot{&packed_rows[size_t(r * format.row_bytes)], &format} : PackedSlot{});
       }
     }
     for (bool running : {true, false}) {
       const int64_t n_differ = packed_outputs_differing(*gpu, q, sink, H, D, n_slots, running, as_floats, mixed, packed);
-      EXPECT_EQ(n_differ, 0) << "row kind " << int(f.format.kind) << " running=" << running << ": " << n_differ
+      EXPECT_EQ(n_differ, 0) << "row kind " << int(format.kind) << " running=" << running << ": " << n_differ
                              << " outputs differ from the decoded-floats run";
     }
   }
@@ -274,11 +277,9 @@ void mirrored_rows_match_their_decoded_floats(const std::string& path, const std
       std::vector<uint8_t> bytes(static_cast<size_t>(n_pool * format.row_bytes));
       std::vector<uint64_t> stamps(static_cast<size_t>(n_pool));
       auto write_row = [&](int64_t r) {  // new content, new stamp
-        std::vector<float> v = random_bf16_values(rng, D, 1.0f);
-        if (format.kind == KvRowKind::kV4Kv) qdq_fp8(v.data(), D - 64, 64);
-        else qdq_fp4_e4m3_scale(v.data(), D, 16);
-        ASSERT_TRUE(pack_kv_row(format, v.data(), &bytes[size_t(r * format.row_bytes)]));
-        unpack_kv_row(format, &bytes[size_t(r * format.row_bytes)], &decoded[size_t(r * D)]);
+        const std::vector<float> v = random_bf16_values(rng, D, 1.0f);
+        std::copy(v.begin(), v.end(), decoded.begin() + r * D);
+        ASSERT_NO_FATAL_FAILURE(pack_row_as_the_model(format, &decoded[size_t(r * D)], &bytes[size_t(r * format.row_bytes)]));
         stamps[size_t(r)] = next_stamp++;
       };
       for (int64_t r = 0; r < n_pool; ++r) write_row(r);
@@ -325,11 +326,7 @@ void mirror_keeps_rows_of_two_sizes_across_calls(const std::string& path, const 
     decoded[f] = random_bf16_values(rng, n_pool * D, 1.0f);
     bytes[f].assign(size_t(n_pool * formats[f].row_bytes), 0);
     for (int64_t r = 0; r < n_pool; ++r) {
-      float* row = &decoded[f][size_t(r * D)];
-      if (f == 0) qdq_fp8_v41(row, D, 32);
-      else qdq_fp4_e4m3_scale(row, D, 16);
-      ASSERT_TRUE(pack_kv_row(formats[f], row, &bytes[f][size_t(r * formats[f].row_bytes)]));
-      unpack_kv_row(formats[f], &bytes[f][size_t(r * formats[f].row_bytes)], row);
+      ASSERT_NO_FATAL_FAILURE(pack_row_as_the_model(formats[f], &decoded[f][size_t(r * D)], &bytes[f][size_t(r * formats[f].row_bytes)]));
     }
   };
   fill(0);
@@ -401,12 +398,7 @@ void three_formats_in_one_call(const std::string& path, const std::string& rows)
       decoded[f] = random_bf16_values(rng, n_pool * D, 1.0f);
       bytes[f].assign(size_t(n_pool * formats[f].row_bytes), 0);
       for (int64_t r = 0; r < n_pool; ++r) {
-        float* row = &decoded[f][size_t(r * D)];
-        if (f == 0) qdq_fp8(row, D - 64, 64);
-        else if (f == 1) qdq_fp8_v41(row, D, 32);
-        else qdq_fp4_e4m3_scale(row, D, 16);
-        ASSERT_TRUE(pack_kv_row(formats[f], row, &bytes[f][size_t(r * formats[f].row_bytes)]));
-        unpack_kv_row(formats[f], &bytes[f][size_t(r * formats[f].row_bytes)], row);
+        ASSERT_NO_FATAL_FAILURE(pack_row_as_the_model(formats[f], &decoded[f][size_t(r * D)], &bytes[f][size_t(r * formats[f].row_bytes)]));
       }
     }
     const std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);

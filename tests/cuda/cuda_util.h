@@ -58,24 +58,29 @@ class ScopedCudaPaths {
   ScopedCudaPaths& operator=(const ScopedCudaPaths&) = delete;
 };
 
-// The CUDA backend's linear path for prompt tokens (DEEPINFER_CUDA_PROMPT_LINEAR: mma, the default, fp8 or wgmma; or
-// fp8_big / fp8_small, the FP8 path through one block tile always) for the backends made while it lives.
-class ScopedPromptLinear {
+// Environment variable `name` set to `value` for the backends made while it lives (unset after).
+class ScopedEnv {
  public:
-  explicit ScopedPromptLinear(const std::string& path) { setenv("DEEPINFER_CUDA_PROMPT_LINEAR", path.c_str(), 1); }
-  ~ScopedPromptLinear() { unsetenv("DEEPINFER_CUDA_PROMPT_LINEAR"); }
-  ScopedPromptLinear(const ScopedPromptLinear&) = delete;
-  ScopedPromptLinear& operator=(const ScopedPromptLinear&) = delete;
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
 };
 
-// The CUDA backend's index-score kernel (DEEPINFER_CUDA_INDEX_SCORES: fma, the default, or mma) for the backends
-// made while it lives.
-class ScopedIndexScores {
+// The CUDA backend's linear path for prompt tokens (DEEPINFER_CUDA_PROMPT_LINEAR: mma, the default, fp8 or wgmma; or
+// fp8_big / fp8_small, the FP8 path through one block tile always).
+class ScopedPromptLinear : public ScopedEnv {
  public:
-  explicit ScopedIndexScores(const std::string& kernel) { setenv("DEEPINFER_CUDA_INDEX_SCORES", kernel.c_str(), 1); }
-  ~ScopedIndexScores() { unsetenv("DEEPINFER_CUDA_INDEX_SCORES"); }
-  ScopedIndexScores(const ScopedIndexScores&) = delete;
-  ScopedIndexScores& operator=(const ScopedIndexScores&) = delete;
+  explicit ScopedPromptLinear(const std::string& path) : ScopedEnv("DEEPINFER_CUDA_PROMPT_LINEAR", path) {}
+};
+
+// The CUDA backend's index-score kernel (DEEPINFER_CUDA_INDEX_SCORES: fma, the default, or mma).
+class ScopedIndexScores : public ScopedEnv {
+ public:
+  explicit ScopedIndexScores(const std::string& kernel) : ScopedEnv("DEEPINFER_CUDA_INDEX_SCORES", kernel) {}
 };
 
 // The batched-linears tests' per-op setup: op p (its out ignored) on the reference into ref and alone on the
