@@ -30,6 +30,7 @@
 #include "core/dtypes.h"
 #include "model/kv_format.h"
 #include "model/mhc_side.h"
+#include "model/ops.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -668,7 +669,11 @@ void time_attention_front(const std::vector<int64_t>& token_counts, std::vector<
   double bytes = double(fn.size()) * 4;
   for (const LinearWeight* w : {&wq_a, &wkv, &wq_b, &iwq_b}) bytes += double(w->n_out * w->n_in) * (1.0 + 1.0 / (128.0 * 128.0));
   for (const LinearWeight* w : {&wc, &wg, &wp}) bytes += double(w->n_out * w->n_in) * 2.0;
-  for (const bool whole : {false, true}) {
+  // Three ways: the steps; one call; one call with q's head norm and RoPE (A4-A9) on the device and q kept there,
+  // where the other two bring q back (128 KB a token) for the host to do them, which is not timed here.
+  const RopeTable rope = make_rope_table(64, 10000.0);
+  for (const int mode : {0, 1, 2}) {
+    const bool whole = mode > 0, keep = mode == 2;
     if (whole) setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
     std::string error;
     std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
@@ -685,6 +690,9 @@ void time_attention_front(const std::vector<int64_t>& token_counts, std::vector<
       side.dim = D;
       side.mhc = {fn.data(), scale.data(), base.data(), norm.data(), 24, 20, double(1e-6f), double(1e-6f)};
       MhcScratch scratch;
+      std::vector<float> cos_sin(size_t(T * 64));
+      for (int64_t t = 0; t < T; ++t) rope.cos_sin(1000 + t, &cos_sin[size_t(t * 64)]);
+      const HeadRope q_rope{H, HD, 64, cos_sin.data(), false, true, double(1e-6f)};
       std::vector<double> seconds;
       for (int rep = 0; rep < 33; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -697,7 +705,9 @@ void time_attention_front(const std::vector<int64_t>& token_counts, std::vector<
                                       {u, D, T, &wp, 0, IH, Epilogue::kBf16, nullptr, iw.data(), IH}};
         const LinearParams second[] = {{qrq.data(), QL, T, &wq_b, 0, H * HD, Epilogue::kBf16, nullptr, q.data(), H * HD, 128},
                                        {qrq.data(), QL, T, &iwq_b, 0, IH * ID, Epilogue::kBf16, nullptr, iq.data(), IH * ID, 128}};
-        front.run_with({first, qr.data(), T, QL, q_norm.data(), double(1e-6f), qrq.data(), 128, false, second});
+        const bool kept = front.run_with({first, qr.data(), T, QL, q_norm.data(), double(1e-6f), qrq.data(), 128, false, second,
+                                          keep ? &q_rope : nullptr});
+        DI_CHECK_MSG(kept == whole, "attention front: the device chain declined");
         if (rep >= 3) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       std::sort(seconds.begin(), seconds.end());
@@ -705,7 +715,7 @@ void time_attention_front(const std::vector<int64_t>& token_counts, std::vector<
       const double flops = 2.0 * double(T) * (24.0 * 4 * D + double(D) * (QL + HD + 2 * C + IH) + double(QL) * (H * HD + IH * ID));
       char name[160];
       std::snprintf(name, sizeof name, "attention front, V4-Flash layer, T=%lld, %s", (long long)T,
-                    whole ? "one call" : "steps (3 calls)");
+                    keep ? "one call, q kept" : whole ? "one call" : "steps (3 calls)");
       rows.push_back(Row{name, sec * 1e6, bytes / sec / 1e9, flops / sec / 1e12, 0});
     }
   }

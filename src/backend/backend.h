@@ -65,6 +65,19 @@ struct PackedSlot {
   uint64_t stamp = 0;                     // nonzero for a packed row
 };
 
+// Per-head work on a token's heads where the backend does it (a decode step's query and attention output kept on a
+// GPU): each of n_heads vectors of head_dim values optionally normalised (head_rms_normalize, A4-A8), then its last
+// rope_dim values rotated by the token's angles (RopeTable::apply_heads; inverse: by -pos).
+struct HeadRope {
+  int64_t n_heads = 0;
+  int64_t head_dim = 0;
+  int64_t rope_dim = 0;
+  const float* cos_sin = nullptr;  // [n_tokens, rope_dim]: RopeTable::cos_sin of each token's position
+  bool inverse = false;
+  bool normalize = false;          // A4-A8 first, with eps
+  double eps = 0;
+};
+
 // Sparse attention with sink for one query token (spec AT1-AT3): the slot list (window part, compressed
 // part, padding) is given as row pointers, nullptr = empty slot. V4: blocks of 64 slots define the running
 // max that P is rounded against; V4.1 (block_running_max = false): P is rounded against the global max.
@@ -81,6 +94,14 @@ struct SparseAttentionParams {
   bool block_running_max = true;
   float* out = nullptr;                  // [n_heads, head_dim] bf16 values
   const PackedSlot* packed = nullptr;    // [n_slots] or nullptr (always nullptr unless takes_packed_rows())
+  // Arrays the backend keeps (Backend::fetch_kept): q_kept, q is part of an array a chain left on the backend
+  // (ProjectionChainParams::q_rope), named by its host address; with out_rope set (n_tokens 1: this token's angles),
+  // the output is rotated back there (AT4) and kept there as part of the array starting at out_kept_array (the
+  // block's outputs, out_kept_floats of them), its host copy not written.
+  bool q_kept = false;
+  const HeadRope* out_rope = nullptr;
+  const float* out_kept_array = nullptr;
+  int64_t out_kept_floats = 0;
 };
 
 // Consecutive packed cache rows (one page's run of index keys), with their write stamps (PackedSlot).
@@ -181,6 +202,7 @@ struct LinearChainParams {
   int64_t qdq_block = 0;
   bool v41 = false;
   LinearParams second;                  // x = mid, x_stride = mid_width
+  bool x_kept = false;                  // first's x is part of an array the backend keeps (the attention's output)
 };
 
 // The attention's projections and its q path as the model computes them (model/linear_chain.h; spec A1, A2 and A3
@@ -198,6 +220,10 @@ struct ProjectionChainParams {
   int64_t qdq_block = 0;
   bool v41 = false;
   std::span<const LinearParams> second;  // each x = mid_q, x_stride = mid_width
+  // Where set: second[0]'s output (q: [n_tokens, q_rope->n_heads, head_dim], out_stride n_heads x head_dim) gets
+  // q_rope's head work too, and where the backend runs the chain whole, it keeps q (Backend::fetch_kept) instead of
+  // writing it to the host; where the model runs the steps, the model does q_rope's work itself.
+  const HeadRope* q_rope = nullptr;
 };
 
 // An mHC side's first half with its sub-block's first call (model/mhc_side.h's MhcFront): the mixes of h (B1), the
@@ -304,6 +330,13 @@ class Backend {
   // output stream back, one wait), with the FFN side's outputs those of the model's steps on this backend
   // (block_tail_on_backend) bit for bit; false: it did nothing, and the model runs the steps (the CPU backends always).
   virtual bool block_tail(const BlockTailParams& /*p*/) { return false; }
+  // True where the backend can keep arrays between calls (HeadRope, ProjectionChainParams::q_rope and the kept
+  // arrays below): the model then hands it the work that keeps them.
+  virtual bool keeps_arrays() const { return false; }
+  // A kept array's values copied to its host address: an array an op left on the backend (a chain's q, the
+  // attention's kept output), named by that address and its length, for a step that reads it on the host after all
+  // (a chain the backend declined to run whole). Only a backend that keeps arrays is ever asked.
+  virtual void fetch_kept(float* /*host*/, int64_t /*n*/) { DI_CHECK_MSG(false, std::string(name()) + " keeps no arrays"); }
 };
 
 std::unique_ptr<Backend> make_reference_backend();

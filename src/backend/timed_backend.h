@@ -87,6 +87,8 @@ class TimedBackend final : public Backend {
   bool linear_chain(const LinearChainParams& p) override;
   bool projection_chain(const ProjectionChainParams& p) override;  // as linear_chain
   bool mhc_projection_chain(const MhcProjectionParams& p) override;  // as its chain (its mixes are no hc_mix call)
+  bool keeps_arrays() const override { return inner_->keeps_arrays(); }
+  void fetch_kept(float* host, int64_t n) override { inner_->fetch_kept(host, n); }
 
  private:
   template <typename Call>

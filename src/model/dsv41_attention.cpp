@@ -133,7 +133,7 @@ void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scra
 
 void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
                             MhcFront& front, QkvV41& out, std::span<const LinearParams> with_u,
-                            const LinearWeight* index_wq_b, float* iq) {
+                            const LinearWeight* index_wq_b, float* iq, bool keep_q) {
   const ModelConfig& c = config_;
   const int64_t T = int64_t(positions.size()), D = c.dim, H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim;
   const int64_t QL = c.q_lora_rank;
@@ -158,14 +158,24 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
                      .n_rows = index_wq_b->n_out, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = iq,
                      .out_stride = index_wq_b->n_out, .x_e4m3_block = c.act_block});
   }
+  // A backend that keeps arrays takes step 13 into the chain and keeps q (the attention reads it there).
+  HeadRope q_rope;
+  const bool keep = keep_q && backend_->keeps_arrays();
+  if (keep) {
+    out.cos_sin.resize(size_t(T * RD));
+    for (int64_t t = 0; t < T; ++t) rope.cos_sin(positions[size_t(t)], &out.cos_sin[size_t(t * RD)]);
+    q_rope = {.n_heads = H, .head_dim = HD, .rope_dim = RD, .cos_sin = out.cos_sin.data(), .inverse = false, .normalize = false, .eps = 0};
+  }
   // The mHC side's first half, the projections of u, then qr's norm and QDQ, then the projections of qr: one call
   // where a backend runs them together.
-  front.run_with({.first = projections, .mid = qr.data(), .n_tokens = T, .mid_width = QL, .mid_norm = w.q_norm, .eps = eps,
-                  .mid_q = out.qr_quantized.data(), .qdq_block = c.act_block, .v41 = c.is_v41(), .second = q_ops});
+  out.q_kept = front.run_with({.first = projections, .mid = qr.data(), .n_tokens = T, .mid_width = QL, .mid_norm = w.q_norm, .eps = eps,
+                               .mid_q = out.qr_quantized.data(), .qdq_block = c.act_block, .v41 = c.is_v41(), .second = q_ops,
+                               .q_rope = keep ? &q_rope : nullptr}) &&
+               keep;
   // Ranges of query heads; a token's last range also takes its kv row.
   for_token_ranges(*backend_, T, H, kHeadRange, [&](int64_t t, int64_t h0, int64_t h1) {
     const int64_t pos = positions[size_t(t)];
-    rope.apply_heads(&out.q[size_t((t * H + h0) * HD + HD - RD)], h1 - h0, HD, pos, false);  // step 13
+    if (!out.q_kept) rope.apply_heads(&out.q[size_t((t * H + h0) * HD + HD - RD)], h1 - h0, HD, pos, false);  // step 13
     if (h1 < H) return;
     float* kvt = &out.kv[size_t(t * HD)];
     rmsnorm(kvt, w.kv_norm, HD, eps, kvt);  // step 14
@@ -176,7 +186,7 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
 
 void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
                        std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o,
-                       std::span<const PackedSlot> packed) {
+                       std::span<const PackedSlot> packed, const KeptAttention* kept) {
   const ModelConfig& c = config_;
   const int64_t H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim, n = int64_t(positions.size());
   DI_CHECK(int64_t(row_begin.size()) == n + 1);
@@ -197,13 +207,18 @@ void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float
   slot_begin.push_back(int64_t(slots.size()));
   const double softmax_scale = 1.0 / std::sqrt(double(HD));  // a double constant in the V4.1 contract
   std::vector<SparseAttentionParams> ps;
+  std::vector<HeadRope> out_rope;  // kept: each token's step 29
+  for (int64_t i = 0; i < n && kept; ++i) out_rope.push_back({H, HD, RD, kept->cos_sin + i * RD, true, false, 0.0});
   for (int64_t i = 0; i < n; ++i) {
     ps.push_back({.q = q + i * H * HD, .n_heads = H, .head_dim = HD, .slots = slots.data() + slot_begin[size_t(i)],
                   .n_slots = slot_begin[size_t(i + 1)] - slot_begin[size_t(i)], .sink = w.attn_sink,
                   .softmax_scale = softmax_scale, .block_running_max = false, .out = o + i * H * HD,
-                  .packed = packed.empty() ? nullptr : packed_slots.data() + slot_begin[size_t(i)]});  // step 28
+                  .packed = packed.empty() ? nullptr : packed_slots.data() + slot_begin[size_t(i)],  // step 28
+                  .q_kept = kept != nullptr, .out_rope = kept ? &out_rope[size_t(i)] : nullptr,
+                  .out_kept_array = kept ? kept->o_array : nullptr, .out_kept_floats = kept ? kept->o_floats : 0});
   }
   backend_->sparse_attentions(ps);
+  if (kept) return;
   backend_->for_rows(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       rope.apply_heads(o + i * H * HD + HD - RD, H, HD, positions[size_t(i)], true);  // step 29
@@ -211,7 +226,8 @@ void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float
   });
 }
 
-void Model::output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, MhcBack& back) {
+void Model::output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, MhcBack& back,
+                                  bool o_kept) {
   const ModelConfig& c = config_;
   const int64_t T = n_tokens, D = c.dim, H = c.n_heads, HD = c.head_dim, G = c.o_groups, OL = c.o_lora_rank;
   const int64_t group_width = H * HD / G;
@@ -228,11 +244,15 @@ void Model::output_projection_v41(const BlockWeights& w, const std::vector<float
                          .v41 = c.is_v41(),
                          .second = {.x = z.data(), .x_stride = G * OL, .n_tokens = T, .weight = &w.wo_b, .row_begin = 0,
                                     .n_rows = D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = back.out().data(),
-                                    .out_stride = D, .x_e4m3_block = c.act_block}});
+                                    .out_stride = D, .x_e4m3_block = c.act_block},
+                         .x_kept = o_kept});
 }
 
 // Query tokens whose index scores are held at once (their selections run on the backend's threads).
 constexpr int64_t kSelectionBlock = 256;
+// Calls of at most this many tokens (decode steps) keep q and the attention's output on a backend that keeps arrays;
+// a prefill's large blocks (at 4096 tokens, 512 MB each for V4.1-Flash) go to the host as before.
+constexpr int64_t kKeptAttentionTokens = 256;
 
 void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront& front, MhcBack& back) {
   const ModelConfig& c = config_;
@@ -263,7 +283,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
   // no call below re-enters attention_v41), so a long prefill does not allocate and fault in hundreds of MB
   // of them per layer.
   thread_local QkvV41 qkv;
-  project_qkv_v41(w, rope, batch.pos, front, qkv, with_u, index_source ? &w.index_wq_b : nullptr, iq.data());
+  project_qkv_v41(w, rope, batch.pos, front, qkv, with_u, index_source ? &w.index_wq_b : nullptr, iq.data(),
+                  T <= kKeptAttentionTokens);
   const std::vector<float>& q = qkv.q;
   const std::vector<float>& kv = qkv.kv;
 
@@ -388,7 +409,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
 
   // Step 28: window rows + the selected compressed rows of the KV owner.
   thread_local std::vector<float> o;
-  o.resize(size_t(T * H * HD));  // every token's row is written below
+  o.resize(size_t(T * H * HD));  // every token's row is written below (on the backend where q is kept there)
+  const KeptAttention kept{qkv.cos_sin.data(), o.data(), T * H * HD};
   // The tokens' row lists go to attend_v41 together, those of every chunk in one call (a batched decode step's
   // sequences: one wait on a GPU instead of one per sequence); earlier when the rows decoded for the pending
   // tokens pass kPendingDecodedRows, after which the decode caches start over.
@@ -400,9 +422,11 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
     if (t_end == first_pending) return;
     window_rows.decode_reserved(*backend_);
     compressed_rows.decode_reserved(*backend_);
+    KeptAttention pending_kept = kept;
+    if (qkv.q_kept) pending_kept.cos_sin += first_pending * RD;
     attend_v41(w, rope, &q[size_t(first_pending * H * HD)],
                std::span<const int64_t>(batch.pos).subspan(size_t(first_pending), size_t(t_end - first_pending)), rows.rows(),
-               row_begin, &o[size_t(first_pending * H * HD)], rows.packed());
+               row_begin, &o[size_t(first_pending * H * HD)], rows.packed(), qkv.q_kept ? &pending_kept : nullptr);
     rows.clear();
     row_begin.assign(1, 0);
     first_pending = t_end;
@@ -451,7 +475,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
     LayerState& ls = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)];
     ls.store_window_row(batch.pos[size_t(t)], &kv[size_t(t * HD)]);
   }
-  output_projection_v41(w, o, T, back);
+  output_projection_v41(w, o, T, back, qkv.q_kept);
 }
 
 }  // namespace deepinfer

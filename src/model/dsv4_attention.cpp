@@ -161,8 +161,23 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     if (ratio == 4) buf.iq.resize(size_t(T * IH * ID));
     q_ops = query_projections(w, qrq.data(), T, buf.q.data(), ratio == 4 ? buf.iq.data() : nullptr);
   }
+  // A backend that keeps arrays (a GPU) takes q's A4-A9 into the chain and keeps q, then the attention reads it
+  // there and keeps its output, rotated back (AT4), for the output projection: q and o never cross to the host.
+  std::vector<float> cos_sin;  // [T, RD]: each token's angles
+  HeadRope q_rope;
+  if (q_in_chain && backend_->keeps_arrays()) {
+    cos_sin.resize(size_t(T * RD));
+    for (int64_t t = 0; t < T; ++t) rope.cos_sin(batch.pos[size_t(t)], &cos_sin[size_t(t * RD)]);
+    q_rope = {.n_heads = H, .head_dim = HD, .rope_dim = RD, .cos_sin = cos_sin.data(), .inverse = false, .normalize = true, .eps = eps};
+  }
   // The mHC side's first half with the chain: one call where the backend runs them together.
-  front.run_with({projections, qr.data(), T, QL, w.q_norm, eps, qrq.data(), c.act_block, false, q_ops});
+  const bool q_kept = front.run_with({projections, qr.data(), T, QL, w.q_norm, eps, qrq.data(), c.act_block, false, q_ops,
+                                      cos_sin.empty() ? nullptr : &q_rope}) &&
+                      !cos_sin.empty();
+  std::vector<HeadRope> out_rope;  // q_kept: each token's AT4
+  if (q_kept) {
+    for (int64_t t = 0; t < T; ++t) out_rope.push_back({H, HD, RD, &cos_sin[size_t(t * RD)], true, false, 0.0});
+  }
   // Every kv row of the call first: a token attends to the fresh rows of all earlier tokens of its chunk.
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -205,11 +220,13 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     float* q = buf.q.data();  // [nb, H, HD]
     if (ratio == 4) buf.iq.resize(size_t(nb * IH * ID));
     if (!q_in_chain) backend_->linears(query_projections(w, &qrq[size_t(b0 * QL)], nb, q, ratio == 4 ? buf.iq.data() : nullptr));
-    for_token_ranges(*backend_, nb, H, kHeadRange, [&](int64_t i, int64_t h0, int64_t h1) {
-      float* qt = &q[size_t((i * H + h0) * HD)];
-      head_rms_normalize(qt, h1 - h0, HD, eps);                                    // A4-A8
-      rope.apply_heads(qt + NOPE, h1 - h0, HD, batch.pos[size_t(b0 + i)], false);  // A9
-    });
+    if (!q_kept) {
+      for_token_ranges(*backend_, nb, H, kHeadRange, [&](int64_t i, int64_t h0, int64_t h1) {
+        float* qt = &q[size_t((i * H + h0) * HD)];
+        head_rms_normalize(qt, h1 - h0, HD, eps);                                    // A4-A8
+        rope.apply_heads(qt + NOPE, h1 - h0, HD, batch.pos[size_t(b0 + i)], false);  // A9
+      });
+    }
     if (ratio == 4) {
       float *iq = buf.iq.data(), *index_w = &index_w_all[size_t(b0 * IH)];  // [nb, IH, ID], [nb, IH]
       backend_->for_rows(nb, [&](int64_t i0, int64_t i1) {
@@ -325,7 +342,9 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       slot_begin.push_back(first_slot);
       pending.push_back({.q = &q[size_t(i * H * HD)], .n_heads = H, .head_dim = HD, .slots = nullptr,
                          .n_slots = int64_t(slots.size()) - first_slot, .sink = w.attn_sink,
-                         .softmax_scale = softmax_scale, .block_running_max = true, .out = &buf.o[size_t(i * H * HD)]});
+                         .softmax_scale = softmax_scale, .block_running_max = true, .out = &buf.o[size_t(i * H * HD)],
+                         .q_kept = q_kept, .out_rope = q_kept ? &out_rope[size_t(t)] : nullptr,
+                         .out_kept_array = q_kept ? buf.o.data() : nullptr, .out_kept_floats = q_kept ? nb * H * HD : 0});
       if (window_rows.n_decoded() + compressed_rows.n_decoded() > kPendingDecodedRows) {
         run_pending();
         window_rows.clear();
@@ -334,11 +353,13 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     }
     run_pending();
     float* o = buf.o.data();  // (buf is thread_local: the lambda below runs on other threads too)
-    backend_->for_rows(nb, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        rope.apply_heads(o + i * H * HD + NOPE, H, HD, batch.pos[size_t(b0 + i)], true);  // AT4
-      }
-    });
+    if (!q_kept) {
+      backend_->for_rows(nb, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          rope.apply_heads(o + i * H * HD + NOPE, H, HD, batch.pos[size_t(b0 + i)], true);  // AT4
+        }
+      });
+    }
 
     // AT5: grouped wo_a (no activation QDQ), the groups as one batch of independent ops; AT6: wo_b, for the
     // block's tokens.
@@ -351,7 +372,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     // query block (a decode step) hands it to the side to run with the FFN side (buf outlives the side).
     const LinearChainParams chain{wo_a, buf.z.data(), nb, G * OL, c.act_block, c.is_v41(),
                                   {buf.z.data(), G * OL, nb, &w.wo_b, 0, D, Epilogue::kBf16, nullptr,
-                                   back.out().data() + b0 * D, D, c.act_block}};
+                                   back.out().data() + b0 * D, D, c.act_block},
+                                  q_kept};
     if (nb == T) {
       back.set_output_chain(chain);
     } else {

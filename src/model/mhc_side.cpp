@@ -40,18 +40,18 @@ void MhcFront::run() {
   });
 }
 
-void MhcFront::run_with(const ProjectionChainParams& chain) {
+bool MhcFront::run_with(const ProjectionChainParams& chain) {
   DI_CHECK_MSG(!ran_, "an mHC side's first half ran twice");
   static_assert(sizeof(HcCoefficients) == 24 * sizeof(float));
   auto* coeffs = reinterpret_cast<float*>(scratch_.coeffs.data());
   if (backend_.mhc_projection_chain({p_, scratch_.u.data(), scratch_.uq.data(), coeffs, chain})) {
     ran_ = true;
-    return;
+    return true;
   }
   run();
   std::copy(scratch_.u.begin(), scratch_.u.end(), scratch_.uq.begin());
   act_qdq_rows(backend_, scratch_.uq.data(), p_.n_tokens, p_.dim, chain.qdq_block, chain.v41);
-  run_projection_chain(backend_, chain);
+  return run_projection_chain(backend_, chain);
 }
 
 void MhcBack::set_output_chain(const LinearChainParams& chain) {

@@ -33,8 +33,9 @@ class MhcFront {
   // The first half alone; u() holds u after.
   void run();
   // The first half, uq = u's QDQ (chain.qdq_block, chain.v41), then the chain, whose first ops read u() or uq():
-  // one call where the backend runs them together (Backend::mhc_projection_chain).
-  void run_with(const ProjectionChainParams& chain);
+  // one call where the backend runs them together (Backend::mhc_projection_chain). True where the backend ran the
+  // chain whole (and kept q, q_rope's work done, where chain.q_rope is set); false: the caller does q_rope's work.
+  bool run_with(const ProjectionChainParams& chain);
   bool ran() const { return ran_; }
 
  private:

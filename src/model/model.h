@@ -155,22 +155,33 @@ class Model {
     std::vector<float> q;             // [T, n_heads, head_dim] roped
     std::vector<float> kv;            // [T, head_dim] window rows (QDQ8)
     std::vector<float> qr_quantized;  // [T, q_lora_rank] QDQ8(q_norm(wq_a(u))), the indexer's input
+    // keep_q on a backend that keeps arrays: q (roped) stays on the backend, not in q (backend.h's kept arrays), and
+    // the tokens' angles for the attention's step 29 there.
+    bool q_kept = false;
+    std::vector<float> cos_sin;       // [T, rope_head_dim]
+  };
+  // attend_v41's tokens' outputs kept on the backend, step 29 done there: their angles and the whole output array.
+  struct KeptAttention {
+    const float* cos_sin = nullptr;  // [n, rope_head_dim], attend_v41's token i's at i * rope_head_dim
+    const float* o_array = nullptr;  // the call's [T, H * HD] outputs, of which attend_v41's are a part
+    int64_t o_floats = 0;
   };
   // Runs the mHC side's first half (front: u) with the projections. with_u: further projections of front.u() (or of
   // its rows) to run in the batch of wq_a and wkv; index_wq_b / iq: the indexer's query projection (step 20) of
   // qr_quantized into iq [T, index heads * index_head_dim], in the batch of wq_b (nullptr: none).
   void project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
                        MhcFront& front, QkvV41& out, std::span<const LinearParams> with_u = {},
-                       const LinearWeight* index_wq_b = nullptr, float* iq = nullptr);
+                       const LinearWeight* index_wq_b = nullptr, float* iq = nullptr, bool keep_q = false);
   // Steps 28-29 for several query tokens at once (one Backend::sparse_attentions call): token i attends with
   // q + i * H * HD at positions[i] to rows[row_begin[i], row_begin[i + 1]) and writes o + i * H * HD. packed:
   // empty, or beside rows (SparseAttentionParams::packed: a backend that takes cache rows packed).
   void attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
                   std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o,
-                  std::span<const PackedSlot> packed = {});
-  // Steps 30-31 on o [n_tokens, H * HD], handed to back as the sub-block's output chain (o must stay as it is until
-  // the side has finished).
-  void output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, MhcBack& back);
+                  std::span<const PackedSlot> packed = {}, const KeptAttention* kept = nullptr);
+  // Steps 30-31 on o [n_tokens, H * HD] (o_kept: kept on the backend), handed to back as the sub-block's output chain
+  // (o must stay as it is until the side has finished).
+  void output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, MhcBack& back,
+                             bool o_kept = false);
   // The single-pass mHC block around an attention function (spec §7.2), which runs the side's front.
   void mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,
                      const std::function<void(MhcFront& front, MhcBack& back)>& attention);

@@ -168,24 +168,31 @@ void head_rms_normalize(float* q, int64_t n_heads, int64_t head_dim, double eps)
 
 void RopeTable::apply(float* x, int64_t pos, bool inverse) const { apply_heads(x, 1, 0, pos, inverse); }
 
+void RopeTable::cos_sin(int64_t pos, float* out) const {
+  for (size_t i = 0; i < freqs.size(); ++i) {
+    const float angle = round_f32(double(pos) * double(freqs[i]));
+    out[2 * i] = round_f32(std::cos(double(angle)));
+    out[2 * i + 1] = round_f32(std::sin(double(angle)));
+  }
+}
+
 void RopeTable::apply_heads(float* x, int64_t n_heads, int64_t stride, int64_t pos, bool inverse) const {
   // Kept as floats (the f32 roundings of apply()), so nothing can hold them in double precision instead. A
   // thread's calls come per token and head range (for_token_ranges), so the last position's values are kept
   // with the table they came from: the double cos / sin of every angle took as long as the rotations.
-  thread_local std::vector<float> cos_sin, cached_freqs;
+  thread_local std::vector<float> angles, cached_freqs;
   thread_local int64_t cached_pos = -1;
   if (pos != cached_pos || cached_freqs != freqs) {
-    cos_sin.resize(2 * freqs.size());
-    for (size_t i = 0; i < freqs.size(); ++i) {
-      const float angle = round_f32(double(pos) * double(freqs[i]));
-      cos_sin[2 * i] = round_f32(std::cos(double(angle)));
-      cos_sin[2 * i + 1] = round_f32(std::sin(double(angle)));
-    }
+    angles.resize(2 * freqs.size());
+    cos_sin(pos, angles.data());
     cached_freqs = freqs;
     cached_pos = pos;
   }
-  const int64_t n_pairs = int64_t(freqs.size());
-  const int64_t done = ops_avx512_available() ? rope_rotate_avx512(x, n_heads, stride, cos_sin.data(), n_pairs, inverse) : 0;
+  rope_rotate_heads(x, n_heads, stride, angles.data(), int64_t(freqs.size()), inverse);
+}
+
+void rope_rotate_heads(float* x, int64_t n_heads, int64_t stride, const float* cos_sin, int64_t n_pairs, bool inverse) {
+  const int64_t done = ops_avx512_available() ? rope_rotate_avx512(x, n_heads, stride, cos_sin, n_pairs, inverse) : 0;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* xh = x + h * stride;
     for (int64_t i = done; i < n_pairs; ++i) {

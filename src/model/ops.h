@@ -58,7 +58,12 @@ struct RopeTable {
   // apply() on n_heads vectors `stride` floats apart (the same position), the angles' cosines and sines
   // computed once for all of them.
   void apply_heads(float* x, int64_t n_heads, int64_t stride, int64_t pos, bool inverse) const;
+  // The f32 cosine and sine of each pair's angle at `pos` that apply() rotates by: out[2 i], out[2 i + 1] for the
+  // rope_dim / 2 pairs (a backend that rotates on a device takes them from here, so its bits are the host's).
+  void cos_sin(int64_t pos, float* out) const;
 };
+// apply_heads' rotation by given angles: cos_sin as RopeTable::cos_sin writes them, for n_pairs pairs.
+void rope_rotate_heads(float* x, int64_t n_heads, int64_t stride, const float* cos_sin, int64_t n_pairs, bool inverse);
 RopeTable make_rope_table(int rope_dim, double theta);  // plain
 RopeTable make_yarn_rope_table(int rope_dim, double theta, double factor, int64_t original_max_pos,
                                double beta_fast, double beta_slow);

@@ -17,6 +17,7 @@
 #include "core/dtypes.h"
 #include "cuda/cuda_util.h"
 #include "cuda/random_output_projection.h"
+#include "cuda/random_projections.h"
 #include "kernel/kernel_test_util.h"
 #include "model/linear_chain.h"
 #include "model/mhc_side.h"
@@ -86,46 +87,6 @@ TEST(LinearChainCuda, DeviceChainEqualsTheModelStepsBitForBit) {
   for_each_chain_case(1, expect_chain_equals_model_steps);
 }
 
-// The attention's projections as the model's: two FP8 ops on uq (A1 writes mid, A10) and two bf16 ones on u, one
-// with a bias (the compressor's scores); then two FP8 ops on mid_q (A3, I1). Random weights, owning every byte.
-struct RandomProjections {
-  static constexpr int64_t D = 256, QL = 128, KV = 192, C = 64, Q = 256, IQ = 128;
-  int64_t T;
-  bool v41;
-  int block;
-  OwnedWeight wq_a, wkv, wc, wg, wq_b, wi;
-  std::vector<float> bias;
-  std::vector<uint16_t> norm;
-
-  RandomProjections(int64_t n_tokens, bool v41_rules, std::mt19937& rng)
-      : T(n_tokens), v41(v41_rules), block(v41_rules ? 32 : 128), wq_a(random_fp8_weight(rng, QL, D, block)),
-        wkv(random_fp8_weight(rng, KV, D, block)), wc(random_bf16_weight(rng, C, D)), wg(random_bf16_weight(rng, C, D)),
-        wq_b(random_fp8_weight(rng, Q, QL, block)), wi(random_fp8_weight(rng, IQ, QL, block)),
-        bias(random_bf16_values(rng, n_tokens * C, 1.0f)) {
-    std::normal_distribution<float> normal;
-    for (int64_t i = 0; i < QL; ++i) norm.push_back(uint16_t(float_to_bits(1.0f + 0.1f * normal(rng)) >> 16));
-  }
-
-  // Every output, filled with -7 until written.
-  struct Outputs {
-    std::vector<float> qr, kv, c, g, qr_q, q, iq;
-    explicit Outputs(int64_t T)
-        : qr(size_t(T * QL), -7.0f), kv(size_t(T * KV), -7.0f), c(size_t(T * C), -7.0f), g(size_t(T * C), -7.0f),
-          qr_q(size_t(T * QL), -7.0f), q(size_t(T * Q), -7.0f), iq(size_t(T * IQ), -7.0f) {}
-  };
-  // The chain's ops on u and uq into o, kept in first / second for the returned params.
-  ProjectionChainParams chain(const float* u, const float* uq, Outputs& o) {
-    first = {{uq, D, T, &wq_a.w, 0, QL, Epilogue::kBf16, nullptr, o.qr.data(), QL},
-             {uq, D, T, &wkv.w, 0, KV, Epilogue::kBf16, nullptr, o.kv.data(), KV},
-             {u, D, T, &wc.w, 0, C, Epilogue::kF32, nullptr, o.c.data(), C},
-             {u, D, T, &wg.w, 0, C, Epilogue::kF32AddBias, bias.data(), o.g.data(), C}};
-    second = {{o.qr_q.data(), QL, T, &wq_b.w, 0, Q, Epilogue::kBf16, nullptr, o.q.data(), Q},
-              {o.qr_q.data(), QL, T, &wi.w, 0, IQ, Epilogue::kBf16, nullptr, o.iq.data(), IQ}};
-    return {first, o.qr.data(), T, QL, norm.data(), double(1e-6f), o.qr_q.data(), block, v41, second};
-  }
-  std::vector<LinearParams> first, second;
-};
-
 void expect_same_outputs(const RandomProjections::Outputs& host, const RandomProjections::Outputs& device) {
   EXPECT_EQ(n_differing(host.qr, device.qr), 0) << "the normed mid";
   EXPECT_EQ(n_differing(host.qr_q, device.qr_q), 0) << "mid_q";
@@ -150,7 +111,7 @@ void expect_projection_chain_equals_model_steps(int64_t n_tokens, bool v41, uint
   setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1);
   DI_MAKE_CUDA_BACKEND(gpu);
   unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
-  RandomProjections::Outputs host(n_tokens), device(n_tokens);
+  RandomProjections::Outputs host(r), device(r);
   projection_chain_on_backend(*gpu, r.chain(u.data(), uq.data(), host));
   EXPECT_TRUE(gpu->projection_chain(r.chain(u.data(), uq.data(), device))) << "the device chain declined projections it can run";
   expect_same_outputs(host, device);
@@ -161,35 +122,11 @@ TEST(LinearChainCuda, DeviceProjectionChainEqualsTheModelStepsBitForBit) {
   for_each_chain_case(100, expect_projection_chain_equals_model_steps);
 }
 
-// A random attention side's stream and mHC weights (4 copies, 24 mixes), owning every byte: V4's collapse (the
-// side's own pre) or V4.1's (another pre).
-struct RandomFrontSide {
-  std::vector<float> h, fn, scale, base, collapse_pre;
-  std::vector<uint16_t> norm;
-  MhcSideParams side;
-
-  RandomFrontSide(int64_t n_tokens, int64_t dim, bool other_pre, std::mt19937& rng) {
-    std::normal_distribution<float> normal;
-    std::uniform_real_distribution<float> uniform(0.1f, 1.0f);
-    h = random_bf16_values(rng, n_tokens * 4 * dim, 1.0f);
-    for (int64_t i = 0; i < 24 * 4 * dim; ++i) fn.push_back(0.03f * normal(rng));
-    for (int i = 0; i < 3; ++i) scale.push_back(2.0f * uniform(rng));
-    for (int i = 0; i < 24; ++i) base.push_back(normal(rng));
-    for (int64_t i = 0; i < n_tokens * 4 && other_pre; ++i) collapse_pre.push_back(uniform(rng));
-    for (int64_t i = 0; i < dim; ++i) norm.push_back(uint16_t(float_to_bits(1.0f + 0.1f * normal(rng)) >> 16));
-    side.h = h.data();
-    side.n_tokens = n_tokens;
-    side.dim = dim;
-    side.mhc = {fn.data(), scale.data(), base.data(), norm.data(), 24, 20, double(1e-6f), double(1e-6f)};
-    side.collapse_pre = other_pre ? collapse_pre.data() : nullptr;
-  }
-};
-
 // The front's run (MhcFront::run_with) on `backend`: u, uq, the coefficients and every output.
 struct FrontRun {
   MhcScratch scratch;
   RandomProjections::Outputs out;
-  FrontRun(Backend& backend, const MhcSideParams& side, RandomProjections& r) : out(side.n_tokens) {
+  FrontRun(Backend& backend, const MhcSideParams& side, RandomProjections& r) : out(r) {
     MhcFront front(backend, side, scratch);
     front.run_with(r.chain(front.u().data(), front.uq().data(), out));
   }

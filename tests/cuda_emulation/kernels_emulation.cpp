@@ -311,6 +311,20 @@ void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream) {
 }
 #endif
 
+#ifndef DEEPINFER_REAL_KERNELS_HEAD_ROPE_KERNEL  // head_rope_kernel.cu: the model's own host code
+void launch_head_rope(const HeadRopeLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    const int64_t H = p.n_heads, HD = p.head_dim;
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      float* out = p.out + t * p.out_stride;
+      std::memmove(out, p.x + t * p.x_stride, size_t(H * HD) * 4);
+      if (p.normalize) head_rms_normalize(out, H, HD, p.eps);
+      rope_rotate_heads(out + HD - p.rope_dim, H, HD, p.cos_sin + t * p.rope_dim, p.rope_dim / 2, p.inverse);
+    }
+  });
+}
+#endif
+
 #ifndef DEEPINFER_REAL_KERNELS_ATTENTION_KERNELS  // attention_kernels.cu
 void launch_sparse_attention(const AttentionLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] { attention_now(p); });

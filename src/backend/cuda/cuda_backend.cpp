@@ -370,7 +370,9 @@ class CudaBackend final : public Backend {
     if (graphs_) {
       GraphKey key = {kChainGraph};
       add_output_chain_words(p, key);
-      run_as_graph(key, {chain_scratch_.get(), chain_host_.get(), partials_.get()}, enqueue);
+      std::vector<const void*> buffers = {chain_scratch_.get(), chain_host_.get(), partials_.get()};
+      buffers.insert(buffers.end(), chain.kept_x.begin(), chain.kept_x.end());
+      run_as_graph(key, std::move(buffers), enqueue);
     } else {
       enqueue();
     }
@@ -518,9 +520,14 @@ class CudaBackend final : public Backend {
       for (int64_t w : {second.mid_op, chain.mid_width, word(chain.mid_norm), word(chain.eps), chain.qdq_block, word(chain.v41)}) {
         key.push_back(w);
       }
+      if (const HeadRope* rope = chain.q_rope) {
+        for (int64_t w : {rope->n_heads, rope->head_dim, rope->rope_dim, word(rope->inverse), word(rope->normalize), word(rope->eps)}) {
+          key.push_back(w);
+        }
+      }
       run_as_graph(key,
                    {front_scratch_.get(), front_host_.get(), chain_scratch_.get(), chain_host_.get(), partials_.get(),
-                    front_descriptors_.get(), chain_descriptors_.get()},
+                    front_descriptors_.get(), chain_descriptors_.get(), second.kept_q},
                    enqueue);
     } else {
       enqueue();
@@ -537,7 +544,50 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  // The chains' q_rope and the attention's kept q and outputs need the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device).
+  bool keeps_arrays() const override { return device_chain_; }
+  void fetch_kept(float* host, int64_t n) override {
+    bind_device();
+    const float* dev = kept_at(host, n);
+    const size_t bytes = size_t(n) * 4;
+    staging_.reserve(bytes);
+    DI_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), dev, bytes, cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(host, staging_.get(), bytes);
+  }
+
  private:
+  // The arrays kept on the device between calls (backend.h: a chain's q, the attention's output), each named by its
+  // host array: the model's buffers, reused step after step, so a few of them.
+  struct KeptArray {
+    const float* host = nullptr;
+    int64_t n = 0;
+    DeviceBuffer dev;
+  };
+  static constexpr size_t kMaxKeptArrays = 16;
+  // The device array kept for [host, host + n): the one kept at host already (grown where n is more), else a new
+  // one; the other kept arrays it overlaps are dropped (the model has reused their host arrays).
+  float* keep_array(const float* host, int64_t n) {
+    DI_CHECK_MSG(n > 0, "a kept array of no values");
+    std::erase_if(kept_, [&](const KeptArray& k) { return k.host != host && k.host < host + n && host < k.host + k.n; });
+    auto it = std::find_if(kept_.begin(), kept_.end(), [&](const KeptArray& k) { return k.host == host; });
+    if (it == kept_.end()) {
+      if (kept_.size() >= kMaxKeptArrays) kept_.erase(kept_.begin());
+      it = kept_.insert(kept_.end(), KeptArray{host, 0, DeviceBuffer()});
+    }
+    it->dev.reserve(size_t(n) * 4);
+    it->n = n;
+    return it->dev.get<float>();
+  }
+  // The device address of host[0 .. n), which must lie in one kept array.
+  const float* kept_at(const float* host, int64_t n) const {
+    for (const KeptArray& k : kept_) {
+      if (host >= k.host && host + n <= k.host + k.n) return k.dev.get<float>() + (host - k.host);
+    }
+    DI_CHECK_MSG(false, name_ + ": " + std::to_string(n) + " values said to be kept on the device are not");
+    return nullptr;
+  }
+
   // The CUDA runtime's current device is per host thread, and the model may run on another thread than the
   // one that opened it (the engine's worker): every entry point makes this backend's device current first.
   void bind_device() const { DI_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -566,9 +616,11 @@ class CudaBackend final : public Backend {
   // and its output y [T, n_out] there once the queued work has run.
   struct OutputChain {
     int64_t n_first = 0, k1 = 0, k2 = 0, max_rows = 0, n_out = 0;
+    int64_t x_width = 0, x_stride = 0;  // the first ops' n_in and x_stride (x_kept)
     cuda::WeightKind kind = cuda::WeightKind::kFp8;
     size_t in_bytes = 0, desc_at = 0;
     std::vector<cuda::LinearLaunch> launches;  // the first ops'
+    std::vector<const float*> kept_x;          // x_kept: each first op's x rows in their kept array
     std::vector<int64_t> mid_column;           // where each first op's output goes in mid
     cuda::LinearLaunch second;
     float* mid = nullptr;
@@ -621,12 +673,19 @@ class CudaBackend final : public Backend {
     c.mid_width = p.mid_width;
     c.qdq_block = p.qdq_block;
     c.v41 = p.v41;
-    // Device: the first ops' x [T, k1] each, their descriptors, their outputs [T, n_rows] each, mid [T, k2], the
-    // output [T, n_out]; host (pinned): the x rows and the descriptors (one copy in), then the output.
+    c.x_width = p.first[0].weight->n_in;
+    c.x_stride = p.first[0].x_stride;
+    for (const LinearParams& op : p.first) {
+      DI_CHECK_MSG(!p.x_kept || (op.weight->n_in == c.x_width && op.x_stride == c.x_stride),
+                   "linear chain: kept first ops' x of different widths or strides");
+    }
+    // Device: the first ops' descriptors, their x [T, k1] each, their outputs [T, n_rows] each, mid [T, k2], the
+    // output [T, n_out]; host (pinned): the descriptors and the x rows (one copy in; x_kept: the descriptors, the x
+    // rows copied on the device from their kept array), then the output.
     ScratchLayout layout;
-    const size_t x_at = layout.take(size_t(n_first * T * k1) * 4);
     c.desc_at = layout.take(size_t(n_first) * sizeof(cuda::LinearLaunch));
-    c.in_bytes = layout.bytes;
+    const size_t x_at = layout.take(size_t(n_first * T * k1) * 4);
+    c.in_bytes = p.x_kept ? x_at : layout.bytes;
     std::vector<size_t> out_at;
     for (int64_t i = 0; i < n_first; ++i) out_at.push_back(layout.take(size_t(T * p.first[size_t(i)].n_rows) * 4));
     const size_t mid_at = layout.take(size_t(T * k2) * 4), y_at = layout.take(size_t(T * n_out) * 4);
@@ -635,9 +694,14 @@ class CudaBackend final : public Backend {
     uint8_t* dev = chain_scratch_.get<uint8_t>();
     uint8_t* host = chain_host_.get<uint8_t>();
     c.launches.resize(size_t(n_first));
+    c.kept_x.clear();
     for (int64_t i = 0; i < n_first; ++i) {
       const LinearParams& op = p.first[size_t(i)];
-      copy_rows(op.x, op.x_stride, T, op.weight->n_in, reinterpret_cast<float*>(host + x_at) + i * T * k1, k1, k1);
+      if (p.x_kept) {
+        c.kept_x.push_back(kept_at(op.x, (T - 1) * op.x_stride + op.weight->n_in));
+      } else {
+        copy_rows(op.x, op.x_stride, T, op.weight->n_in, reinterpret_cast<float*>(host + x_at) + i * T * k1, k1, k1);
+      }
       c.launches[size_t(i)] = launch_of(*weights[size_t(i)], op, reinterpret_cast<const float*>(dev + x_at) + i * T * k1,
                                         reinterpret_cast<float*>(dev + out_at[size_t(i)]));
     }
@@ -656,6 +720,13 @@ class CudaBackend final : public Backend {
     const int64_t T = c.second.n_tokens;
     uint8_t* dev = chain_scratch_.get<uint8_t>();
     DI_CUDA_CHECK(cudaMemcpyAsync(dev, chain_host_.get(), c.in_bytes, cudaMemcpyHostToDevice, stream_));
+    for (size_t i = 0; i < c.kept_x.size(); ++i) {  // x_kept: each op's rows from the kept array, zero-padded to k1
+      const cuda::LinearLaunch& l = c.launches[i];
+      auto* x = const_cast<float*>(l.x);
+      if (c.k1 > c.x_width) DI_CUDA_CHECK(cudaMemsetAsync(x, 0, size_t(T * c.k1) * 4, stream_));
+      DI_CUDA_CHECK(cudaMemcpy2DAsync(x, size_t(c.k1) * 4, c.kept_x[i], size_t(c.x_stride) * 4, size_t(c.x_width) * 4, size_t(T),
+                                      cudaMemcpyDeviceToDevice, stream_));
+    }
     if (c.n_first == 1) {
       launch_lone_mma(c.launches[0]);
     } else {
@@ -673,10 +744,13 @@ class CudaBackend final : public Backend {
   }
   // A projection chain's second stage (mid's norm and QDQ, second's ops) in chain_scratch_, mirrored in
   // chain_host_: the normed mid, mid_q padded to k2, then each op's output.
+  // With q_rope, second[0]'s output (q) goes after the rest, rotated (head_rope_kernel) into its kept array and
+  // not copied back: the copy back is the first back_bytes.
   struct ChainSecond {
     int64_t mid_op = -1, k2 = 0, partial_floats = 0;
-    size_t normed_at = 0, mid_q_at = 0, bytes = 0;
+    size_t normed_at = 0, mid_q_at = 0, back_bytes = 0, cos_sin_at = 0, bytes = 0;
     std::vector<size_t> out_at;
+    float* kept_q = nullptr;  // with q_rope: q's kept array
   };
   // Finds the first op that writes mid, sizes the scratch, and sets up second's launches (chain_launches_); false
   // where second's ops would take other kernels than the tensor-core ones.
@@ -698,14 +772,30 @@ class CudaBackend final : public Backend {
       weights.push_back(&d);
     }
     c.k2 = weights[0]->k_pad;
+    const HeadRope* rope = p.q_rope;
+    if (rope) {
+      const LinearParams& q = p.second[0];
+      DI_CHECK_MSG(q.n_rows == rope->n_heads * rope->head_dim && q.out_stride == q.n_rows && rope->rope_dim % 2 == 0 &&
+                       rope->rope_dim <= rope->head_dim && T <= 65535,
+                   "projection chain: q_rope does not fit second[0]'s output");
+    }
     ScratchLayout layout;
     c.normed_at = layout.take(size_t(T * W) * 4);
     c.mid_q_at = layout.take(size_t(T * c.k2) * 4);
-    c.out_at.clear();
-    for (const LinearParams& op : p.second) c.out_at.push_back(layout.take(size_t(T * op.n_rows) * 4));
+    c.out_at.assign(p.second.size(), 0);
+    for (size_t i = rope ? 1 : 0; i < p.second.size(); ++i) c.out_at[i] = layout.take(size_t(T * p.second[i].n_rows) * 4);
+    c.back_bytes = layout.bytes;
+    if (rope) {
+      c.out_at[0] = layout.take(size_t(T * p.second[0].n_rows) * 4);
+      c.cos_sin_at = layout.take(size_t(T * rope->rope_dim) * 4);
+    }
     c.bytes = layout.bytes;
     chain_scratch_.reserve(c.bytes);
     chain_host_.reserve(c.bytes);
+    if (rope) {
+      std::memcpy(chain_host_.get<uint8_t>() + c.cos_sin_at, rope->cos_sin, size_t(T * rope->rope_dim) * 4);
+      c.kept_q = keep_array(p.second[0].out, T * p.second[0].out_stride);
+    }
     uint8_t* dev = chain_scratch_.get<uint8_t>();
     chain_launches_.clear();
     for (size_t i = 0; i < p.second.size(); ++i) {
@@ -733,7 +823,17 @@ class CudaBackend final : public Backend {
     norm_qdq.normed_stride = W;
     cuda::launch_act_qdq(norm_qdq, stream_);
     launch_uploaded_mma_groups(chain_launches_, chain_descriptors_);
-    DI_CUDA_CHECK(cudaMemcpyAsync(chain_host_.get(), dev, c.bytes, cudaMemcpyDeviceToHost, stream_));
+    if (const HeadRope* rope = p.q_rope) {
+      const int64_t n_cos_sin = T * rope->rope_dim;
+      DI_CUDA_CHECK(cudaMemcpyAsync(dev + c.cos_sin_at, chain_host_.get<uint8_t>() + c.cos_sin_at, size_t(n_cos_sin) * 4,
+                                    cudaMemcpyHostToDevice, stream_));
+      const LinearParams& q = p.second[0];
+      cuda::launch_head_rope({reinterpret_cast<const float*>(dev + c.out_at[0]), q.n_rows, c.kept_q, q.out_stride, T, rope->n_heads,
+                              rope->head_dim, rope->rope_dim, reinterpret_cast<const float*>(dev + c.cos_sin_at), rope->inverse,
+                              rope->normalize, rope->eps},
+                             stream_);
+    }
+    DI_CUDA_CHECK(cudaMemcpyAsync(chain_host_.get(), dev, c.back_bytes, cudaMemcpyDeviceToHost, stream_));
   }
   // After the wait: the normed mid, mid_q and second's outputs to the caller's arrays.
   void finish_chain_second(const ProjectionChainParams& p, const ChainSecond& c) const {
@@ -741,7 +841,7 @@ class CudaBackend final : public Backend {
     const uint8_t* host = chain_host_.get<uint8_t>();
     std::memcpy(p.mid, host + c.normed_at, size_t(T * W) * 4);
     copy_rows(reinterpret_cast<const float*>(host + c.mid_q_at), c.k2, T, W, p.mid_q, W, W);
-    for (size_t i = 0; i < p.second.size(); ++i) {
+    for (size_t i = p.q_rope ? 1 : 0; i < p.second.size(); ++i) {  // a kept q stays on the device
       const LinearParams& op = p.second[i];
       copy_rows(reinterpret_cast<const float*>(host + c.out_at[i]), op.n_rows, T, op.n_rows, op.out, op.out_stride, op.n_rows);
     }
@@ -1031,7 +1131,10 @@ class CudaBackend final : public Backend {
     if (has_head) add_output_chain_words(head->p->output, key);
     if (graphs_) {
       std::vector<const void*> buffers = {moe_scratch_.get(), moe_host_.get(), partials_.get()};
-      if (has_head) buffers.insert(buffers.end(), {chain_scratch_.get(), chain_host_.get()});
+      if (has_head) {
+        buffers.insert(buffers.end(), {chain_scratch_.get(), chain_host_.get()});
+        buffers.insert(buffers.end(), head->chain->kept_x.begin(), head->chain->kept_x.end());
+      }
       run_as_graph(key, std::move(buffers), enqueue);
     } else {
       enqueue();
@@ -1076,7 +1179,7 @@ class CudaBackend final : public Backend {
   }
   // An output chain's part of a graph key: the token count, each op's weight, rows, epilogue and place, mid's QDQ.
   static void add_output_chain_words(const LinearChainParams& p, GraphKey& key) {
-    for (int64_t w : {p.n_tokens, p.mid_width, p.qdq_block, word(p.v41)}) key.push_back(w);
+    for (int64_t w : {p.n_tokens, p.mid_width, p.qdq_block, word(p.v41), word(p.x_kept)}) key.push_back(w);
     for (const LinearParams& op : p.first) {
       for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue), int64_t(op.out - p.mid)}) key.push_back(w);
     }
@@ -1642,6 +1745,19 @@ class CudaBackend final : public Backend {
   void attend(std::span<const SparseAttentionParams> batch) {
     const SparseAttentionParams& p0 = batch[0];
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, D = p0.head_dim;
+    // Kept q and outputs (backend.h): every token of a call the same, as the model's are. Where their arrays hold
+    // the tokens one after another (a block's), the kernels read and write them there.
+    for (const SparseAttentionParams& p : batch) {
+      DI_CHECK_MSG(p.q_kept == p0.q_kept && (p.out_rope != nullptr) == (p0.out_rope != nullptr),
+                   "sparse attention: some tokens' q or outputs kept on the device, some not");
+    }
+    auto consecutive = [&](auto member) {
+      for (int64_t t = 0; t < T; ++t) {
+        if (batch[size_t(t)].*member != batch[0].*member + t * H * D) return false;
+      }
+      return true;
+    };
+    const float* kept_q = p0.q_kept && consecutive(&SparseAttentionParams::q) ? kept_at(p0.q, T * H * D) : nullptr;
     gather_.gather(batch);
     const int64_t n_slots = gather_.n_slots(), n_float = int64_t(gather_.float_rows().size());
     const int64_t n_rows = gather_.n_rows();
@@ -1683,7 +1799,9 @@ class CudaBackend final : public Backend {
       for (int64_t r = r0; r < r1; ++r) std::memcpy(rows + r * D, gather_.float_rows()[size_t(r)], size_t(D) * 4);
     });
     float* q_host = rows + n_float * D;  // [T, H, D] after the float rows
-    for (int64_t t = 0; t < T; ++t) std::memcpy(q_host + t * H * D, batch[size_t(t)].q, size_t(H * D) * 4);
+    if (!p0.q_kept) {
+      for (int64_t t = 0; t < T; ++t) std::memcpy(q_host + t * H * D, batch[size_t(t)].q, size_t(H * D) * 4);
+    }
     std::memcpy(q_host + T * H * D, p0.sink, size_t(H) * 4);  // then the sink
     auto* packed_host = reinterpret_cast<uint8_t*>(q_host + T * H * D + H);  // then the staged rows' bytes
     for (size_t i = 0; i < groups.size(); ++i) copy_staged_rows(groups[i], uploads_[i], packed_host + uploads_[i].byte_at);
@@ -1709,9 +1827,17 @@ class CudaBackend final : public Backend {
     const auto* packed_dev = reinterpret_cast<const uint8_t*>(sink_dev + H);
     const auto* slots_dev = reinterpret_cast<const int64_t*>(packed_dev + slot_words_at);
     if (n_float) DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_float * D) * 4, cudaMemcpyHostToDevice, stream_));
-    DI_CUDA_CHECK(cudaMemcpyAsync(q_dev, q_host, staged, cudaMemcpyHostToDevice, stream_));
-    cuda::AttentionLaunch a{q_dev, H, D, rows_dev, nullptr, n_slots, sink_dev, p0.softmax_scale, p0.block_running_max,
-                            out_.get<float>()};
+    if (p0.q_kept) {  // the staged part from the sink on; q from its kept array
+      DI_CUDA_CHECK(cudaMemcpyAsync(sink_dev, q_host + T * H * D, staged - size_t(T * H * D) * 4, cudaMemcpyHostToDevice, stream_));
+      for (int64_t t = 0; t < T && !kept_q; ++t) {
+        DI_CUDA_CHECK(cudaMemcpyAsync(q_dev + t * H * D, kept_at(batch[size_t(t)].q, H * D), size_t(H * D) * 4,
+                                      cudaMemcpyDeviceToDevice, stream_));
+      }
+    } else {
+      DI_CUDA_CHECK(cudaMemcpyAsync(q_dev, q_host, staged, cudaMemcpyHostToDevice, stream_));
+    }
+    cuda::AttentionLaunch a{kept_q ? kept_q : q_dev, H, D, rows_dev, nullptr, n_slots, sink_dev, p0.softmax_scale,
+                            p0.block_running_max, out_.get<float>()};
     a.n_tokens = T;
     for (size_t i = 0; i < groups.size(); ++i) {
       const SlotGather::PackedGroup& g = groups[i];
@@ -1745,10 +1871,47 @@ class CudaBackend final : public Backend {
                    "sparse attention: " + std::to_string(n_slots) + " slots need more shared memory than the device has per block");
       cuda::launch_sparse_attention(a, stream_);
     }
+    if (p0.out_rope) {
+      keep_outputs(batch);
+      return;
+    }
     out_host_.reserve(size_t(T * H * D) * 4);
     DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_.get(), size_t(T * H * D) * 4, cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (int64_t t = 0; t < T; ++t) std::memcpy(batch[size_t(t)].out, out_host_.get<float>() + t * H * D, size_t(H * D) * 4);
+  }
+
+  // attend()'s outputs (in out_) rotated back (each token's out_rope) into their kept arrays, one launch where they
+  // are a block's consecutive tokens, and waited for.
+  void keep_outputs(std::span<const SparseAttentionParams> batch) {
+    const SparseAttentionParams& p0 = batch[0];
+    const HeadRope& r0 = *p0.out_rope;
+    const int64_t T = int64_t(batch.size()), H = p0.n_heads, D = p0.head_dim, RD = r0.rope_dim;
+    rope_host_.reserve(size_t(T * RD) * 4);
+    rope_dev_.reserve(size_t(T * RD) * 4);
+    bool consecutive = true;
+    for (int64_t t = 0; t < T; ++t) {
+      const SparseAttentionParams& p = batch[size_t(t)];
+      const HeadRope& r = *p.out_rope;
+      DI_CHECK_MSG(r.n_heads == H && r.head_dim == D && r.rope_dim == RD && r.inverse == r0.inverse && !r.normalize &&
+                       p.out_kept_array == p0.out_kept_array && p.out_kept_floats == p0.out_kept_floats &&
+                       p.out >= p.out_kept_array && p.out + H * D <= p.out_kept_array + p.out_kept_floats,
+                   "sparse attention: a token's out_rope or kept output array differs from the call's");
+      std::memcpy(rope_host_.get<float>() + t * RD, r.cos_sin, size_t(RD) * 4);
+      consecutive = consecutive && p.out == p0.out + t * H * D;
+    }
+    float* kept = keep_array(p0.out_kept_array, p0.out_kept_floats);
+    DI_CUDA_CHECK(cudaMemcpyAsync(rope_dev_.get(), rope_host_.get(), size_t(T * RD) * 4, cudaMemcpyHostToDevice, stream_));
+    const float* out = out_.get<float>();
+    const float* cos_sin = rope_dev_.get<float>();
+    for (int64_t t0 = 0; t0 < T;) {  // runs of consecutive outputs
+      const int64_t n = consecutive ? T : 1;
+      cuda::launch_head_rope({out + t0 * H * D, H * D, kept + (batch[size_t(t0)].out - p0.out_kept_array), H * D, n, H, D, RD,
+                              cos_sin + t0 * RD, r0.inverse, false, 0.0},
+                             stream_);
+      t0 += n;
+    }
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   std::string name_;
@@ -1797,6 +1960,8 @@ class CudaBackend final : public Backend {
   std::unordered_map<int64_t, std::unique_ptr<RowArena>> arenas_;
   std::vector<PackedUpload> uploads_;
   cuda::PinnedBuffer rows_host_, slot_host_, out_host_;
+  cuda::PinnedBuffer rope_host_;  // keep_outputs(): the tokens' angles, and on the device
+  DeviceBuffer rope_dev_;
   // score(): its key arrays and each token's; q and weights, the per-token offsets and the keys (pinned), and
   // the offsets on the device.
   IndexKeyArrays key_arrays_;
@@ -1835,6 +2000,7 @@ class CudaBackend final : public Backend {
   std::vector<cuda::LinearLaunch> front_launches_;
   cuda::PinnedBuffer front_descriptors_host_;
   DeviceBuffer front_descriptors_;
+  std::vector<KeptArray> kept_;  // keep_array()
 };
 
 }  // namespace

@@ -178,6 +178,20 @@ struct HcPostLaunch {
 };
 void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream);
 
+// backend.h's HeadRope on the device, the host's bits (head_rms_normalize, then rope_rotate_heads): token t's
+// n_heads x head_dim values at x + t * x_stride, written at out + t * out_stride (out may be x).
+struct HeadRopeLaunch {
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  int64_t n_tokens = 0, n_heads = 0, head_dim = 0, rope_dim = 0;  // n_tokens at most 65535
+  const float* cos_sin = nullptr;  // [n_tokens, rope_dim]
+  bool inverse = false, normalize = false;
+  double eps = 0;
+};
+void launch_head_rope(const HeadRopeLaunch& p, cudaStream_t stream);
+
 // Packed cache rows' layouts (model/kv_format.h): kE4m3 (V4 and V4.1 window rows, V4 compressed rows):
 // n_values - n_rope e4m3 codes, n_rope bf16 values, one e8m0 scale per block codes; kE2m1E4m3Scales (V4.1
 // compressed rows) and kE2m1E8m0Scales (index keys): packed e2m1 codes (value 2i in the low nibble of byte i),

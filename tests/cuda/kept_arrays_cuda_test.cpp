@@ -1,0 +1,202 @@
+// Arrays kept on the device (backend.h): q normed and rotated by a projection chain and kept there
+// (ProjectionChainParams::q_rope, head_rope_kernel.cu), the attention reading it and keeping its output rotated back
+// (SparseAttentionParams::q_kept and out_rope), and the output projection reading that (LinearChainParams::x_kept),
+// against the model's steps with the host's head work (head_rms_normalize, rope_rotate_heads) on the same kernels:
+// the same bits, and the host arrays of what stays on the device never written.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "backend/backend.h"
+#include "cuda/cuda_util.h"
+#include "cuda/random_output_projection.h"
+#include "cuda/random_projections.h"
+#include "kernel/kernel_test_util.h"
+#include "model/linear_chain.h"
+#include "model/mhc_side.h"
+#include "model/ops.h"
+
+namespace deepinfer::testing {
+namespace {
+
+constexpr int64_t kHeadDim = 128, kRopeDim = 64;
+constexpr double kEps = double(1e-6f);
+
+// Each token's angles (RopeTable::cos_sin) at a random position up to 100k.
+std::vector<float> random_angles(std::mt19937& rng, int64_t n_tokens) {
+  const RopeTable rope = make_rope_table(int(kRopeDim), 10000.0);
+  std::vector<float> cos_sin(size_t(n_tokens * kRopeDim));
+  for (int64_t t = 0; t < n_tokens; ++t) rope.cos_sin(std::uniform_int_distribution<int64_t>(0, 100000)(rng), &cos_sin[size_t(t * kRopeDim)]);
+  return cos_sin;
+}
+
+// The model's host work on [T, n_heads, kHeadDim] rows: A4-A9 (normalize) or AT4 (inverse).
+void host_head_rope(std::vector<float>& x, int64_t n_heads, const std::vector<float>& cos_sin, bool normalize, bool inverse) {
+  const int64_t T = int64_t(x.size()) / (n_heads * kHeadDim);
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = &x[size_t(t * n_heads * kHeadDim)];
+    if (normalize) head_rms_normalize(row, n_heads, kHeadDim, kEps);
+    rope_rotate_heads(row + kHeadDim - kRopeDim, n_heads, kHeadDim, &cos_sin[size_t(t * kRopeDim)], kRopeDim / 2, inverse);
+  }
+}
+
+std::unique_ptr<Backend> make_chain_backend(const char* chain) {
+  const ScopedEnv option("DEEPINFER_CUDA_LINEAR_CHAIN", chain);
+  std::string error;
+  std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
+  EXPECT_NE(backend, nullptr) << error;
+  return backend;
+}
+
+bool all_untouched(const std::vector<float>& x) {
+  return std::all_of(x.begin(), x.end(), [](float v) { return v == -7.0f; });
+}
+
+// V4.1's 32-row weight blocks let one head's rows 32-63 come out 2^-30 times the others: its squares' exponents then
+// span more bits than the exact sum in any order allows, and the kernel sums them in the host's order on one lane
+// (a planted fault there fails this test; an order change alone rarely shows: A5 rounds the mean to bf16).
+void shrink_head_rows(RandomProjections& r) {
+  const int64_t k_blocks = RandomProjections::QL / 32;
+  for (int64_t j = 0; j < k_blocks; ++j) r.wq_b.scale[size_t(1 * k_blocks + j)] -= 30;
+}
+
+// q from a projection chain (alone, or with the mHC side's first half: two rounds at new positions, so a front
+// replayed as a graph must take each call's angles) normed, rotated and kept on the device.
+void expect_kept_q_equals_the_host_work(int64_t n_tokens, bool v41, bool with_front, std::mt19937& rng) {
+  SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n_tokens) + " tokens" + (with_front ? ", front" : ""));
+  constexpr int64_t H = 2;
+  RandomProjections r(n_tokens, v41, rng, H * kHeadDim);
+  if (v41) shrink_head_rows(r);
+  const std::vector<float> u = random_bf16_values(rng, n_tokens * r.D, 1.0f), uq = random_bf16_values(rng, n_tokens * r.D, 1.0f);
+  const RandomFrontSide side(n_tokens, RandomProjections::D, v41, rng);
+  const std::unique_ptr<Backend> gpu = make_chain_backend("device"), steps_gpu = make_chain_backend("host");
+  ASSERT_TRUE(gpu && steps_gpu);
+  for (int round = 0; round < (with_front ? 2 : 1); ++round) {
+    const std::vector<float> cos_sin = random_angles(rng, n_tokens);
+    const HeadRope rope{H, kHeadDim, kRopeDim, cos_sin.data(), false, true, kEps};
+    RandomProjections::Outputs host(r), device(r);
+    MhcScratch host_scratch, device_scratch;
+    if (with_front) {
+      MhcFront host_front(*steps_gpu, side.side, host_scratch), device_front(*gpu, side.side, device_scratch);
+      EXPECT_FALSE(host_front.run_with(r.chain(host_front.u().data(), host_front.uq().data(), host)));
+      ProjectionChainParams p = r.chain(device_front.u().data(), device_front.uq().data(), device);
+      p.q_rope = &rope;
+      ASSERT_TRUE(device_front.run_with(p)) << "the device front declined";
+    } else {
+      projection_chain_on_backend(*steps_gpu, r.chain(u.data(), uq.data(), host));
+      ProjectionChainParams p = r.chain(u.data(), uq.data(), device);
+      p.q_rope = &rope;
+      ASSERT_TRUE(gpu->projection_chain(p)) << "the device chain declined";
+    }
+    host_head_rope(host.q, H, cos_sin, true, false);
+    EXPECT_TRUE(all_untouched(device.q)) << "q's host array written";
+    gpu->fetch_kept(device.q.data(), int64_t(device.q.size()));
+    EXPECT_EQ(n_differing(host.q, device.q), 0) << "of " << host.q.size() << " q values";
+    EXPECT_EQ(n_differing(host.iq, device.iq), 0);
+    EXPECT_EQ(n_differing(host.kv, device.kv), 0);
+    EXPECT_EQ(n_differing(host.qr_q, device.qr_q), 0);
+  }
+}
+
+TEST(KeptArraysCuda, ChainKeepsQNormedAndRotatedAsTheHostDoes) {
+  DI_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(700);
+  for (const char* linear : {"mma", "mma_split"}) {
+    const ScopedCudaPaths paths(linear);
+    SCOPED_TRACE(linear);
+    for (int64_t n : {1, 3, 70}) {
+      for (bool v41 : {false, true}) {
+        for (bool with_front : {false, true}) expect_kept_q_equals_the_host_work(n, v41, with_front, rng);
+      }
+    }
+  }
+}
+
+// A decode step's attention with kept arrays: q from the chain, the attention on it (tokens in order, or reversed so
+// that neither q nor the outputs are one run), its outputs rotated back and kept, then the output projection on them.
+void expect_attention_on_kept_arrays(int64_t n_tokens, bool reversed, std::mt19937& rng) {
+  SCOPED_TRACE(std::to_string(n_tokens) + " tokens" + (reversed ? ", reversed" : ""));
+  constexpr int64_t H = 4, HD = kHeadDim, n_rows = 96, n_slots = 128;
+  RandomProjections r(n_tokens, false, rng, H * HD);
+  RandomOutputProjection out_proj(n_tokens, false, rng);
+  ASSERT_EQ(int64_t(out_proj.o.size()), n_tokens * H * HD);
+  const std::vector<float> u = random_bf16_values(rng, n_tokens * r.D, 1.0f), uq = random_bf16_values(rng, n_tokens * r.D, 1.0f);
+  const std::vector<float> rows = random_bf16_values(rng, n_rows * HD, 1.0f), sink = random_bf16_values(rng, H, 1.0f);
+  const std::vector<float> cos_sin = random_angles(rng, n_tokens);
+  std::vector<const float*> slots(size_t(n_tokens * n_slots), nullptr);  // token t: rows t, t + 1, ..., then empty
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t j = 0; j < n_rows - t; ++j) slots[size_t(t * n_slots + j)] = &rows[size_t((t + j) * HD)];
+  }
+  const std::unique_ptr<Backend> gpu = make_chain_backend("device"), steps_gpu = make_chain_backend("host");
+  ASSERT_TRUE(gpu && steps_gpu);
+  auto attention = [&](const float* q, float* o, std::span<const HeadRope> out_rope) {
+    std::vector<SparseAttentionParams> ps;
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      const int64_t t = reversed ? n_tokens - 1 - i : i;
+      ps.push_back({.q = q + t * H * HD, .n_heads = H, .head_dim = HD, .slots = &slots[size_t(t * n_slots)], .n_slots = n_slots,
+                    .sink = sink.data(), .softmax_scale = double(float(1.0 / std::sqrt(double(HD)))), .block_running_max = true,
+                    .out = o + t * H * HD, .q_kept = !out_rope.empty(), .out_rope = out_rope.empty() ? nullptr : &out_rope[size_t(t)],
+                    .out_kept_array = out_rope.empty() ? nullptr : o, .out_kept_floats = out_rope.empty() ? 0 : n_tokens * H * HD});
+    }
+    return ps;
+  };
+
+  // The model's steps: q back to the host, its head work there, the attention, AT4 there, the output projection.
+  RandomProjections::Outputs host(r);
+  projection_chain_on_backend(*steps_gpu, r.chain(u.data(), uq.data(), host));
+  host_head_rope(host.q, H, cos_sin, true, false);
+  std::vector<float> host_o(out_proj.o.size(), -7.0f), host_y(size_t(n_tokens * out_proj.D), -7.0f);
+  steps_gpu->sparse_attentions(attention(host.q.data(), host_o.data(), {}));
+  host_head_rope(host_o, H, cos_sin, false, true);
+  std::copy(host_o.begin(), host_o.end(), out_proj.o.begin());
+  linear_chain_on_backend(*steps_gpu, out_proj.chain(host_y.data()));
+
+  // Kept: nothing of q or o crosses to the host.
+  RandomProjections::Outputs device(r);
+  const HeadRope q_rope{H, HD, kRopeDim, cos_sin.data(), false, true, kEps};
+  ProjectionChainParams p = r.chain(u.data(), uq.data(), device);
+  p.q_rope = &q_rope;
+  ASSERT_TRUE(gpu->projection_chain(p));
+  std::vector<HeadRope> out_rope;
+  for (int64_t t = 0; t < n_tokens; ++t) out_rope.push_back({H, HD, kRopeDim, &cos_sin[size_t(t * kRopeDim)], true, false, 0.0});
+  std::fill(out_proj.o.begin(), out_proj.o.end(), -7.0f);
+  gpu->sparse_attentions(attention(device.q.data(), out_proj.o.data(), out_rope));
+  EXPECT_TRUE(all_untouched(device.q) && all_untouched(out_proj.o)) << "q's or the output's host array written";
+  gpu->fetch_kept(out_proj.o.data(), int64_t(out_proj.o.size()));
+  EXPECT_EQ(n_differing(host_o, out_proj.o), 0) << "of " << host_o.size() << " attention outputs";
+  std::fill(out_proj.o.begin(), out_proj.o.end(), -7.0f);  // the chain must read the kept array
+  std::vector<float> device_y(host_y.size(), -7.0f);
+  LinearChainParams chain = out_proj.chain(device_y.data());
+  chain.x_kept = true;
+  ASSERT_TRUE(gpu->linear_chain(chain)) << "the device chain declined kept inputs";
+  EXPECT_EQ(n_differing(host_y, device_y), 0) << "of " << host_y.size() << " output projection values";
+  EXPECT_FALSE(all_untouched(device_y));
+  // A chain the backend declines reads the kept array from the host: the model's run_linear_chain fetches it first.
+  std::vector<float> fetched_y(host_y.size(), -7.0f);
+  LinearChainParams declined = out_proj.chain(fetched_y.data());
+  declined.x_kept = true;
+  declined.second.epilogue = Epilogue::kF32AddBias;  // which the device chain declines
+  std::vector<float> zero_bias(host_y.size(), 0.0f);
+  declined.second.bias = zero_bias.data();
+  run_linear_chain(*gpu, declined);
+  EXPECT_FALSE(all_untouched(out_proj.o)) << "the kept output was not fetched";
+  EXPECT_EQ(n_differing(host_o, out_proj.o), 0);
+}
+
+TEST(KeptArraysCuda, AttentionAndOutputProjectionReadWhatIsKept) {
+  DI_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(800);
+  for (const std::string& attention : attention_paths()) {
+    const ScopedCudaPaths paths("mma", attention);
+    SCOPED_TRACE(attention);
+    for (int64_t n : {1, 5}) {
+      for (bool reversed : {false, true}) expect_attention_on_kept_arrays(n, reversed, rng);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
