@@ -78,6 +78,17 @@ struct HeadRope {
   double eps = 0;
 };
 
+// The indexer's query heads where the backend does them (a decode step's, kept on a GPU): each head's last rope_dim
+// values rotated by the token's angles (RopeTable::apply_heads), then V4's I3-I4 (hadamard_128, qdq_fp4 in blocks
+// of 32) or V4.1's step 22 (qdq_fp4_pow2_v41 in blocks of 32).
+struct IndexQueryWork {
+  int64_t n_heads = 0;
+  int64_t head_dim = 0;            // 128
+  int64_t rope_dim = 0;
+  const float* cos_sin = nullptr;  // [n_tokens, rope_dim]: RopeTable::cos_sin of each token's position
+  bool v41 = false;
+};
+
 // Sparse attention with sink for one query token (spec AT1-AT3): the slot list (window part, compressed
 // part, padding) is given as row pointers, nullptr = empty slot. V4: blocks of 64 slots define the running
 // max that P is rounded against; V4.1 (block_running_max = false): P is rounded against the global max.
@@ -125,6 +136,7 @@ struct IndexScoreParams {
   float* scores = nullptr;         // [n_keys]
   const KvRowFormat* key_format = nullptr;  // packed keys: their format (n_values == dim), else nullptr
   std::span<const PackedRowRun> key_runs = {};  // packed keys: at least n_keys rows
+  bool q_kept = false;  // q is part of an array a chain left on the backend (ProjectionChainParams::index_q)
 };
 
 // An indexer query's top-k selection from its scores (spec I10; V4.1 steps 26-27): the n_select best of the
@@ -224,6 +236,8 @@ struct ProjectionChainParams {
   // q_rope's head work too, and where the backend runs the chain whole, it keeps q (Backend::fetch_kept) instead of
   // writing it to the host; where the model runs the steps, the model does q_rope's work itself.
   const HeadRope* q_rope = nullptr;
+  // The same for second[1]'s output (the indexer's query: [n_tokens, index_q->n_heads, head_dim]) and index_q's work.
+  const IndexQueryWork* index_q = nullptr;
 };
 
 // An mHC side's first half with its sub-block's first call (model/mhc_side.h's MhcFront): the mixes of h (B1), the

@@ -159,18 +159,21 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
                      .out_stride = index_wq_b->n_out, .x_e4m3_block = c.act_block});
   }
   // A backend that keeps arrays takes step 13 into the chain and keeps q (the attention reads it there).
+  // So does the indexer's query's steps 21-22.
   HeadRope q_rope;
+  IndexQueryWork index_q;
   const bool keep = keep_q && backend_->keeps_arrays();
   if (keep) {
     out.cos_sin.resize(size_t(T * RD));
     for (int64_t t = 0; t < T; ++t) rope.cos_sin(positions[size_t(t)], &out.cos_sin[size_t(t * RD)]);
     q_rope = {.n_heads = H, .head_dim = HD, .rope_dim = RD, .cos_sin = out.cos_sin.data(), .inverse = false, .normalize = false, .eps = 0};
+    index_q = {.n_heads = c.index_n_heads, .head_dim = c.index_head_dim, .rope_dim = RD, .cos_sin = out.cos_sin.data(), .v41 = true};
   }
   // The mHC side's first half, the projections of u, then qr's norm and QDQ, then the projections of qr: one call
   // where a backend runs them together.
   out.q_kept = front.run_with({.first = projections, .mid = qr.data(), .n_tokens = T, .mid_width = QL, .mid_norm = w.q_norm, .eps = eps,
                                .mid_q = out.qr_quantized.data(), .qdq_block = c.act_block, .v41 = c.is_v41(), .second = q_ops,
-                               .q_rope = keep ? &q_rope : nullptr}) &&
+                               .q_rope = keep ? &q_rope : nullptr, .index_q = keep && index_wq_b ? &index_q : nullptr}) &&
                keep;
   // Ranges of query heads; a token's last range also takes its kv row.
   for_token_ranges(*backend_, T, H, kHeadRange, [&](int64_t t, int64_t h0, int64_t h1) {
@@ -271,7 +274,11 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
   std::vector<LinearParams> with_u;
   KvSourceProjections kv_source_projected;
   if (kv_source) add_kv_source_projections(layer, u, T, kv_source_projected, with_u);
-  std::vector<float> iq, iw;
+  // iq is reused from call to call (thread_local, as qkv below): a backend may keep it, named by its address. Named
+  // through a reference: the lambdas below run on the backend's threads too.
+  thread_local std::vector<float> iq_buffer;
+  std::vector<float>& iq = iq_buffer;
+  std::vector<float> iw;
   if (index_source) {
     DI_CHECK(w.index_wq_b.n_out == IH * ID);
     iq.resize(size_t(T * IH * ID));
@@ -300,8 +307,10 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
     // reads only its own scores and an earlier layer's candidates).
     backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        rope.apply_heads(&iq[size_t(t * IH * ID + ID - RD)], IH, ID, batch.pos[size_t(t)], false);
-        for (int64_t hh = 0; hh < IH; ++hh) qdq_fp4_pow2_v41(&iq[size_t((t * IH + hh) * ID)], ID, 32);
+        if (!qkv.q_kept) {  // (kept: done on the backend)
+          rope.apply_heads(&iq[size_t(t * IH * ID + ID - RD)], IH, ID, batch.pos[size_t(t)], false);
+          for (int64_t hh = 0; hh < IH; ++hh) qdq_fp4_pow2_v41(&iq[size_t((t * IH + hh) * ID)], ID, 32);
+        }
         for (int64_t hh = 0; hh < IH; ++hh) iw[size_t(t * IH + hh)] = round_bf16(double(iw[size_t(t * IH + hh)]) * index_scale);
       }
     });
@@ -328,6 +337,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
         DI_CHECK(keys.n_rows() >= n_visible);
         score_queries[size_t(t - b0)] = {&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], &keys.row_format, &keys.rows, &keys,
                                          n_visible, scores.data() + score_begin[size_t(t - b0)]};
+        score_queries[size_t(t - b0)].q_kept = qkv.q_kept;
       }
       // Steps 25-27 with the scores where the backend selects: the candidate source's blocks, or the mask of the
       // candidates, and the top-k, as the loop below makes them (the top-k sorted here).

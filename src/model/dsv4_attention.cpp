@@ -163,16 +163,19 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   }
   // A backend that keeps arrays (a GPU) takes q's A4-A9 into the chain and keeps q, then the attention reads it
   // there and keeps its output, rotated back (AT4), for the output projection: q and o never cross to the host.
+  // The same for the indexer's query (I2-I4), which the index scores then read there.
   std::vector<float> cos_sin;  // [T, RD]: each token's angles
   HeadRope q_rope;
+  IndexQueryWork index_q;
   if (q_in_chain && backend_->keeps_arrays()) {
     cos_sin.resize(size_t(T * RD));
     for (int64_t t = 0; t < T; ++t) rope.cos_sin(batch.pos[size_t(t)], &cos_sin[size_t(t * RD)]);
     q_rope = {.n_heads = H, .head_dim = HD, .rope_dim = RD, .cos_sin = cos_sin.data(), .inverse = false, .normalize = true, .eps = eps};
+    index_q = {.n_heads = IH, .head_dim = ID, .rope_dim = RD, .cos_sin = cos_sin.data(), .v41 = false};
   }
   // The mHC side's first half with the chain: one call where the backend runs them together.
   const bool q_kept = front.run_with({projections, qr.data(), T, QL, w.q_norm, eps, qrq.data(), c.act_block, false, q_ops,
-                                      cos_sin.empty() ? nullptr : &q_rope}) &&
+                                      cos_sin.empty() ? nullptr : &q_rope, cos_sin.empty() || ratio != 4 ? nullptr : &index_q}) &&
                       !cos_sin.empty();
   std::vector<HeadRope> out_rope;  // q_kept: each token's AT4
   if (q_kept) {
@@ -231,11 +234,13 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       float *iq = buf.iq.data(), *index_w = &index_w_all[size_t(b0 * IH)];  // [nb, IH, ID], [nb, IH]
       backend_->for_rows(nb, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
-          rope.apply_heads(&iq[size_t(i * IH * ID)] + ID - RD, IH, ID, batch.pos[size_t(b0 + i)], false);  // I2
-          for (int64_t hh = 0; hh < IH; ++hh) {
-            float* head = &iq[size_t((i * IH + hh) * ID)];
-            hadamard_128(head);     // I3
-            qdq_fp4(head, ID, 32);  // I4
+          if (!q_kept) {  // (kept: done on the backend)
+            rope.apply_heads(&iq[size_t(i * IH * ID)] + ID - RD, IH, ID, batch.pos[size_t(b0 + i)], false);  // I2
+            for (int64_t hh = 0; hh < IH; ++hh) {
+              float* head = &iq[size_t((i * IH + hh) * ID)];
+              hadamard_128(head);     // I3
+              qdq_fp4(head, ID, 32);  // I4
+            }
           }
           for (int64_t hh = 0; hh < IH; ++hh) index_w[size_t(i * IH + hh)] = round_bf16(double(index_w[size_t(i * IH + hh)]) * index_scale);  // I6
         }
@@ -251,6 +256,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
         const CompressorState& keys = layer_state(batch.states[size_t(batch.chunk[size_t(b0 + i)])], is_mtp, layer_index).index_compressor;
         score_queries[size_t(i)] = {&iq[size_t(i * IH * ID)], &index_w[size_t(i * IH)], &keys.row_format, &keys.rows, &keys,
                                     score_at[size_t(i + 1)] - score_at[size_t(i)], scores.data() + score_at[size_t(i)]};
+        score_queries[size_t(i)].q_kept = q_kept;
       }
       // I10 with them where the backend selects (each token's n_fill best, in the order the partial_sort below
       // gives), else the scores for it.

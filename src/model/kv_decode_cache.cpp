@@ -150,6 +150,7 @@ void IndexKeySet::make_ops(std::span<const IndexQuery> queries, int64_t n_heads,
     if (q.n_keys == 0) continue;
     IndexScoreParams& op = ops_.emplace_back();
     op = {q.q, q.weights, n_heads, dim, nullptr, q.n_keys, q.scores};
+    op.q_kept = q.q_kept;
     set_keys(handles_[i], op);
   }
 }

@@ -127,6 +127,7 @@ struct IndexQuery {
   int64_t* selected = nullptr;  // [n_select]
   int64_t n_candidates = 0;
   int64_t* candidates = nullptr;  // [n_candidates] or nullptr
+  bool q_kept = false;            // q is kept on the backend (IndexScoreParams::q_kept)
 };
 
 // The index keys that a block of query tokens scores against, for one index_scores_batch over the whole block

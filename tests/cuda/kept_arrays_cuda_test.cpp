@@ -1,8 +1,9 @@
 // Arrays kept on the device (backend.h): q normed and rotated by a projection chain and kept there
-// (ProjectionChainParams::q_rope, head_rope_kernel.cu), the attention reading it and keeping its output rotated back
+// (ProjectionChainParams::q_rope, head_rope_kernel.cu), the indexer's query too (index_q) and the index scores
+// reading it (IndexScoreParams::q_kept), the attention reading q and keeping its output rotated back
 // (SparseAttentionParams::q_kept and out_rope), and the output projection reading that (LinearChainParams::x_kept),
-// against the model's steps with the host's head work (head_rms_normalize, rope_rotate_heads) on the same kernels:
-// the same bits, and the host arrays of what stays on the device never written.
+// against the model's steps with the host's head work (head_rms_normalize, rope_rotate_heads, hadamard_128, the FP4
+// QDQs) on the same kernels: the same bits, and the host arrays of what stays on the device never written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +32,23 @@ std::vector<float> random_angles(std::mt19937& rng, int64_t n_tokens) {
   std::vector<float> cos_sin(size_t(n_tokens * kRopeDim));
   for (int64_t t = 0; t < n_tokens; ++t) rope.cos_sin(std::uniform_int_distribution<int64_t>(0, 100000)(rng), &cos_sin[size_t(t * kRopeDim)]);
   return cos_sin;
+}
+
+// The model's host work on the indexer's query [T, n_heads, 128]: V4's I2-I4, V4.1's steps 21-22.
+void host_index_query(std::vector<float>& iq, const std::vector<float>& cos_sin, bool v41) {
+  const int64_t n_heads = int64_t(iq.size()) / (int64_t(cos_sin.size()) / kRopeDim * 128);
+  for (size_t t = 0; t < cos_sin.size() / kRopeDim; ++t) {
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* head = &iq[(t * size_t(n_heads) + size_t(h)) * 128];
+      rope_rotate_heads(head + 128 - kRopeDim, 1, 128, &cos_sin[t * kRopeDim], kRopeDim / 2, false);
+      if (v41) {
+        qdq_fp4_pow2_v41(head, 128, 32);
+      } else {
+        hadamard_128(head);
+        qdq_fp4(head, 128, 32);
+      }
+    }
+  }
 }
 
 // The model's host work on [T, n_heads, kHeadDim] rows: A4-A9 (normalize) or AT4 (inverse).
@@ -63,12 +81,37 @@ void shrink_head_rows(RandomProjections& r) {
   for (int64_t j = 0; j < k_blocks; ++j) r.wq_b.scale[size_t(1 * k_blocks + j)] -= 30;
 }
 
-// q from a projection chain (alone, or with the mHC side's first half: two rounds at new positions, so a front
-// replayed as a graph must take each call's angles) normed, rotated and kept on the device.
+// Index scores on the chain's kept indexer query (tokens in order: read where it is; reversed: copied into place)
+// against those on the host's.
+void expect_index_scores_on_kept_query(Backend& gpu, const std::vector<float>& host_iq, const float* kept_iq, int64_t n_heads,
+                                       std::mt19937& rng) {
+  const int64_t T = int64_t(host_iq.size()) / (n_heads * 128), n_keys = 70;
+  const std::vector<float> keys = random_bf16_values(rng, n_keys * 128, 1.0f), weights = random_bf16_values(rng, T * n_heads, 0.25f);
+  for (bool reversed : {false, true}) {
+    std::vector<float> host_scores(size_t(T * n_keys), -7.0f), kept_scores(size_t(T * n_keys), -7.0f);
+    std::vector<IndexScoreParams> host_ops, kept_ops;
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t t = reversed ? T - 1 - i : i, n = n_keys - t;  // each token its own count of keys
+      host_ops.push_back({&host_iq[size_t(t * n_heads * 128)], &weights[size_t(t * n_heads)], n_heads, 128, keys.data(), n,
+                          &host_scores[size_t(t * n_keys)]});
+      kept_ops.push_back(host_ops.back());
+      kept_ops.back().q = kept_iq + t * n_heads * 128;
+      kept_ops.back().q_kept = true;
+      kept_ops.back().scores = &kept_scores[size_t(t * n_keys)];
+    }
+    gpu.index_scores_batch(host_ops);
+    gpu.index_scores_batch(kept_ops);
+    EXPECT_EQ(n_differing(host_scores, kept_scores), 0) << (reversed ? "reversed" : "in order");
+    EXPECT_FALSE(all_untouched(kept_scores));
+  }
+}
+
+// q and the indexer's query from a projection chain (alone, or with the mHC side's first half: two rounds at new
+// positions, so a front replayed as a graph must take each call's angles) worked on and kept on the device.
 void expect_kept_q_equals_the_host_work(int64_t n_tokens, bool v41, bool with_front, std::mt19937& rng) {
   SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n_tokens) + " tokens" + (with_front ? ", front" : ""));
-  constexpr int64_t H = 2;
-  RandomProjections r(n_tokens, v41, rng, H * kHeadDim);
+  constexpr int64_t H = 2, IH = 3;
+  RandomProjections r(n_tokens, v41, rng, H * kHeadDim, IH * 128);
   if (v41) shrink_head_rows(r);
   const std::vector<float> u = random_bf16_values(rng, n_tokens * r.D, 1.0f), uq = random_bf16_values(rng, n_tokens * r.D, 1.0f);
   const RandomFrontSide side(n_tokens, RandomProjections::D, v41, rng);
@@ -77,6 +120,7 @@ void expect_kept_q_equals_the_host_work(int64_t n_tokens, bool v41, bool with_fr
   for (int round = 0; round < (with_front ? 2 : 1); ++round) {
     const std::vector<float> cos_sin = random_angles(rng, n_tokens);
     const HeadRope rope{H, kHeadDim, kRopeDim, cos_sin.data(), false, true, kEps};
+    const IndexQueryWork index_q{IH, 128, kRopeDim, cos_sin.data(), v41};
     RandomProjections::Outputs host(r), device(r);
     MhcScratch host_scratch, device_scratch;
     if (with_front) {
@@ -84,18 +128,23 @@ void expect_kept_q_equals_the_host_work(int64_t n_tokens, bool v41, bool with_fr
       EXPECT_FALSE(host_front.run_with(r.chain(host_front.u().data(), host_front.uq().data(), host)));
       ProjectionChainParams p = r.chain(device_front.u().data(), device_front.uq().data(), device);
       p.q_rope = &rope;
+      p.index_q = &index_q;
       ASSERT_TRUE(device_front.run_with(p)) << "the device front declined";
     } else {
       projection_chain_on_backend(*steps_gpu, r.chain(u.data(), uq.data(), host));
       ProjectionChainParams p = r.chain(u.data(), uq.data(), device);
       p.q_rope = &rope;
+      p.index_q = &index_q;
       ASSERT_TRUE(gpu->projection_chain(p)) << "the device chain declined";
     }
     host_head_rope(host.q, H, cos_sin, true, false);
-    EXPECT_TRUE(all_untouched(device.q)) << "q's host array written";
+    host_index_query(host.iq, cos_sin, v41);
+    EXPECT_TRUE(all_untouched(device.q) && all_untouched(device.iq)) << "q's or the indexer query's host array written";
+    expect_index_scores_on_kept_query(*gpu, host.iq, device.iq.data(), IH, rng);
     gpu->fetch_kept(device.q.data(), int64_t(device.q.size()));
     EXPECT_EQ(n_differing(host.q, device.q), 0) << "of " << host.q.size() << " q values";
-    EXPECT_EQ(n_differing(host.iq, device.iq), 0);
+    gpu->fetch_kept(device.iq.data(), int64_t(device.iq.size()));
+    EXPECT_EQ(n_differing(host.iq, device.iq), 0) << "of " << host.iq.size() << " indexer query values";
     EXPECT_EQ(n_differing(host.kv, device.kv), 0);
     EXPECT_EQ(n_differing(host.qr_q, device.qr_q), 0);
   }

@@ -14,16 +14,16 @@ namespace deepinfer::testing {
 // The attention's projections as the model's: two FP8 ops on uq (A1 writes mid, A10) and two bf16 ones on u, one
 // with a bias (the compressor's scores); then two FP8 ops on mid_q (A3, I1). Random weights, owning every byte.
 struct RandomProjections {
-  static constexpr int64_t D = 256, QL = 128, KV = 192, C = 64, IQ = 128;
-  int64_t T, Q;  // Q: A3's rows (q's heads x head_dim)
+  static constexpr int64_t D = 256, QL = 128, KV = 192, C = 64;
+  int64_t T, Q, IQ;  // Q: A3's rows (q's heads x head_dim); IQ: I1's (the indexer's heads x 128)
   bool v41;
   int block;
   OwnedWeight wq_a, wkv, wc, wg, wq_b, wi;
   std::vector<float> bias;
   std::vector<uint16_t> norm;
 
-  RandomProjections(int64_t n_tokens, bool v41_rules, std::mt19937& rng, int64_t q_rows = 256)
-      : T(n_tokens), Q(q_rows), v41(v41_rules), block(v41_rules ? 32 : 128), wq_a(random_fp8_weight(rng, QL, D, block)),
+  RandomProjections(int64_t n_tokens, bool v41_rules, std::mt19937& rng, int64_t q_rows = 256, int64_t index_q_rows = 128)
+      : T(n_tokens), Q(q_rows), IQ(index_q_rows), v41(v41_rules), block(v41_rules ? 32 : 128), wq_a(random_fp8_weight(rng, QL, D, block)),
         wkv(random_fp8_weight(rng, KV, D, block)), wc(random_bf16_weight(rng, C, D)), wg(random_bf16_weight(rng, C, D)),
         wq_b(random_fp8_weight(rng, Q, QL, block)), wi(random_fp8_weight(rng, IQ, QL, block)),
         bias(random_bf16_values(rng, n_tokens * C, 1.0f)) {
@@ -36,7 +36,7 @@ struct RandomProjections {
     std::vector<float> qr, kv, c, g, qr_q, q, iq;
     explicit Outputs(const RandomProjections& r)
         : qr(size_t(r.T * QL), -7.0f), kv(size_t(r.T * KV), -7.0f), c(size_t(r.T * C), -7.0f), g(size_t(r.T * C), -7.0f),
-          qr_q(size_t(r.T * QL), -7.0f), q(size_t(r.T * r.Q), -7.0f), iq(size_t(r.T * IQ), -7.0f) {}
+          qr_q(size_t(r.T * QL), -7.0f), q(size_t(r.T * r.Q), -7.0f), iq(size_t(r.T * r.IQ), -7.0f) {}
   };
   // The chain's ops on u and uq into o, kept in first / second for the returned params.
   ProjectionChainParams chain(const float* u, const float* uq, Outputs& o) {

@@ -323,6 +323,26 @@ void launch_head_rope(const HeadRopeLaunch& p, cudaStream_t stream) {
     }
   });
 }
+
+void launch_index_query(const IndexQueryLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    const int64_t H = p.n_heads, HD = p.head_dim;
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      float* out = p.out + t * p.out_stride;
+      std::memmove(out, p.x + t * p.x_stride, size_t(H * HD) * 4);
+      rope_rotate_heads(out + HD - p.rope_dim, H, HD, p.cos_sin + t * p.rope_dim, p.rope_dim / 2, false);
+      for (int64_t h = 0; h < H; ++h) {
+        float* head = out + h * HD;
+        if (p.v41) {
+          qdq_fp4_pow2_v41(head, HD, 32);
+        } else {
+          hadamard_128(head);
+          qdq_fp4(head, HD, 32);
+        }
+      }
+    }
+  });
+}
 #endif
 
 #ifndef DEEPINFER_REAL_KERNELS_ATTENTION_KERNELS  // attention_kernels.cu

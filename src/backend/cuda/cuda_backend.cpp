@@ -525,9 +525,12 @@ class CudaBackend final : public Backend {
           key.push_back(w);
         }
       }
+      if (const IndexQueryWork* index = chain.index_q) {
+        for (int64_t w : {int64_t(-1), index->n_heads, index->head_dim, index->rope_dim, word(index->v41)}) key.push_back(w);
+      }
       run_as_graph(key,
                    {front_scratch_.get(), front_host_.get(), chain_scratch_.get(), chain_host_.get(), partials_.get(),
-                    front_descriptors_.get(), chain_descriptors_.get(), second.kept_q},
+                    front_descriptors_.get(), chain_descriptors_.get(), second.kept[0], second.kept[1]},
                    enqueue);
     } else {
       enqueue();
@@ -744,14 +747,17 @@ class CudaBackend final : public Backend {
   }
   // A projection chain's second stage (mid's norm and QDQ, second's ops) in chain_scratch_, mirrored in
   // chain_host_: the normed mid, mid_q padded to k2, then each op's output.
-  // With q_rope, second[0]'s output (q) goes after the rest, rotated (head_rope_kernel) into its kept array and
-  // not copied back: the copy back is the first back_bytes.
+  // With q_rope, second[0]'s output (q), and with index_q, second[1]'s (the indexer's query) go after the rest, each
+  // with its angles, worked on (head_rope_kernel.cu) into its kept array and not copied back: the copy back is the
+  // first back_bytes.
   struct ChainSecond {
     int64_t mid_op = -1, k2 = 0, partial_floats = 0;
-    size_t normed_at = 0, mid_q_at = 0, back_bytes = 0, cos_sin_at = 0, bytes = 0;
+    size_t normed_at = 0, mid_q_at = 0, back_bytes = 0, bytes = 0;
     std::vector<size_t> out_at;
-    float* kept_q = nullptr;  // with q_rope: q's kept array
+    size_t cos_sin_at[2] = {};
+    float* kept[2] = {};  // second[0]'s and second[1]'s kept arrays (nullptr: not kept)
   };
+  static bool kept_output(const ProjectionChainParams& p, size_t i) { return (i == 0 && p.q_rope) || (i == 1 && p.index_q); }
   // Finds the first op that writes mid, sizes the scratch, and sets up second's launches (chain_launches_); false
   // where second's ops would take other kernels than the tensor-core ones.
   bool plan_chain_second(const ProjectionChainParams& p, ChainSecond& c) {
@@ -772,29 +778,40 @@ class CudaBackend final : public Backend {
       weights.push_back(&d);
     }
     c.k2 = weights[0]->k_pad;
-    const HeadRope* rope = p.q_rope;
-    if (rope) {
+    if (const HeadRope* rope = p.q_rope) {
       const LinearParams& q = p.second[0];
       DI_CHECK_MSG(q.n_rows == rope->n_heads * rope->head_dim && q.out_stride == q.n_rows && rope->rope_dim % 2 == 0 &&
                        rope->rope_dim <= rope->head_dim && T <= 65535,
                    "projection chain: q_rope does not fit second[0]'s output");
     }
+    if (const IndexQueryWork* index = p.index_q) {
+      DI_CHECK_MSG(p.second.size() >= 2 && p.second[1].n_rows == index->n_heads * index->head_dim &&
+                       p.second[1].out_stride == p.second[1].n_rows && index->head_dim == 128 && index->rope_dim % 4 == 0 &&
+                       index->rope_dim <= index->head_dim && T <= 65535,
+                   "projection chain: index_q does not fit second[1]'s output");
+    }
+    const int64_t rope_dims[2] = {p.q_rope ? p.q_rope->rope_dim : 0, p.index_q ? p.index_q->rope_dim : 0};
+    const float* angles[2] = {p.q_rope ? p.q_rope->cos_sin : nullptr, p.index_q ? p.index_q->cos_sin : nullptr};
     ScratchLayout layout;
     c.normed_at = layout.take(size_t(T * W) * 4);
     c.mid_q_at = layout.take(size_t(T * c.k2) * 4);
     c.out_at.assign(p.second.size(), 0);
-    for (size_t i = rope ? 1 : 0; i < p.second.size(); ++i) c.out_at[i] = layout.take(size_t(T * p.second[i].n_rows) * 4);
+    for (size_t i = 0; i < p.second.size(); ++i) {
+      if (!kept_output(p, i)) c.out_at[i] = layout.take(size_t(T * p.second[i].n_rows) * 4);
+    }
     c.back_bytes = layout.bytes;
-    if (rope) {
-      c.out_at[0] = layout.take(size_t(T * p.second[0].n_rows) * 4);
-      c.cos_sin_at = layout.take(size_t(T * rope->rope_dim) * 4);
+    for (size_t i = 0; i < 2; ++i) {
+      if (!kept_output(p, i)) continue;
+      c.out_at[i] = layout.take(size_t(T * p.second[i].n_rows) * 4);
+      c.cos_sin_at[i] = layout.take(size_t(T * rope_dims[i]) * 4);
     }
     c.bytes = layout.bytes;
     chain_scratch_.reserve(c.bytes);
     chain_host_.reserve(c.bytes);
-    if (rope) {
-      std::memcpy(chain_host_.get<uint8_t>() + c.cos_sin_at, rope->cos_sin, size_t(T * rope->rope_dim) * 4);
-      c.kept_q = keep_array(p.second[0].out, T * p.second[0].out_stride);
+    for (size_t i = 0; i < 2; ++i) {
+      if (!kept_output(p, i)) continue;
+      std::memcpy(chain_host_.get<uint8_t>() + c.cos_sin_at[i], angles[i], size_t(T * rope_dims[i]) * 4);
+      c.kept[i] = keep_array(p.second[i].out, T * p.second[i].out_stride);
     }
     uint8_t* dev = chain_scratch_.get<uint8_t>();
     chain_launches_.clear();
@@ -823,15 +840,23 @@ class CudaBackend final : public Backend {
     norm_qdq.normed_stride = W;
     cuda::launch_act_qdq(norm_qdq, stream_);
     launch_uploaded_mma_groups(chain_launches_, chain_descriptors_);
-    if (const HeadRope* rope = p.q_rope) {
-      const int64_t n_cos_sin = T * rope->rope_dim;
-      DI_CUDA_CHECK(cudaMemcpyAsync(dev + c.cos_sin_at, chain_host_.get<uint8_t>() + c.cos_sin_at, size_t(n_cos_sin) * 4,
+    auto angles = [&](size_t i, int64_t rope_dim) {  // second[i]'s angles, copied in
+      DI_CUDA_CHECK(cudaMemcpyAsync(dev + c.cos_sin_at[i], chain_host_.get<uint8_t>() + c.cos_sin_at[i], size_t(T * rope_dim) * 4,
                                     cudaMemcpyHostToDevice, stream_));
+      return reinterpret_cast<const float*>(dev + c.cos_sin_at[i]);
+    };
+    if (const HeadRope* rope = p.q_rope) {
       const LinearParams& q = p.second[0];
-      cuda::launch_head_rope({reinterpret_cast<const float*>(dev + c.out_at[0]), q.n_rows, c.kept_q, q.out_stride, T, rope->n_heads,
-                              rope->head_dim, rope->rope_dim, reinterpret_cast<const float*>(dev + c.cos_sin_at), rope->inverse,
-                              rope->normalize, rope->eps},
+      cuda::launch_head_rope({reinterpret_cast<const float*>(dev + c.out_at[0]), q.n_rows, c.kept[0], q.out_stride, T, rope->n_heads,
+                              rope->head_dim, rope->rope_dim, angles(0, rope->rope_dim), rope->inverse, rope->normalize, rope->eps},
                              stream_);
+    }
+    if (const IndexQueryWork* index = p.index_q) {
+      const LinearParams& iq = p.second[1];
+      cuda::launch_index_query({reinterpret_cast<const float*>(dev + c.out_at[1]), iq.n_rows, c.kept[1], iq.out_stride, T,
+                                index->n_heads, index->head_dim, index->rope_dim, angles(1, index->rope_dim), index->v41,
+                                double(float(1.0 / std::sqrt(128.0)))},
+                               stream_);
     }
     DI_CUDA_CHECK(cudaMemcpyAsync(chain_host_.get(), dev, c.back_bytes, cudaMemcpyDeviceToHost, stream_));
   }
@@ -841,7 +866,8 @@ class CudaBackend final : public Backend {
     const uint8_t* host = chain_host_.get<uint8_t>();
     std::memcpy(p.mid, host + c.normed_at, size_t(T * W) * 4);
     copy_rows(reinterpret_cast<const float*>(host + c.mid_q_at), c.k2, T, W, p.mid_q, W, W);
-    for (size_t i = p.q_rope ? 1 : 0; i < p.second.size(); ++i) {  // a kept q stays on the device
+    for (size_t i = 0; i < p.second.size(); ++i) {
+      if (kept_output(p, i)) continue;  // it stays on the device
       const LinearParams& op = p.second[i];
       copy_rows(reinterpret_cast<const float*>(host + c.out_at[i]), op.n_rows, T, op.n_rows, op.out, op.out_stride, op.n_rows);
     }
@@ -1489,10 +1515,17 @@ class CudaBackend final : public Backend {
       copy_staged_rows(key_group_, key_upload_, packed_host);
       std::memcpy(packed_host + staged_bytes, key_upload_.slots.data(), key_upload_.slots.size() * 8);
     }
+    // q kept on the device (IndexScoreParams::q_kept): every token's, as the model's; read there where the tokens'
+    // rows are one run of the kept array, else copied into place on the device.
+    bool q_run = true;
+    for (int64_t t = 0; t < T; ++t) {
+      DI_CHECK_MSG(batch[size_t(t)].q_kept == p0.q_kept, "index scores: some tokens' q kept on the device, some not");
+      q_run = q_run && batch[size_t(t)].q == p0.q + t * H * dim;
+    }
     int64_t at = 0;
     for (int64_t t = 0; t < T; ++t) {
       const IndexScoreParams& p = batch[size_t(t)];
-      std::memcpy(q_host + t * H * dim, p.q, size_t(H * dim) * 4);
+      if (!p0.q_kept) std::memcpy(q_host + t * H * dim, p.q, size_t(H * dim) * 4);
       std::memcpy(q_host + T * H * dim + t * H, p.weights, size_t(H) * 4);
       meta_host[t] = p.n_keys;
       meta_host[T + t] = at;
@@ -1531,12 +1564,25 @@ class CudaBackend final : public Backend {
     rows_.reserve(packed_dev_at + packed_bytes);
     out_.reserve(size_t(total + total_select + total_candidates + total_blocks) * 4);  // the scores, the selections and
                                                                                       // candidates, the block scores
-    DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), q_host, size_t(qw) * 4, cudaMemcpyHostToDevice, stream_));
+    const float* q_dev = x_.get<float>();
+    if (p0.q_kept) {  // the weights in; q from its kept array
+      DI_CUDA_CHECK(cudaMemcpyAsync(x_.get<float>() + T * H * dim, q_host + T * H * dim, size_t(T * H) * 4, cudaMemcpyHostToDevice, stream_));
+      if (q_run) {
+        q_dev = kept_at(p0.q, T * H * dim);
+      } else {
+        for (int64_t t = 0; t < T; ++t) {
+          DI_CUDA_CHECK(cudaMemcpyAsync(x_.get<float>() + t * H * dim, kept_at(batch[size_t(t)].q, H * dim), size_t(H * dim) * 4,
+                                        cudaMemcpyDeviceToDevice, stream_));
+        }
+      }
+    } else {
+      DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), q_host, size_t(qw) * 4, cudaMemcpyHostToDevice, stream_));
+    }
     DI_CUDA_CHECK(cudaMemcpyAsync(index_meta_.get(), meta_host, meta_bytes, cudaMemcpyHostToDevice, stream_));
     if (float_key_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), float_keys_host, float_key_bytes, cudaMemcpyHostToDevice, stream_));
     uint8_t* packed_dev = rows_.get<uint8_t>() + packed_dev_at;
     if (packed_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(packed_dev, packed_host, packed_bytes, cudaMemcpyHostToDevice, stream_));
-    cuda::IndexScoreLaunch l{x_.get<float>(), x_.get<float>() + T * H * dim, H, dim, rows_.get<float>(), max_keys, out_.get<float>()};
+    cuda::IndexScoreLaunch l{q_dev, x_.get<float>() + T * H * dim, H, dim, rows_.get<float>(), max_keys, out_.get<float>()};
     if (mirrored) {
       // The rows the arena lacked into their slots; then the kernel reads every key from its slot, or every key is
       // decoded from its slot behind the floats.

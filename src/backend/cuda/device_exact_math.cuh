@@ -65,6 +65,23 @@ __device__ __forceinline__ double e4m3_round_exact(double v) {
   return r > 448.0 ? 448.0 : r < -448.0 ? -448.0 : r;
 }
 
+// e2m1_round: the e2m1 grid value nearest v, ties to even, saturating at +-6.
+__device__ __forceinline__ double e2m1_round_exact(double v) {
+  if (v == 0.0 || isnan(v)) return v;
+  double r;
+  if (isfinite(v) && double_exponent(v) >= 0) {
+    r = round_mantissa(v, 1);
+  } else {
+    int exp2 = 0;
+    frexp(v, &exp2);
+    int e = exp2 - 1;
+    if (e < 0) e = 0;  // subnormal quantum 0.5
+    const double quantum = ldexp(1.0, e - 1);
+    r = __dmul_rn(rint(__ddiv_rn(v, quantum)), quantum);
+  }
+  return r > 6.0 ? 6.0 : r < -6.0 ? -6.0 : r;
+}
+
 // pow2_scale_at_least(a, q_max): the smallest power of two s with s * q_max >= a.
 __device__ __forceinline__ double pow2_scale_at_least(double a, double q_max) {
   int exp2 = 0;

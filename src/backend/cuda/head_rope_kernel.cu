@@ -1,5 +1,6 @@
-// HeadRope's work on the device (backend.h: a decode step's query and attention output, kept there): each head's
-// norm (head_rms_normalize, A4-A8) and RoPE (rope_rotate_heads, A9 / AT4), with the host's bits. One warp a head.
+// Per-head work on the device, with the host's bits, one warp a head: HeadRope's (backend.h: a decode step's query
+// and attention output, kept there), each head's norm (head_rms_normalize, A4-A8) and RoPE (rope_rotate_heads, A9 /
+// AT4); and the indexer's query heads' (IndexQueryWork: RoPE, V4's Hadamard transform, the FP4 QDQ).
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
@@ -18,6 +19,15 @@ __device__ __forceinline__ int biased_exponent(double v) { return int((uint64_t(
 __device__ __forceinline__ double bf16_square(float x) {
   const double v = double(x);
   return double(round_bf16_exact(__dmul_rn(v, v)));
+}
+
+// The rotation of one pair (rope_rotate_heads): each product of two floats exact in double, each sum rounded once,
+// then to bf16.
+__device__ __forceinline__ void rotate_pair(float& x0, float& x1, const float* cs, int64_t pair, bool inverse) {
+  const double c = double(cs[2 * pair]), s = inverse ? -double(cs[2 * pair + 1]) : double(cs[2 * pair + 1]);
+  const double a = double(x0), b = double(x1);
+  x0 = round_bf16_exact(__dadd_rn(__dmul_rn(a, c), -__dmul_rn(b, s)));
+  x1 = round_bf16_exact(__dadd_rn(__dmul_rn(a, s), __dmul_rn(b, c)));
 }
 
 // The host's sum of a head's bf16-rounded squares (head_rms_normalize and its AVX-512 twin): where the nonzero
@@ -72,18 +82,72 @@ __global__ void __launch_bounds__(32 * kHeadsPerBlock) head_rope_kernel(const He
     for (int64_t i = lane; i < HD; i += 32) out[i] = x[i];
   }
   __syncwarp();  // every lane's values in out before the pairs, which cross lanes, are read
-  // rope_rotate_heads: each product of two floats exact in double, each sum rounded once, then to bf16.
   float* rot = out + HD - p.rope_dim;
   const float* cs = p.cos_sin + t * p.rope_dim;
-  for (int64_t i = lane; i < p.rope_dim / 2; i += 32) {
-    const double c = double(cs[2 * i]), s = p.inverse ? -double(cs[2 * i + 1]) : double(cs[2 * i + 1]);
-    const double x0 = double(rot[2 * i]), x1 = double(rot[2 * i + 1]);
-    rot[2 * i] = round_bf16_exact(__dadd_rn(__dmul_rn(x0, c), -__dmul_rn(x1, s)));
-    rot[2 * i + 1] = round_bf16_exact(__dadd_rn(__dmul_rn(x0, s), __dmul_rn(x1, c)));
+  for (int64_t i = lane; i < p.rope_dim / 2; i += 32) rotate_pair(rot[2 * i], rot[2 * i + 1], cs, i, p.inverse);
+}
+
+// The indexer's query heads: lane l of a head's warp holds values 4l .. 4l + 3 of its kIndexHeadDim, so the RoPE
+// pairs and the Hadamard transform's first two stages stay in the lane, the other five are XOR shuffles, and a
+// 32-value FP4 block is 8 lanes.
+constexpr int kIndexHeadDim = 128;
+
+__global__ void __launch_bounds__(32 * kHeadsPerBlock) index_query_kernel(const IndexQueryLaunch p) {
+  const int64_t h = int64_t(blockIdx.x) * kHeadsPerBlock + (threadIdx.x >> 5), t = blockIdx.y;
+  if (h >= p.n_heads) return;  // a whole warp
+  const int lane = int(threadIdx.x & 31);
+  const float* x = p.x + t * p.x_stride + h * kIndexHeadDim + 4 * lane;
+  float v[4] = {x[0], x[1], x[2], x[3]};
+  const int64_t first_rope = kIndexHeadDim - p.rope_dim;  // I2 / step 21: the last rope_dim values
+  if (4 * lane >= first_rope) {
+    const float* cs = p.cos_sin + t * p.rope_dim;
+    const int64_t pair = (4 * lane - first_rope) / 2;
+    rotate_pair(v[0], v[1], cs, pair, false);
+    rotate_pair(v[2], v[3], cs, pair + 1, false);
   }
+  if (!p.v41) {  // I3: hadamard_128's natural-order butterfly (v[j], v[j + half]) -> (a + b, a - b) in double
+    double d[4] = {double(v[0]), double(v[1]), double(v[2]), double(v[3])};
+    double a = d[0], b = d[1];
+    d[0] = __dadd_rn(a, b), d[1] = __dadd_rn(a, -b);
+    a = d[2], b = d[3];
+    d[2] = __dadd_rn(a, b), d[3] = __dadd_rn(a, -b);
+    for (int k = 0; k < 2; ++k) {
+      a = d[k], b = d[k + 2];
+      d[k] = __dadd_rn(a, b), d[k + 2] = __dadd_rn(a, -b);
+    }
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) {  // half = 4m: the partner value is lane l ^ m's same slot
+      const bool upper = (lane & m) != 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const double other = __shfl_xor_sync(0xffffffffu, d[k], m);
+        d[k] = upper ? __dadd_rn(other, -d[k]) : __dadd_rn(d[k], other);
+      }
+    }
+    for (int k = 0; k < 4; ++k) v[k] = round_bf16_exact(__dmul_rn(d[k], p.hadamard_scale));
+  }
+  // I4 (qdq_fp4) / step 22 (qdq_fp4_pow2_v41): each 32-value block's amax over its 8 lanes, its power-of-two scale,
+  // each value onto the e2m1 grid.
+  double amax = 0.0;
+  for (int k = 0; k < 4; ++k) amax = fmax(amax, fabs(double(v[k])));
+#pragma unroll
+  for (int m = 1; m < 8; m <<= 1) amax = fmax(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  amax = fmax(amax, 6.0 * 0x1p-126);  // block_amax's floor
+  const double s = p.v41 ? pow2ceil(double(__fmul_rn(float(amax), 1.0f / 6.0f))) : pow2_scale_at_least(amax, 6.0);
+  float* out = p.out + t * p.out_stride + h * kIndexHeadDim + 4 * lane;
+  for (int k = 0; k < 4; ++k) out[k] = float(__dmul_rn(e2m1_round_exact(__ddiv_rn(double(v[k]), s)), s));
 }
 
 }  // namespace
+
+void launch_index_query(const IndexQueryLaunch& p, cudaStream_t stream) {
+  if (p.n_tokens == 0 || p.n_heads == 0) return;
+  DI_CHECK_MSG(p.head_dim == kIndexHeadDim && p.n_tokens <= 65535 && p.rope_dim % 4 == 0 && p.rope_dim <= p.head_dim,
+               "index query: a head_dim other than 128, more than 65535 tokens, or a rope_dim not a multiple of 4");
+  const unsigned blocks = unsigned((p.n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
+  launch_kernel(index_query_kernel, dim3(blocks, unsigned(p.n_tokens)), 32 * kHeadsPerBlock, 0, stream, p);
+  DI_CUDA_CHECK_LAUNCH();
+}
 
 void launch_head_rope(const HeadRopeLaunch& p, cudaStream_t stream) {
   if (p.n_tokens == 0 || p.n_heads == 0) return;

@@ -191,6 +191,19 @@ struct HeadRopeLaunch {
   double eps = 0;
 };
 void launch_head_rope(const HeadRopeLaunch& p, cudaStream_t stream);
+// backend.h's IndexQueryWork on the device, the host's bits (the model's I2-I4 / steps 21-22): token t's n_heads
+// heads of 128 values at x + t * x_stride, written at out + t * out_stride (out may be x).
+struct IndexQueryLaunch {
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  int64_t n_tokens = 0, n_heads = 0, head_dim = 0, rope_dim = 0;  // head_dim 128, rope_dim a multiple of 4
+  const float* cos_sin = nullptr;  // [n_tokens, rope_dim]
+  bool v41 = false;                // V4.1's QDQ and no Hadamard transform
+  double hadamard_scale = 0;       // V4: f32(128^-0.5), as hadamard_128 takes it
+};
+void launch_index_query(const IndexQueryLaunch& p, cudaStream_t stream);
 
 // Packed cache rows' layouts (model/kv_format.h): kE4m3 (V4 and V4.1 window rows, V4 compressed rows):
 // n_values - n_rope e4m3 codes, n_rope bf16 values, one e8m0 scale per block codes; kE2m1E4m3Scales (V4.1
