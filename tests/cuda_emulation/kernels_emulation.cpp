@@ -312,32 +312,37 @@ void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream) {
 #endif
 
 #ifndef DEEPINFER_REAL_KERNELS_HEAD_ROPE_KERNEL  // head_rope_kernel.cu: the model's own host code
+// Token t's heads copied to their place in out (r.out may be r.x), for the host's steps to work on there.
+float* copied_heads(const HeadRows& r, int64_t t) {
+  float* out = r.out + t * r.out_stride;
+  std::memmove(out, r.x + t * r.x_stride, size_t(r.n_heads * r.head_dim) * 4);
+  return out;
+}
+
 void launch_head_rope(const HeadRopeLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] {
-    const int64_t H = p.n_heads, HD = p.head_dim;
-    for (int64_t t = 0; t < p.n_tokens; ++t) {
-      float* out = p.out + t * p.out_stride;
-      std::memmove(out, p.x + t * p.x_stride, size_t(H * HD) * 4);
-      if (p.normalize) head_rms_normalize(out, H, HD, p.eps);
-      rope_rotate_heads(out + HD - p.rope_dim, H, HD, p.cos_sin + t * p.rope_dim, p.rope_dim / 2, p.inverse);
+    const HeadRows& r = p.rows;
+    for (int64_t t = 0; t < r.n_tokens; ++t) {
+      float* out = copied_heads(r, t);
+      if (p.normalize) head_rms_normalize(out, r.n_heads, r.head_dim, p.eps);
+      rope_rotate_heads(out + r.head_dim - r.rope_dim, r.n_heads, r.head_dim, r.cos_sin + t * r.rope_dim, r.rope_dim / 2, p.inverse);
     }
   });
 }
 
 void launch_index_query(const IndexQueryLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] {
-    const int64_t H = p.n_heads, HD = p.head_dim;
-    for (int64_t t = 0; t < p.n_tokens; ++t) {
-      float* out = p.out + t * p.out_stride;
-      std::memmove(out, p.x + t * p.x_stride, size_t(H * HD) * 4);
-      rope_rotate_heads(out + HD - p.rope_dim, H, HD, p.cos_sin + t * p.rope_dim, p.rope_dim / 2, false);
-      for (int64_t h = 0; h < H; ++h) {
-        float* head = out + h * HD;
+    const HeadRows& r = p.rows;
+    for (int64_t t = 0; t < r.n_tokens; ++t) {
+      float* out = copied_heads(r, t);
+      rope_rotate_heads(out + r.head_dim - r.rope_dim, r.n_heads, r.head_dim, r.cos_sin + t * r.rope_dim, r.rope_dim / 2, false);
+      for (int64_t h = 0; h < r.n_heads; ++h) {
+        float* head = out + h * r.head_dim;
         if (p.v41) {
-          qdq_fp4_pow2_v41(head, HD, 32);
+          qdq_fp4_pow2_v41(head, r.head_dim, 32);
         } else {
           hadamard_128(head);
-          qdq_fp4(head, HD, 32);
+          qdq_fp4(head, r.head_dim, 32);
         }
       }
     }

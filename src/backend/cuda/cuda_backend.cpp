@@ -847,15 +847,16 @@ class CudaBackend final : public Backend {
     };
     if (const HeadRope* rope = p.q_rope) {
       const LinearParams& q = p.second[0];
-      cuda::launch_head_rope({reinterpret_cast<const float*>(dev + c.out_at[0]), q.n_rows, c.kept[0], q.out_stride, T, rope->n_heads,
-                              rope->head_dim, rope->rope_dim, angles(0, rope->rope_dim), rope->inverse, rope->normalize, rope->eps},
+      cuda::launch_head_rope({{reinterpret_cast<const float*>(dev + c.out_at[0]), q.n_rows, c.kept[0], q.out_stride, T, rope->n_heads,
+                               rope->head_dim, rope->rope_dim, angles(0, rope->rope_dim)},
+                              rope->inverse, rope->normalize, rope->eps},
                              stream_);
     }
     if (const IndexQueryWork* index = p.index_q) {
       const LinearParams& iq = p.second[1];
-      cuda::launch_index_query({reinterpret_cast<const float*>(dev + c.out_at[1]), iq.n_rows, c.kept[1], iq.out_stride, T,
-                                index->n_heads, index->head_dim, index->rope_dim, angles(1, index->rope_dim), index->v41,
-                                double(float(1.0 / std::sqrt(128.0)))},
+      cuda::launch_index_query({{reinterpret_cast<const float*>(dev + c.out_at[1]), iq.n_rows, c.kept[1], iq.out_stride, T,
+                                 index->n_heads, index->head_dim, index->rope_dim, angles(1, index->rope_dim)},
+                                index->v41, double(float(1.0 / std::sqrt(128.0)))},
                                stream_);
     }
     DI_CUDA_CHECK(cudaMemcpyAsync(chain_host_.get(), dev, c.back_bytes, cudaMemcpyDeviceToHost, stream_));
@@ -1952,8 +1953,9 @@ class CudaBackend final : public Backend {
     const float* cos_sin = rope_dev_.get<float>();
     for (int64_t t0 = 0; t0 < T;) {  // runs of consecutive outputs
       const int64_t n = consecutive ? T : 1;
-      cuda::launch_head_rope({out + t0 * H * D, H * D, kept + (batch[size_t(t0)].out - p0.out_kept_array), H * D, n, H, D, RD,
-                              cos_sin + t0 * RD, r0.inverse, false, 0.0},
+      cuda::launch_head_rope({{out + t0 * H * D, H * D, kept + (batch[size_t(t0)].out - p0.out_kept_array), H * D, n, H, D, RD,
+                               cos_sin + t0 * RD},
+                              r0.inverse, false, 0.0},
                              stream_);
       t0 += n;
     }

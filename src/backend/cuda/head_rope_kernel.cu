@@ -66,11 +66,12 @@ __device__ double head_sum_squares(const float* x, int64_t head_dim) {
 // Block: kHeadsPerBlock warps, warp w on head blockIdx.x * kHeadsPerBlock + w of token blockIdx.y.
 __global__ void __launch_bounds__(32 * kHeadsPerBlock) head_rope_kernel(const HeadRopeLaunch p) {
   const int64_t h = int64_t(blockIdx.x) * kHeadsPerBlock + (threadIdx.x >> 5), t = blockIdx.y;
-  if (h >= p.n_heads) return;  // a whole warp: no lane of it takes part in a collective below
+  const HeadRows& r = p.rows;
+  if (h >= r.n_heads) return;  // a whole warp: no lane of it takes part in a collective below
   const int lane = int(threadIdx.x & 31);
-  const int64_t HD = p.head_dim;
-  const float* x = p.x + t * p.x_stride + h * HD;
-  float* out = p.out + t * p.out_stride + h * HD;
+  const int64_t HD = r.head_dim;
+  const float* x = r.x + t * r.x_stride + h * HD;
+  float* out = r.out + t * r.out_stride + h * HD;
   if (p.normalize) {
     const double sum = head_sum_squares(x, HD);
     // head_rms_inverse: A5-A7
@@ -82,9 +83,9 @@ __global__ void __launch_bounds__(32 * kHeadsPerBlock) head_rope_kernel(const He
     for (int64_t i = lane; i < HD; i += 32) out[i] = x[i];
   }
   __syncwarp();  // every lane's values in out before the pairs, which cross lanes, are read
-  float* rot = out + HD - p.rope_dim;
-  const float* cs = p.cos_sin + t * p.rope_dim;
-  for (int64_t i = lane; i < p.rope_dim / 2; i += 32) rotate_pair(rot[2 * i], rot[2 * i + 1], cs, i, p.inverse);
+  float* rot = out + HD - r.rope_dim;
+  const float* cs = r.cos_sin + t * r.rope_dim;
+  for (int64_t i = lane; i < r.rope_dim / 2; i += 32) rotate_pair(rot[2 * i], rot[2 * i + 1], cs, i, p.inverse);
 }
 
 // The indexer's query heads: lane l of a head's warp holds values 4l .. 4l + 3 of its kIndexHeadDim, so the RoPE
@@ -94,13 +95,14 @@ constexpr int kIndexHeadDim = 128;
 
 __global__ void __launch_bounds__(32 * kHeadsPerBlock) index_query_kernel(const IndexQueryLaunch p) {
   const int64_t h = int64_t(blockIdx.x) * kHeadsPerBlock + (threadIdx.x >> 5), t = blockIdx.y;
-  if (h >= p.n_heads) return;  // a whole warp
+  const HeadRows& r = p.rows;
+  if (h >= r.n_heads) return;  // a whole warp
   const int lane = int(threadIdx.x & 31);
-  const float* x = p.x + t * p.x_stride + h * kIndexHeadDim + 4 * lane;
+  const float* x = r.x + t * r.x_stride + h * kIndexHeadDim + 4 * lane;
   float v[4] = {x[0], x[1], x[2], x[3]};
-  const int64_t first_rope = kIndexHeadDim - p.rope_dim;  // I2 / step 21: the last rope_dim values
+  const int64_t first_rope = kIndexHeadDim - r.rope_dim;  // I2 / step 21: the last rope_dim values
   if (4 * lane >= first_rope) {
-    const float* cs = p.cos_sin + t * p.rope_dim;
+    const float* cs = r.cos_sin + t * r.rope_dim;
     const int64_t pair = (4 * lane - first_rope) / 2;
     rotate_pair(v[0], v[1], cs, pair, false);
     rotate_pair(v[2], v[3], cs, pair + 1, false);
@@ -134,27 +136,29 @@ __global__ void __launch_bounds__(32 * kHeadsPerBlock) index_query_kernel(const 
   for (int m = 1; m < 8; m <<= 1) amax = fmax(amax, __shfl_xor_sync(0xffffffffu, amax, m));
   amax = fmax(amax, 6.0 * 0x1p-126);  // block_amax's floor
   const double s = p.v41 ? pow2ceil(double(__fmul_rn(float(amax), 1.0f / 6.0f))) : pow2_scale_at_least(amax, 6.0);
-  float* out = p.out + t * p.out_stride + h * kIndexHeadDim + 4 * lane;
+  float* out = r.out + t * r.out_stride + h * kIndexHeadDim + 4 * lane;
   for (int k = 0; k < 4; ++k) out[k] = float(__dmul_rn(e2m1_round_exact(__ddiv_rn(double(v[k]), s)), s));
 }
 
 }  // namespace
 
 void launch_index_query(const IndexQueryLaunch& p, cudaStream_t stream) {
-  if (p.n_tokens == 0 || p.n_heads == 0) return;
-  DI_CHECK_MSG(p.head_dim == kIndexHeadDim && p.n_tokens <= 65535 && p.rope_dim % 4 == 0 && p.rope_dim <= p.head_dim,
+  const HeadRows& r = p.rows;
+  if (r.n_tokens == 0 || r.n_heads == 0) return;
+  DI_CHECK_MSG(r.head_dim == kIndexHeadDim && r.n_tokens <= 65535 && r.rope_dim % 4 == 0 && r.rope_dim <= r.head_dim,
                "index query: a head_dim other than 128, more than 65535 tokens, or a rope_dim not a multiple of 4");
-  const unsigned blocks = unsigned((p.n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
-  launch_kernel(index_query_kernel, dim3(blocks, unsigned(p.n_tokens)), 32 * kHeadsPerBlock, 0, stream, p);
+  const unsigned blocks = unsigned((r.n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
+  launch_kernel(index_query_kernel, dim3(blocks, unsigned(r.n_tokens)), 32 * kHeadsPerBlock, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
 void launch_head_rope(const HeadRopeLaunch& p, cudaStream_t stream) {
-  if (p.n_tokens == 0 || p.n_heads == 0) return;
-  DI_CHECK_MSG(p.n_tokens <= 65535 && p.rope_dim % 2 == 0 && p.rope_dim <= p.head_dim,
+  const HeadRows& r = p.rows;
+  if (r.n_tokens == 0 || r.n_heads == 0) return;
+  DI_CHECK_MSG(r.n_tokens <= 65535 && r.rope_dim % 2 == 0 && r.rope_dim <= r.head_dim,
                "head rope: more than 65535 tokens, or an odd or oversized rope_dim");
-  const unsigned blocks = unsigned((p.n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
-  launch_kernel(head_rope_kernel, dim3(blocks, unsigned(p.n_tokens)), 32 * kHeadsPerBlock, 0, stream, p);
+  const unsigned blocks = unsigned((r.n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
+  launch_kernel(head_rope_kernel, dim3(blocks, unsigned(r.n_tokens)), 32 * kHeadsPerBlock, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 

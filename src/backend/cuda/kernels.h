@@ -178,30 +178,28 @@ struct HcPostLaunch {
 };
 void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream);
 
-// backend.h's HeadRope on the device, the host's bits (head_rms_normalize, then rope_rotate_heads): token t's
-// n_heads x head_dim values at x + t * x_stride, written at out + t * out_stride (out may be x).
-struct HeadRopeLaunch {
+// Per-head work on a device: token t's n_heads x head_dim values at x + t * x_stride, written at out + t * out_stride
+// (out may be x), each token with its angles.
+struct HeadRows {
   const float* x = nullptr;
   int64_t x_stride = 0;
   float* out = nullptr;
   int64_t out_stride = 0;
   int64_t n_tokens = 0, n_heads = 0, head_dim = 0, rope_dim = 0;  // n_tokens at most 65535
   const float* cos_sin = nullptr;  // [n_tokens, rope_dim]
+};
+// backend.h's HeadRope, the host's bits (head_rms_normalize, then rope_rotate_heads).
+struct HeadRopeLaunch {
+  HeadRows rows;
   bool inverse = false, normalize = false;
   double eps = 0;
 };
 void launch_head_rope(const HeadRopeLaunch& p, cudaStream_t stream);
-// backend.h's IndexQueryWork on the device, the host's bits (the model's I2-I4 / steps 21-22): token t's n_heads
-// heads of 128 values at x + t * x_stride, written at out + t * out_stride (out may be x).
+// backend.h's IndexQueryWork, the host's bits (the model's I2-I4 / steps 21-22): head_dim 128, rope_dim a multiple of 4.
 struct IndexQueryLaunch {
-  const float* x = nullptr;
-  int64_t x_stride = 0;
-  float* out = nullptr;
-  int64_t out_stride = 0;
-  int64_t n_tokens = 0, n_heads = 0, head_dim = 0, rope_dim = 0;  // head_dim 128, rope_dim a multiple of 4
-  const float* cos_sin = nullptr;  // [n_tokens, rope_dim]
-  bool v41 = false;                // V4.1's QDQ and no Hadamard transform
-  double hadamard_scale = 0;       // V4: f32(128^-0.5), as hadamard_128 takes it
+  HeadRows rows;
+  bool v41 = false;           // V4.1's QDQ and no Hadamard transform
+  double hadamard_scale = 0;  // V4: f32(128^-0.5), as hadamard_128 takes it
 };
 void launch_index_query(const IndexQueryLaunch& p, cudaStream_t stream);
 
