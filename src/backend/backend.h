@@ -194,6 +194,7 @@ struct MhcSideParams {
   const float* collapse_pre = nullptr;  // [n_tokens, 4] the pre that B7 takes (V4.1); nullptr: the side's own (V4)
   float* h_out = nullptr;               // [n_tokens, 4 * dim]
   float* pre_out = nullptr;             // [n_tokens, 4]: the side's pre (V4.1 collapses with it later), or nullptr
+  bool h_kept = false;  // the backend also keeps h as it is on the host (MhcProjectionParams::keep_h), and may read it there
 };
 
 // A block's FFN side whole: the mHC side with the MoE as its sub-block (moe.u and moe.out are not read).
@@ -249,6 +250,9 @@ struct MhcProjectionParams {
   float* uq = nullptr;       // [n_tokens, dim]
   float* coeffs = nullptr;   // [n_tokens, 24]: each token's coefficients as model/ops.h's HcCoefficients
   ProjectionChainParams chain;
+  // A backend that keeps arrays also keeps side.h (a copy: the host's array is unchanged), for the block's tail to
+  // read there (BlockTailParams::attention.h_kept) while the host's array stays as it is.
+  bool keep_h = false;
 };
 
 // A block's tail as the model computes it (model/mhc_side.h's block_tail_on_backend): the attention's output

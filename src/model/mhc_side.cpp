@@ -44,8 +44,10 @@ bool MhcFront::run_with(const ProjectionChainParams& chain) {
   DI_CHECK_MSG(!ran_, "an mHC side's first half ran twice");
   static_assert(sizeof(HcCoefficients) == 24 * sizeof(float));
   auto* coeffs = reinterpret_cast<float*>(scratch_.coeffs.data());
-  if (backend_.mhc_projection_chain({p_, scratch_.u.data(), scratch_.uq.data(), coeffs, chain})) {
+  const bool keep_h = backend_.keeps_arrays();
+  if (backend_.mhc_projection_chain({p_, scratch_.u.data(), scratch_.uq.data(), coeffs, chain, keep_h})) {
     ran_ = true;
+    h_kept_ = keep_h;
     return true;
   }
   run();
@@ -82,6 +84,7 @@ MhcSide::MhcSide(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, 
   MhcFront front(backend, p, scratch);
   sub(front, back_);
   DI_CHECK_MSG(front.ran(), "an mHC side's sub-block did not run its first half");
+  h_kept_ = front.h_kept();
   if (p.pre_out) {
     for (int64_t t = 0; t < p.n_tokens; ++t) std::copy_n(scratch.coeffs[size_t(t)].pre, 4, p.pre_out + t * 4);
   }
@@ -104,7 +107,8 @@ void MhcSide::finish_with(const MoeSideParams& ffn) {
   }
   DI_CHECK_MSG(!finished_, "an mHC side's second half ran twice");
   finished_ = true;
-  const BlockTailParams tail{*chain, p_, reinterpret_cast<const float*>(scratch_.coeffs.data()), ffn};
+  BlockTailParams tail{*chain, p_, reinterpret_cast<const float*>(scratch_.coeffs.data()), ffn};
+  tail.attention.h_kept = h_kept_;  // the steps read the host's h, which the kept copy left as it is
   if (!backend_.block_tail(tail)) block_tail_on_backend(backend_, tail, scratch_);
 }
 

@@ -37,12 +37,15 @@ class MhcFront {
   // chain whole (and kept q, q_rope's work done, where chain.q_rope is set); false: the caller does q_rope's work.
   bool run_with(const ProjectionChainParams& chain);
   bool ran() const { return ran_; }
+  // Whether the backend keeps a copy of the side's h (a backend that keeps arrays, after run_with ran whole).
+  bool h_kept() const { return h_kept_; }
 
  private:
   Backend& backend_;
   const MhcSideParams& p_;
   MhcScratch& scratch_;
   bool ran_ = false;
+  bool h_kept_ = false;
 };
 
 // The sub-block's output, and the last call that writes it: a sub-block whose last call is a linear chain writing
@@ -92,6 +95,7 @@ class MhcSide {
   MhcScratch& scratch_;
   MhcBack back_;
   bool finished_ = false;
+  bool h_kept_ = false;  // the front's MhcFront::h_kept
 };
 
 // The side whole: MhcSide, then its second half.

@@ -17,6 +17,7 @@
 #include "cuda/cuda_util.h"
 #include "cuda/random_moe.h"
 #include "cuda/random_output_projection.h"
+#include "cuda/random_projections.h"
 #include "kernel/kernel_test_util.h"
 #include "model/mhc_side.h"
 
@@ -242,6 +243,42 @@ TEST(MoeSideCuda, TailGraphsReplayTheirOwnWork) {
         expect_tail_equals_steps(*gpu, *moe, *tail, s);
       }
     }
+  }
+}
+
+// The attention side's stream kept by the block's front (MhcProjectionParams::keep_h) and read there by its tail
+// (MhcSideParams::h_kept): the tail's outputs those of its steps on the host's stream, also with the host's array
+// overwritten after the front (so the tail can only have read the kept copy). 1 and 3 tokens, graphs on.
+TEST(MoeSideCuda, TailReadsTheFrontsKeptStream) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  const ScopedTailPaths paths;
+  const MoeShape s;
+  for (int64_t n : {1, 3}) {
+    SCOPED_TRACE(std::to_string(n) + " tokens");
+    std::mt19937 rng(uint32_t(50 + n));
+    const RandomMoe moe(s, n, rng());
+    RandomTail tail(s, n, rng);
+    RandomProjections projections(n, false, rng);
+    ASSERT_EQ(RandomProjections::D, s.dim);
+    DI_MAKE_CUDA_BACKEND(gpu);
+    const size_t stream_floats = size_t(n * 4 * s.dim);
+    std::vector<float> host(tail.attention.h.begin(), tail.attention.h.begin() + int64_t(stream_floats)), device = host;
+    std::vector<float> sub_out(size_t(n * s.dim)), h_mid(stream_floats), host_pre(size_t(n * 4)), device_pre = host_pre;
+    std::vector<float> u(size_t(n * s.dim)), uq(u.size()), coeffs(size_t(n * 24));
+    RandomProjections::Outputs outputs(projections);
+    MhcSideParams side = tail.attention.params(moe, s, n, h_mid.data(), nullptr).side;
+    side.h = device.data();
+    ASSERT_TRUE(gpu->mhc_projection_chain({side, u.data(), uq.data(), coeffs.data(),
+                                           projections.chain(u.data(), uq.data(), outputs), true}));
+    std::fill(device.begin(), device.end(), 1e30f);  // only the kept copy holds the stream now
+    MhcScratch scratch;
+    block_tail_on_backend(*gpu, tail.params(moe, s, host.data(), sub_out.data(), h_mid.data(), host_pre.data()), scratch);
+    BlockTailParams kept = tail.params(moe, s, device.data(), sub_out.data(), h_mid.data(), device_pre.data());
+    kept.attention.h_kept = true;
+    ASSERT_TRUE(gpu->block_tail(kept));
+    EXPECT_EQ(n_differing(host, device), 0) << "of " << stream_floats << " stream values";
+    EXPECT_EQ(n_differing(host_pre, device_pre), 0) << "of the pre";
   }
 }
 

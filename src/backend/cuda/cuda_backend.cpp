@@ -490,6 +490,7 @@ class CudaBackend final : public Backend {
     const MhcSideDevice device = mhc_side_device(side);
     const cuda::HcPreLaunch pre = hc_pre_launch(device, f32(h_at), f32(mixes_at), side_pre ? f32(pre_at) : nullptr,
                                                 f32(coeffs_at), f32(u_at), kx);
+    float* kept_h = p.keep_h ? keep_array(side.h, T * HW) : nullptr;  // a copy of h for the block's tail
     const cuda::ActQdqRule rule = chain.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
     // Nothing below allocates, uploads a constant or waits, so that it can be captured.
     const float* mid_norm = chain.mid_norm ? weights_.bf16_constant(chain.mid_norm, chain.mid_width, stream_) : nullptr;
@@ -497,6 +498,7 @@ class CudaBackend final : public Backend {
     upload_mma_descriptors(chain_launches_, chain_descriptors_host_, chain_descriptors_);
     auto enqueue = [&] {
       DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
+      if (kept_h) DI_CUDA_CHECK(cudaMemcpyAsync(kept_h, f32(h_at), size_t(T * HW) * 4, cudaMemcpyDeviceToDevice, stream_));
       cuda::launch_hc_mix({f32(h_at), T, HW, device.fn, side.mhc.n_mix, side.mhc.eps, f32(mixes_at)}, stream_);
       cuda::launch_hc_pre(pre, stream_);
       cuda::launch_act_qdq({f32(u_at), kx, T, D, chain.qdq_block, rule, f32(uq_at), kx, kx}, stream_);
@@ -507,7 +509,7 @@ class CudaBackend final : public Backend {
     };
     if (graphs_) {
       // The key: the side, the token count, and each op's weight, rows and epilogue and what it reads.
-      GraphKey key = {kFrontGraph, T, kx};
+      GraphKey key = {kFrontGraph, T, kx, word(p.keep_h)};
       add_side_words(side, key);
       for (const LinearParams& op : chain.first) {
         for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue), word(op.x == p.u), word(op.bias != nullptr)}) {
@@ -530,7 +532,7 @@ class CudaBackend final : public Backend {
       }
       run_as_graph(key,
                    {front_scratch_.get(), front_host_.get(), chain_scratch_.get(), chain_host_.get(), partials_.get(),
-                    front_descriptors_.get(), chain_descriptors_.get(), second.kept[0], second.kept[1]},
+                    front_descriptors_.get(), chain_descriptors_.get(), second.kept[0], second.kept[1], kept_h},
                    enqueue);
     } else {
       enqueue();
@@ -1037,8 +1039,10 @@ class CudaBackend final : public Backend {
     auto ops = [&](size_t offset) { return reinterpret_cast<cuda::LinearLaunch*>(dev + offset); };
 
     float* in_host = moe_host_.get<float>();
+    // A tail's attention-side stream where the front kept it (MhcSideParams::h_kept): read there, not copied in.
+    const float* kept_head_h = has_head && head->p->attention.h_kept ? kept_at(head->p->attention.h, T * HW) : nullptr;
     if (has_side) {
-      std::memcpy(in_host, has_head ? head->p->attention.h : side->p->h, size_t(T * HW) * 4);
+      if (!kept_head_h) std::memcpy(in_host, has_head ? head->p->attention.h : side->p->h, size_t(T * HW) * 4);
       if (has_head) std::memcpy(in_host + head_coeffs_in, head->p->attention_coeffs, size_t(T * NC) * 4);
       if (side_pre) std::memcpy(in_host + pre_in, side->p->collapse_pre, size_t(T * 4) * 4);
     } else {
@@ -1115,11 +1119,13 @@ class CudaBackend final : public Backend {
 
     auto enqueue = [&] {
       if (has_head) {  // the output chain, then the attention side's P1 / P2 into the FFN side's h
-        DI_CUDA_CHECK(cudaMemcpyAsync(f32(head_h_at), in_host, size_t(T * HW) * 4, cudaMemcpyHostToDevice, stream_));
+        if (!kept_head_h) DI_CUDA_CHECK(cudaMemcpyAsync(f32(head_h_at), in_host, size_t(T * HW) * 4, cudaMemcpyHostToDevice, stream_));
         DI_CUDA_CHECK(cudaMemcpyAsync(f32(head_coeffs_at), in_host + head_coeffs_in, size_t(T * NC) * 4, cudaMemcpyHostToDevice,
                                       stream_));
         enqueue_output_chain(*head->chain);
-        cuda::launch_hc_post({f32(head_h_at), head->chain->y, head->chain->n_out, f32(head_coeffs_at), T, D, f32(stream_at)}, stream_);
+        cuda::launch_hc_post({kept_head_h ? kept_head_h : f32(head_h_at), head->chain->y, head->chain->n_out, f32(head_coeffs_at), T,
+                              D, f32(stream_at)},
+                             stream_);
       }
       if (has_side) {  // B1-B8 into u
         const MhcWeights& m = side->p->mhc;
@@ -1153,13 +1159,13 @@ class CudaBackend final : public Backend {
     };
     // Keyed by what the captured work depends on besides the buffers: the block, the token count, the side, and
     // the head's output chain (whose scratch and staging are the chain's).
-    GraphKey key = {has_head ? kTailGraph : kMoeGraph, word(&w), T};
+    GraphKey key = {has_head ? kTailGraph : kMoeGraph, word(&w), T, word(kept_head_h != nullptr)};
     if (has_side) add_side_words(*side->p, key);
     if (has_head) add_output_chain_words(head->p->output, key);
     if (graphs_) {
       std::vector<const void*> buffers = {moe_scratch_.get(), moe_host_.get(), partials_.get()};
       if (has_head) {
-        buffers.insert(buffers.end(), {chain_scratch_.get(), chain_host_.get()});
+        buffers.insert(buffers.end(), {chain_scratch_.get(), chain_host_.get(), kept_head_h});
         buffers.insert(buffers.end(), head->chain->kept_x.begin(), head->chain->kept_x.end());
       }
       run_as_graph(key, std::move(buffers), enqueue);
