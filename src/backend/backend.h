@@ -253,6 +253,9 @@ struct MhcProjectionParams {
   // A backend that keeps arrays also keeps side.h (a copy: the host's array is unchanged), for the block's tail to
   // read there (BlockTailParams::attention.h_kept) while the host's array stays as it is.
   bool keep_h = false;
+  // False: u and uq need not come back where the backend runs it whole (their arrays' values are then unspecified;
+  // the model reads them only as the chain's first ops' x).
+  bool u_back = true;
 };
 
 // A block's tail as the model computes it (model/mhc_side.h's block_tail_on_backend): the attention's output

@@ -45,7 +45,7 @@ bool MhcFront::run_with(const ProjectionChainParams& chain) {
   static_assert(sizeof(HcCoefficients) == 24 * sizeof(float));
   auto* coeffs = reinterpret_cast<float*>(scratch_.coeffs.data());
   const bool keep_h = backend_.keeps_arrays();
-  if (backend_.mhc_projection_chain({p_, scratch_.u.data(), scratch_.uq.data(), coeffs, chain, keep_h})) {
+  if (backend_.mhc_projection_chain({p_, scratch_.u.data(), scratch_.uq.data(), coeffs, chain, keep_h, false})) {
     ran_ = true;
     h_kept_ = keep_h;
     return true;

@@ -27,7 +27,8 @@ class MhcFront {
  public:
   // p and scratch must outlive the front.
   MhcFront(Backend& backend, const MhcSideParams& p, MhcScratch& scratch);
-  // The arrays u [n_tokens, dim] and u's activation QDQ land in: their values only once the first half has run.
+  // The arrays u [n_tokens, dim] and u's activation QDQ land in: their values only once the first half has run, and
+  // not after a run_with that the backend ran whole (which reads them only as the chain's x).
   std::vector<float>& u() { return scratch_.u; }
   std::vector<float>& uq() { return scratch_.uq; }
   // The first half alone; u() holds u after.

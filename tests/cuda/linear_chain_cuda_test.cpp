@@ -122,13 +122,20 @@ TEST(LinearChainCuda, DeviceProjectionChainEqualsTheModelStepsBitForBit) {
   for_each_chain_case(100, expect_projection_chain_equals_model_steps);
 }
 
-// The front's run (MhcFront::run_with) on `backend`: u, uq, the coefficients and every output.
+// The front's run on `backend`: u, uq, the coefficients and every output. By MhcFront::run_with (which asks for u and
+// uq back only where the backend runs its steps), or by the backend's mhc_projection_chain with u and uq back.
 struct FrontRun {
   MhcScratch scratch;
   RandomProjections::Outputs out;
-  FrontRun(Backend& backend, const MhcSideParams& side, RandomProjections& r) : out(r) {
+  FrontRun(Backend& backend, const MhcSideParams& side, RandomProjections& r, bool u_back = false) : out(r) {
     MhcFront front(backend, side, scratch);
-    front.run_with(r.chain(front.u().data(), front.uq().data(), out));
+    const ProjectionChainParams chain = r.chain(front.u().data(), front.uq().data(), out);
+    if (!u_back) {
+      front.run_with(chain);
+      return;
+    }
+    auto* coeffs = reinterpret_cast<float*>(scratch.coeffs.data());
+    EXPECT_TRUE(backend.mhc_projection_chain({side, scratch.u.data(), scratch.uq.data(), coeffs, chain, false, true}));
   }
 };
 
@@ -136,7 +143,8 @@ struct FrontRun {
 // chain) against MhcFront's steps on a backend without the option (steps_gpu): u, uq, the coefficients and every
 // output, the same bits.
 void expect_front_equals_model_steps(Backend& gpu, Backend& steps_gpu, const MhcSideParams& side, RandomProjections& r) {
-  const FrontRun host(steps_gpu, side, r), device(gpu, side, r);
+  const FrontRun host(steps_gpu, side, r), device(gpu, side, r, true), model_device(gpu, side, r);
+  expect_same_outputs(host.out, model_device.out);
   EXPECT_EQ(n_differing(host.scratch.u, device.scratch.u), 0) << "u";
   EXPECT_EQ(n_differing(host.scratch.uq, device.scratch.uq), 0) << "uq";
   auto floats = [](const std::vector<HcCoefficients>& coeffs) {  // pre, post and comb of every token

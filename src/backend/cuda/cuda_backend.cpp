@@ -461,10 +461,10 @@ class CudaBackend final : public Backend {
       bias_at.push_back(op.epilogue == Epilogue::kF32AddBias ? layout.take(size_t(T * op.n_rows) * 4) : 0);
     }
     const size_t in_bytes = layout.bytes;
-    const size_t coeffs_at = layout.take(size_t(T * NC) * 4), u_at = layout.take(size_t(T * kx) * 4),
-                 uq_at = layout.take(size_t(T * kx) * 4);
+    const size_t coeffs_at = layout.take(size_t(T * NC) * 4);
     for (const LinearParams& op : chain.first) out_at.push_back(layout.take(size_t(T * op.n_rows) * 4));
-    const size_t back_end = layout.bytes, mixes_at = layout.take(size_t(T * NC) * 4);
+    const size_t u_at = layout.take(size_t(T * kx) * 4), uq_at = layout.take(size_t(T * kx) * 4);  // back where u_back
+    const size_t back_end = p.u_back ? layout.bytes : u_at, mixes_at = layout.take(size_t(T * NC) * 4);
     front_scratch_.reserve(layout.bytes);
     front_host_.reserve(layout.bytes);
     uint8_t* dev = front_scratch_.get<uint8_t>();
@@ -509,7 +509,7 @@ class CudaBackend final : public Backend {
     };
     if (graphs_) {
       // The key: the side, the token count, and each op's weight, rows and epilogue and what it reads.
-      GraphKey key = {kFrontGraph, T, kx, word(p.keep_h)};
+      GraphKey key = {kFrontGraph, T, kx, word(p.keep_h), word(p.u_back)};
       add_side_words(side, key);
       for (const LinearParams& op : chain.first) {
         for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue), word(op.x == p.u), word(op.bias != nullptr)}) {
@@ -539,8 +539,10 @@ class CudaBackend final : public Backend {
     }
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::memcpy(p.coeffs, host + coeffs_at, size_t(T * NC) * 4);
-    copy_rows(reinterpret_cast<const float*>(host + u_at), kx, T, D, p.u, D, D);
-    copy_rows(reinterpret_cast<const float*>(host + uq_at), kx, T, D, p.uq, D, D);
+    if (p.u_back) {
+      copy_rows(reinterpret_cast<const float*>(host + u_at), kx, T, D, p.u, D, D);
+      copy_rows(reinterpret_cast<const float*>(host + uq_at), kx, T, D, p.uq, D, D);
+    }
     for (size_t i = 0; i < chain.first.size(); ++i) {
       const LinearParams& op = chain.first[i];
       copy_rows(reinterpret_cast<const float*>(host + out_at[i]), op.n_rows, T, op.n_rows, op.out, op.out_stride, op.n_rows);
