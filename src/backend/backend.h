@@ -253,6 +253,9 @@ struct MhcProjectionParams {
   // A backend that keeps arrays also keeps side.h (a copy: the host's array is unchanged), for the block's tail to
   // read there (BlockTailParams::attention.h_kept) while the host's array stays as it is.
   bool keep_h = false;
+  // side.h is the array a block's tail left on the backend (BlockTailParams::keep_h_out): read there (its host array
+  // is stale).
+  bool h_on_backend = false;
   // False: u and uq need not come back where the backend runs it whole (their arrays' values are then unspecified;
   // the model reads them only as the chain's first ops' x).
   bool u_back = true;
@@ -269,6 +272,9 @@ struct BlockTailParams {
   MhcSideParams attention;                  // h, n_tokens, dim and h_out are read; its weights and pre_out are not
   const float* attention_coeffs = nullptr;  // [n_tokens, 24]: the attention side's coefficients (HcCoefficients)
   MoeSideParams ffn;
+  // A backend that keeps arrays leaves ffn.side.h_out there (kept under its host address, the host's array not
+  // written) for the next block's front (MhcProjectionParams::h_on_backend); pre_out is written as always.
+  bool keep_h_out = false;
 };
 
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt

@@ -114,6 +114,10 @@ Model::Batch make_batch(std::span<const Chunk> chunks, int window_size, StartFn 
   return b;
 }
 
+bool wants_last_streams(std::span<const ForwardChunk> chunks) {
+  return std::any_of(chunks.begin(), chunks.end(), [](const ForwardChunk& ch) { return ch.layer_streams_of_last != nullptr; });
+}
+
 void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk> chunks, const std::vector<float>& h, int64_t dim) {
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
     std::vector<float>* streams = chunks[ci].layer_streams_of_last;
@@ -144,7 +148,7 @@ Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window
 }
 
 void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
-                          std::vector<float>& h) {
+                          std::vector<float>& h, KeptStream* stream) {
   BlockBuffers& buffers = block_buffers(h.size());  // reused from call to call
   std::vector<float>& h_next = buffers.h_next;
   // Two-pass mHC (spec §3.2): the attention side, then the FFN side on its output (h -> h_next -> h), the
@@ -152,7 +156,7 @@ void Model::run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch
   const MhcSideParams attention_side = side_params(w, batch, 0, h, h_next);
   MhcSide side(*backend_, attention_side, buffers.side, [&](MhcFront& front, MhcBack& back) {
     attention(w, rope, batch, is_mtp, layer_index, front, back);
-  });
+  }, stream);
   side.finish_with({side_params(w, batch, 1, h_next, h), moe_params(w, batch)});
 }
 
@@ -283,10 +287,15 @@ std::vector<ChunkOutput> Model::forward_v4(std::span<const ForwardChunk> chunks)
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
     if (chunks[ci].layer_streams_of_last) chunks[ci].layer_streams_of_last->clear();
   }
+  // The stream may stay on a backend that keeps arrays from block to block; fetched where the host reads it.
+  KeptStream stream;
+  const bool streams_read = wants_last_streams(chunks);
   for (int l = 0; l < c.n_layers; ++l) {
-    run_block(weights_.layers[size_t(l)], layer_rope_[size_t(l)], batch, false, l, h);
+    run_block(weights_.layers[size_t(l)], layer_rope_[size_t(l)], batch, false, l, h, &stream);
+    if (streams_read) stream.fetch(*backend_, h);
     append_last_streams(batch, chunks, h, D);
   }
+  stream.fetch(*backend_, h);
 
   std::vector<ChunkOutput> outputs(chunks.size());
   run_head(weights_.head, batch, chunks, h, outputs);

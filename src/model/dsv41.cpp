@@ -73,12 +73,14 @@ void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std
   });
 }
 
-void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in) {
+void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in,
+                          KeptStream* stream) {
   const ModelConfig& c = config_;
   const BlockWeights& w = weights_.layers[size_t(layer)];
   const int64_t T = batch.n_tokens(), D = c.dim;
-  if (w.has_engram) engram_v41(w, layer, batch, h);  // step 2-4, before the block
   const auto tap = std::find(c.dspark_target_layers.begin(), c.dspark_target_layers.end(), layer);
+  if (stream && (w.has_engram || tap != c.dspark_target_layers.end())) stream->fetch(*backend_, h);  // host steps on h
+  if (w.has_engram) engram_v41(w, layer, batch, h);  // step 2-4, before the block
   if (tap != c.dspark_target_layers.end()) {  // step 5: the layer's input stream, mean over the copies
     const int64_t i_tap = tap - c.dspark_target_layers.begin(), n_taps = int64_t(c.dspark_target_layers.size());
     for (int64_t t = 0; t < T; ++t) {
@@ -91,11 +93,11 @@ void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vec
   }
   mhc_block_v41(w, batch, h, pre_in, [&](MhcFront& front, MhcBack& back) {
     attention_v41(layer, batch, scratch, front, back);
-  });
+  }, stream);
 }
 
 void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,
-                          const std::function<void(MhcFront& front, MhcBack& back)>& attention) {
+                          const std::function<void(MhcFront& front, MhcBack& back)>& attention, KeptStream* stream) {
   BlockBuffers& buffers = block_buffers(h.size());  // reused from call to call
   std::vector<float>& h_next = buffers.h_next;
   std::vector<float> attn_pre(size_t(batch.n_tokens() * 4));
@@ -103,7 +105,7 @@ void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float
   MhcSideParams attn = side_params(w, batch, 0, h, h_next);
   attn.collapse_pre = pre_in.data();
   attn.pre_out = attn_pre.data();
-  MhcSide side(*backend_, attn, buffers.side, attention);
+  MhcSide side(*backend_, attn, buffers.side, attention, stream);
   // FFN side (h_next -> h, with the attention side's second half: MhcSide::finish_with): mixes of the new stream,
   // input collapsed with the ATTENTION's pre (in attn_pre once the side's first half ran); its own pre collapses
   // the next layer's input.
@@ -136,11 +138,19 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
   for (const auto& ch : chunks) {
     if (ch.layer_streams_of_last) ch.layer_streams_of_last->clear();
   }
+  // The stream may stay on a backend that keeps arrays from block to block; fetched where the host reads it.
+  KeptStream stream;
+  const bool streams_read = wants_last_streams(chunks);
   for (int l = 0; l < c.n_layers; ++l) {
-    if (l == replay_.decoder_kv_layer) swa_replay_split_v41(chunks, batch, scratch, h, pre_in);  // spec §7.10, opt-in
-    run_block_v41(l, batch, scratch, h, pre_in);
+    if (l == replay_.decoder_kv_layer) {  // spec §7.10, opt-in
+      stream.fetch(*backend_, h);
+      swa_replay_split_v41(chunks, batch, scratch, h, pre_in);
+    }
+    run_block_v41(l, batch, scratch, h, pre_in, &stream);
+    if (streams_read) stream.fetch(*backend_, h);
     append_last_streams(batch, chunks, h, D);
   }
+  stream.fetch(*backend_, h);
   std::vector<ChunkOutput> outputs(chunks.size());
   const double eps = c.norm_eps_value();
   const int64_t n_taps_width = int64_t(c.dspark_target_layers.size()) * D;

@@ -9,7 +9,8 @@
 
 namespace deepinfer {
 
-MhcFront::MhcFront(Backend& backend, const MhcSideParams& p, MhcScratch& scratch) : backend_(backend), p_(p), scratch_(scratch) {
+MhcFront::MhcFront(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, KeptStream* stream)
+    : backend_(backend), p_(p), scratch_(scratch), stream_(stream) {
   const int64_t T = p.n_tokens, D = p.dim;
   scratch.mixes.resize(size_t(T * p.mhc.n_mix));
   scratch.u.resize(size_t(T * D));
@@ -22,6 +23,7 @@ void MhcFront::run() {
   DI_CHECK_MSG(!ran_, "an mHC side's first half ran twice");
   ran_ = true;
   const int64_t T = p_.n_tokens, D = p_.dim;
+  if (stream_) stream_->fetch(backend_, p_.h, T * 4 * D);
   const MhcWeights& m = p_.mhc;
   const MhcSideParams& p = p_;
   // Named through references: the lambdas run on the backend's threads (model_internal.h's BlockBuffers).
@@ -44,8 +46,9 @@ bool MhcFront::run_with(const ProjectionChainParams& chain) {
   DI_CHECK_MSG(!ran_, "an mHC side's first half ran twice");
   static_assert(sizeof(HcCoefficients) == 24 * sizeof(float));
   auto* coeffs = reinterpret_cast<float*>(scratch_.coeffs.data());
-  const bool keep_h = backend_.keeps_arrays();
-  if (backend_.mhc_projection_chain({p_, scratch_.u.data(), scratch_.uq.data(), coeffs, chain, keep_h, false})) {
+  const bool keep_h = backend_.keeps_arrays(), h_on_backend = stream_ && stream_->on_backend;
+  if (backend_.mhc_projection_chain({.side = p_, .u = scratch_.u.data(), .uq = scratch_.uq.data(), .coeffs = coeffs, .chain = chain,
+                                     .keep_h = keep_h, .h_on_backend = h_on_backend, .u_back = false})) {
     ran_ = true;
     h_kept_ = keep_h;
     return true;
@@ -79,9 +82,9 @@ void expand_side(Backend& backend, const MhcSideParams& p, const float* sub_out,
 
 }  // namespace
 
-MhcSide::MhcSide(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub)
-    : backend_(backend), p_(p), scratch_(scratch), back_(scratch.sub_out, p.n_tokens, p.dim) {
-  MhcFront front(backend, p, scratch);
+MhcSide::MhcSide(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub, KeptStream* stream)
+    : backend_(backend), p_(p), scratch_(scratch), back_(scratch.sub_out, p.n_tokens, p.dim), stream_(stream) {
+  MhcFront front(backend, p, scratch, stream);
   sub(front, back_);
   DI_CHECK_MSG(front.ran(), "an mHC side's sub-block did not run its first half");
   h_kept_ = front.h_kept();
@@ -93,6 +96,7 @@ MhcSide::MhcSide(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, 
 void MhcSide::finish() {
   DI_CHECK_MSG(!finished_, "an mHC side's second half ran twice");
   finished_ = true;
+  if (stream_) stream_->fetch(backend_, p_.h, p_.n_tokens * 4 * p_.dim);  // the expansion reads it on the host
   if (const LinearChainParams* chain = back_.output_chain()) run_linear_chain(backend_, *chain);
   expand_side(backend_, p_, scratch_.sub_out.data(), scratch_.coeffs.data());
 }
@@ -108,8 +112,14 @@ void MhcSide::finish_with(const MoeSideParams& ffn) {
   DI_CHECK_MSG(!finished_, "an mHC side's second half ran twice");
   finished_ = true;
   BlockTailParams tail{*chain, p_, reinterpret_cast<const float*>(scratch_.coeffs.data()), ffn};
-  tail.attention.h_kept = h_kept_;  // the steps read the host's h, which the kept copy left as it is
-  if (!backend_.block_tail(tail)) block_tail_on_backend(backend_, tail, scratch_);
+  tail.attention.h_kept = h_kept_;
+  tail.keep_h_out = stream_ && h_kept_;
+  if (backend_.block_tail(tail)) {
+    if (stream_) stream_->on_backend = tail.keep_h_out;
+    return;
+  }
+  if (stream_) stream_->fetch(backend_, p_.h, p_.n_tokens * 4 * p_.dim);  // the steps read the host's h
+  block_tail_on_backend(backend_, tail, scratch_);
 }
 
 void mhc_side_on_backend(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub) {

@@ -12,6 +12,20 @@
 
 namespace deepinfer {
 
+// A forward pass's residual stream between blocks, where the backend keeps arrays: a block's tail may leave it on
+// the backend (BlockTailParams::keep_h_out) for the next block's front to read there (MhcProjectionParams::
+// h_on_backend); its host array is then stale until fetched, which every host step that reads or writes it does first.
+struct KeptStream {
+  bool on_backend = false;
+  // The stream's n floats at h on the host again.
+  void fetch(Backend& backend, const float* h, int64_t n) {
+    if (!on_backend) return;
+    backend.fetch_kept(const_cast<float*>(h), n);
+    on_backend = false;
+  }
+  void fetch(Backend& backend, std::vector<float>& h) { fetch(backend, h.data(), int64_t(h.size())); }
+};
+
 // The buffers of one side's steps; the caller keeps them from call to call (model_internal.h's BlockBuffers),
 // and the steps size them.
 struct MhcScratch {
@@ -26,7 +40,8 @@ struct MhcScratch {
 class MhcFront {
  public:
   // p and scratch must outlive the front.
-  MhcFront(Backend& backend, const MhcSideParams& p, MhcScratch& scratch);
+  // stream: where p.h is, for an attention side whose h is the pass's stream (nullptr: on the host).
+  MhcFront(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, KeptStream* stream = nullptr);
   // The arrays u [n_tokens, dim] and u's activation QDQ land in: their values only once the first half has run, and
   // not after a run_with that the backend ran whole (which reads them only as the chain's x).
   std::vector<float>& u() { return scratch_.u; }
@@ -45,6 +60,7 @@ class MhcFront {
   Backend& backend_;
   const MhcSideParams& p_;
   MhcScratch& scratch_;
+  KeptStream* stream_;
   bool ran_ = false;
   bool h_kept_ = false;
 };
@@ -82,7 +98,8 @@ using MhcSubBlock = std::function<void(MhcFront& front, MhcBack& back)>;
 // set) from construction on. p, scratch and what the chain reads must outlive it; p.h_out must not be p.h.
 class MhcSide {
  public:
-  MhcSide(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub);
+  // stream: as MhcFront's; with it, the block's tail may leave its output stream on the backend (finish_with).
+  MhcSide(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub, KeptStream* stream = nullptr);
   // The second half alone.
   void finish();
   // The second half, then the block's FFN side on p.h_out (ffn.side.h == p.h_out): one call where the backend runs
@@ -95,6 +112,7 @@ class MhcSide {
   const MhcSideParams& p_;
   MhcScratch& scratch_;
   MhcBack back_;
+  KeptStream* stream_;
   bool finished_ = false;
   bool h_kept_ = false;  // the front's MhcFront::h_kept
 };

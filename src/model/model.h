@@ -26,6 +26,7 @@ namespace deepinfer {
 
 class MhcFront;     // model/mhc_side.h
 class MhcBack;      // model/mhc_side.h
+struct KeptStream;  // model/mhc_side.h
 
 struct ModelOptions {
   bool exact = false;       // reference kernels (double accumulation) instead of the fast ones
@@ -134,7 +135,9 @@ class Model {
   std::vector<ChunkOutput> forward_mtp_pass(std::span<const MtpChunk> chunks);
   // V4.1 (dsv41.cpp, dsv41_attention.cpp): single-pass mHC, Engram, CSA2 attention.
   std::vector<ChunkOutput> forward_v41(std::span<const ForwardChunk> chunks);
-  void run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in);
+  // stream: where h is between the pass's blocks (mhc_side.h's KeptStream), or nullptr: on the host.
+  void run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in,
+                     KeptStream* stream = nullptr);
   void engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h);
   void attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront& front, MhcBack& back);
   // The KV source's projections of u (steps 15-17: the compressor's wkv, and for ratio 2 its wgate), as ops for
@@ -184,9 +187,9 @@ class Model {
                              bool o_kept = false);
   // The single-pass mHC block around an attention function (spec §7.2), which runs the side's front.
   void mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float>& h, std::vector<float>& pre_in,
-                     const std::function<void(MhcFront& front, MhcBack& back)>& attention);
+                     const std::function<void(MhcFront& front, MhcBack& back)>& attention, KeptStream* stream = nullptr);
   void run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
-                 std::vector<float>& h);
+                 std::vector<float>& h, KeptStream* stream = nullptr);
   // H1-H5 over the logit rows of every chunk in one head call (stack_logit_rows); run_head_rows on n_tokens rows
   // of h [n_tokens, 4, dim] into logits [n_tokens, vocab].
   template <class Chunk>

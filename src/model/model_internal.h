@@ -103,6 +103,8 @@ inline BlockBuffers& block_buffers(size_t stream_size) {
 
 // After a layer: appends each chunk's last-token stream [4, dim] to its layer_streams_of_last, if asked.
 void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk> chunks, const std::vector<float>& h, int64_t dim);
+// Whether a chunk asks for the streams append_last_streams gathers (then h is read on the host after every block).
+bool wants_last_streams(std::span<const ForwardChunk> chunks);
 
 // SWA bounded replay (swa_replay.cpp): keeps only each replayed chunk's last plan.tail_tokens tokens (all
 // tokens of other chunks), in order: the batch metadata and the per-token rows of h [T, 4, dim], pre_in

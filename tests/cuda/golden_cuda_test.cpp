@@ -143,6 +143,7 @@ TEST(GoldenCudaWgmmaPrompt, WithinFastPathBounds) {
 // param's): the main logits, the MTP (V4) or DSpark (V4.1) logits, and the backend's op counts.
 struct CudaRun {
   std::vector<float> logits, side_logits;
+  std::vector<float> layer_streams;  // every layer's output stream at the last prompt position
   OpTimes times{};
 };
 void run_teacher_forced_on_cuda(const testing::GoldenCaseParam& param, const GoldenCase& gc, CudaRun& run) {
@@ -159,6 +160,7 @@ void run_teacher_forced_on_cuda(const testing::GoldenCaseParam& param, const Gol
   auto r = run_teacher_forced(*model.value(), gc.prompt, gc.continuation, tf);
   run.logits = r.logits;
   run.side_logits = v41 ? r.dspark_logits : r.mtp_logits;
+  run.layer_streams = r.layer_streams;
 }
 
 // The CUDA backend with environment variable `variable` set to values[0] and to values[1] gives the same logits,
@@ -179,7 +181,9 @@ void expect_same_bits(const std::vector<testing::GoldenCaseParam>& params, const
     }
     EXPECT_EQ(runs[0].logits, runs[1].logits);
     EXPECT_EQ(runs[0].side_logits, runs[1].side_logits);
+    EXPECT_EQ(runs[0].layer_streams, runs[1].layer_streams);
     EXPECT_FALSE(runs[0].logits.empty());
+    EXPECT_FALSE(runs[0].layer_streams.empty());
     if (also) also(runs);
   }
 }

@@ -135,7 +135,8 @@ struct FrontRun {
       return;
     }
     auto* coeffs = reinterpret_cast<float*>(scratch.coeffs.data());
-    EXPECT_TRUE(backend.mhc_projection_chain({side, scratch.u.data(), scratch.uq.data(), coeffs, chain, false, true}));
+    EXPECT_TRUE(backend.mhc_projection_chain(
+        {.side = side, .u = scratch.u.data(), .uq = scratch.uq.data(), .coeffs = coeffs, .chain = chain, .u_back = true}));
   }
 };
 

@@ -7,9 +7,11 @@
 // attention side's expansion, then the FFN side) against its steps (block_tail_on_backend).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -269,16 +271,31 @@ TEST(MoeSideCuda, TailReadsTheFrontsKeptStream) {
     RandomProjections::Outputs outputs(projections);
     MhcSideParams side = tail.attention.params(moe, s, n, h_mid.data(), nullptr).side;
     side.h = device.data();
-    ASSERT_TRUE(gpu->mhc_projection_chain({side, u.data(), uq.data(), coeffs.data(),
-                                           projections.chain(u.data(), uq.data(), outputs), true}));
+    ASSERT_TRUE(gpu->mhc_projection_chain({.side = side, .u = u.data(), .uq = uq.data(), .coeffs = coeffs.data(),
+                                           .chain = projections.chain(u.data(), uq.data(), outputs), .keep_h = true}));
     std::fill(device.begin(), device.end(), 1e30f);  // only the kept copy holds the stream now
     MhcScratch scratch;
     block_tail_on_backend(*gpu, tail.params(moe, s, host.data(), sub_out.data(), h_mid.data(), host_pre.data()), scratch);
     BlockTailParams kept = tail.params(moe, s, device.data(), sub_out.data(), h_mid.data(), device_pre.data());
     kept.attention.h_kept = true;
+    kept.keep_h_out = true;  // and the output stream left on the device, for the next block's front
     ASSERT_TRUE(gpu->block_tail(kept));
+    EXPECT_TRUE(std::all_of(device.begin(), device.end(), [](float v) { return v == 1e30f; })) << "the host's stream written";
+    gpu->fetch_kept(device.data(), int64_t(device.size()));
     EXPECT_EQ(n_differing(host, device), 0) << "of " << stream_floats << " stream values";
     EXPECT_EQ(n_differing(host_pre, device_pre), 0) << "of the pre";
+    // The next front reads it there (MhcProjectionParams::h_on_backend): its outputs those of a front on the host's.
+    std::fill(device.begin(), device.end(), 1e30f);
+    RandomProjections::Outputs on_host(projections), on_device(projections);
+    MhcSideParams next = side;
+    // (the kept one first: the front's scratch then holds no earlier copy of the stream)
+    for (auto [h, outputs, on_backend] : {std::tuple{device.data(), &on_device, true}, std::tuple{host.data(), &on_host, false}}) {
+      next.h = h;
+      ASSERT_TRUE(gpu->mhc_projection_chain({.side = next, .u = u.data(), .uq = uq.data(), .coeffs = coeffs.data(),
+                                             .chain = projections.chain(u.data(), uq.data(), *outputs), .h_on_backend = on_backend}));
+    }
+    EXPECT_EQ(n_differing(on_host.q, on_device.q), 0);
+    EXPECT_EQ(n_differing(on_host.kv, on_device.kv), 0);
   }
 }
 

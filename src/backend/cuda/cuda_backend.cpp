@@ -455,12 +455,13 @@ class CudaBackend final : public Backend {
     // back (the coefficients, u, uq, first's outputs), then the mixes.
     ScratchLayout layout;
     const bool side_pre = side.collapse_pre != nullptr;
-    const size_t h_at = layout.take(size_t(T * HW) * 4), pre_at = side_pre ? layout.take(size_t(T * 4) * 4) : 0;
+    const size_t pre_at = side_pre ? layout.take(size_t(T * 4) * 4) : 0;
     std::vector<size_t> bias_at, out_at;
     for (const LinearParams& op : chain.first) {
       bias_at.push_back(op.epilogue == Epilogue::kF32AddBias ? layout.take(size_t(T * op.n_rows) * 4) : 0);
     }
-    const size_t in_bytes = layout.bytes;
+    const size_t h_at = layout.take(size_t(T * HW) * 4);
+    const size_t in_bytes = p.h_on_backend ? h_at : layout.bytes;  // h last: from its kept array where it is there
     const size_t coeffs_at = layout.take(size_t(T * NC) * 4);
     for (const LinearParams& op : chain.first) out_at.push_back(layout.take(size_t(T * op.n_rows) * 4));
     const size_t u_at = layout.take(size_t(T * kx) * 4), uq_at = layout.take(size_t(T * kx) * 4);  // back where u_back
@@ -470,7 +471,7 @@ class CudaBackend final : public Backend {
     uint8_t* dev = front_scratch_.get<uint8_t>();
     uint8_t* host = front_host_.get<uint8_t>();
     auto f32 = [&](size_t offset) { return reinterpret_cast<float*>(dev + offset); };
-    std::memcpy(host + h_at, side.h, size_t(T * HW) * 4);
+    if (!p.h_on_backend) std::memcpy(host + h_at, side.h, size_t(T * HW) * 4);
     if (side_pre) std::memcpy(host + pre_at, side.collapse_pre, size_t(T * 4) * 4);
     front_launches_.clear();
     std::vector<cuda::LinearLaunch> other;  // first's ops off the tensor cores, as enqueue_linears runs them
@@ -490,7 +491,9 @@ class CudaBackend final : public Backend {
     const MhcSideDevice device = mhc_side_device(side);
     const cuda::HcPreLaunch pre = hc_pre_launch(device, f32(h_at), f32(mixes_at), side_pre ? f32(pre_at) : nullptr,
                                                 f32(coeffs_at), f32(u_at), kx);
-    float* kept_h = p.keep_h ? keep_array(side.h, T * HW) : nullptr;  // a copy of h for the block's tail
+    // A copy of h for the block's tail; where h is on the device already, that array itself.
+    const float* h_in = p.h_on_backend ? kept_at(side.h, T * HW) : nullptr;
+    float* kept_h = p.keep_h && !h_in ? keep_array(side.h, T * HW) : nullptr;
     const cuda::ActQdqRule rule = chain.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
     // Nothing below allocates, uploads a constant or waits, so that it can be captured.
     const float* mid_norm = chain.mid_norm ? weights_.bf16_constant(chain.mid_norm, chain.mid_width, stream_) : nullptr;
@@ -498,6 +501,7 @@ class CudaBackend final : public Backend {
     upload_mma_descriptors(chain_launches_, chain_descriptors_host_, chain_descriptors_);
     auto enqueue = [&] {
       DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
+      if (h_in) DI_CUDA_CHECK(cudaMemcpyAsync(f32(h_at), h_in, size_t(T * HW) * 4, cudaMemcpyDeviceToDevice, stream_));
       if (kept_h) DI_CUDA_CHECK(cudaMemcpyAsync(kept_h, f32(h_at), size_t(T * HW) * 4, cudaMemcpyDeviceToDevice, stream_));
       cuda::launch_hc_mix({f32(h_at), T, HW, device.fn, side.mhc.n_mix, side.mhc.eps, f32(mixes_at)}, stream_);
       cuda::launch_hc_pre(pre, stream_);
@@ -509,7 +513,7 @@ class CudaBackend final : public Backend {
     };
     if (graphs_) {
       // The key: the side, the token count, and each op's weight, rows and epilogue and what it reads.
-      GraphKey key = {kFrontGraph, T, kx, word(p.keep_h), word(p.u_back)};
+      GraphKey key = {kFrontGraph, T, kx, word(p.keep_h), word(p.u_back), word(p.h_on_backend)};
       add_side_words(side, key);
       for (const LinearParams& op : chain.first) {
         for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue), word(op.x == p.u), word(op.bias != nullptr)}) {
@@ -532,7 +536,7 @@ class CudaBackend final : public Backend {
       }
       run_as_graph(key,
                    {front_scratch_.get(), front_host_.get(), chain_scratch_.get(), chain_host_.get(), partials_.get(),
-                    front_descriptors_.get(), chain_descriptors_.get(), second.kept[0], second.kept[1], kept_h},
+                    front_descriptors_.get(), chain_descriptors_.get(), second.kept[0], second.kept[1], kept_h, h_in},
                    enqueue);
     } else {
       enqueue();
@@ -1041,7 +1045,10 @@ class CudaBackend final : public Backend {
     auto ops = [&](size_t offset) { return reinterpret_cast<cuda::LinearLaunch*>(dev + offset); };
 
     float* in_host = moe_host_.get<float>();
-    // A tail's attention-side stream where the front kept it (MhcSideParams::h_kept): read there, not copied in.
+    // A tail's output stream left on the device (BlockTailParams::keep_h_out); its attention-side stream where the
+    // front kept it (MhcSideParams::h_kept): read there, not copied in (the same array where the block's stream
+    // buffers take turns: the expansion reads it before the output lands there, in stream order).
+    float* kept_out = has_head && head->p->keep_h_out ? keep_array(side->p->h_out, T * HW) : nullptr;
     const float* kept_head_h = has_head && head->p->attention.h_kept ? kept_at(head->p->attention.h, T * HW) : nullptr;
     if (has_side) {
       if (!kept_head_h) std::memcpy(in_host, has_head ? head->p->attention.h : side->p->h, size_t(T * HW) * 4);
@@ -1153,7 +1160,11 @@ class CudaBackend final : public Backend {
       cuda::launch_moe_combine(combine, stream_);
       if (has_side) {  // P2, then h_out and the coefficients back
         cuda::launch_hc_post(post, stream_);
-        DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(stream_out_at), size_t(T * HW) * 4, cudaMemcpyDeviceToHost, stream_));
+        if (kept_out) {
+          DI_CUDA_CHECK(cudaMemcpyAsync(kept_out, f32(stream_out_at), size_t(T * HW) * 4, cudaMemcpyDeviceToDevice, stream_));
+        } else {
+          DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(stream_out_at), size_t(T * HW) * 4, cudaMemcpyDeviceToHost, stream_));
+        }
         DI_CUDA_CHECK(cudaMemcpyAsync(in_host + T * HW, f32(coeffs_at), size_t(T * NC) * 4, cudaMemcpyDeviceToHost, stream_));
       } else {
         DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
@@ -1161,13 +1172,13 @@ class CudaBackend final : public Backend {
     };
     // Keyed by what the captured work depends on besides the buffers: the block, the token count, the side, and
     // the head's output chain (whose scratch and staging are the chain's).
-    GraphKey key = {has_head ? kTailGraph : kMoeGraph, word(&w), T, word(kept_head_h != nullptr)};
+    GraphKey key = {has_head ? kTailGraph : kMoeGraph, word(&w), T, word(kept_head_h != nullptr), word(kept_out != nullptr)};
     if (has_side) add_side_words(*side->p, key);
     if (has_head) add_output_chain_words(head->p->output, key);
     if (graphs_) {
       std::vector<const void*> buffers = {moe_scratch_.get(), moe_host_.get(), partials_.get()};
       if (has_head) {
-        buffers.insert(buffers.end(), {chain_scratch_.get(), chain_host_.get(), kept_head_h});
+        buffers.insert(buffers.end(), {chain_scratch_.get(), chain_host_.get(), kept_head_h, kept_out});
         buffers.insert(buffers.end(), head->chain->kept_x.begin(), head->chain->kept_x.end());
       }
       run_as_graph(key, std::move(buffers), enqueue);
@@ -1179,7 +1190,7 @@ class CudaBackend final : public Backend {
       std::memcpy(p.out, in_host, size_t(T * D) * 4);
       return;
     }
-    std::memcpy(side->p->h_out, in_host, size_t(T * HW) * 4);
+    if (!kept_out) std::memcpy(side->p->h_out, in_host, size_t(T * HW) * 4);
     if (side->p->pre_out) {
       for (int64_t t = 0; t < T; ++t) std::memcpy(side->p->pre_out + t * 4, in_host + T * HW + t * NC, 4 * 4);  // pre: floats 0-3
     }
