@@ -305,9 +305,10 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
     // The per-token query preparation on the backend's threads; then, block by block, the scores (one
     // index_scores_batch for the block's tokens) and the selections (on the backend's threads again: each token
     // reads only its own scores and an earlier layer's candidates).
+    const bool iq_kept = qkv.q_kept;  // (qkv is thread_local: the lambda runs on the backend's threads too)
     backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        if (!qkv.q_kept) {  // (kept: done on the backend)
+        if (!iq_kept) {  // (kept: done on the backend)
           rope.apply_heads(&iq[size_t(t * IH * ID + ID - RD)], IH, ID, batch.pos[size_t(t)], false);
           for (int64_t hh = 0; hh < IH; ++hh) qdq_fp4_pow2_v41(&iq[size_t((t * IH + hh) * ID)], ID, 32);
         }

@@ -46,7 +46,8 @@ bool MhcFront::run_with(const ProjectionChainParams& chain) {
   DI_CHECK_MSG(!ran_, "an mHC side's first half ran twice");
   static_assert(sizeof(HcCoefficients) == 24 * sizeof(float));
   auto* coeffs = reinterpret_cast<float*>(scratch_.coeffs.data());
-  const bool keep_h = backend_.keeps_arrays(), h_on_backend = stream_ && stream_->on_backend;
+  // A copy of h for the block's tail where h is the pass's stream (MhcSide::finish_with's tail reads it there).
+  const bool keep_h = stream_ && backend_.keeps_arrays(), h_on_backend = stream_ && stream_->on_backend;
   if (backend_.mhc_projection_chain({.side = p_, .u = scratch_.u.data(), .uq = scratch_.uq.data(), .coeffs = coeffs, .chain = chain,
                                      .keep_h = keep_h, .h_on_backend = h_on_backend, .u_back = false})) {
     ran_ = true;

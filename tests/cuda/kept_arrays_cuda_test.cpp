@@ -164,6 +164,37 @@ TEST(KeptArraysCuda, ChainKeepsQNormedAndRotatedAsTheHostDoes) {
   }
 }
 
+// More arrays kept than the backend holds (a serving session's passes each keep their own): the least recently
+// used go, so one a step keeps again and again (the model's thread_local q) stays, here beside twenty others.
+TEST(KeptArraysCuda, ArraysInUseOutliveManyOthers) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths paths("mma");
+  std::mt19937 rng(900);
+  RandomProjections r(2, false, rng, 2 * kHeadDim);
+  const std::vector<float> u = random_bf16_values(rng, 2 * r.D, 1.0f), uq = random_bf16_values(rng, 2 * r.D, 1.0f);
+  const std::vector<float> cos_sin = random_angles(rng, 2);
+  const HeadRope rope{2, kHeadDim, kRopeDim, cos_sin.data(), false, true, kEps};
+  const std::unique_ptr<Backend> gpu = make_chain_backend("device");
+  ASSERT_TRUE(gpu);
+  auto kept_chain = [&](RandomProjections::Outputs& out) {
+    ProjectionChainParams p = r.chain(u.data(), uq.data(), out);
+    p.q_rope = &rope;
+    return gpu->projection_chain(p);
+  };
+  RandomProjections::Outputs step(r);
+  std::vector<std::unique_ptr<RandomProjections::Outputs>> others;  // alive, so that no two share an address
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(kept_chain(step));
+    others.push_back(std::make_unique<RandomProjections::Outputs>(r));
+    ASSERT_TRUE(kept_chain(*others.back()));
+    gpu->fetch_kept(step.q.data(), int64_t(step.q.size()));  // aborts where the array was dropped
+  }
+  RandomProjections::Outputs& last = *others.back();
+  gpu->fetch_kept(last.q.data(), int64_t(last.q.size()));
+  EXPECT_EQ(n_differing(step.q, last.q), 0) << "the same inputs, the same kept q";
+  EXPECT_FALSE(all_untouched(step.q));
+}
+
 // A decode step's attention with kept arrays: q from the chain, the attention on it (tokens in order, or reversed so
 // that neither q nor the outputs are one run), its outputs rotated back and kept, then the output projection on them.
 void expect_attention_on_kept_arrays(int64_t n_tokens, bool reversed, std::mt19937& rng) {

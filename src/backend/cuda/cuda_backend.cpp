@@ -574,7 +574,10 @@ class CudaBackend final : public Backend {
     const float* host = nullptr;
     int64_t n = 0;
     DeviceBuffer dev;
+    uint64_t last_use = 0;  // kept_clock_ at its latest keep_array or kept_at
   };
+  // At most this many; past it the least recently used goes (a pass's own stream vector, say, whose host array is
+  // gone), never one a call has used since (a call uses at most five).
   static constexpr size_t kMaxKeptArrays = 16;
   // The device array kept for [host, host + n): the one kept at host already (grown where n is more), else a new
   // one; the other kept arrays it overlaps are dropped (the model has reused their host arrays).
@@ -583,17 +586,24 @@ class CudaBackend final : public Backend {
     std::erase_if(kept_, [&](const KeptArray& k) { return k.host != host && k.host < host + n && host < k.host + k.n; });
     auto it = std::find_if(kept_.begin(), kept_.end(), [&](const KeptArray& k) { return k.host == host; });
     if (it == kept_.end()) {
-      if (kept_.size() >= kMaxKeptArrays) kept_.erase(kept_.begin());
+      if (kept_.size() >= kMaxKeptArrays) {
+        kept_.erase(std::min_element(kept_.begin(), kept_.end(),
+                                     [](const KeptArray& a, const KeptArray& b) { return a.last_use < b.last_use; }));
+      }
       it = kept_.insert(kept_.end(), KeptArray{host, 0, DeviceBuffer()});
     }
     it->dev.reserve(size_t(n) * 4);
     it->n = n;
+    it->last_use = ++kept_clock_;
     return it->dev.get<float>();
   }
   // The device address of host[0 .. n), which must lie in one kept array.
-  const float* kept_at(const float* host, int64_t n) const {
-    for (const KeptArray& k : kept_) {
-      if (host >= k.host && host + n <= k.host + k.n) return k.dev.get<float>() + (host - k.host);
+  const float* kept_at(const float* host, int64_t n) {
+    for (KeptArray& k : kept_) {
+      if (host >= k.host && host + n <= k.host + k.n) {
+        k.last_use = ++kept_clock_;
+        return k.dev.get<float>() + (host - k.host);
+      }
     }
     DI_CHECK_MSG(false, name_ + ": " + std::to_string(n) + " values said to be kept on the device are not");
     return nullptr;
@@ -2068,6 +2078,7 @@ class CudaBackend final : public Backend {
   cuda::PinnedBuffer front_descriptors_host_;
   DeviceBuffer front_descriptors_;
   std::vector<KeptArray> kept_;  // keep_array()
+  uint64_t kept_clock_ = 0;
 };
 
 }  // namespace
