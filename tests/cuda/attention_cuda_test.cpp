@@ -21,6 +21,13 @@
 namespace deepinfer::testing {
 namespace {
 
+// Random attention sinks, one per head, of about the model's size.
+std::vector<float> random_sink(std::mt19937& rng, int64_t n_heads) {
+  std::vector<float> sink(static_cast<size_t>(n_heads));
+  for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+  return sink;
+}
+
 void run_attention(const AttentionCase& c, uint32_t seed) {
   DI_MAKE_CUDA_BACKEND(gpu);
   std::mt19937 rng(seed);
@@ -118,8 +125,7 @@ TEST_P(SparseAttentionCuda, BatchedTokensShareRowsAndMatchSingleRuns) {
   const int64_t H = 16, D = 512, n_pool = 400, T = 9;
   std::vector<float> pool = random_bf16_values(rng, n_pool * D, 1.0f);
   std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
-  std::vector<float> sink(static_cast<size_t>(H));
-  for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+  std::vector<float> sink = random_sink(rng, H);
   std::vector<std::vector<const float*>> slots(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
     auto& sl = slots[size_t(t)];
@@ -232,8 +238,7 @@ void packed_rows_match_their_decoded_floats(const std::string& path, const std::
       ASSERT_NO_FATAL_FAILURE(pack_row_as_the_model(format, &decoded[size_t(r * D)], &packed_rows[size_t(r * format.row_bytes)]));
     }
     std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
-    std::vector<float> sink(static_cast<size_t>(H));
-    for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+    std::vector<float> sink = random_sink(rng, H);
     std::vector<const float*> as_floats, mixed;
     std::vector<PackedSlot> packed;
     for (int64_t t = 0; t < T; ++t) {
@@ -284,8 +289,7 @@ void mirrored_rows_match_their_decoded_floats(const std::string& path, const std
       };
       for (int64_t r = 0; r < n_pool; ++r) write_row(r);
       const std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
-      std::vector<float> sink(static_cast<size_t>(H));
-      for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+      std::vector<float> sink = random_sink(rng, H);
       for (int round = 0; round < 4; ++round) {
         if (round == 2) {
           for (int64_t r = 0; r < n_pool; r += 3) write_row(r);
@@ -332,8 +336,7 @@ void mirror_keeps_rows_of_two_sizes_across_calls(const std::string& path, const 
   fill(0);
   fill(1);
   const std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
-  std::vector<float> sink(static_cast<size_t>(H));
-  for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+  std::vector<float> sink = random_sink(rng, H);
   // The slots, and the attention as floats and as (mostly) packed rows.
   auto run = [&](bool packed_rows, std::vector<float>& out) {
     std::vector<const float*> rows;
@@ -402,8 +405,7 @@ void three_formats_in_one_call(const std::string& path, const std::string& rows)
       }
     }
     const std::vector<float> q = random_bf16_values(rng, T * H * D, 1.0f);
-    std::vector<float> sink(static_cast<size_t>(H));
-    for (auto& v : sink) v = std::normal_distribution<float>(0.0f, 0.8f)(rng);
+    std::vector<float> sink = random_sink(rng, H);
     std::vector<const float*> as_floats, mixed;
     std::vector<PackedSlot> packed;
     for (int64_t t = 0; t < T; ++t) {

@@ -70,6 +70,16 @@ class ScopedEnv {
   const char* name_;
 };
 
+// A CUDA backend with the device chains on or off (DEEPINFER_CUDA_LINEAR_CHAIN: device or host); nullptr, with a
+// test failure, where none can be made.
+inline std::unique_ptr<Backend> make_chain_backend(const char* chain) {
+  const ScopedEnv option("DEEPINFER_CUDA_LINEAR_CHAIN", chain);
+  std::string error;
+  std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
+  EXPECT_NE(backend, nullptr) << error;
+  return backend;
+}
+
 // The CUDA backend's linear path for prompt tokens (DEEPINFER_CUDA_PROMPT_LINEAR: mma, the default, fp8 or wgmma; or
 // fp8_big / fp8_small, the FP8 path through one block tile always).
 class ScopedPromptLinear : public ScopedEnv {

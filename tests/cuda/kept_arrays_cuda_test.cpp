@@ -61,14 +61,6 @@ void host_head_rope(std::vector<float>& x, int64_t n_heads, const std::vector<fl
   }
 }
 
-std::unique_ptr<Backend> make_chain_backend(const char* chain) {
-  const ScopedEnv option("DEEPINFER_CUDA_LINEAR_CHAIN", chain);
-  std::string error;
-  std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
-  EXPECT_NE(backend, nullptr) << error;
-  return backend;
-}
-
 bool all_untouched(const std::vector<float>& x) {
   return std::all_of(x.begin(), x.end(), [](float v) { return v == -7.0f; });
 }

@@ -157,15 +157,6 @@ void expect_front_equals_model_steps(Backend& gpu, Backend& steps_gpu, const Mhc
   expect_same_outputs(host.out, device.out);
 }
 
-std::unique_ptr<Backend> make_chain_backend(const char* chain) {
-  setenv("DEEPINFER_CUDA_LINEAR_CHAIN", chain, 1);
-  std::string error;
-  std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
-  unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN");
-  EXPECT_NE(backend, nullptr) << error;
-  return backend;
-}
-
 TEST(LinearChainCuda, DeviceFrontEqualsTheModelStepsBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   for_each_chain_case(200, [](int64_t n, bool v41, uint32_t seed) {

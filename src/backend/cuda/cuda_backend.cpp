@@ -608,6 +608,25 @@ class CudaBackend final : public Backend {
     DI_CHECK_MSG(false, name_ + ": " + std::to_string(n) + " values said to be kept on the device are not");
     return nullptr;
   }
+  // Whether n tokens' rows, at host addresses at(0) .. at(n - 1), lie one after another, `width` floats apart (a
+  // block's tokens in one array).
+  template <class At>
+  static bool one_run(int64_t n, int64_t width, At at) {
+    for (int64_t t = 0; t < n; ++t) {
+      if (at(t) != at(0) + t * width) return false;
+    }
+    return true;
+  }
+  // The device address of n tokens' kept rows of `width` floats (token t's at host address at(t)): where they are,
+  // when they are one run of a kept array; else each copied into place at dst (queued on the stream).
+  template <class At>
+  const float* kept_rows(int64_t n, int64_t width, At at, float* dst) {
+    if (one_run(n, width, at)) return kept_at(at(0), n * width);
+    for (int64_t t = 0; t < n; ++t) {
+      DI_CUDA_CHECK(cudaMemcpyAsync(dst + t * width, kept_at(at(t), width), size_t(width) * 4, cudaMemcpyDeviceToDevice, stream_));
+    }
+    return dst;
+  }
 
   // The CUDA runtime's current device is per host thread, and the model may run on another thread than the
   // one that opened it (the engine's worker): every entry point makes this backend's device current first.
@@ -1545,12 +1564,9 @@ class CudaBackend final : public Backend {
       copy_staged_rows(key_group_, key_upload_, packed_host);
       std::memcpy(packed_host + staged_bytes, key_upload_.slots.data(), key_upload_.slots.size() * 8);
     }
-    // q kept on the device (IndexScoreParams::q_kept): every token's, as the model's; read there where the tokens'
-    // rows are one run of the kept array, else copied into place on the device.
-    bool q_run = true;
+    // q kept on the device (IndexScoreParams::q_kept): every token's, as the model's.
     for (int64_t t = 0; t < T; ++t) {
       DI_CHECK_MSG(batch[size_t(t)].q_kept == p0.q_kept, "index scores: some tokens' q kept on the device, some not");
-      q_run = q_run && batch[size_t(t)].q == p0.q + t * H * dim;
     }
     int64_t at = 0;
     for (int64_t t = 0; t < T; ++t) {
@@ -1597,14 +1613,7 @@ class CudaBackend final : public Backend {
     const float* q_dev = x_.get<float>();
     if (p0.q_kept) {  // the weights in; q from its kept array
       DI_CUDA_CHECK(cudaMemcpyAsync(x_.get<float>() + T * H * dim, q_host + T * H * dim, size_t(T * H) * 4, cudaMemcpyHostToDevice, stream_));
-      if (q_run) {
-        q_dev = kept_at(p0.q, T * H * dim);
-      } else {
-        for (int64_t t = 0; t < T; ++t) {
-          DI_CUDA_CHECK(cudaMemcpyAsync(x_.get<float>() + t * H * dim, kept_at(batch[size_t(t)].q, H * dim), size_t(H * dim) * 4,
-                                        cudaMemcpyDeviceToDevice, stream_));
-        }
-      }
+      q_dev = kept_rows(T, H * dim, [&](int64_t t) { return batch[size_t(t)].q; }, x_.get<float>());
     } else {
       DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), q_host, size_t(qw) * 4, cudaMemcpyHostToDevice, stream_));
     }
@@ -1821,19 +1830,11 @@ class CudaBackend final : public Backend {
   void attend(std::span<const SparseAttentionParams> batch) {
     const SparseAttentionParams& p0 = batch[0];
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, D = p0.head_dim;
-    // Kept q and outputs (backend.h): every token of a call the same, as the model's are. Where their arrays hold
-    // the tokens one after another (a block's), the kernels read and write them there.
+    // Kept q and outputs (backend.h): every token of a call the same, as the model's are.
     for (const SparseAttentionParams& p : batch) {
       DI_CHECK_MSG(p.q_kept == p0.q_kept && (p.out_rope != nullptr) == (p0.out_rope != nullptr),
                    "sparse attention: some tokens' q or outputs kept on the device, some not");
     }
-    auto consecutive = [&](auto member) {
-      for (int64_t t = 0; t < T; ++t) {
-        if (batch[size_t(t)].*member != batch[0].*member + t * H * D) return false;
-      }
-      return true;
-    };
-    const float* kept_q = p0.q_kept && consecutive(&SparseAttentionParams::q) ? kept_at(p0.q, T * H * D) : nullptr;
     gather_.gather(batch);
     const int64_t n_slots = gather_.n_slots(), n_float = int64_t(gather_.float_rows().size());
     const int64_t n_rows = gather_.n_rows();
@@ -1903,17 +1904,15 @@ class CudaBackend final : public Backend {
     const auto* packed_dev = reinterpret_cast<const uint8_t*>(sink_dev + H);
     const auto* slots_dev = reinterpret_cast<const int64_t*>(packed_dev + slot_words_at);
     if (n_float) DI_CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n_float * D) * 4, cudaMemcpyHostToDevice, stream_));
+    const float* q_in = q_dev;
     if (p0.q_kept) {  // the staged part from the sink on; q from its kept array
       DI_CUDA_CHECK(cudaMemcpyAsync(sink_dev, q_host + T * H * D, staged - size_t(T * H * D) * 4, cudaMemcpyHostToDevice, stream_));
-      for (int64_t t = 0; t < T && !kept_q; ++t) {
-        DI_CUDA_CHECK(cudaMemcpyAsync(q_dev + t * H * D, kept_at(batch[size_t(t)].q, H * D), size_t(H * D) * 4,
-                                      cudaMemcpyDeviceToDevice, stream_));
-      }
+      q_in = kept_rows(T, H * D, [&](int64_t t) { return batch[size_t(t)].q; }, q_dev);
     } else {
       DI_CUDA_CHECK(cudaMemcpyAsync(q_dev, q_host, staged, cudaMemcpyHostToDevice, stream_));
     }
-    cuda::AttentionLaunch a{kept_q ? kept_q : q_dev, H, D, rows_dev, nullptr, n_slots, sink_dev, p0.softmax_scale,
-                            p0.block_running_max, out_.get<float>()};
+    cuda::AttentionLaunch a{q_in, H, D, rows_dev, nullptr, n_slots, sink_dev, p0.softmax_scale, p0.block_running_max,
+                            out_.get<float>()};
     a.n_tokens = T;
     for (size_t i = 0; i < groups.size(); ++i) {
       const SlotGather::PackedGroup& g = groups[i];
@@ -1965,7 +1964,6 @@ class CudaBackend final : public Backend {
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, D = p0.head_dim, RD = r0.rope_dim;
     rope_host_.reserve(size_t(T * RD) * 4);
     rope_dev_.reserve(size_t(T * RD) * 4);
-    bool consecutive = true;
     for (int64_t t = 0; t < T; ++t) {
       const SparseAttentionParams& p = batch[size_t(t)];
       const HeadRope& r = *p.out_rope;
@@ -1974,8 +1972,8 @@ class CudaBackend final : public Backend {
                        p.out >= p.out_kept_array && p.out + H * D <= p.out_kept_array + p.out_kept_floats,
                    "sparse attention: a token's out_rope or kept output array differs from the call's");
       std::memcpy(rope_host_.get<float>() + t * RD, r.cos_sin, size_t(RD) * 4);
-      consecutive = consecutive && p.out == p0.out + t * H * D;
     }
+    const bool consecutive = one_run(T, H * D, [&](int64_t t) { return batch[size_t(t)].out; });
     float* kept = keep_array(p0.out_kept_array, p0.out_kept_floats);
     DI_CUDA_CHECK(cudaMemcpyAsync(rope_dev_.get(), rope_host_.get(), size_t(T * RD) * 4, cudaMemcpyHostToDevice, stream_));
     const float* out = out_.get<float>();
