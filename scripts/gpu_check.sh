@@ -12,7 +12,8 @@
 #      unsplit and split over K, not yet run); the FP8-operand prompt linear (LinearFp8Cuda, GoldenCudaFp8Prompt,
 #      not yet run; its wgmma kernel too: the LinearFp8Cuda.Wgmma* tests and GoldenCudaWgmmaPrompt);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
-#   4. compute-sanitizer memcheck over the tensor-core linear, attention and index tests (SANITIZE=0 skips it);
+#   4. compute-sanitizer memcheck over the tensor-core linear, attention, index, MoE, chain and kept-array tests
+#      (SANITIZE=0 skips it);
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
 #      --op-times on the 4-layer benchmark model: the defaults, decode batch 256 and decode at 2048 tokens of
 #      context with the cache rows as floats, packed and mirrored on the device (DEEPINFER_CUDA_KV), and read
@@ -21,12 +22,14 @@
 #      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device FFN side (DEEPINFER_CUDA_MOE=device) alone
 #      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device; with both, each block's tail is one call), the
 #      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
-#      (DEEPINFER_CUDA_INDEX_SELECT=device) (E2E=0 skips it).
+#      (DEEPINFER_CUDA_INDEX_SELECT=device) (E2E=0 skips it);
+#   6. compute-sanitizer racecheck over the attention, index and kept-array tests, with the time left (RACECHECK=0
+#      skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# $OUT brings back at most 8 files: the four results (cuda_tests.log, timing.txt, sanitizer.log, e2e.txt)
+# $OUT brings back at most 8 files: the five results (cuda_tests.log, timing.txt, sanitizer.log, e2e.txt, racecheck.log)
 # go there, the build and setup logs to LOG_DIR, and a log that explains a failure is copied over.
 OUT_DIR=${OUT:-/tmp/gpu_check}
 LOG_DIR=/tmp/gpu_check_logs
@@ -121,20 +124,28 @@ else
   timing_rc=skipped
 fi
 
-# The tensor-core linear (all its kernels: mma_staged / mma_split run the staged one, unsplit / split over K, from
-# 64 tokens, the register one below)
-# both attention paths, the device MoE, its FFN side, the block tail and the device linear chain under compute-sanitizer's memcheck (written
-# without a GPU at hand):
-# out-of-bounds or misaligned accesses show here even where the results happen to come out right.
-sanitizer_rc=skipped
+# compute-sanitizer's memcheck over the tensor-core linear (all its kernels: mma_staged / mma_split run the staged
+# one, unsplit / split over K, from 64 tokens, the register one below), both attention paths, the index scores and
+# top-k, the device MoE, its FFN side, the block tail, the device linear chain and the kept arrays (written without a
+# GPU at hand): out-of-bounds or misaligned accesses show here even where the results happen to come out right.
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if [ "${SANITIZE:-1}" = 1 ] && [ -x "$SANITIZER" ] && [ "$(limit_for 150)" -ge 30 ]; then
-  step "compute-sanitizer memcheck: the mma linear, the attention, the device MoE and chain tests"
-  timeout "$(limit_for 150)" "$SANITIZER" --tool memcheck --error-exitcode 9 ./$BUILD/tests/cuda_tests \
-    --gtest_filter='Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.DeviceSideEqualsTheModelStepsBitForBit:MoeSideCuda.DeviceTailEqualsItsStepsBitForBit:LinearChainCuda.Device*' \
-    >"$OUT_DIR/sanitizer.log" 2>&1
-  sanitizer_rc=$?
-  grep -E "ERROR SUMMARY|Invalid|misaligned" "$OUT_DIR/sanitizer.log" | head -8
+# sanitize TOOL LIMIT LOG FILTER: cuda_tests' FILTER under compute-sanitizer's TOOL for at most LIMIT seconds (and
+# not past DEADLINE; skipped with under 30 s left), its report in $OUT_DIR/LOG, its exit code in sanitize_rc
+# (skipped, 0 = clean, 9 = errors found).
+sanitize() {
+  local tool=$1 limit=$2 log=$3 filter=$4
+  sanitize_rc=skipped
+  [ -x "$SANITIZER" ] && [ "$(limit_for "$limit")" -ge 30 ] || return
+  step "compute-sanitizer $tool"
+  timeout "$(limit_for "$limit")" "$SANITIZER" --tool "$tool" --error-exitcode 9 ./$BUILD/tests/cuda_tests \
+    --gtest_filter="$filter" >"$OUT_DIR/$log" 2>&1
+  sanitize_rc=$?
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|misaligned|hazard" "$OUT_DIR/$log" | head -8
+}
+sanitizer_rc=skipped
+if [ "${SANITIZE:-1}" = 1 ]; then
+  sanitize memcheck 150 sanitizer.log 'Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.*:LinearChainCuda.Device*:KeptArraysCuda.*'
+  sanitizer_rc=$sanitize_rc
 fi
 
 # End to end: `deepinfer bench --backend cuda` on the 4-layer V4-Flash benchmark model (real widths, random
@@ -235,6 +246,15 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
   fi
 fi
 
+# Shared-memory races (compute-sanitizer's racecheck) in the kernels that share rows, scores or fragments between
+# a block's threads: both attention paths, the index scores and top-k, the head work of the kept arrays. Last, with
+# what time is left (RACECHECK=0 skips it).
+racecheck_rc=skipped
+if [ "${RACECHECK:-1}" = 1 ]; then
+  sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*'
+  racecheck_rc=$sanitize_rc
+fi
+
 step "summary"
 # Per suite: its name, then gtest's PASSED / FAILED / SKIPPED lines (the failed and skipped tests listed).
 grep -E "^=== |^\[  (PASSED|FAILED|SKIPPED) " "$OUT_DIR/cuda_tests.log" | grep -vE "^\[  (FAILED|SKIPPED) \] [A-Za-z/_.0-9]+ \([0-9]+ ms\)$"
@@ -242,5 +262,5 @@ echo "cuda_tests exit code $tests_rc (0 = all passed)"
 cat "$OUT_DIR/timing.txt"
 echo "timing exit code $timing_rc; memcheck exit code $sanitizer_rc (0 = clean, 9 = errors found)"
 [ -f "$OUT_DIR/e2e.txt" ] && grep -vE "^(loaded|\[|writing|model |weights read|KV cache)|loading shard" "$OUT_DIR/e2e.txt" | tail -60
-echo "e2e exit code $e2e_rc; total $(( $(date +%s) - t0 ))s"
+echo "e2e exit code $e2e_rc; racecheck exit code $racecheck_rc (0 = clean, 9 = hazards found); total $(( $(date +%s) - t0 ))s"
 [ "$tests_rc" = 0 ] && [ "$timing_rc" = 0 ]

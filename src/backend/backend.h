@@ -108,7 +108,8 @@ struct SparseAttentionParams {
   // Arrays the backend keeps (Backend::fetch_kept): q_kept, q is part of an array a chain left on the backend
   // (ProjectionChainParams::q_rope), named by its host address; with out_rope set (n_tokens 1: this token's angles),
   // the output is rotated back there (AT4) and kept there as part of the array starting at out_kept_array (the
-  // block's outputs, out_kept_floats of them), its host copy not written.
+  // block's outputs, out_kept_floats of them), its host copy not written. The call may then return before the
+  // attention has run: what reads the kept output (a later call, fetch_kept) is ordered after it.
   bool q_kept = false;
   const HeadRope* out_rope = nullptr;
   const float* out_kept_array = nullptr;
@@ -256,6 +257,8 @@ struct MhcProjectionParams {
   // side.h is the array a block's tail left on the backend (BlockTailParams::keep_h_out): read there (its host array
   // is stale).
   bool h_on_backend = false;
+  // The same for side.collapse_pre (BlockTailParams::keep_pre_out: V4.1's pre from the block before).
+  bool pre_on_backend = false;
   // False: u and uq need not come back where the backend runs it whole (their arrays' values are then unspecified;
   // the model reads them only as the chain's first ops' x).
   bool u_back = true;
@@ -273,8 +276,12 @@ struct BlockTailParams {
   const float* attention_coeffs = nullptr;  // [n_tokens, 24]: the attention side's coefficients (HcCoefficients)
   MoeSideParams ffn;
   // A backend that keeps arrays leaves ffn.side.h_out there (kept under its host address, the host's array not
-  // written) for the next block's front (MhcProjectionParams::h_on_backend); pre_out is written as always.
+  // written) for the next block's front (MhcProjectionParams::h_on_backend).
   bool keep_h_out = false;
+  // The same for ffn.side.pre_out (V4.1: the next block's collapse_pre, MhcProjectionParams::pre_on_backend); else it
+  // is written as always. With nothing to bring back (both kept, or no pre), the call may return before its work has
+  // run: what reads the kept arrays (a later call, fetch_kept) is ordered after it.
+  bool keep_pre_out = false;
 };
 
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
@@ -319,7 +326,7 @@ class Backend {
   // the model then runs a forward pass that holds both kinds as two passes, one per kind.
   virtual bool kernels_differ_by_token_kind() const { return false; }
   // True when every call waits for a device (the CUDA backend copies its outputs back and synchronises once per
-  // call): the model then puts independent ops into one call wherever it can, also where a CPU backend runs
+  // call; an attention whose outputs it keeps excepted): the model then puts independent ops into one call wherever it can, also where a CPU backend runs
   // them faster apart (a prefill's MoE experts, which the fast backend streams one expert at a time).
   virtual bool each_call_waits() const { return false; }
   // Called once, before the first op: every routed expert's weights in the order a backend with too little

@@ -138,12 +138,14 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
   for (const auto& ch : chunks) {
     if (ch.layer_streams_of_last) ch.layer_streams_of_last->clear();
   }
-  // The stream may stay on a backend that keeps arrays from block to block; fetched where the host reads it.
+  // The stream and the pre may stay on a backend that keeps arrays from block to block; fetched where the host reads
+  // them.
   KeptStream stream;
   const bool streams_read = wants_last_streams(chunks);
   for (int l = 0; l < c.n_layers; ++l) {
     if (l == replay_.decoder_kv_layer) {  // spec §7.10, opt-in
       stream.fetch(*backend_, h);
+      stream.fetch_pre(*backend_);
       swa_replay_split_v41(chunks, batch, scratch, h, pre_in);
     }
     run_block_v41(l, batch, scratch, h, pre_in, &stream);
@@ -151,6 +153,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     append_last_streams(batch, chunks, h, D);
   }
   stream.fetch(*backend_, h);
+  stream.fetch_pre(*backend_);
   std::vector<ChunkOutput> outputs(chunks.size());
   const double eps = c.norm_eps_value();
   const int64_t n_taps_width = int64_t(c.dspark_target_layers.size()) * D;

@@ -336,17 +336,17 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
         const int64_t n_visible = score_begin[size_t(t - b0 + 1)] - score_begin[size_t(t - b0)];
         const CompressorState& keys = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(keys_layer_of(t))].index_compressor;
         DI_CHECK(keys.n_rows() >= n_visible);
-        score_queries[size_t(t - b0)] = {&iq[size_t(t * IH * ID)], &iw[size_t(t * IH)], &keys.row_format, &keys.rows, &keys,
-                                         n_visible, scores.data() + score_begin[size_t(t - b0)]};
-        score_queries[size_t(t - b0)].q_kept = qkv.q_kept;
+        const IndexScoreParams score = {.q = &iq[size_t(t * IH * ID)], .weights = &iw[size_t(t * IH)], .n_keys = n_visible,
+                                        .scores = scores.data() + score_begin[size_t(t - b0)], .q_kept = qkv.q_kept};
+        score_queries[size_t(t - b0)] = {&keys.row_format, &keys.rows, &keys, {.score = score}};
       }
       // Steps 25-27 with the scores where the backend selects: the candidate source's blocks, or the mask of the
       // candidates, and the top-k, as the loop below makes them (the top-k sorted here).
       const bool masked = uses_candidates && scratch.have_candidates && !is_candidate_source;
       for (int64_t t = b0; t < b1; ++t) {
-        IndexQuery& q = score_queries[size_t(t - b0)];
+        IndexSelectParams& q = score_queries[size_t(t - b0)].select;
         std::vector<int64_t>& sel = scratch.selection[size_t(t)];
-        sel.resize(size_t(std::min({int64_t(c.index_topk), batch.layout_tokens[size_t(t)] / ratio, q.n_keys})));
+        sel.resize(size_t(std::min({int64_t(c.index_topk), batch.layout_tokens[size_t(t)] / ratio, q.score.n_keys})));
         q.n_select = int64_t(sel.size());
         q.selected = sel.data();
         q.masked = masked;
@@ -354,7 +354,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
         q.block_size = c.candidate_block_size;
         if (is_candidate_source) {
           std::vector<int64_t>& candidates = scratch.candidates[size_t(t)];
-          const int64_t n_blocks = (q.n_keys + c.candidate_block_size - 1) / c.candidate_block_size;
+          const int64_t n_blocks = (q.score.n_keys + c.candidate_block_size - 1) / c.candidate_block_size;
           candidates.resize(size_t(std::min<int64_t>(c.candidate_topk_blocks, n_blocks)));
           q.n_candidates = int64_t(candidates.size());
           q.candidates = candidates.data();

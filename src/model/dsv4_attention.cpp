@@ -254,9 +254,10 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       score_queries.resize(size_t(nb));
       for (int64_t i = 0; i < nb; ++i) {
         const CompressorState& keys = layer_state(batch.states[size_t(batch.chunk[size_t(b0 + i)])], is_mtp, layer_index).index_compressor;
-        score_queries[size_t(i)] = {&iq[size_t(i * IH * ID)], &index_w[size_t(i * IH)], &keys.row_format, &keys.rows, &keys,
-                                    score_at[size_t(i + 1)] - score_at[size_t(i)], scores.data() + score_at[size_t(i)]};
-        score_queries[size_t(i)].q_kept = q_kept;
+        const IndexScoreParams score = {.q = &iq[size_t(i * IH * ID)], .weights = &index_w[size_t(i * IH)],
+                                        .n_keys = score_at[size_t(i + 1)] - score_at[size_t(i)],
+                                        .scores = scores.data() + score_at[size_t(i)], .q_kept = q_kept};
+        score_queries[size_t(i)] = {&keys.row_format, &keys.rows, &keys, {.score = score}};
       }
       // I10 with them where the backend selects (each token's n_fill best, in the order the partial_sort below
       // gives), else the scores for it.
@@ -264,8 +265,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       for (int64_t i = 0; i < nb; ++i) select_at.push_back(select_at.back() + index_fill(batch, b0 + i));
       selection.resize(size_t(select_at.back()));
       for (int64_t i = 0; i < nb; ++i) {
-        score_queries[size_t(i)].n_select = select_at[size_t(i + 1)] - select_at[size_t(i)];
-        score_queries[size_t(i)].selected = selection.data() + select_at[size_t(i)];
+        score_queries[size_t(i)].select.n_select = select_at[size_t(i + 1)] - select_at[size_t(i)];
+        score_queries[size_t(i)].select.selected = selection.data() + select_at[size_t(i)];
       }
       selected_on_backend = index_keys.select(*backend_, score_queries, IH, ID);
     }

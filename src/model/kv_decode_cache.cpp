@@ -127,8 +127,9 @@ bool IndexKeySet::select(Backend& backend, std::span<const IndexQuery> queries, 
   selects_.clear();
   size_t op = 0;
   for (const IndexQuery& q : queries) {
-    if (q.n_keys == 0) continue;
-    selects_.push_back({ops_[op++], q.n_select, q.masked, q.keep_blocks, q.block_size, q.selected, q.n_candidates, q.candidates});
+    if (q.select.score.n_keys == 0) continue;
+    selects_.push_back(q.select);
+    selects_.back().score = ops_[op++];
   }
   if (backend.index_select_batch(selects_)) return true;
   backend.index_scores_batch(ops_);
@@ -141,16 +142,16 @@ void IndexKeySet::make_ops(std::span<const IndexQuery> queries, int64_t n_heads,
   handles_.resize(queries.size());
   for (size_t i = 0; i < queries.size(); ++i) {
     const IndexQuery& q = queries[i];
-    if (q.n_keys > 0) handles_[i] = need(*q.format, *q.rows, q.owner, q.n_keys);
+    if (q.select.score.n_keys > 0) handles_[i] = need(*q.format, *q.rows, q.owner, q.select.score.n_keys);
   }
   prepare();
   ops_.clear();
   for (size_t i = 0; i < queries.size(); ++i) {
     const IndexQuery& q = queries[i];
-    if (q.n_keys == 0) continue;
-    IndexScoreParams& op = ops_.emplace_back();
-    op = {q.q, q.weights, n_heads, dim, nullptr, q.n_keys, q.scores};
-    op.q_kept = q.q_kept;
+    if (q.select.score.n_keys == 0) continue;
+    IndexScoreParams& op = ops_.emplace_back(q.select.score);
+    op.n_heads = n_heads;
+    op.dim = dim;
     set_keys(handles_[i], op);
   }
 }

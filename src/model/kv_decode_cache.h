@@ -109,25 +109,15 @@ class KeyDecodeCache {
   int64_t n_decoded_ = 0;
 };
 
-// One query token's index scores (spec I7-I9): q [n_heads, dim] and head weights [n_heads] against rows
-// [0, n_keys) of a key cache (`rows` in `format`, the cache of `owner`), written to scores [n_keys].
+// One query token's index scores (spec I7-I9) against rows [0, n_keys) of a key cache (`rows` in `format`, the cache
+// of `owner`), and for IndexKeySet::select its top-k selection. select.score's q [n_heads, dim], weights [n_heads],
+// n_keys, scores [n_keys] and q_kept are the query's (IndexKeySet sets the heads, the dim and the keys); the rest of
+// select is backend.h's IndexSelectParams.
 struct IndexQuery {
-  const float* q = nullptr;
-  const float* weights = nullptr;
   const KvRowFormat* format = nullptr;
   const PagedRows* rows = nullptr;
   const void* owner = nullptr;
-  int64_t n_keys = 0;
-  float* scores = nullptr;
-  // The query's top-k selection, for IndexKeySet::select (backend.h's IndexSelectParams).
-  int64_t n_select = 0;
-  bool masked = false;
-  std::span<const int64_t> keep_blocks = {};
-  int64_t block_size = 0;
-  int64_t* selected = nullptr;  // [n_select]
-  int64_t n_candidates = 0;
-  int64_t* candidates = nullptr;  // [n_candidates] or nullptr
-  bool q_kept = false;            // q is kept on the backend (IndexScoreParams::q_kept)
+  IndexSelectParams select;
 };
 
 // The index keys that a block of query tokens scores against, for one index_scores_batch over the whole block

@@ -23,7 +23,10 @@ void MhcFront::run() {
   DI_CHECK_MSG(!ran_, "an mHC side's first half ran twice");
   ran_ = true;
   const int64_t T = p_.n_tokens, D = p_.dim;
-  if (stream_) stream_->fetch(backend_, p_.h, T * 4 * D);
+  if (stream_) {
+    stream_->fetch(backend_, p_.h, T * 4 * D);
+    if (p_.collapse_pre) stream_->fetch_pre(backend_);
+  }
   const MhcWeights& m = p_.mhc;
   const MhcSideParams& p = p_;
   // Named through references: the lambdas run on the backend's threads (model_internal.h's BlockBuffers).
@@ -48,8 +51,11 @@ bool MhcFront::run_with(const ProjectionChainParams& chain) {
   auto* coeffs = reinterpret_cast<float*>(scratch_.coeffs.data());
   // A copy of h for the block's tail where h is the pass's stream (MhcSide::finish_with's tail reads it there).
   const bool keep_h = stream_ && backend_.keeps_arrays(), h_on_backend = stream_ && stream_->on_backend;
+  const bool pre_on_backend = stream_ && stream_->pre_on_backend();
+  DI_CHECK_MSG(!pre_on_backend || p_.collapse_pre == stream_->pre, "an mHC side collapses with a pre other than the one kept");
   if (backend_.mhc_projection_chain({.side = p_, .u = scratch_.u.data(), .uq = scratch_.uq.data(), .coeffs = coeffs, .chain = chain,
-                                     .keep_h = keep_h, .h_on_backend = h_on_backend, .u_back = false})) {
+                                     .keep_h = keep_h, .h_on_backend = h_on_backend, .pre_on_backend = pre_on_backend,
+                                     .u_back = false})) {
     ran_ = true;
     h_kept_ = keep_h;
     return true;
@@ -108,6 +114,7 @@ void MhcSide::finish_with(const MoeSideParams& ffn) {
   if (!chain) {
     finish();
     run_moe_side(backend_, ffn, scratch_);
+    pre_written_on_host(ffn.side.pre_out);
     return;
   }
   DI_CHECK_MSG(!finished_, "an mHC side's second half ran twice");
@@ -115,12 +122,27 @@ void MhcSide::finish_with(const MoeSideParams& ffn) {
   BlockTailParams tail{*chain, p_, reinterpret_cast<const float*>(scratch_.coeffs.data()), ffn};
   tail.attention.h_kept = h_kept_;
   tail.keep_h_out = stream_ && h_kept_;
+  tail.keep_pre_out = tail.keep_h_out && ffn.side.pre_out;
   if (backend_.block_tail(tail)) {
-    if (stream_) stream_->on_backend = tail.keep_h_out;
+    if (stream_) {
+      stream_->on_backend = tail.keep_h_out;
+      if (tail.keep_pre_out) {
+        stream_->pre = ffn.side.pre_out;
+        stream_->pre_floats = ffn.side.n_tokens * 4;
+      } else {
+        pre_written_on_host(ffn.side.pre_out);
+      }
+    }
     return;
   }
   if (stream_) stream_->fetch(backend_, p_.h, p_.n_tokens * 4 * p_.dim);  // the steps read the host's h
   block_tail_on_backend(backend_, tail, scratch_);
+  pre_written_on_host(ffn.side.pre_out);
+}
+
+void MhcSide::pre_written_on_host(const float* pre_out) {
+  // A pre the backend kept (the one this block's front read) that the FFN side has now written on the host anew.
+  if (stream_ && pre_out && stream_->pre == pre_out) stream_->pre = nullptr;
 }
 
 void mhc_side_on_backend(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub) {

@@ -15,6 +15,8 @@ namespace deepinfer {
 // A forward pass's residual stream between blocks, where the backend keeps arrays: a block's tail may leave it on
 // the backend (BlockTailParams::keep_h_out) for the next block's front to read there (MhcProjectionParams::
 // h_on_backend); its host array is then stale until fetched, which every host step that reads or writes it does first.
+// V4.1's pre from block to block (the FFN side's, which the next block's attention side collapses with) the same
+// (BlockTailParams::keep_pre_out, MhcProjectionParams::pre_on_backend).
 struct KeptStream {
   bool on_backend = false;
   // The stream's n floats at h on the host again.
@@ -24,6 +26,16 @@ struct KeptStream {
     on_backend = false;
   }
   void fetch(Backend& backend, std::vector<float>& h) { fetch(backend, h.data(), int64_t(h.size())); }
+
+  // The pre's array (n floats at pre) while the backend holds it (pre_on_backend), else nullptr.
+  const float* pre = nullptr;
+  int64_t pre_floats = 0;
+  bool pre_on_backend() const { return pre != nullptr; }
+  void fetch_pre(Backend& backend) {
+    if (!pre) return;
+    backend.fetch_kept(const_cast<float*>(pre), pre_floats);
+    pre = nullptr;
+  }
 };
 
 // The buffers of one side's steps; the caller keeps them from call to call (model_internal.h's BlockBuffers),
@@ -115,6 +127,7 @@ class MhcSide {
   KeptStream* stream_;
   bool finished_ = false;
   bool h_kept_ = false;  // the front's MhcFront::h_kept
+  void pre_written_on_host(const float* pre_out);
 };
 
 // The side whole: MhcSide, then its second half.

@@ -129,20 +129,22 @@ struct GoldenCaseParam {
   std::string linear_path = "fma";        // or mma (DEEPINFER_CUDA_LINEAR)
   std::string attention_path = "fused";   // or split (DEEPINFER_CUDA_ATTENTION)
   std::string kv_path = "floats";         // or packed (DEEPINFER_CUDA_KV)
+  int64_t prefill_chunk = 0;              // > 0: the prompt in forward calls of this many tokens (TeacherForcedOptions)
   std::string model_dir() const { return golden_dir() + "/" + family + "/" + model; }
   std::string case_path() const { return model_dir() + "/case-" + std::to_string(case_index) + ".safetensors"; }
 };
 
 inline void PrintTo(const GoldenCaseParam& p, std::ostream* os) {
   *os << p.family << "/" << p.model << " case " << p.case_index << " (" << p.linear_path << ", " << p.attention_path << ", "
-      << p.kv_path << ")";
+      << p.kv_path << (p.prefill_chunk > 0 ? ", prompt chunks of " + std::to_string(p.prefill_chunk) : "") << ")";
 }
 
 inline std::string golden_case_name(const ::testing::TestParamInfo<GoldenCaseParam>& info) {
   std::string name = info.param.family + "_" + info.param.model + "_case" + std::to_string(info.param.case_index) + "_" +
                      info.param.linear_path +
                      (info.param.attention_path == "fused" ? "" : "_" + info.param.attention_path) +
-                     (info.param.kv_path == "floats" ? "" : "_" + info.param.kv_path);
+                     (info.param.kv_path == "floats" ? "" : "_" + info.param.kv_path) +
+                     (info.param.prefill_chunk > 0 ? "_chunk" + std::to_string(info.param.prefill_chunk) : "");
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }

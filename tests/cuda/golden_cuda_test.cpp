@@ -28,7 +28,7 @@ void expect_within_fast_path_bounds(const testing::GoldenCaseParam& param) {
   std::printf("  backend: %s\n", model.value()->backend().name());
   auto gc = load_golden_case(param.case_path());
   ASSERT_TRUE(gc.ok()) << gc.status().message();
-  TeacherForcedOptions tf{.prefill_chunk = 0, .mtp = !v41, .dspark = v41};
+  TeacherForcedOptions tf{.prefill_chunk = param.prefill_chunk, .mtp = !v41, .dspark = v41};
   if (v41) {  // drafts forced onto the golden anchors and chains, as in the CPU fast-path test
     tf.forced_dspark_anchor = &gc->dspark_anchor;
     tf.forced_dspark_tokens = &gc->dspark_tokens;
@@ -148,7 +148,7 @@ struct CudaRun {
 };
 void run_teacher_forced_on_cuda(const testing::GoldenCaseParam& param, const GoldenCase& gc, CudaRun& run) {
   const bool v41 = param.family == "v41-flash";
-  TeacherForcedOptions tf{.prefill_chunk = 0, .mtp = !v41, .dspark = v41};
+  TeacherForcedOptions tf{.prefill_chunk = param.prefill_chunk, .mtp = !v41, .dspark = v41};
   if (v41) {
     tf.forced_dspark_anchor = &gc.dspark_anchor;
     tf.forced_dspark_tokens = &gc.dspark_tokens;
@@ -255,11 +255,16 @@ TEST(GoldenCudaLinearChain, EqualsTheModelStepsBitForBit) {
 // FFN side) in one call where the call's tokens are one attention query block, giving the model's own steps' bits
 // on this backend (moe_side_cuda_test.cpp holds the op to that), so the logits (main, MTP, DSpark) equal those with
 // the output projection a call of its own, bit for bit. The tails' output projections are no linear calls of
-// their own (TimedBackend counts a tail as one MoE call).
+// their own (TimedBackend counts a tail as one MoE call). V4's prompt also in calls of 128 tokens: its prefill then
+// keeps q, the attention's output and the stream on the device too (calls of up to 256 tokens do), and the stream is
+// fetched for the layer streams at the last prompt position.
 TEST(GoldenCudaBlockTail, EqualsTheModelStepsBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   const testing::ScopedMoePath moe("device");
-  expect_same_bits({{"v4-flash", "flash-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}}, "DEEPINFER_CUDA_LINEAR_CHAIN",
+  expect_same_bits({{"v4-flash", "flash-tiny", 3, "mma"},
+                    {"v4-flash", "flash-tiny", 3, "mma", "fused", "floats", 128},
+                    {"v41-flash", "tiny-a", 1, "mma"}},
+                   "DEEPINFER_CUDA_LINEAR_CHAIN",
                    {"host", "device"}, [](const CudaRun (&runs)[2]) {
                      const int64_t host_ops = runs[0].times[size_t(OpKind::kLinear)].calls;
                      const int64_t device_ops = runs[1].times[size_t(OpKind::kLinear)].calls;
@@ -270,6 +275,17 @@ TEST(GoldenCudaBlockTail, EqualsTheModelStepsBitForBit) {
                                  (long long)device_ops, (long long)runs[0].times[size_t(OpKind::kLinear)].entries,
                                  (long long)runs[1].times[size_t(OpKind::kLinear)].entries);
                    });
+}
+
+// DEEPINFER_CUDA_WAIT end to end, with a block's tail in one call (the stream, and V4.1's pre, kept on the device
+// between blocks): the attention and the tail return without waiting for their work (as-needed, the default), the
+// calls after them queued behind it, or every call waits (every-call). The emulated runtime runs queued work only at
+// a wait, so a call that rewrote staging still in use, or read the host's stale stream or pre, would change the bits.
+TEST(GoldenCudaCallsThatDoNotWait, EqualEveryCallWaitingBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  const testing::ScopedTailPaths tail;
+  expect_same_bits({{"v4-flash", "flash-tiny", 3, "mma", "fused", "floats", 128}, {"v41-flash", "tiny-a", 1, "mma", "fused", "mirror"}},
+                   "DEEPINFER_CUDA_WAIT", {"every-call", "as-needed"});
 }
 
 // DEEPINFER_CUDA_INDEX_SELECT=device end to end: each index source's top-k selection made on the device after the

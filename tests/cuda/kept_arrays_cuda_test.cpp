@@ -187,24 +187,29 @@ TEST(KeptArraysCuda, ArraysInUseOutliveManyOthers) {
   EXPECT_FALSE(all_untouched(step.q));
 }
 
-// A decode step's attention with kept arrays: q from the chain, the attention on it (tokens in order, or reversed so
-// that neither q nor the outputs are one run), its outputs rotated back and kept, then the output projection on them.
-void expect_attention_on_kept_arrays(int64_t n_tokens, bool reversed, std::mt19937& rng) {
-  SCOPED_TRACE(std::to_string(n_tokens) + " tokens" + (reversed ? ", reversed" : ""));
-  constexpr int64_t H = 4, HD = kHeadDim, n_rows = 96, n_slots = 128;
-  RandomProjections r(n_tokens, false, rng, H * HD);
-  RandomOutputProjection out_proj(n_tokens, false, rng);
-  ASSERT_EQ(int64_t(out_proj.o.size()), n_tokens * H * HD);
-  const std::vector<float> u = random_bf16_values(rng, n_tokens * r.D, 1.0f), uq = random_bf16_values(rng, n_tokens * r.D, 1.0f);
-  const std::vector<float> rows = random_bf16_values(rng, n_rows * HD, 1.0f), sink = random_bf16_values(rng, H, 1.0f);
-  const std::vector<float> cos_sin = random_angles(rng, n_tokens);
-  std::vector<const float*> slots(size_t(n_tokens * n_slots), nullptr);  // token t: rows t, t + 1, ..., then empty
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t j = 0; j < n_rows - t; ++j) slots[size_t(t * n_slots + j)] = &rows[size_t((t + j) * HD)];
+// One layer's attention as a decode step runs it: q from a projection chain, the attention over cache rows (token t
+// reads rows t, t + 1, ..., then empty slots; tokens given in order, or reversed so that neither q nor the outputs
+// are one run), its outputs rotated back (AT4).
+struct KeptAttentionLayer {
+  static constexpr int64_t H = 4, HD = kHeadDim, n_rows = 96, n_slots = 128;
+  int64_t n_tokens;
+  bool reversed;
+  RandomProjections r;
+  std::vector<float> u, uq, rows, sink, cos_sin;
+  std::vector<const float*> slots;
+
+  KeptAttentionLayer(int64_t n_tokens_, bool reversed_, std::mt19937& rng)
+      : n_tokens(n_tokens_), reversed(reversed_), r(n_tokens_, false, rng, H * HD),
+        u(random_bf16_values(rng, n_tokens_ * r.D, 1.0f)), uq(random_bf16_values(rng, n_tokens_ * r.D, 1.0f)),
+        rows(random_bf16_values(rng, n_rows * HD, 1.0f)), sink(random_bf16_values(rng, H, 1.0f)),
+        cos_sin(random_angles(rng, n_tokens_)), slots(size_t(n_tokens_ * n_slots), nullptr) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t j = 0; j < n_rows - t; ++j) slots[size_t(t * n_slots + j)] = &rows[size_t((t + j) * HD)];
+    }
   }
-  const std::unique_ptr<Backend> gpu = make_chain_backend("device"), steps_gpu = make_chain_backend("host");
-  ASSERT_TRUE(gpu && steps_gpu);
-  auto attention = [&](const float* q, float* o, std::span<const HeadRope> out_rope) {
+
+  // The attention's ops on q into o; with out_rope, each token's q kept and its output rotated back and kept in o.
+  std::vector<SparseAttentionParams> attention(const float* q, float* o, std::span<const HeadRope> out_rope) const {
     std::vector<SparseAttentionParams> ps;
     for (int64_t i = 0; i < n_tokens; ++i) {
       const int64_t t = reversed ? n_tokens - 1 - i : i;
@@ -214,29 +219,55 @@ void expect_attention_on_kept_arrays(int64_t n_tokens, bool reversed, std::mt199
                     .out_kept_array = out_rope.empty() ? nullptr : o, .out_kept_floats = out_rope.empty() ? 0 : n_tokens * H * HD});
     }
     return ps;
-  };
+  }
 
-  // The model's steps: q back to the host, its head work there, the attention, AT4 there, the output projection.
-  RandomProjections::Outputs host(r);
-  projection_chain_on_backend(*steps_gpu, r.chain(u.data(), uq.data(), host));
-  host_head_rope(host.q, H, cos_sin, true, false);
-  std::vector<float> host_o(out_proj.o.size(), -7.0f), host_y(size_t(n_tokens * out_proj.D), -7.0f);
-  steps_gpu->sparse_attentions(attention(host.q.data(), host_o.data(), {}));
-  host_head_rope(host_o, H, cos_sin, false, true);
+  // The model's steps: q back to the host, its head work there, the attention, AT4 there.
+  std::vector<float> host_output(Backend& steps_gpu) {
+    RandomProjections::Outputs host(r);
+    projection_chain_on_backend(steps_gpu, r.chain(u.data(), uq.data(), host));
+    host_head_rope(host.q, H, cos_sin, true, false);
+    std::vector<float> o(size_t(n_tokens * H * HD), -7.0f);
+    steps_gpu.sparse_attentions(attention(host.q.data(), o.data(), {}));
+    host_head_rope(o, H, cos_sin, false, true);
+    return o;
+  }
+
+  // Kept: the chain keeps q (in device's array), then the attention its output (in o's), neither written on the host.
+  void keep_q(Backend& gpu, RandomProjections::Outputs& device) {
+    const HeadRope q_rope{H, HD, kRopeDim, cos_sin.data(), false, true, kEps};
+    ProjectionChainParams p = r.chain(u.data(), uq.data(), device);
+    p.q_rope = &q_rope;
+    ASSERT_TRUE(gpu.projection_chain(p));
+  }
+  void attend_kept(Backend& gpu, const RandomProjections::Outputs& device, std::vector<float>& o) {
+    out_rope.clear();
+    for (int64_t t = 0; t < n_tokens; ++t) out_rope.push_back({H, HD, kRopeDim, &cos_sin[size_t(t * kRopeDim)], true, false, 0.0});
+    std::fill(o.begin(), o.end(), -7.0f);
+    gpu.sparse_attentions(attention(device.q.data(), o.data(), out_rope));
+    EXPECT_TRUE(all_untouched(device.q) && all_untouched(o)) << "q's or the output's host array written";
+  }
+  std::vector<HeadRope> out_rope;
+};
+
+// A decode step's attention with kept arrays, then the output projection on its kept outputs.
+void expect_attention_on_kept_arrays(int64_t n_tokens, bool reversed, std::mt19937& rng) {
+  SCOPED_TRACE(std::to_string(n_tokens) + " tokens" + (reversed ? ", reversed" : ""));
+  KeptAttentionLayer layer(n_tokens, reversed, rng);
+  RandomOutputProjection out_proj(n_tokens, false, rng);
+  ASSERT_EQ(int64_t(out_proj.o.size()), n_tokens * KeptAttentionLayer::H * KeptAttentionLayer::HD);
+  const std::unique_ptr<Backend> gpu = make_chain_backend("device"), steps_gpu = make_chain_backend("host");
+  ASSERT_TRUE(gpu && steps_gpu);
+
+  // The model's steps, then the output projection.
+  const std::vector<float> host_o = layer.host_output(*steps_gpu);
+  std::vector<float> host_y(size_t(n_tokens * out_proj.D), -7.0f);
   std::copy(host_o.begin(), host_o.end(), out_proj.o.begin());
   linear_chain_on_backend(*steps_gpu, out_proj.chain(host_y.data()));
 
   // Kept: nothing of q or o crosses to the host.
-  RandomProjections::Outputs device(r);
-  const HeadRope q_rope{H, HD, kRopeDim, cos_sin.data(), false, true, kEps};
-  ProjectionChainParams p = r.chain(u.data(), uq.data(), device);
-  p.q_rope = &q_rope;
-  ASSERT_TRUE(gpu->projection_chain(p));
-  std::vector<HeadRope> out_rope;
-  for (int64_t t = 0; t < n_tokens; ++t) out_rope.push_back({H, HD, kRopeDim, &cos_sin[size_t(t * kRopeDim)], true, false, 0.0});
-  std::fill(out_proj.o.begin(), out_proj.o.end(), -7.0f);
-  gpu->sparse_attentions(attention(device.q.data(), out_proj.o.data(), out_rope));
-  EXPECT_TRUE(all_untouched(device.q) && all_untouched(out_proj.o)) << "q's or the output's host array written";
+  RandomProjections::Outputs device(layer.r);
+  layer.keep_q(*gpu, device);
+  layer.attend_kept(*gpu, device, out_proj.o);
   gpu->fetch_kept(out_proj.o.data(), int64_t(out_proj.o.size()));
   EXPECT_EQ(n_differing(host_o, out_proj.o), 0) << "of " << host_o.size() << " attention outputs";
   std::fill(out_proj.o.begin(), out_proj.o.end(), -7.0f);  // the chain must read the kept array
@@ -266,6 +297,36 @@ TEST(KeptArraysCuda, AttentionAndOutputProjectionReadWhatIsKept) {
     SCOPED_TRACE(attention);
     for (int64_t n : {1, 5}) {
       for (bool reversed : {false, true}) expect_attention_on_kept_arrays(n, reversed, rng);
+    }
+  }
+}
+
+TEST(KeptArraysCuda, AttentionsThatKeepTheirOutputsDoNotWaitYetKeepTheirInputs) {
+  DI_SKIP_WITHOUT_CUDA();
+  // An attention whose outputs stay on the device returns before its work has run; the next one (here another
+  // layer's, its own q, rows and outputs, with no wait between them) must not rewrite the staging that work still
+  // reads. Under the emulated runtime the queued copies read the staging only at the next wait, so a rewrite shows
+  // in the first outputs.
+  std::mt19937 rng(810);
+  for (const std::string& attention : attention_paths()) {
+    const ScopedCudaPaths paths("mma", attention);
+    SCOPED_TRACE(attention);
+    for (int64_t n : {1, 3}) {
+      SCOPED_TRACE(std::to_string(n) + " tokens");
+      KeptAttentionLayer first(n, false, rng), second(n, true, rng);
+      const std::unique_ptr<Backend> gpu = make_chain_backend("device"), steps_gpu = make_chain_backend("host");
+      ASSERT_TRUE(gpu && steps_gpu);
+      const std::vector<float> host_first = first.host_output(*steps_gpu), host_second = second.host_output(*steps_gpu);
+      RandomProjections::Outputs first_q(first.r), second_q(second.r);
+      std::vector<float> first_o(host_first.size()), second_o(host_second.size());
+      first.keep_q(*gpu, first_q);
+      second.keep_q(*gpu, second_q);
+      first.attend_kept(*gpu, first_q, first_o);
+      second.attend_kept(*gpu, second_q, second_o);
+      gpu->fetch_kept(first_o.data(), int64_t(first_o.size()));
+      gpu->fetch_kept(second_o.data(), int64_t(second_o.size()));
+      EXPECT_EQ(n_differing(host_first, first_o), 0) << "of the first layer's " << host_first.size() << " outputs";
+      EXPECT_EQ(n_differing(host_second, second_o), 0) << "of the second layer's " << host_second.size() << " outputs";
     }
   }
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -194,18 +195,6 @@ void expect_tail_equals_steps(Backend& gpu, const RandomMoe& moe, RandomTail& ta
   EXPECT_GT(n_differing(h_in, device), int64_t(n / 2));
 }
 
-// DEEPINFER_CUDA_MOE=device and DEEPINFER_CUDA_LINEAR_CHAIN=device for the backends made while it lives.
-class ScopedTailPaths {
- public:
-  ScopedTailPaths() : moe_("device") { setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1); }
-  ~ScopedTailPaths() { unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN"); }
-  ScopedTailPaths(const ScopedTailPaths&) = delete;
-  ScopedTailPaths& operator=(const ScopedTailPaths&) = delete;
-
- private:
-  ScopedMoePath moe_;
-};
-
 TEST(MoeSideCuda, DeviceTailEqualsItsStepsBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   const ScopedCudaPaths linear("mma");
@@ -248,6 +237,17 @@ TEST(MoeSideCuda, TailGraphsReplayTheirOwnWork) {
   }
 }
 
+// For 1 and 3 tokens: body(n, rng, moe) with a generator seeded seed + n and a random MoE of shape s for n tokens.
+void for_one_and_three_tokens(const MoeShape& s, uint32_t seed,
+                              const std::function<void(int64_t, std::mt19937&, const RandomMoe&)>& body) {
+  for (int64_t n : {1, 3}) {
+    SCOPED_TRACE(std::to_string(n) + " tokens");
+    std::mt19937 rng(uint32_t(seed + n));
+    const RandomMoe moe(s, n, rng());
+    body(n, rng, moe);
+  }
+}
+
 // The attention side's stream kept by the block's front (MhcProjectionParams::keep_h) and read there by its tail
 // (MhcSideParams::h_kept): the tail's outputs those of its steps on the host's stream, also with the host's array
 // overwritten after the front (so the tail can only have read the kept copy). 1 and 3 tokens, graphs on.
@@ -256,10 +256,7 @@ TEST(MoeSideCuda, TailReadsTheFrontsKeptStream) {
   const ScopedCudaPaths linear("mma");
   const ScopedTailPaths paths;
   const MoeShape s;
-  for (int64_t n : {1, 3}) {
-    SCOPED_TRACE(std::to_string(n) + " tokens");
-    std::mt19937 rng(uint32_t(50 + n));
-    const RandomMoe moe(s, n, rng());
+  for_one_and_three_tokens(s, 50, [&](int64_t n, std::mt19937& rng, const RandomMoe& moe) {
     RandomTail tail(s, n, rng);
     RandomProjections projections(n, false, rng);
     ASSERT_EQ(RandomProjections::D, s.dim);
@@ -296,7 +293,97 @@ TEST(MoeSideCuda, TailReadsTheFrontsKeptStream) {
     }
     EXPECT_EQ(n_differing(on_host.q, on_device.q), 0);
     EXPECT_EQ(n_differing(on_host.kv, on_device.kv), 0);
-  }
+  });
+}
+
+// Two blocks' tails with nothing to bring back (the output stream kept, no pre: V4's) return without waiting for
+// their work; the second, queued right behind the first, must not rewrite the staging the first's queued copies
+// still read. Under the emulated runtime those copies read it only at the next wait, so a rewrite shows in the
+// first's stream. Each stream those of the tail's steps, 1 and 3 tokens.
+TEST(MoeSideCuda, TailsThatKeepTheirStreamDoNotWaitYetKeepTheirInputs) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  const ScopedTailPaths paths;
+  const MoeShape s;
+  for_one_and_three_tokens(s, 60, [&](int64_t n, std::mt19937& rng, const RandomMoe& moe) {
+    RandomTail tails[2] = {RandomTail(s, n, rng), RandomTail(s, n, rng)};
+    DI_MAKE_CUDA_BACKEND(gpu);
+    const size_t stream_floats = size_t(n * 4 * s.dim);
+    std::vector<float> host[2], device[2], sub_out[2], h_mid[2];
+    for (int i = 0; i < 2; ++i) {
+      host[i].assign(tails[i].attention.h.begin(), tails[i].attention.h.begin() + int64_t(stream_floats));
+      device[i] = host[i];
+      sub_out[i].resize(size_t(n * s.dim));
+      h_mid[i].resize(stream_floats);
+      MhcScratch scratch;
+      block_tail_on_backend(*gpu, tails[i].params(moe, s, host[i].data(), sub_out[i].data(), h_mid[i].data(), nullptr), scratch);
+    }
+    for (int i = 0; i < 2; ++i) {
+      BlockTailParams kept = tails[i].params(moe, s, device[i].data(), sub_out[i].data(), h_mid[i].data(), nullptr);
+      kept.keep_h_out = true;
+      ASSERT_TRUE(gpu->block_tail(kept));
+    }
+    for (int i = 0; i < 2; ++i) {
+      gpu->fetch_kept(device[i].data(), int64_t(stream_floats));
+      EXPECT_EQ(n_differing(host[i], device[i]), 0) << "tail " << i << ": of " << stream_floats << " stream values";
+    }
+    // A block's FFN side alone (an MTP block's) right behind a tail: it stages into the same pinned memory.
+    device[0] = tails[0].attention.h;
+    device[0].resize(stream_floats);
+    BlockTailParams kept = tails[0].params(moe, s, device[0].data(), sub_out[0].data(), h_mid[0].data(), nullptr);
+    kept.keep_h_out = true;
+    ASSERT_TRUE(gpu->block_tail(kept));
+    std::vector<float> side_out(stream_floats);
+    ASSERT_TRUE(gpu->moe_side(tails[1].ffn.params(moe, s, n, side_out.data(), nullptr)));
+    gpu->fetch_kept(device[0].data(), int64_t(stream_floats));
+    EXPECT_EQ(n_differing(host[0], device[0]), 0) << "the tail before an FFN side: of " << stream_floats << " stream values";
+  });
+}
+
+// V4.1's tail leaves the FFN side's pre on the device with the stream (BlockTailParams::keep_pre_out), returning without
+// a wait; the next block's front collapses with it there (MhcProjectionParams::pre_on_backend). The kept pre is the
+// steps' bits, its host array untouched, and the front on it gives a front on the host's pre's outputs. 1 and 3 tokens.
+TEST(MoeSideCuda, TailKeepsTheV41PreForTheNextFront) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  const ScopedTailPaths paths;
+  MoeShape s;
+  s.v41 = true;
+  for_one_and_three_tokens(s, 70, [&](int64_t n, std::mt19937& rng, const RandomMoe& moe) {
+    RandomTail tail(s, n, rng);
+    RandomProjections projections(n, true, rng);
+    DI_MAKE_CUDA_BACKEND(gpu);
+    const size_t stream_floats = size_t(n * 4 * s.dim);
+    std::vector<float> host(tail.attention.h.begin(), tail.attention.h.begin() + int64_t(stream_floats)), device = host;
+    std::vector<float> sub_out(size_t(n * s.dim)), h_mid(stream_floats), host_pre(size_t(n * 4), -7.0f), device_pre = host_pre;
+    MhcScratch scratch;
+    block_tail_on_backend(*gpu, tail.params(moe, s, host.data(), sub_out.data(), h_mid.data(), host_pre.data()), scratch);
+    BlockTailParams kept = tail.params(moe, s, device.data(), sub_out.data(), h_mid.data(), device_pre.data());
+    kept.keep_h_out = true;
+    kept.keep_pre_out = true;
+    ASSERT_TRUE(gpu->block_tail(kept));
+    EXPECT_TRUE(std::all_of(device_pre.begin(), device_pre.end(), [](float v) { return v == -7.0f; })) << "the host's pre written";
+    // The next front on the kept stream and pre, and on the host's (the kept one first).
+    std::vector<float> u(size_t(n * s.dim)), uq(u.size()), coeffs_kept(size_t(n * 24)), coeffs_host(coeffs_kept.size());
+    RandomProjections::Outputs on_device(projections), on_host(projections);
+    MhcSideParams next = tail.attention.params(moe, s, n, h_mid.data(), nullptr).side;
+    next.h = device.data();
+    next.collapse_pre = device_pre.data();
+    ASSERT_TRUE(gpu->mhc_projection_chain({.side = next, .u = u.data(), .uq = uq.data(), .coeffs = coeffs_kept.data(),
+                                           .chain = projections.chain(u.data(), uq.data(), on_device), .h_on_backend = true,
+                                           .pre_on_backend = true}));
+    next.h = host.data();
+    next.collapse_pre = host_pre.data();
+    ASSERT_TRUE(gpu->mhc_projection_chain({.side = next, .u = u.data(), .uq = uq.data(), .coeffs = coeffs_host.data(),
+                                           .chain = projections.chain(u.data(), uq.data(), on_host)}));
+    EXPECT_EQ(n_differing(on_host.qr, on_device.qr), 0) << "the front collapsed with another pre";
+    EXPECT_EQ(n_differing(on_host.kv, on_device.kv), 0);
+    EXPECT_EQ(n_differing(coeffs_host, coeffs_kept), 0);
+    gpu->fetch_kept(device_pre.data(), int64_t(device_pre.size()));
+    EXPECT_EQ(n_differing(host_pre, device_pre), 0) << "of the pre";
+    gpu->fetch_kept(device.data(), int64_t(stream_floats));
+    EXPECT_EQ(n_differing(host, device), 0) << "of " << stream_floats << " stream values";
+  });
 }
 
 // The tail declines where its steps would not run on the device whole: without the device chain, and without the

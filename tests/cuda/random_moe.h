@@ -23,6 +23,19 @@ class ScopedMoePath {
   ScopedMoePath& operator=(const ScopedMoePath&) = delete;
 };
 
+// DEEPINFER_CUDA_MOE=device and DEEPINFER_CUDA_LINEAR_CHAIN=device (a block's tail in one call) for the backends made
+// while it lives.
+class ScopedTailPaths {
+ public:
+  ScopedTailPaths() : moe_("device") { setenv("DEEPINFER_CUDA_LINEAR_CHAIN", "device", 1); }
+  ~ScopedTailPaths() { unsetenv("DEEPINFER_CUDA_LINEAR_CHAIN"); }
+  ScopedTailPaths(const ScopedTailPaths&) = delete;
+  ScopedTailPaths& operator=(const ScopedTailPaths&) = delete;
+
+ private:
+  ScopedMoePath moe_;
+};
+
 struct MoeShape {
   bool v41 = false;
   bool hash = false;

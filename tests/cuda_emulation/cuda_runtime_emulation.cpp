@@ -6,9 +6,11 @@
 //   - a copy from pageable host memory to the device takes the source bytes when it is queued (the driver
 //     stages them), while a copy from pinned memory (cudaMallocHost) reads them when it runs;
 //   - a copy from the device into pageable host memory returns only once it has landed (the stream is run);
-//   - cudaMemcpy, cudaFree and cudaFreeHost wait for all queued work.
+//   - cudaMemcpy, cudaFree and cudaFreeHost wait for all queued work;
+//   - an event's synchronisation runs its stream's work up to the event's latest record, and no further.
 #include "cuda_emulation.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +30,11 @@ struct CUgraph_st {
 };
 struct CUgraphExec_st {
   std::vector<std::function<void()>> nodes;
+};
+struct CUevent_st {
+  CUstream_st* stream = nullptr;  // of the latest record
+  uint64_t recorded = 0;          // records so far
+  uint64_t reached = 0;           // the latest record whose marker has run
 };
 
 namespace deepinfer::cuda_emulation {
@@ -51,6 +58,15 @@ void run(CUstream_st* stream) {
   std::vector<std::function<void()>> work;
   work.swap(stream->queue);
   for (auto& w : work) w();
+}
+
+// The stream's queued work in order until done() holds (or the queue is empty).
+void run_until(CUstream_st* stream, const std::function<bool()>& done) {
+  while (!done() && !stream->queue.empty()) {
+    std::function<void()> w = std::move(stream->queue.front());
+    stream->queue.erase(stream->queue.begin());
+    w();
+  }
 }
 
 void run_all() {
@@ -216,6 +232,15 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceSynchronize() {
+  std::lock_guard lock(state().mutex);
+  for (CUstream_st* stream : state().streams) {
+    if (stream->capturing) return cudaErrorStreamCaptureUnsupported;
+  }
+  run_all();
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind /*kind*/) {
   std::lock_guard lock(state().mutex);
   run_all();
@@ -254,6 +279,32 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   enqueue(stream, [=] { std::memset(dst, value, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/) {
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  std::lock_guard lock(state().mutex);
+  if (resolve(stream)->capturing) return cudaErrorStreamCaptureUnsupported;  // no event nodes here
+  event->stream = resolve(stream);
+  const uint64_t n = ++event->recorded;
+  enqueue(stream, [event, n] { event->reached = std::max(event->reached, n); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  std::lock_guard lock(state().mutex);
+  if (event->stream) run_until(event->stream, [event] { return event->reached >= event->recorded; });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {  // (a GPU frees it once its last record completes)
+  cudaEventSynchronize(event);
+  delete event;
   return cudaSuccess;
 }
 

@@ -62,6 +62,25 @@ TEST_F(CudaEmulation, WorkWaitsForTheSynchronisationAndRunsInOrder) {
   EXPECT_EQ(order, (std::vector<int>{1, 2}));
 }
 
+TEST_F(CudaEmulation, AnEventsSynchronisationRunsTheWorkUpToItsLatestRecordOnly) {
+  cudaEvent_t event = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), cudaSuccess);
+  std::vector<int> order;
+  cuda_emulation::enqueue(stream_, [&] { order.push_back(1); });
+  ASSERT_EQ(cudaEventRecord(event, stream_), cudaSuccess);
+  cuda_emulation::enqueue(stream_, [&] { order.push_back(2); });
+  ASSERT_EQ(cudaEventRecord(event, stream_), cudaSuccess);
+  cuda_emulation::enqueue(stream_, [&] { order.push_back(3); });
+  EXPECT_TRUE(order.empty());
+  ASSERT_EQ(cudaEventSynchronize(event), cudaSuccess);
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  ASSERT_EQ(cudaEventSynchronize(event), cudaSuccess);  // passed already: nothing more runs
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  ASSERT_EQ(cudaEventDestroy(event), cudaSuccess);
+}
+
 TEST_F(CudaEmulation, ACopyIntoPageableMemoryAndAFreeWaitForQueuedWork) {
   std::memset(device_, 7, 64);
   bool ran = false;

@@ -151,6 +151,40 @@ struct KernelPaths {
   bool graphs = true;              // DEEPINFER_CUDA_GRAPHS=on (the default) or off
   bool device_chain = false;       // DEEPINFER_CUDA_LINEAR_CHAIN=device or host (the default)
   bool device_select = false;      // DEEPINFER_CUDA_INDEX_SELECT=device or host (the default)
+  bool wait_every_call = false;    // DEEPINFER_CUDA_WAIT=every-call or as-needed (the default)
+};
+
+// Pinned staging that work queued by a call which did not wait may still read (or write): the next call that
+// rewrites it waits for that work first. An event recorded behind the work, not a wait for the whole stream, so that
+// work queued since (the calls that read what the first one left on the device) keeps running.
+class StagingInUse {
+ public:
+  // every_call (DEEPINFER_CUDA_WAIT=every-call): the call waits for its work after all, as every other call does.
+  void create(bool every_call) {
+    every_call_ = every_call;
+    DI_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  }
+  void destroy() { cudaEventDestroy(event_); }
+  // The call's work that reads the staging is queued on `stream`, and the call returns without waiting for it.
+  void queued(cudaStream_t stream) {
+    if (every_call_) {
+      DI_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return;
+    }
+    DI_CUDA_CHECK(cudaEventRecord(event_, stream));
+    in_use_ = true;
+  }
+  // Before the staging is written again.
+  void wait() {
+    if (!in_use_) return;
+    DI_CUDA_CHECK(cudaEventSynchronize(event_));
+    in_use_ = false;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  bool in_use_ = false;
+  bool every_call_ = false;
 };
 
 class CudaBackend final : public Backend {
@@ -168,10 +202,15 @@ class CudaBackend final : public Backend {
     name_ = std::string("cuda-") + prop.name;
     max_shared_bytes_ = prop.sharedMemPerBlockOptin;
     DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    attention_staging_.create(paths.wait_every_call);
+    tail_staging_.create(paths.wait_every_call);
   }
   ~CudaBackend() override {  // the buffers that members free belong to device_ too
     cudaSetDevice(device_);  // not bind_device(): a destructor must not abort
+    cudaStreamSynchronize(stream_);  // work a call did not wait for reads the buffers freed below
     drop_graphs();
+    attention_staging_.destroy();
+    tail_staging_.destroy();
     cudaStreamDestroy(stream_);
   }
 
@@ -471,8 +510,10 @@ class CudaBackend final : public Backend {
     uint8_t* dev = front_scratch_.get<uint8_t>();
     uint8_t* host = front_host_.get<uint8_t>();
     auto f32 = [&](size_t offset) { return reinterpret_cast<float*>(dev + offset); };
+    DI_CHECK_MSG(side_pre || !p.pre_on_backend, "mHC projection chain: a pre on the device, but no collapse_pre");
     if (!p.h_on_backend) std::memcpy(host + h_at, side.h, size_t(T * HW) * 4);
-    if (side_pre) std::memcpy(host + pre_at, side.collapse_pre, size_t(T * 4) * 4);
+    // (a pre on the device is copied over its stale bytes after the upload)
+    if (side_pre && !p.pre_on_backend) std::memcpy(host + pre_at, side.collapse_pre, size_t(T * 4) * 4);
     front_launches_.clear();
     std::vector<cuda::LinearLaunch> other;  // first's ops off the tensor cores, as enqueue_linears runs them
     for (size_t i = 0; i < chain.first.size(); ++i) {
@@ -494,6 +535,7 @@ class CudaBackend final : public Backend {
     // A copy of h for the block's tail; where h is on the device already, that array itself.
     const float* h_in = p.h_on_backend ? kept_at(side.h, T * HW) : nullptr;
     float* kept_h = p.keep_h && !h_in ? keep_array(side.h, T * HW) : nullptr;
+    const float* pre_in = p.pre_on_backend ? kept_at(side.collapse_pre, T * 4) : nullptr;
     const cuda::ActQdqRule rule = chain.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
     // Nothing below allocates, uploads a constant or waits, so that it can be captured.
     const float* mid_norm = chain.mid_norm ? weights_.bf16_constant(chain.mid_norm, chain.mid_width, stream_) : nullptr;
@@ -502,6 +544,7 @@ class CudaBackend final : public Backend {
     auto enqueue = [&] {
       DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
       if (h_in) DI_CUDA_CHECK(cudaMemcpyAsync(f32(h_at), h_in, size_t(T * HW) * 4, cudaMemcpyDeviceToDevice, stream_));
+      if (pre_in) DI_CUDA_CHECK(cudaMemcpyAsync(f32(pre_at), pre_in, size_t(T * 4) * 4, cudaMemcpyDeviceToDevice, stream_));
       if (kept_h) DI_CUDA_CHECK(cudaMemcpyAsync(kept_h, f32(h_at), size_t(T * HW) * 4, cudaMemcpyDeviceToDevice, stream_));
       cuda::launch_hc_mix({f32(h_at), T, HW, device.fn, side.mhc.n_mix, side.mhc.eps, f32(mixes_at)}, stream_);
       cuda::launch_hc_pre(pre, stream_);
@@ -513,7 +556,7 @@ class CudaBackend final : public Backend {
     };
     if (graphs_) {
       // The key: the side, the token count, and each op's weight, rows and epilogue and what it reads.
-      GraphKey key = {kFrontGraph, T, kx, word(p.keep_h), word(p.u_back), word(p.h_on_backend)};
+      GraphKey key = {kFrontGraph, T, kx, word(p.keep_h), word(p.u_back), word(p.h_on_backend), word(p.pre_on_backend)};
       add_side_words(side, key);
       for (const LinearParams& op : chain.first) {
         for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue), word(op.x == p.u), word(op.bias != nullptr)}) {
@@ -535,8 +578,8 @@ class CudaBackend final : public Backend {
         for (int64_t w : {int64_t(-1), index->n_heads, index->head_dim, index->rope_dim, word(index->v41)}) key.push_back(w);
       }
       run_as_graph(key,
-                   {front_scratch_.get(), front_host_.get(), chain_scratch_.get(), chain_host_.get(), partials_.get(),
-                    front_descriptors_.get(), chain_descriptors_.get(), second.kept[0], second.kept[1], kept_h, h_in},
+                   {front_scratch_.get(), front_host_.get(), chain_scratch_.get(), second_host_.get(), partials_.get(),
+                    front_descriptors_.get(), chain_descriptors_.get(), second.kept[0], second.kept[1], kept_h, h_in, pre_in},
                    enqueue);
     } else {
       enqueue();
@@ -672,6 +715,7 @@ class CudaBackend final : public Backend {
   // the tensor-core ones (the FMA linear, the FP8-operand prompt linear for prompt tokens), for weights in host
   // memory, for first ops of different weight kinds or k_pad, and for a second op with a bias.
   bool plan_output_chain(const LinearChainParams& p, OutputChain& c) {
+    tail_staging_.wait();  // chain_host_ below
     const int64_t T = p.n_tokens, n_first = int64_t(p.first.size());
     if (!device_chain_ || !tensor_core_linear_ || T == 0 || n_first == 0) return false;
     if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return false;
@@ -783,7 +827,7 @@ class CudaBackend final : public Backend {
     launch_lone_mma(c.second);
   }
   // A projection chain's second stage (mid's norm and QDQ, second's ops) in chain_scratch_, mirrored in
-  // chain_host_: the normed mid, mid_q padded to k2, then each op's output.
+  // second_host_: the normed mid, mid_q padded to k2, then each op's output.
   // With q_rope, second[0]'s output (q), and with index_q, second[1]'s (the indexer's query) go after the rest, each
   // with its angles, worked on (head_rope_kernel.cu) into its kept array and not copied back: the copy back is the
   // first back_bytes.
@@ -844,10 +888,10 @@ class CudaBackend final : public Backend {
     }
     c.bytes = layout.bytes;
     chain_scratch_.reserve(c.bytes);
-    chain_host_.reserve(c.bytes);
+    second_host_.reserve(c.bytes);
     for (size_t i = 0; i < 2; ++i) {
       if (!kept_output(p, i)) continue;
-      std::memcpy(chain_host_.get<uint8_t>() + c.cos_sin_at[i], angles[i], size_t(T * rope_dims[i]) * 4);
+      std::memcpy(second_host_.get<uint8_t>() + c.cos_sin_at[i], angles[i], size_t(T * rope_dims[i]) * 4);
       c.kept[i] = keep_array(p.second[i].out, T * p.second[i].out_stride);
     }
     uint8_t* dev = chain_scratch_.get<uint8_t>();
@@ -878,7 +922,7 @@ class CudaBackend final : public Backend {
     cuda::launch_act_qdq(norm_qdq, stream_);
     launch_uploaded_mma_groups(chain_launches_, chain_descriptors_);
     auto angles = [&](size_t i, int64_t rope_dim) {  // second[i]'s angles, copied in
-      DI_CUDA_CHECK(cudaMemcpyAsync(dev + c.cos_sin_at[i], chain_host_.get<uint8_t>() + c.cos_sin_at[i], size_t(T * rope_dim) * 4,
+      DI_CUDA_CHECK(cudaMemcpyAsync(dev + c.cos_sin_at[i], second_host_.get<uint8_t>() + c.cos_sin_at[i], size_t(T * rope_dim) * 4,
                                     cudaMemcpyHostToDevice, stream_));
       return reinterpret_cast<const float*>(dev + c.cos_sin_at[i]);
     };
@@ -896,12 +940,12 @@ class CudaBackend final : public Backend {
                                 index->v41, double(float(1.0 / std::sqrt(128.0)))},
                                stream_);
     }
-    DI_CUDA_CHECK(cudaMemcpyAsync(chain_host_.get(), dev, c.back_bytes, cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(second_host_.get(), dev, c.back_bytes, cudaMemcpyDeviceToHost, stream_));
   }
   // After the wait: the normed mid, mid_q and second's outputs to the caller's arrays.
   void finish_chain_second(const ProjectionChainParams& p, const ChainSecond& c) const {
     const int64_t T = p.n_tokens, W = p.mid_width;
-    const uint8_t* host = chain_host_.get<uint8_t>();
+    const uint8_t* host = second_host_.get<uint8_t>();
     std::memcpy(p.mid, host + c.normed_at, size_t(T * W) * 4);
     copy_rows(reinterpret_cast<const float*>(host + c.mid_q_at), c.k2, T, W, p.mid_q, W, W);
     for (size_t i = 0; i < p.second.size(); ++i) {
@@ -1043,6 +1087,7 @@ class CudaBackend final : public Backend {
     const int64_t k2s = block.shared_w2->k_pad, n_slots = std::min(E, R);
     DI_CHECK_MSG(D == w.gate.n_in && D <= kx, "device MoE: u's width is not the gate's");
     const cuda::ActQdqRule rule = p.v41 ? cuda::ActQdqRule::kV41 : cuda::ActQdqRule::kV4;
+    tail_staging_.wait();  // moe_host_ below
     // Device scratch, each part 256-byte aligned.
     ScratchLayout layout;
     auto take = [&](size_t n) { return layout.take(n); };
@@ -1078,6 +1123,10 @@ class CudaBackend final : public Backend {
     // front kept it (MhcSideParams::h_kept): read there, not copied in (the same array where the block's stream
     // buffers take turns: the expansion reads it before the output lands there, in stream order).
     float* kept_out = has_head && head->p->keep_h_out ? keep_array(side->p->h_out, T * HW) : nullptr;
+    // V4.1's pre (the coefficients' floats 0-3): kept on the device (BlockTailParams::keep_pre_out), or back.
+    DI_CHECK_MSG(!(has_head && head->p->keep_pre_out) || side->p->pre_out, "block tail: keep_pre_out without a pre_out");
+    float* kept_pre = has_head && head->p->keep_pre_out ? keep_array(side->p->pre_out, T * 4) : nullptr;
+    const bool pre_back = has_side && side->p->pre_out && !kept_pre;
     const float* kept_head_h = has_head && head->p->attention.h_kept ? kept_at(head->p->attention.h, T * HW) : nullptr;
     if (has_side) {
       if (!kept_head_h) std::memcpy(in_host, has_head ? head->p->attention.h : side->p->h, size_t(T * HW) * 4);
@@ -1194,25 +1243,34 @@ class CudaBackend final : public Backend {
         } else {
           DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(stream_out_at), size_t(T * HW) * 4, cudaMemcpyDeviceToHost, stream_));
         }
-        DI_CUDA_CHECK(cudaMemcpyAsync(in_host + T * HW, f32(coeffs_at), size_t(T * NC) * 4, cudaMemcpyDeviceToHost, stream_));
+        if (pre_back) DI_CUDA_CHECK(cudaMemcpyAsync(in_host + T * HW, f32(coeffs_at), size_t(T * NC) * 4, cudaMemcpyDeviceToHost, stream_));
+        if (kept_pre) {
+          DI_CUDA_CHECK(cudaMemcpy2DAsync(kept_pre, 4 * 4, f32(coeffs_at), size_t(NC) * 4, 4 * 4, size_t(T), cudaMemcpyDeviceToDevice,
+                                          stream_));
+        }
       } else {
         DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
       }
     };
     // Keyed by what the captured work depends on besides the buffers: the block, the token count, the side, and
     // the head's output chain (whose scratch and staging are the chain's).
-    GraphKey key = {has_head ? kTailGraph : kMoeGraph, word(&w), T, word(kept_head_h != nullptr), word(kept_out != nullptr)};
+    GraphKey key = {has_head ? kTailGraph : kMoeGraph, word(&w), T, word(kept_head_h != nullptr), word(kept_out != nullptr),
+                    word(pre_back), word(kept_pre != nullptr)};
     if (has_side) add_side_words(*side->p, key);
     if (has_head) add_output_chain_words(head->p->output, key);
     if (graphs_) {
       std::vector<const void*> buffers = {moe_scratch_.get(), moe_host_.get(), partials_.get()};
       if (has_head) {
-        buffers.insert(buffers.end(), {chain_scratch_.get(), chain_host_.get(), kept_head_h, kept_out});
+        buffers.insert(buffers.end(), {chain_scratch_.get(), chain_host_.get(), kept_head_h, kept_out, kept_pre});
         buffers.insert(buffers.end(), head->chain->kept_x.begin(), head->chain->kept_x.end());
       }
       run_as_graph(key, std::move(buffers), enqueue);
     } else {
       enqueue();
+    }
+    if (kept_out && !pre_back) {  // nothing comes back: the next block's front queues behind this without a wait
+      tail_staging_.queued(stream_);
+      return;
     }
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (!has_side) {
@@ -1220,7 +1278,7 @@ class CudaBackend final : public Backend {
       return;
     }
     if (!kept_out) std::memcpy(side->p->h_out, in_host, size_t(T * HW) * 4);
-    if (side->p->pre_out) {
+    if (pre_back) {
       for (int64_t t = 0; t < T; ++t) std::memcpy(side->p->pre_out + t * 4, in_host + T * HW + t * NC, 4 * 4);  // pre: floats 0-3
     }
   }
@@ -1268,6 +1326,7 @@ class CudaBackend final : public Backend {
       return;
     }
     if (it != graphs_by_key_.end()) {
+      DI_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a launch a call did not wait for may still run it
       cudaGraphExecDestroy(it->second.exec);
       graphs_by_key_.erase(it);
     }
@@ -1292,6 +1351,7 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
   }
   void drop_graphs() {
+    cudaStreamSynchronize(stream_);  // a launch a call did not wait for may still run one (unchecked: the destructor calls this)
     for (auto& [key, g] : graphs_by_key_) cudaGraphExecDestroy(g.exec);
     graphs_by_key_.clear();
   }
@@ -1835,6 +1895,7 @@ class CudaBackend final : public Backend {
       DI_CHECK_MSG(p.q_kept == p0.q_kept && (p.out_rope != nullptr) == (p0.out_rope != nullptr),
                    "sparse attention: some tokens' q or outputs kept on the device, some not");
     }
+    attention_staging_.wait();
     gather_.gather(batch);
     const int64_t n_slots = gather_.n_slots(), n_float = int64_t(gather_.float_rows().size());
     const int64_t n_rows = gather_.n_rows();
@@ -1957,7 +2018,10 @@ class CudaBackend final : public Backend {
   }
 
   // attend()'s outputs (in out_) rotated back (each token's out_rope) into their kept arrays, one launch where they
-  // are a block's consecutive tokens, and waited for.
+  // are a block's consecutive tokens. Not waited for: nothing comes back to the host, and the call that reads the
+  // outputs (the block's tail, a fetch) is queued behind it on the stream, so the host prepares and queues that call
+  // while the attention runs. Only attend()'s own pinned staging, which the queued copies still read, must outlive
+  // them: the next attend() waits for this one's work first (attention_staging_).
   void keep_outputs(std::span<const SparseAttentionParams> batch) {
     const SparseAttentionParams& p0 = batch[0];
     const HeadRope& r0 = *p0.out_rope;
@@ -1986,7 +2050,7 @@ class CudaBackend final : public Backend {
                              stream_);
       t0 += n;
     }
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    attention_staging_.queued(stream_);
   }
 
   std::string name_;
@@ -2037,6 +2101,7 @@ class CudaBackend final : public Backend {
   cuda::PinnedBuffer rows_host_, slot_host_, out_host_;
   cuda::PinnedBuffer rope_host_;  // keep_outputs(): the tokens' angles, and on the device
   DeviceBuffer rope_dev_;
+  StagingInUse attention_staging_;  // keep_outputs() does not wait: the staging above is in use until its work ran
   // score(): its key arrays and each token's; q and weights, the per-token offsets and the keys (pinned), and
   // the offsets on the device.
   IndexKeyArrays key_arrays_;
@@ -2051,6 +2116,9 @@ class CudaBackend final : public Backend {
   std::unordered_map<const BlockWeights*, std::unique_ptr<MoeBlock>> moe_blocks_;
   DeviceBuffer moe_scratch_;
   cuda::PinnedBuffer moe_host_;
+  // A block's tail with nothing to bring back (its stream kept, and V4.1's pre) does not wait: moe_host_ and
+  // chain_host_ are in use until its work ran.
+  StagingInUse tail_staging_;
   // DEEPINFER_CUDA_GRAPHS: the captured graphs (run_as_graph) of the device MoE and FFN side, the attention's front
   // and the output projection's chain, at most kMaxGraphs.
   bool graphs_ = true;
@@ -2064,7 +2132,8 @@ class CudaBackend final : public Backend {
   bool device_chain_ = false;
   bool device_select_ = false;  // index_select_batch(): DEEPINFER_CUDA_INDEX_SELECT=device
   DeviceBuffer chain_scratch_;
-  cuda::PinnedBuffer chain_host_;
+  cuda::PinnedBuffer chain_host_;   // an output chain's staging (linear_chain(), block_tail())
+  cuda::PinnedBuffer second_host_;  // a projection chain's second stage's (projection_chain(), mhc_projection_chain())
   // projection_chain(): its second stage's launches and their descriptors (the first stage's are linears()'s).
   std::vector<cuda::LinearLaunch> chain_launches_;
   cuda::PinnedBuffer chain_descriptors_host_;
@@ -2169,6 +2238,12 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
   const std::optional<std::string> graphs = env_choice("DEEPINFER_CUDA_GRAPHS", {"on", "off"}, error);
   if (!graphs) return nullptr;
   paths.graphs = *graphs == "on";
+  // DEEPINFER_CUDA_WAIT: as-needed (default: a call whose outputs all stay on the device, the attention's or a block
+  // tail's, returns without waiting, and the next call queues behind it) or every-call (each call waits for its work:
+  // the comparison, and `bench --op-times` figures that charge each call its own device time).
+  const std::optional<std::string> wait = env_choice("DEEPINFER_CUDA_WAIT", {"as-needed", "every-call"}, error);
+  if (!wait) return nullptr;
+  paths.wait_every_call = *wait == "every-call";
   if (const char* gb = std::getenv("DEEPINFER_CUDA_KV_MIRROR_GB")) {
     char* end = nullptr;
     paths.mirror_gb = std::strtod(gb, &end);

@@ -1,7 +1,9 @@
 // Owning allocations: DeviceBuffer (one cudaMalloc, freed on destruction; reserve() makes it a grow-only
 // scratch buffer for the per-op activations that cross from and to the host) and PinnedBuffer (page-locked
 // host memory, the staging side of those copies: the DMA reads and writes it directly, so an async copy
-// from it is truly asynchronous and the driver's own staging copy is skipped).
+// from it is truly asynchronous and the driver's own staging copy is skipped). Both wait for the device's queued
+// work before they free their memory: a call that does not wait for its work (the attention whose outputs stay on
+// the device, a block's tail) may leave copies and kernels queued that read it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,7 +22,10 @@ class DeviceBuffer {
     if (bytes) DI_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
   }
   ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) {
+      cudaDeviceSynchronize();
+      cudaFree(ptr_);
+    }
   }
   DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
@@ -59,7 +64,10 @@ class PinnedBuffer {
  public:
   PinnedBuffer() = default;
   ~PinnedBuffer() {
-    if (ptr_) cudaFreeHost(ptr_);
+    if (ptr_) {
+      cudaDeviceSynchronize();
+      cudaFreeHost(ptr_);
+    }
   }
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
@@ -68,7 +76,10 @@ class PinnedBuffer {
   // Grows to at least `bytes` (contents are not kept).
   void reserve(size_t bytes) {
     if (bytes <= bytes_) return;
-    if (ptr_) cudaFreeHost(ptr_);
+    if (ptr_) {
+      DI_CUDA_CHECK(cudaDeviceSynchronize());
+      cudaFreeHost(ptr_);
+    }
     ptr_ = nullptr;
     bytes_ = 0;
     const size_t grown = bytes + bytes / 4;

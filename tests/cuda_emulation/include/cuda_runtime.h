@@ -27,6 +27,9 @@ struct CUgraph_st;
 using cudaGraph_t = CUgraph_st*;
 struct CUgraphExec_st;
 using cudaGraphExec_t = CUgraphExec_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+constexpr unsigned int cudaEventDisableTiming = 2;
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
 constexpr unsigned int cudaStreamNonBlocking = 1;
 
@@ -63,11 +66,18 @@ cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);
+// Events: a record queues a marker on the stream; a synchronisation runs the stream's queued work up to the
+// event's latest marker (and nothing queued after it).
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
 // Stream capture: between Begin and End the stream's operations are recorded, not queued (a synchronisation of
 // it, or a copy from or to pageable memory, fails with cudaErrorStreamCaptureUnsupported, as it does on a GPU);
 // a launch of the instantiated graph queues them again, in order, on the stream it names.
