@@ -280,7 +280,8 @@ TEST(GoldenCudaBlockTail, EqualsTheModelStepsBitForBit) {
 // DEEPINFER_CUDA_WAIT end to end, with a block's tail in one call (the stream, and V4.1's pre, kept on the device
 // between blocks): the attention and the tail return without waiting for their work (as-needed, the default), the
 // calls after them queued behind it, or every call waits (every-call). The emulated runtime runs queued work only at
-// a wait, so a call that rewrote staging still in use, or read the host's stale stream or pre, would change the bits.
+// a wait, so a call that rewrote staging still in use would change the bits. (A missing fetch of the kept stream or
+// pre shows in GoldenCudaBlockTail, whose other run keeps nothing.)
 TEST(GoldenCudaCallsThatDoNotWait, EqualEveryCallWaitingBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   const testing::ScopedTailPaths tail;

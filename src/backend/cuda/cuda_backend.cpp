@@ -122,9 +122,9 @@ cuda::UnpackRowsLaunch unpack_launch(const KvRowFormat& format, const uint8_t* r
 
 // The value of environment variable `name`, the first of `allowed` when it is unset; nullopt with *error set when
 // it is none of them.
-std::optional<std::string> env_choice(const char* name, std::initializer_list<const char*> allowed, std::string* error) {
+std::optional<std::string> env_choice(const char* name, const std::vector<const char*>& allowed, std::string* error) {
   const char* set = std::getenv(name);
-  const std::string value = set ? set : *allowed.begin();
+  const std::string value = set ? set : allowed.front();
   std::string list;
   for (const char* a : allowed) {
     if (value == a) return value;
@@ -715,12 +715,12 @@ class CudaBackend final : public Backend {
   // the tensor-core ones (the FMA linear, the FP8-operand prompt linear for prompt tokens), for weights in host
   // memory, for first ops of different weight kinds or k_pad, and for a second op with a bias.
   bool plan_output_chain(const LinearChainParams& p, OutputChain& c) {
-    tail_staging_.wait();  // chain_host_ below
     const int64_t T = p.n_tokens, n_first = int64_t(p.first.size());
     if (!device_chain_ || !tensor_core_linear_ || T == 0 || n_first == 0) return false;
     if (fp8_prompt_linear_ && token_kind_ == TokenKind::kPrompt) return false;
     if (p.second.epilogue == Epilogue::kF32AddBias) return false;
     bind_device();
+    tail_staging_.wait();  // chain_host_ below
     std::vector<const LinearParams*> ops;
     for (const LinearParams& op : p.first) ops.push_back(&op);
     ops.push_back(&p.second);
@@ -2158,54 +2158,85 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
                                 : "CUDA device " + std::to_string(device) + " not present (" + std::to_string(n_devices) + " found)";
     return nullptr;
   }
-  // DEEPINFER_CUDA_LINEAR: mma (default: tensor cores, 2-5x faster than the FMA kernel from 8 tokens up on an
-  // H200) or fma (the portable FMA kernel). Both passed cuda_tests there; one path serves every token count,
-  // so a token's outputs do not depend on its batch. For cuda_tests: mma_staged (the tensor-core path with its
-  // staged kernel from 64 tokens on, even where its grid would leave the device idle) and mma_split (the same,
-  // split over K wherever K has several slices).
+  // Each choice's variable, its values (the first the default) and what a value sets.
+  struct Choice {
+    const char* name;
+    std::vector<const char*> values;
+    void (*set)(const std::string& value, KernelPaths& paths);
+  };
+  static const Choice kChoices[] = {
+      // DEEPINFER_CUDA_LINEAR: mma (default: tensor cores, 2-5x faster than the FMA kernel from 8 tokens up on an
+      // H200) or fma (the portable FMA kernel). Both passed cuda_tests there; one path serves every token count,
+      // so a token's outputs do not depend on its batch. For cuda_tests: mma_staged (the tensor-core path with its
+      // staged kernel from 64 tokens on, even where its grid would leave the device idle) and mma_split (the same,
+      // split over K wherever K has several slices).
+      {"DEEPINFER_CUDA_LINEAR", {"mma", "fma", "mma_staged", "mma_split"},
+       [](const std::string& v, KernelPaths& p) {
+         p.tensor_core_linear = v != "fma";
+         if (v == "mma_staged") p.mma_choice = cuda::MmaKernelChoice::kStaged;
+         if (v == "mma_split") p.mma_choice = cuda::MmaKernelChoice::kStagedSplit;
+       }},
+      // DEEPINFER_CUDA_ATTENTION: fused (default: one kernel, verified on an H200) or split (two kernels that read
+      // each row once per 8 heads; written without a GPU at hand, see bench/cuda/NOTES.md).
+      {"DEEPINFER_CUDA_ATTENTION", {"fused", "split"}, [](const std::string& v, KernelPaths& p) { p.split_attention = v == "split"; }},
+      // DEEPINFER_CUDA_KV: floats (default: the model decodes cache rows and the backend copies 4 bytes a value),
+      // packed (the cache rows' own bytes are copied and decoded on the device) or mirror (packed, and the device
+      // keeps the attention's rows and the index keys by their stamps, so a call copies only rows written since it
+      // last saw them; up to DEEPINFER_CUDA_KV_MIRROR_GB, default 2). packed and mirror were written without a GPU
+      // at hand.
+      {"DEEPINFER_CUDA_KV", {"floats", "packed", "mirror"},
+       [](const std::string& v, KernelPaths& p) {
+         p.packed_rows = v != "floats";
+         p.mirror_rows = v == "mirror";
+       }},
+      // DEEPINFER_CUDA_ATTENTION_ROWS: decoded (default: packed cache rows decoded into floats, then attended over)
+      // or packed (the attention kernels read the packed rows' bytes themselves, the same values bit for bit; with
+      // DEEPINFER_CUDA_KV packed or mirror; written without a GPU at hand).
+      {"DEEPINFER_CUDA_ATTENTION_ROWS", {"decoded", "packed"},
+       [](const std::string& v, KernelPaths& p) { p.packed_attention_rows = v == "packed"; }},
+      // DEEPINFER_CUDA_INDEX_SCORES: fma (default: each dot product a chain of fp32 FMAs) or mma (on the tensor
+      // cores, index_scores_mma_kernel.cu; written without a GPU at hand).
+      {"DEEPINFER_CUDA_INDEX_SCORES", {"fma", "mma"}, [](const std::string& v, KernelPaths& p) { p.mma_index_scores = v == "mma"; }},
+      // DEEPINFER_CUDA_PROMPT_LINEAR: mma (default: prompt tokens' linears as generated tokens' are) or fp8 (prompt
+      // tokens' ops whose x the model quantised to e4m3 blocks run on FP8 operands, kernels.h; written without a
+      // GPU at hand, see bench/cuda/NOTES.md). With fp8 the model runs prompt and generated tokens as separate
+      // passes. For cuda_tests: fp8_big and fp8_small (the same bits through one block tile always). wgmma: the
+      // same ops on Hopper's warpgroup MMA (kernels.h; compute capability 9.0 only, checked below; written without
+      // a GPU at hand).
+      {"DEEPINFER_CUDA_PROMPT_LINEAR", {"mma", "fp8", "fp8_big", "fp8_small", "wgmma"},
+       [](const std::string& v, KernelPaths& p) {
+         p.fp8_prompt_linear = v != "mma";
+         if (v == "fp8_big") p.fp8_tile = cuda::Fp8TileChoice::kBig;
+         if (v == "fp8_small") p.fp8_tile = cuda::Fp8TileChoice::kSmall;
+         p.fp8_wgmma = v == "wgmma";
+       }},
+      // DEEPINFER_CUDA_MOE: host (default: the model's own MoE code, its linears on the device) or device (a
+      // block's whole MoE on the device in one call, and its whole FFN side with the mHC around it; Backend::moe
+      // and moe_side, written without a GPU at hand).
+      {"DEEPINFER_CUDA_MOE", {"host", "device"}, [](const std::string& v, KernelPaths& p) { p.device_moe = v == "device"; }},
+      // DEEPINFER_CUDA_LINEAR_CHAIN: host (default: the model's steps, its linears on the device) or device (the
+      // attention's output projection in one call, z kept on the device, and its projections with the q path in
+      // one call, qr kept there; Backend::linear_chain and projection_chain, written without a GPU at hand).
+      {"DEEPINFER_CUDA_LINEAR_CHAIN", {"host", "device"}, [](const std::string& v, KernelPaths& p) { p.device_chain = v == "device"; }},
+      // DEEPINFER_CUDA_INDEX_SELECT: host (default: the index scores come back and the model selects) or device
+      // (the top-k selection on the device after the scores, only the selections coming back;
+      // Backend::index_select_batch, written without a GPU at hand).
+      {"DEEPINFER_CUDA_INDEX_SELECT", {"host", "device"}, [](const std::string& v, KernelPaths& p) { p.device_select = v == "device"; }},
+      // DEEPINFER_CUDA_GRAPHS: on (default) or off: the device MoE's stream work replayed as CUDA graphs (written
+      // without a GPU at hand; off runs the same operations one by one).
+      {"DEEPINFER_CUDA_GRAPHS", {"on", "off"}, [](const std::string& v, KernelPaths& p) { p.graphs = v == "on"; }},
+      // DEEPINFER_CUDA_WAIT: as-needed (default: a call whose outputs all stay on the device, the attention's or a
+      // block tail's, returns without waiting, and the next call queues behind it) or every-call (each call waits
+      // for its work: the comparison, `bench --op-times` figures that charge each call its own device time, and a
+      // device fault reported by the call that caused it rather than by the next one that waits).
+      {"DEEPINFER_CUDA_WAIT", {"as-needed", "every-call"}, [](const std::string& v, KernelPaths& p) { p.wait_every_call = v == "every-call"; }},
+  };
   KernelPaths paths;
-  const std::optional<std::string> path = env_choice("DEEPINFER_CUDA_LINEAR", {"mma", "fma", "mma_staged", "mma_split"}, error);
-  if (!path) return nullptr;
-  paths.tensor_core_linear = *path != "fma";
-  if (*path == "mma_staged") paths.mma_choice = cuda::MmaKernelChoice::kStaged;
-  if (*path == "mma_split") paths.mma_choice = cuda::MmaKernelChoice::kStagedSplit;
-  // DEEPINFER_CUDA_ATTENTION: fused (default: one kernel, verified on an H200) or split (two kernels that read
-  // each row once per 8 heads; written without a GPU at hand, see bench/cuda/NOTES.md).
-  const std::optional<std::string> attention = env_choice("DEEPINFER_CUDA_ATTENTION", {"fused", "split"}, error);
-  if (!attention) return nullptr;
-  paths.split_attention = *attention == "split";
-  // DEEPINFER_CUDA_KV: floats (default: the model decodes cache rows and the backend copies 4 bytes a value),
-  // packed (the cache rows' own bytes are copied and decoded on the device) or mirror (packed, and the device
-  // keeps the attention's rows and the index keys by their stamps, so a call copies only rows written since it
-  // last saw them; up to DEEPINFER_CUDA_KV_MIRROR_GB, default 2). packed and mirror were written without a GPU at
-  // hand.
-  const std::optional<std::string> kv = env_choice("DEEPINFER_CUDA_KV", {"floats", "packed", "mirror"}, error);
-  if (!kv) return nullptr;
-  paths.packed_rows = *kv != "floats";
-  paths.mirror_rows = *kv == "mirror";
-  // DEEPINFER_CUDA_ATTENTION_ROWS: decoded (default: packed cache rows decoded into floats, then attended over)
-  // or packed (the attention kernels read the packed rows' bytes themselves, the same values bit for bit; with
-  // DEEPINFER_CUDA_KV packed or mirror; written without a GPU at hand).
-  const std::optional<std::string> attention_rows = env_choice("DEEPINFER_CUDA_ATTENTION_ROWS", {"decoded", "packed"}, error);
-  if (!attention_rows) return nullptr;
-  paths.packed_attention_rows = *attention_rows == "packed";
-  // DEEPINFER_CUDA_INDEX_SCORES: fma (default: each dot product a chain of fp32 FMAs) or mma (on the tensor cores,
-  // index_scores_mma_kernel.cu; written without a GPU at hand).
-  const std::optional<std::string> index_scores = env_choice("DEEPINFER_CUDA_INDEX_SCORES", {"fma", "mma"}, error);
-  if (!index_scores) return nullptr;
-  paths.mma_index_scores = *index_scores == "mma";
-  // DEEPINFER_CUDA_PROMPT_LINEAR: mma (default: prompt tokens' linears as generated tokens' are) or fp8 (prompt
-  // tokens' ops whose x the model quantised to e4m3 blocks run on FP8 operands, kernels.h; written without a
-  // GPU at hand, see bench/cuda/NOTES.md). With fp8 the model runs prompt and generated tokens as separate passes.
-  // For cuda_tests: fp8_big and fp8_small (the same bits through one block tile always). wgmma: the same ops on
-  // Hopper's warpgroup MMA (kernels.h; compute capability 9.0 only, written without a GPU at hand).
-  const std::optional<std::string> prompt_linear =
-      env_choice("DEEPINFER_CUDA_PROMPT_LINEAR", {"mma", "fp8", "fp8_big", "fp8_small", "wgmma"}, error);
-  if (!prompt_linear) return nullptr;
-  paths.fp8_prompt_linear = *prompt_linear != "mma";
-  if (*prompt_linear == "fp8_big") paths.fp8_tile = cuda::Fp8TileChoice::kBig;
-  if (*prompt_linear == "fp8_small") paths.fp8_tile = cuda::Fp8TileChoice::kSmall;
-  paths.fp8_wgmma = *prompt_linear == "wgmma";
+  for (const Choice& choice : kChoices) {
+    const std::optional<std::string> value = env_choice(choice.name, choice.values, error);
+    if (!value) return nullptr;
+    choice.set(*value, paths);
+  }
   if (paths.fp8_wgmma) {
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -2215,35 +2246,6 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
       return nullptr;
     }
   }
-  // DEEPINFER_CUDA_MOE: host (default: the model's own MoE code, its linears on the device) or device (a block's
-  // whole MoE on the device in one call, and its whole FFN side with the mHC around it; Backend::moe and
-  // moe_side, written without a GPU at hand).
-  const std::optional<std::string> moe = env_choice("DEEPINFER_CUDA_MOE", {"host", "device"}, error);
-  if (!moe) return nullptr;
-  paths.device_moe = *moe == "device";
-  // DEEPINFER_CUDA_LINEAR_CHAIN: host (default: the model's steps, its linears on the device) or device (the
-  // attention's output projection in one call, z kept on the device, and its projections with the q path in one
-  // call, qr kept there; Backend::linear_chain and projection_chain, written without a GPU at hand).
-  const std::optional<std::string> chain = env_choice("DEEPINFER_CUDA_LINEAR_CHAIN", {"host", "device"}, error);
-  if (!chain) return nullptr;
-  paths.device_chain = *chain == "device";
-  // DEEPINFER_CUDA_INDEX_SELECT: host (default: the index scores come back and the model selects) or device (the
-  // top-k selection on the device after the scores, only the selections coming back; Backend::index_select_batch,
-  // written without a GPU at hand).
-  const std::optional<std::string> select = env_choice("DEEPINFER_CUDA_INDEX_SELECT", {"host", "device"}, error);
-  if (!select) return nullptr;
-  paths.device_select = *select == "device";
-  // DEEPINFER_CUDA_GRAPHS: on (default) or off: the device MoE's stream work replayed as CUDA graphs (written
-  // without a GPU at hand; off runs the same operations one by one).
-  const std::optional<std::string> graphs = env_choice("DEEPINFER_CUDA_GRAPHS", {"on", "off"}, error);
-  if (!graphs) return nullptr;
-  paths.graphs = *graphs == "on";
-  // DEEPINFER_CUDA_WAIT: as-needed (default: a call whose outputs all stay on the device, the attention's or a block
-  // tail's, returns without waiting, and the next call queues behind it) or every-call (each call waits for its work:
-  // the comparison, and `bench --op-times` figures that charge each call its own device time).
-  const std::optional<std::string> wait = env_choice("DEEPINFER_CUDA_WAIT", {"as-needed", "every-call"}, error);
-  if (!wait) return nullptr;
-  paths.wait_every_call = *wait == "every-call";
   if (const char* gb = std::getenv("DEEPINFER_CUDA_KV_MIRROR_GB")) {
     char* end = nullptr;
     paths.mirror_gb = std::strtod(gb, &end);

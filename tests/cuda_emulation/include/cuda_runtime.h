@@ -73,7 +73,8 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size
                               cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);
 // Events: a record queues a marker on the stream; a synchronisation runs the stream's queued work up to the
-// event's latest marker (and nothing queued after it).
+// event's latest marker (and nothing queued after it). Unlike a GPU's: a record during capture is refused (no event
+// nodes), and a destroy first runs the work up to the marker (a GPU frees the event once it completes).
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
