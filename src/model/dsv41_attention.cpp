@@ -164,8 +164,7 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
   IndexQueryWork index_q;
   const bool keep = keep_q && backend_->keeps_arrays();
   if (keep) {
-    out.cos_sin.resize(size_t(T * RD));
-    for (int64_t t = 0; t < T; ++t) rope.cos_sin(positions[size_t(t)], &out.cos_sin[size_t(t * RD)]);
+    rope.cos_sin_rows(positions, out.cos_sin);
     q_rope = {.n_heads = H, .head_dim = HD, .rope_dim = RD, .cos_sin = out.cos_sin.data(), .inverse = false, .normalize = false, .eps = 0};
     index_q = {.n_heads = c.index_n_heads, .head_dim = c.index_head_dim, .rope_dim = RD, .cos_sin = out.cos_sin.data(), .v41 = true};
   }
@@ -210,8 +209,7 @@ void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float
   slot_begin.push_back(int64_t(slots.size()));
   const double softmax_scale = 1.0 / std::sqrt(double(HD));  // a double constant in the V4.1 contract
   std::vector<SparseAttentionParams> ps;
-  std::vector<HeadRope> out_rope;  // kept: each token's step 29
-  for (int64_t i = 0; i < n && kept; ++i) out_rope.push_back({H, HD, RD, kept->cos_sin + i * RD, true, false, 0.0});
+  const std::vector<HeadRope> out_rope = kept ? inverse_head_ropes(kept->cos_sin, n, H, HD, RD) : std::vector<HeadRope>();  // step 29
   for (int64_t i = 0; i < n; ++i) {
     ps.push_back({.q = q + i * H * HD, .n_heads = H, .head_dim = HD, .slots = slots.data() + slot_begin[size_t(i)],
                   .n_slots = slot_begin[size_t(i + 1)] - slot_begin[size_t(i)], .sink = w.attn_sink,

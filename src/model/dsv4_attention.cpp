@@ -168,8 +168,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   HeadRope q_rope;
   IndexQueryWork index_q;
   if (q_in_chain && backend_->keeps_arrays()) {
-    cos_sin.resize(size_t(T * RD));
-    for (int64_t t = 0; t < T; ++t) rope.cos_sin(batch.pos[size_t(t)], &cos_sin[size_t(t * RD)]);
+    rope.cos_sin_rows(batch.pos, cos_sin);
     q_rope = {.n_heads = H, .head_dim = HD, .rope_dim = RD, .cos_sin = cos_sin.data(), .inverse = false, .normalize = true, .eps = eps};
     index_q = {.n_heads = IH, .head_dim = ID, .rope_dim = RD, .cos_sin = cos_sin.data(), .v41 = false};
   }
@@ -177,10 +176,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   const bool q_kept = front.run_with({projections, qr.data(), T, QL, w.q_norm, eps, qrq.data(), c.act_block, false, q_ops,
                                       cos_sin.empty() ? nullptr : &q_rope, cos_sin.empty() || ratio != 4 ? nullptr : &index_q}) &&
                       !cos_sin.empty();
-  std::vector<HeadRope> out_rope;  // q_kept: each token's AT4
-  if (q_kept) {
-    for (int64_t t = 0; t < T; ++t) out_rope.push_back({H, HD, RD, &cos_sin[size_t(t * RD)], true, false, 0.0});
-  }
+  const std::vector<HeadRope> out_rope = q_kept ? inverse_head_ropes(cos_sin.data(), T, H, HD, RD) : std::vector<HeadRope>();  // AT4
   // Every kv row of the call first: a token attends to the fresh rows of all earlier tokens of its chunk.
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

@@ -39,6 +39,15 @@ struct Model::V41Scratch {
 
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size);
 
+// AT4 / V4.1's step 29 where a backend keeps the attention's output (SparseAttentionParams::out_rope): each of n
+// tokens' n_heads heads rotated back by its angles, cos_sin [n, rope_dim] (RopeTable::cos_sin_rows).
+inline std::vector<HeadRope> inverse_head_ropes(const float* cos_sin, int64_t n, int64_t n_heads, int64_t head_dim,
+                                                int64_t rope_dim) {
+  std::vector<HeadRope> ropes;
+  for (int64_t t = 0; t < n; ++t) ropes.push_back({n_heads, head_dim, rope_dim, cos_sin + t * rope_dim, true, false, 0.0});
+  return ropes;
+}
+
 // Per-token work over [0, n) of every token (its columns, its heads) cut into ranges of `range` (the last one
 // may be shorter) and run on the backend's threads: body(t, begin, end) for every token t < n_tokens and range.
 // What a range computes must depend on that range alone. A decode step has one token, so its per-token loops

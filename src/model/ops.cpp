@@ -176,6 +176,12 @@ void RopeTable::cos_sin(int64_t pos, float* out) const {
   }
 }
 
+void RopeTable::cos_sin_rows(std::span<const int64_t> positions, std::vector<float>& out) const {
+  const size_t width = 2 * freqs.size();
+  out.resize(positions.size() * width);
+  for (size_t t = 0; t < positions.size(); ++t) cos_sin(positions[t], &out[t * width]);
+}
+
 void RopeTable::apply_heads(float* x, int64_t n_heads, int64_t stride, int64_t pos, bool inverse) const {
   // Kept as floats (the f32 roundings of apply()), so nothing can hold them in double precision instead. A
   // thread's calls come per token and head range (for_token_ranges), so the last position's values are kept

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace deepinfer {
@@ -61,6 +62,8 @@ struct RopeTable {
   // The f32 cosine and sine of each pair's angle at `pos` that apply() rotates by: out[2 i], out[2 i + 1] for the
   // rope_dim / 2 pairs (a backend that rotates on a device takes them from here, so its bits are the host's).
   void cos_sin(int64_t pos, float* out) const;
+  // cos_sin of each position, out [positions, rope_dim] (resized).
+  void cos_sin_rows(std::span<const int64_t> positions, std::vector<float>& out) const;
 };
 // apply_heads' rotation by given angles: cos_sin as RopeTable::cos_sin writes them, for n_pairs pairs.
 void rope_rotate_heads(float* x, int64_t n_heads, int64_t stride, const float* cos_sin, int64_t n_pairs, bool inverse);
