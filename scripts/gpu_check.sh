@@ -22,7 +22,7 @@
 #      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device FFN side (DEEPINFER_CUDA_MOE=device) alone
 #      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device; with both, each block's tail is one call), the
 #      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
-#      (DEEPINFER_CUDA_INDEX_SELECT=device) (E2E=0 skips it);
+#      (DEEPINFER_CUDA_INDEX_SELECT=device), and kept there for the attention (kept) (E2E=0 skips it);
 #   6. compute-sanitizer racecheck over the attention, index and kept-array tests, with the time left (RACECHECK=0
 #      skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
@@ -145,7 +145,7 @@ sanitize() {
 }
 sanitizer_rc=skipped
 if [ "${SANITIZE:-1}" = 1 ]; then
-  sanitize memcheck 150 sanitizer.log 'Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.*:LinearChainCuda.Device*:KeptArraysCuda.*'
+  sanitize memcheck 150 sanitizer.log 'Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.*:LinearChainCuda.Device*:KeptArraysCuda.*:KeptSelectionsCuda.*'
   sanitizer_rc=$sanitize_rc
 fi
 
@@ -230,6 +230,11 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     bench_run "context 2048, every device path" 90 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=device \
       DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device DEEPINFER_CUDA_ATTENTION_ROWS=packed \
       DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
+    # And the selections kept on the device (DEEPINFER_CUDA_INDEX_SELECT=kept, not yet run on a GPU): the attention builds
+    # its compressed slots from them there, and the index call does not wait either (1 wait per layer, the front's).
+    bench_run "context 2048, every device path, selections kept" 90 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=kept \
+      DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device DEEPINFER_CUDA_ATTENTION_ROWS=packed \
+      DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
     # The same with every call waiting for the device (DEEPINFER_CUDA_WAIT=every-call): the attention and the tail
     # above return without a wait; this row's step time minus that one's is what that saves, and its op times charge
     # each call its own device time.
@@ -258,7 +263,7 @@ fi
 # what time is left (RACECHECK=0 skips it).
 racecheck_rc=skipped
 if [ "${RACECHECK:-1}" = 1 ]; then
-  sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*'
+  sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*:KeptSelectionsCuda.*'
   racecheck_rc=$sanitize_rc
 fi
 

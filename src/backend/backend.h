@@ -89,6 +89,27 @@ struct IndexQueryWork {
   bool v41 = false;
 };
 
+// Consecutive packed cache rows (one page's run of index keys or compressed rows), with their write stamps (PackedSlot).
+struct PackedRowRun {
+  const uint8_t* rows = nullptr;      // [n_rows, row_bytes]
+  int64_t n_rows = 0;
+  const uint64_t* stamps = nullptr;   // [n_rows], each nonzero
+};
+
+// A token's compressed slots built by the backend from a selection it kept (IndexSelectParams::keep_selected), so that
+// the selection never comes back to the host: slots [at, at + n) are the rows the selection names, row r being the
+// r-th of `runs` (packed rows of `format`, every row a selection may name), in the selection's order, or with
+// ascending in ascending row order (V4.1). What slots and packed hold there is not read.
+struct KeptSelectionSlots {
+  const int64_t* selected = nullptr;    // the kept selection, named by its host address (IndexSelectParams::selected)
+  int64_t n = 0;                        // its n_select
+  int64_t at = 0;
+  bool ascending = false;
+  const KvRowFormat* format = nullptr;  // format->n_values == head_dim
+  std::span<const PackedRowRun> runs;   // rows [0, n_rows), every one stamped (PackedSlot::stamp)
+  int64_t n_rows = 0;
+};
+
 // Sparse attention with sink for one query token (spec AT1-AT3): the slot list (window part, compressed
 // part, padding) is given as row pointers, nullptr = empty slot. V4: blocks of 64 slots define the running
 // max that P is rounded against; V4.1 (block_running_max = false): P is rounded against the global max.
@@ -114,14 +135,9 @@ struct SparseAttentionParams {
   const HeadRope* out_rope = nullptr;
   const float* out_kept_array = nullptr;
   int64_t out_kept_floats = 0;
+  const KeptSelectionSlots* kept_selection = nullptr;  // only for a backend whose keeps_selections() is true
 };
 
-// Consecutive packed cache rows (one page's run of index keys), with their write stamps (PackedSlot).
-struct PackedRowRun {
-  const uint8_t* rows = nullptr;      // [n_rows, row_bytes]
-  int64_t n_rows = 0;
-  const uint64_t* stamps = nullptr;   // [n_rows], each nonzero
-};
 
 // Indexer scores for one query token (spec I7-I9):
 // score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ) for j < n_keys.
@@ -155,6 +171,10 @@ struct IndexSelectParams {
   int64_t* selected = nullptr;                // [n_select]
   int64_t n_candidates = 0;                   // <= the blocks
   int64_t* candidates = nullptr;              // [n_candidates] or nullptr
+  // A backend whose keeps_selections() is true keeps the selection for a later attention (named by `selected`, its
+  // host address: SparseAttentionParams::kept_selection) and does not write it; not with candidates. Every op of a
+  // call the same. The backend's next index_select_batch that keeps replaces what this one kept.
+  bool keep_selected = false;
 };
 
 // The MoE of one block (spec M1-M8) exactly as model/moe.cpp computes it, for a backend that runs it whole
@@ -347,6 +367,10 @@ class Backend {
   // back instead of every key's score), with the model's selections exactly; false: it did nothing, and the model
   // scores and selects on the host.
   virtual bool index_select_batch(std::span<const IndexSelectParams> /*ps*/) { return false; }
+  // True where index_select_batch keeps selections (IndexSelectParams::keep_selected) whenever it selects, and the
+  // attention builds compressed slots from them (SparseAttentionParams::kept_selection): the CUDA backend with
+  // DEEPINFER_CUDA_INDEX_SELECT=kept and packed cache rows, whose index call then does not wait.
+  virtual bool keeps_selections() const { return false; }
   // Runs a linear chain whole where the backend can (the CUDA backend: mid stays on the device, one wait), with
   // second's outputs equal to the model's own steps on this backend bit for bit; false: it did nothing, and the
   // model runs the steps itself (the CPU backends always).

@@ -17,25 +17,35 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
   slot_rows_.assign(size_t(n_tokens_ * n_slots_), -1);
   float_rows_.clear();
   groups_.clear();
-  index_.reset(n_tokens_ * n_slots_);
+  int64_t n_table_rows = 0;  // the kept selections' rows, places in index_ too
+  for (const SparseAttentionParams& p : batch) n_table_rows += p.kept_selection ? p.kept_selection->n_rows : 0;
+  index_.reset(n_tokens_ * n_slots_ + n_table_rows);
   packed_at_.clear();
+  selection_tables_.clear();
+  selection_table_at_.assign(size_t(n_tokens_), -1);
   for (int64_t t = 0; t < n_tokens_; ++t) {
     const SparseAttentionParams& p = batch[size_t(t)];
     DI_CHECK(p.head_dim == head_dim);
+    const KeptSelectionSlots* kept = p.kept_selection;
+    DI_CHECK_MSG(!kept || (kept->at >= 0 && kept->n >= 0 && kept->at + kept->n <= p.n_slots),
+                 "sparse attention: a kept selection's slots lie outside the token's slot list");
     for (int64_t j = 0; j < p.n_slots; ++j) {
-      const float* row = p.slots[j];
-      const PackedSlot packed = p.packed ? p.packed[j] : PackedSlot{};
-      int32_t& at = slot_rows_[size_t(t * n_slots_ + j)];
-      if (row) {
-        const auto [index, inserted] = index_.try_emplace(reinterpret_cast<uintptr_t>(row), int32_t(float_rows_.size()));
-        if (inserted) float_rows_.push_back(row);
-        at = int32_t(index);
-      } else if (packed.row) {  // -2 - k for the k-th packed row, made a row index below
-        const auto [index, inserted] = index_.try_emplace(reinterpret_cast<uintptr_t>(packed.row), -2 - int32_t(packed_at_.size()));
-        if (inserted) packed_at_.push_back(add_packed(packed, head_dim));
-        at = int32_t(index);
-      }
+      if (kept && j >= kept->at && j < kept->at + kept->n) continue;  // the device's (left empty here)
+      slot_rows_[size_t(t * n_slots_ + j)] = add_row(p.slots[j], p.packed ? p.packed[j] : PackedSlot{}, head_dim);
     }
+    if (!kept) continue;
+    selection_table_at_[size_t(t)] = int64_t(selection_tables_.size());
+    int64_t left = kept->n_rows;
+    for (const PackedRowRun& run : kept->runs) {
+      const int64_t n = std::min(run.n_rows, left);
+      for (int64_t k = 0; k < n; ++k) {
+        DI_CHECK_MSG(run.stamps && run.stamps[k], "sparse attention: a kept selection's row without a write stamp");
+        selection_tables_.push_back(add_row(nullptr, {run.rows + k * kept->format->row_bytes, kept->format, run.stamps[k]}, head_dim));
+      }
+      left -= n;
+      if (left == 0) break;
+    }
+    DI_CHECK_MSG(left == 0, "sparse attention: a kept selection's runs hold fewer rows than n_rows");
   }
   const int64_t n_float = int64_t(float_rows_.size());
   n_rows_ = n_float;
@@ -48,12 +58,28 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
   }
   DI_CHECK_MSG(n_rows_ <= INT32_MAX, "sparse attention: too many rows for one launch");
   if (packed_at_.empty()) return;
-  for (int32_t& at : slot_rows_) {
-    if (at <= -2) {
-      const auto [group, k] = packed_at_[size_t(-2 - at)];
-      at = int32_t(groups_[size_t(group)].first_row + k);
+  for (std::vector<int32_t>* rows : {&slot_rows_, &selection_tables_}) {
+    for (int32_t& at : *rows) {
+      if (at <= -2) {
+        const auto [group, k] = packed_at_[size_t(-2 - at)];
+        at = int32_t(groups_[size_t(group)].first_row + k);
+      }
     }
   }
+}
+
+// A slot's row placed once: a float row's index, a packed row's -2 - k (made a row index once the groups are
+// laid out), or -1 for an empty slot.
+int32_t SlotGather::add_row(const float* row, const PackedSlot& packed, int64_t head_dim) {
+  if (row) {
+    const auto [index, inserted] = index_.try_emplace(reinterpret_cast<uintptr_t>(row), int32_t(float_rows_.size()));
+    if (inserted) float_rows_.push_back(row);
+    return int32_t(index);
+  }
+  if (!packed.row) return -1;
+  const auto [index, inserted] = index_.try_emplace(reinterpret_cast<uintptr_t>(packed.row), -2 - int32_t(packed_at_.size()));
+  if (inserted) packed_at_.push_back(add_packed(packed, head_dim));
+  return int32_t(index);
 }
 
 // The group of the packed row's format (made on its first use) and the row's place in it.

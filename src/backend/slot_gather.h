@@ -3,7 +3,9 @@
 // window and compressed rows, and a batched decode step's tokens share nothing but are sent together: each
 // distinct row is placed once, float rows first in first-use order, then packed cache rows grouped by format
 // (a device decodes each group with one launch) in first-use order within their group. Every token's slot
-// list becomes row indices, padded with empty slots (-1) to the longest list.
+// list becomes row indices, padded with empty slots (-1) to the longest list. A token whose compressed slots the
+// device builds from a kept selection (SparseAttentionParams::kept_selection) has every row the selection may name
+// gathered too, as a table: the rows' r-th -> its row index, for the device to look the selection up in.
 #pragma once
 
 #include <cstdint>
@@ -35,11 +37,16 @@ class SlotGather {
   const std::vector<int32_t>& slot_rows() const { return slot_rows_; }  // [n_tokens, n_slots], -1 = empty
   const std::vector<const float*>& float_rows() const { return float_rows_; }  // rows [0, n_float)
   const std::vector<PackedGroup>& packed_groups() const { return groups_; }    // rows [n_float, n_rows)
+  // The kept selections' tables one after another, token t's (n_rows of its kept_selection) from
+  // selection_table_at(t), which is -1 for a token without one.
+  const std::vector<int32_t>& selection_tables() const { return selection_tables_; }
+  int64_t selection_table_at(int64_t token) const { return selection_table_at_[size_t(token)]; }
   int64_t n_rows() const { return n_rows_; }
   int64_t packed_bytes() const { return packed_bytes_; }
 
  private:
   std::pair<int32_t, int32_t> add_packed(const PackedSlot& packed, int64_t head_dim);
+  int32_t add_row(const float* row, const PackedSlot& packed, int64_t head_dim);  // -1, a row index, or -2 - k
 
   int64_t n_tokens_ = 0, n_slots_ = 0, n_rows_ = 0, packed_bytes_ = 0;
   std::vector<int32_t> slot_rows_;
@@ -47,6 +54,8 @@ class SlotGather {
   std::vector<PackedGroup> groups_;
   FlatIndex index_{6};  // a row's address -> its index (a packed row's: -2 - k until placed); rows are >= 68 B apart
   std::vector<std::pair<int32_t, int32_t>> packed_at_;  // the k-th packed row: its group and place there
+  std::vector<int32_t> selection_tables_;
+  std::vector<int64_t> selection_table_at_;
 };
 
 }  // namespace deepinfer

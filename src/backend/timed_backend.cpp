@@ -2,6 +2,7 @@
 // returns before its device work ends would be under-counted, and neither the CPU nor the CUDA backend does).
 #include "backend/timed_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -105,6 +106,7 @@ void TimedBackend::hc_mix(const HcMixParams& p) {
 }
 void TimedBackend::sparse_attention(const SparseAttentionParams& p) {
   timed(OpKind::kSparseAttention, 1, [&] { inner_->sparse_attention(p); });
+  (*times_)[size_t(OpKind::kSparseAttention)].kept_selections += p.kept_selection != nullptr;
 }
 void TimedBackend::index_scores(const IndexScoreParams& p) {
   timed(OpKind::kIndexScores, 1, [&] { inner_->index_scores(p); });
@@ -119,10 +121,14 @@ bool TimedBackend::index_select_batch(std::span<const IndexSelectParams> ps) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!inner_->index_select_batch(ps)) return false;
   record(OpKind::kIndexScores, int64_t(ps.size()), seconds_since(t0));
+  (*times_)[size_t(OpKind::kIndexScores)].kept_selections +=
+      std::count_if(ps.begin(), ps.end(), [](const IndexSelectParams& p) { return p.keep_selected; });
   return true;
 }
 void TimedBackend::sparse_attentions(std::span<const SparseAttentionParams> ps) {
   timed(OpKind::kSparseAttention, int64_t(ps.size()), [&] { inner_->sparse_attentions(ps); });
+  (*times_)[size_t(OpKind::kSparseAttention)].kept_selections +=
+      std::count_if(ps.begin(), ps.end(), [](const SparseAttentionParams& p) { return p.kept_selection != nullptr; });
 }
 bool TimedBackend::moe(const MoeParams& p) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -25,10 +25,14 @@ struct OpTime {
   int64_t calls = 0;  // ops: linears() / sparse_attentions() / index_scores_batch() count each of their ops, for_rows() one per call
   int64_t entries = 0;  // calls into the backend, a batch counting once (on a GPU: one wait for the device each)
   double seconds = 0;
+  // index_scores: ops whose selection stayed on the backend (IndexSelectParams::keep_selected); sparse_attention:
+  // tokens whose compressed slots the backend built from such a selection (SparseAttentionParams::kept_selection).
+  int64_t kept_selections = 0;
   OpTime& operator-=(const OpTime& o) {
     calls -= o.calls;
     entries -= o.entries;
     seconds -= o.seconds;
+    kept_selections -= o.kept_selections;
     return *this;
   }
 };
@@ -88,6 +92,7 @@ class TimedBackend final : public Backend {
   bool projection_chain(const ProjectionChainParams& p) override;  // as linear_chain
   bool mhc_projection_chain(const MhcProjectionParams& p) override;  // as its chain (its mixes are no hc_mix call)
   bool keeps_arrays() const override { return inner_->keeps_arrays(); }
+  bool keeps_selections() const override { return inner_->keeps_selections(); }
   void fetch_kept(float* host, int64_t n) override { inner_->fetch_kept(host, n); }
 
  private:

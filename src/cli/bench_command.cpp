@@ -354,6 +354,15 @@ Runner add_bench_command(CLI::App& app) {
         }
         std::printf(" %10.3f %14.1f\n", 1e3 * (r.seconds - in_ops) / r.steps, double(device_entries) / r.steps);
       }
+      // Selections the backend kept for the attention (DEEPINFER_CUDA_INDEX_SELECT=kept), where any were.
+      for (const Row& r : rows) {
+        const OpTime& index = r.ops[size_t(OpKind::kIndexScores)];
+        const OpTime& attention = r.ops[size_t(OpKind::kSparseAttention)];
+        if (index.kept_selections == 0 && attention.kept_selections == 0) continue;
+        std::printf("%-18s selections kept on the backend per step: %.1f of %.1f index ops, read by %.1f of %.1f attention tokens\n",
+                    r.phase.c_str(), double(index.kept_selections) / r.steps, double(index.calls) / r.steps,
+                    double(attention.kept_selections) / r.steps, double(attention.calls) / r.steps);
+      }
       // The linear time again, by the weights' storage type, with the rate their bytes stream at: in decode
       // it shows which weights fall short of the read bandwidth.
       std::vector<int> types;  // the weight types any phase used

@@ -188,11 +188,13 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
 
 void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
                        std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o,
-                       std::span<const PackedSlot> packed, const KeptAttention* kept) {
+                       std::span<const PackedSlot> packed, const KeptAttention* kept,
+                       std::span<const KeptSelectionSlots> kept_selections) {
   const ModelConfig& c = config_;
   const int64_t H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim, n = int64_t(positions.size());
   DI_CHECK(int64_t(row_begin.size()) == n + 1);
   DI_CHECK(packed.empty() || packed.size() == rows.size());
+  DI_CHECK(kept_selections.empty() || int64_t(kept_selections.size()) == n);
   std::vector<const float*> slots;
   std::vector<PackedSlot> packed_slots;
   std::vector<int64_t> slot_begin;
@@ -216,7 +218,8 @@ void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float
                   .softmax_scale = softmax_scale, .block_running_max = false, .out = o + i * H * HD,
                   .packed = packed.empty() ? nullptr : packed_slots.data() + slot_begin[size_t(i)],  // step 28
                   .q_kept = kept != nullptr, .out_rope = kept ? &out_rope[size_t(i)] : nullptr,
-                  .out_kept_array = kept ? kept->o_array : nullptr, .out_kept_floats = kept ? kept->o_floats : 0});
+                  .out_kept_array = kept ? kept->o_array : nullptr, .out_kept_floats = kept ? kept->o_floats : 0,
+                  .kept_selection = kept_selections.empty() || kept_selections[size_t(i)].n == 0 ? nullptr : &kept_selections[size_t(i)]});
   }
   backend_->sparse_attentions(ps);
   if (kept) return;
@@ -254,6 +257,7 @@ constexpr int64_t kSelectionBlock = 256;
 // Calls of at most this many tokens (decode steps) keep q and the attention's output on a backend that keeps arrays;
 // a prefill's large blocks (at 4096 tokens, 512 MB each for V4.1-Flash) go to the host as before.
 constexpr int64_t kKeptAttentionTokens = 256;
+static_assert(kKeptAttentionTokens <= kSelectionBlock, "a call that keeps its selections selects in one block");
 
 void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront& front, MhcBack& back) {
   const ModelConfig& c = config_;
@@ -341,6 +345,17 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
       // Steps 25-27 with the scores where the backend selects: the candidate source's blocks, or the mask of the
       // candidates, and the top-k, as the loop below makes them (the top-k sorted here).
       const bool masked = uses_candidates && scratch.have_candidates && !is_candidate_source;
+      // Kept on the backend where the candidate source's candidates need not come back (keep_selection), and where
+      // every layer that reuses the selections (up to the next index source) has this layer's ratio: each hands the
+      // backend its own KV owner's rows, which the selections name only at the same ratio.
+      bool keep = qkv.q_kept && backend_->keeps_selections() && !is_candidate_source;
+      for (int l = layer + 1; l < c.n_layers && !c.is_index_source(l); ++l) {
+        keep = keep && (c.compress_ratio(l) == 0 || c.compress_ratio(l) == ratio);
+      }
+      for (int64_t t = b0; t < b1; ++t) {
+        const int64_t n_keys = score_queries[size_t(t - b0)].select.score.n_keys;
+        keep = keep && keep_selection(std::min({int64_t(c.index_topk), batch.layout_tokens[size_t(t)] / ratio, n_keys}), n_keys);
+      }
       for (int64_t t = b0; t < b1; ++t) {
         IndexSelectParams& q = score_queries[size_t(t - b0)].select;
         std::vector<int64_t>& sel = scratch.selection[size_t(t)];
@@ -350,6 +365,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
         q.masked = masked;
         q.keep_blocks = masked ? std::span<const int64_t>(scratch.candidates[size_t(t)]) : std::span<const int64_t>();
         q.block_size = c.candidate_block_size;
+        q.keep_selected = keep;
         if (is_candidate_source) {
           std::vector<int64_t>& candidates = scratch.candidates[size_t(t)];
           const int64_t n_blocks = (q.score.n_keys + c.candidate_block_size - 1) / c.candidate_block_size;
@@ -359,6 +375,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
         }
       }
       const bool selected_on_backend = index_keys.select(*backend_, score_queries, IH, ID);
+      scratch.selection_kept = keep && selected_on_backend;  // (sorted on the backend: KeptSelectionSlots::ascending)
+      if (scratch.selection_kept) continue;
       if (selected_on_backend) {
         backend_->for_rows(b1 - b0, [&](int64_t i0, int64_t i1) {
           for (int64_t t = b0 + i0; t < b0 + i1; ++t) {
@@ -425,6 +443,11 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
   // tokens pass kPendingDecodedRows, after which the decode caches start over.
   AttentionSlotRows rows(backend_->takes_packed_rows());
   RowDecodeCache window_rows, compressed_rows;  // per chunk: the rows its tokens read, each decoded once
+  // Selections kept on the backend (scratch.selection_kept): each token's compressed rows built there, from every
+  // row its selection may name.
+  const bool selection_kept = ratio != 0 && scratch.selection_kept;
+  std::vector<KeptSelectionSlots> kept_selections(selection_kept ? size_t(T) : 0);
+  std::vector<std::vector<PackedRowRun>> kept_selection_runs(kept_selections.size());
   std::vector<int64_t> row_begin{0};
   int64_t first_pending = 0;
   auto attend_pending = [&](int64_t t_end) {
@@ -435,7 +458,9 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
     if (qkv.q_kept) pending_kept.cos_sin += first_pending * RD;
     attend_v41(w, rope, &q[size_t(first_pending * H * HD)],
                std::span<const int64_t>(batch.pos).subspan(size_t(first_pending), size_t(t_end - first_pending)), rows.rows(),
-               row_begin, &o[size_t(first_pending * H * HD)], rows.packed(), qkv.q_kept ? &pending_kept : nullptr);
+               row_begin, &o[size_t(first_pending * H * HD)], rows.packed(), qkv.q_kept ? &pending_kept : nullptr,
+               selection_kept ? std::span<const KeptSelectionSlots>(kept_selections).subspan(size_t(first_pending), size_t(t_end - first_pending))
+                              : std::span<const KeptSelectionSlots>());
     rows.clear();
     row_begin.assign(1, 0);
     first_pending = t_end;
@@ -465,7 +490,16 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
                          ls.window_stamps[size_t(slot)]);
       }
     }
-    if (ratio != 0) {
+    if (selection_kept) {
+      const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
+      const int64_t n_select = int64_t(scratch.selection[size_t(t)].size());
+      const int64_t n_rows = std::min(cmp.n_rows(), (pos + 1) / ratio);
+      kept_selection_runs[size_t(t)] = packed_row_runs(cmp.rows, n_rows);
+      kept_selections[size_t(t)] = {.selected = scratch.selection[size_t(t)].data(), .n = n_select,
+                                    .at = int64_t(rows.size()) - row_begin.back(), .ascending = true, .format = &cmp.row_format,
+                                    .runs = kept_selection_runs[size_t(t)], .n_rows = n_rows};
+      for (int64_t j = 0; j < n_select; ++j) rows.push(nullptr);
+    } else if (ratio != 0) {
       const CompressorState& cmp = seq.layers[size_t(owner)].compressor;
       for (int64_t j : scratch.selection[size_t(t)]) {
         DI_CHECK(j < cmp.n_rows());

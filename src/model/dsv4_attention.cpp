@@ -203,6 +203,9 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   std::vector<int64_t> order;
   std::vector<int64_t> selection, select_at;  // I10 made by the backend: token i's at select_at[i]
   bool selected_on_backend = false;
+  bool selection_kept = false;  // and kept there (Backend::keeps_selections): the attention builds its slots there
+  std::vector<KeptSelectionSlots> pending_kept;          // the pending tokens' (ratio 4, with selection_kept)
+  std::vector<std::vector<PackedRowRun>> pending_runs;  // and the rows they may name, a vector kept per pending token
   // I10's count for token t: the index_topk best of its visible keys, at most its layout's slots.
   auto index_fill = [&](const Batch& b, int64_t t) {
     return std::min({int64_t(c.index_topk), b.layout_tokens[size_t(t)] / 4, (b.pos[size_t(t)] + 1) / 4});
@@ -260,11 +263,15 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       select_at.assign(1, 0);
       for (int64_t i = 0; i < nb; ++i) select_at.push_back(select_at.back() + index_fill(batch, b0 + i));
       selection.resize(size_t(select_at.back()));
+      bool keep = q_kept && backend_->keeps_selections();
+      for (int64_t i = 0; i < nb; ++i) keep = keep && keep_selection(index_fill(batch, b0 + i), (batch.pos[size_t(b0 + i)] + 1) / 4);
       for (int64_t i = 0; i < nb; ++i) {
         score_queries[size_t(i)].select.n_select = select_at[size_t(i + 1)] - select_at[size_t(i)];
         score_queries[size_t(i)].select.selected = selection.data() + select_at[size_t(i)];
+        score_queries[size_t(i)].select.keep_selected = keep;
       }
       selected_on_backend = index_keys.select(*backend_, score_queries, IH, ID);
+      selection_kept = keep && selected_on_backend;
     }
 
     // Sparse attention (AT0-AT3) of the block's tokens, run together (Backend::sparse_attentions: a token per
@@ -277,9 +284,14 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       for (size_t k = 0; k < pending.size(); ++k) {
         pending[k].slots = slots.rows().data() + slot_begin[k];
         if (!slots.packed().empty()) pending[k].packed = slots.packed().data() + slot_begin[k];
+        if (selection_kept && pending_kept[k].n > 0) {
+          pending_kept[k].runs = pending_runs[k];
+          pending[k].kept_selection = &pending_kept[k];
+        }
       }
       backend_->sparse_attentions(pending);
       pending.clear();
+      pending_kept.clear();
       slot_begin.clear();
       slots.clear();
     };
@@ -322,7 +334,14 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       } else if (ratio == 4) {
         const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_fill = index_fill(batch, t);
         const int64_t* best = selection.data() + select_at[size_t(i)];
-        if (!selected_on_backend) {
+        if (selection_kept) {  // slots [here, here + n_fill) built on the backend from every visible row
+          const int64_t n_visible = (pos + 1) / 4;
+          if (pending_runs.size() <= pending.size()) pending_runs.resize(pending.size() + 1);
+          pending_runs[pending.size()] = packed_row_runs(ls.compressor.rows, n_visible);
+          pending_kept.push_back({.selected = best, .n = n_fill, .at = int64_t(slots.size()) - first_slot, .ascending = false,
+                                  .format = &ls.compressor.row_format, .runs = {}, .n_rows = n_visible});
+          for (int64_t j = 0; j < n_slots; ++j) slots.push(nullptr);
+        } else if (!selected_on_backend) {
           const int64_t n_visible = (pos + 1) / 4;
           const float* token_scores = scores.data() + score_at[size_t(i)];  // I7-I9, above
           order.resize(size_t(n_visible));
@@ -332,7 +351,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
           });  // I10: larger score first, ties lower index first
           best = order.data();
         }
-        for (int64_t j = 0; j < n_slots; ++j) {
+        for (int64_t j = 0; !selection_kept && j < n_slots; ++j) {
           if (j >= n_fill) {
             slots.push(nullptr);
             continue;

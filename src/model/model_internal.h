@@ -31,6 +31,7 @@ struct Model::Batch {
 // the last index source (reuse layers read it) and the candidate blocks of the candidate source.
 struct Model::V41Scratch {
   std::vector<std::vector<int64_t>> selection;   // [T] compressed-row indices, ascending
+  bool selection_kept = false;                   // selection's values are kept on the backend, not here (sized)
   std::vector<std::vector<int64_t>> candidates;  // [T] kept candidate block ids (empty: none published)
   bool have_candidates = false;
   int kv_source_done_layer = -1;                 // SWA replay: this layer's KV path already ran on every token
@@ -71,6 +72,13 @@ void act_qdq_rows(Backend& backend, float* x, int64_t n_rows, int64_t width, int
 // V4.1): 32 MB of 512-value rows, about what one chunk of a long prompt decodes anyway, and 25 sequences of
 // a batched decode step.
 constexpr int64_t kPendingDecodedRows = 16384;
+
+// Whether a call's index selections stay on a backend that keeps them (Backend::keeps_selections), for a token that
+// selects n_select of its n_visible compressed rows: where its query and attention output stay there too (a decode
+// step, or a prompt chunk of up to 256 tokens), and where handing over every row a selection may name (the backend
+// looks each up by its stamp, so that the device finds the selected ones itself) at most doubles the rows handed
+// over: past that the lookups would cost more than the wait for the selections saves.
+inline bool keep_selection(int64_t n_select, int64_t n_visible) { return n_visible <= 2 * n_select; }
 
 // The head runs once over the logit rows of every chunk, stacked in chunk order: a batch of decode steps then
 // streams the vocab-sized head matrix once instead of once per sequence (at batch 16 that had been 60% of a

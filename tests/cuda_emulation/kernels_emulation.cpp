@@ -537,6 +537,20 @@ void launch_index_select(const IndexSelectLaunch& p, cudaStream_t stream) {
     }
   });
 }
+// The selections' rows in order, or sorted ascending.
+void launch_selected_slots(const SelectedSlotsLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const int64_t* words = p.token_words + t * kSelectedSlotsWords;
+      DI_CHECK_MSG(words[0] <= kIndexSelectMax, "selected slots: a token selects more rows than kIndexSelectMax");
+      std::vector<int32_t> s(p.selected + words[1], p.selected + words[1] + words[0]);
+      if (words[5]) std::sort(s.begin(), s.end());
+      for (size_t i = 0; i < s.size(); ++i) {
+        p.slot_row[t * p.n_slots + words[2] + int64_t(i)] = s[i] >= 0 && s[i] < words[4] ? p.tables[words[3] + s[i]] : -1;
+      }
+    }
+  });
+}
 void launch_candidate_blocks(const CandidateBlocksLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] {
     for (int64_t t = 0; t < p.n_tokens; ++t) {

@@ -96,6 +96,50 @@ TEST(SlotGather, EverySlotLeadsBackToItsRow) {
   EXPECT_EQ(gather.n_rows(), 2 + 2);
 }
 
+// Kept selections (SparseAttentionParams::kept_selection): every row a token's selection may name is gathered as its
+// table, in the runs' order, shared with the rows its slots name; the selection's slots are left empty whatever the
+// list holds there; a token without one has no table.
+TEST(SlotGather, KeptSelectionsGatherEveryRowTheyMayName) {
+  const KvRowFormat format = kv_row_format(KvRowKind::kV4Kv, 64, 32);
+  std::vector<uint8_t> bytes(size_t(10 * format.row_bytes));
+  std::vector<uint64_t> stamps(10);
+  for (size_t i = 0; i < stamps.size(); ++i) stamps[i] = 300 + i;
+  auto row = [&](int i) { return &bytes[size_t(i * format.row_bytes)]; };
+  // Token 0 sees rows 0-6 in two pages; token 1 none; token 2 rows 0-9 (more than it names: 8 of its runs' 10).
+  const PackedRowRun runs0[] = {{row(0), 4, &stamps[0]}, {row(4), 3, &stamps[4]}};
+  const PackedRowRun runs2[] = {{row(0), 4, &stamps[0]}, {row(4), 6, &stamps[4]}};
+  std::vector<float> fresh(64);
+  const float* slots0[] = {fresh.data(), nullptr, nullptr, nullptr};
+  const PackedSlot packed0[] = {{}, {row(9), &format, 309}, {}, {}};  // slot 1 is the selection's: not read
+  const float* slots1[] = {fresh.data(), nullptr};
+  const PackedSlot packed1[] = {{}, {row(5), &format, 305}};
+  const float* slots2[] = {nullptr, nullptr, nullptr};
+  const PackedSlot packed2[] = {{row(2), &format, 302}, {}, {}};
+  const KeptSelectionSlots kept0{.selected = nullptr, .n = 2, .at = 1, .ascending = false, .format = &format, .runs = runs0, .n_rows = 7};
+  const KeptSelectionSlots kept2{.selected = nullptr, .n = 2, .at = 1, .ascending = true, .format = &format, .runs = runs2, .n_rows = 8};
+  std::vector<SparseAttentionParams> ps(3);
+  ps[0] = {.head_dim = 64, .slots = slots0, .n_slots = 4, .packed = packed0, .kept_selection = &kept0};
+  ps[1] = {.head_dim = 64, .slots = slots1, .n_slots = 2, .packed = packed1};
+  ps[2] = {.head_dim = 64, .slots = slots2, .n_slots = 3, .packed = packed2, .kept_selection = &kept2};
+  SlotGather gather;
+  gather.gather(ps);
+  ASSERT_EQ(gather.packed_groups().size(), 1u);
+  const SlotGather::PackedGroup& g = gather.packed_groups()[0];
+  auto packed_row = [&](int32_t at) { return at >= g.first_row ? g.rows[size_t(at - g.first_row)] : nullptr; };
+  EXPECT_EQ(gather.slot_rows()[1], -1) << "the selection's slot is the device's";
+  EXPECT_EQ(gather.slot_rows()[2], -1);
+  EXPECT_EQ(gather.selection_table_at(1), -1);
+  ASSERT_EQ(gather.selection_table_at(0), 0);
+  ASSERT_EQ(gather.selection_table_at(2), 7);
+  ASSERT_EQ(gather.selection_tables().size(), 15u);
+  for (int r = 0; r < 7; ++r) EXPECT_EQ(packed_row(gather.selection_tables()[size_t(r)]), row(r)) << "token 0, row " << r;
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(packed_row(gather.selection_tables()[size_t(7 + r)]), row(r)) << "token 2, row " << r;
+  EXPECT_EQ(gather.selection_tables()[7 + 5], gather.slot_rows()[1 * 4 + 1]) << "a row named twice is placed once";
+  EXPECT_EQ(gather.selection_tables()[7 + 2], gather.slot_rows()[2 * 4 + 0]);
+  EXPECT_EQ(g.rows.size(), 8u) << "rows 0-7 (row 9 was in the selection's slot only)";
+  EXPECT_EQ(g.stamps[size_t(gather.selection_tables()[3] - g.first_row)], 303u);
+}
+
 TEST(SlotGatherDeathTest, PackedRowOfAnotherWidthIsCaught) {
   const KvRowFormat wide = kv_row_format(KvRowKind::kV41Kv, 128);
   std::vector<uint8_t> bytes(size_t(wide.row_bytes));

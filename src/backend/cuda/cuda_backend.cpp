@@ -150,7 +150,8 @@ struct KernelPaths {
   bool device_moe = false;         // DEEPINFER_CUDA_MOE=device or host (the default)
   bool graphs = true;              // DEEPINFER_CUDA_GRAPHS=on (the default) or off
   bool device_chain = false;       // DEEPINFER_CUDA_LINEAR_CHAIN=device or host (the default)
-  bool device_select = false;      // DEEPINFER_CUDA_INDEX_SELECT=device or host (the default)
+  bool device_select = false;      // DEEPINFER_CUDA_INDEX_SELECT=device or kept, not host (the default)
+  bool keep_selections = false;    // DEEPINFER_CUDA_INDEX_SELECT=kept
   bool wait_every_call = false;    // DEEPINFER_CUDA_WAIT=every-call or as-needed (the default)
 };
 
@@ -195,7 +196,8 @@ class CudaBackend final : public Backend {
         packed_attention_rows_(paths.packed_attention_rows), mma_index_scores_(paths.mma_index_scores),
         mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb), fp8_prompt_linear_(paths.fp8_prompt_linear),
         fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma), device_moe_(paths.device_moe), graphs_(paths.graphs),
-        device_chain_(paths.device_chain), device_select_(paths.device_select) {
+        device_chain_(paths.device_chain), device_select_(paths.device_select),
+        keep_selections_(paths.keep_selections) {
     bind_device();
     cudaDeviceProp prop{};
     DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -204,6 +206,7 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     attention_staging_.create(paths.wait_every_call);
     tail_staging_.create(paths.wait_every_call);
+    index_staging_.create(paths.wait_every_call);
   }
   ~CudaBackend() override {  // the buffers that members free belong to device_ too
     cudaSetDevice(device_);  // not bind_device(): a destructor must not abort
@@ -211,6 +214,7 @@ class CudaBackend final : public Backend {
     drop_graphs();
     attention_staging_.destroy();
     tail_staging_.destroy();
+    index_staging_.destroy();
     cudaStreamDestroy(stream_);
   }
 
@@ -329,14 +333,18 @@ class CudaBackend final : public Backend {
 
   // DEEPINFER_CUDA_INDEX_SELECT=device: the scores as index_scores_batch computes them, then each token's top-k
   // selection on the device (index_select_kernel.cu: exact, as the model's partial_sort orders them), and only the
-  // selections back: n_select indices a token where the scores are one float per key of its context (at 64k
+  // selections back (or, kept for the attention, nothing: IndexSelectParams::keep_selected): n_select indices a token where the scores are one float per key of its context (at 64k
   // tokens, 16k keys a ratio-4 layer), and no selection left on the host. Declines where a token selects more
   // than kIndexSelectMax keys, and where the kept blocks' bits would not fit the device's shared memory beside the
   // kernel's ~19.5 KB of static shared memory.
   bool index_select_batch(std::span<const IndexSelectParams> ps) override {
     if (!device_select_ || ps.empty()) return false;
-    int64_t max_keys = 0, block_size = 0;
+    int64_t max_keys = 0, block_size = 0, total_select = 0;
     for (const IndexSelectParams& p : ps) {
+      DI_CHECK_MSG(p.keep_selected == ps[0].keep_selected && !(p.keep_selected && p.candidates) &&
+                       !(p.keep_selected && !keeps_selections()),
+                   "index select: kept selections for some tokens and not others, with candidates, or on a backend that keeps none");
+      total_select += p.n_select;
       if (p.n_select > cuda::kIndexSelectMax || p.n_select > p.score.n_keys) return false;
       const bool blocks = p.masked || p.candidates;
       if (blocks && (p.block_size <= 0 || (block_size && p.block_size != block_size))) return false;
@@ -349,6 +357,11 @@ class CudaBackend final : public Backend {
     }
     if (block_size && cuda::index_select_shared_bytes(max_keys, block_size) + 20 * 1024 > max_shared_bytes_) return false;
     bind_device();
+    if (ps[0].keep_selected) {  // the selections stay in selections_dev_, replacing those kept before
+      kept_selections_.clear();
+      kept_selected_ = 0;
+      selections_dev_.reserve(size_t(std::max<int64_t>(total_select, 1)) * 4);
+    }
     auto same_shape = [](const IndexSelectParams& a, const IndexSelectParams& b) {
       return a.score.n_heads == b.score.n_heads && a.score.dim == b.score.dim;
     };
@@ -600,6 +613,9 @@ class CudaBackend final : public Backend {
 
   // The chains' q_rope and the attention's kept q and outputs need the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device).
   bool keeps_arrays() const override { return device_chain_; }
+  // Kept selections need the device's selection and packed rows (the attention gathers every row a selection may
+  // name by its stamp, through the row mirror where it is on).
+  bool keeps_selections() const override { return keep_selections_ && packed_rows_; }
   void fetch_kept(float* host, int64_t n) override {
     bind_device();
     const float* dev = kept_at(host, n);
@@ -1557,6 +1573,7 @@ class CudaBackend final : public Backend {
   // and the selections back instead of the scores.
   void score(std::span<const IndexScoreParams> batch, std::span<const IndexSelectParams> selects = {}) {
     const IndexScoreParams& p0 = batch[0];
+    index_staging_.wait();  // index_host_ below
     const int64_t T = int64_t(batch.size()), H = p0.n_heads, dim = p0.dim;
     key_arrays_.plan(batch);
     const int64_t max_keys = key_arrays_.max_keys(), total = key_arrays_.total_keys(), n_rows = key_arrays_.n_rows();
@@ -1719,7 +1736,9 @@ class CudaBackend final : public Backend {
     }
     if (selecting) {
       const int64_t* meta = index_meta_.get<int64_t>();
-      auto* selected_dev = reinterpret_cast<int32_t*>(out_.get<float>() + total);
+      const bool keep = selects[0].keep_selected;
+      auto* selected_dev = keep ? selections_dev_.get<int32_t>() + kept_selected_
+                                : reinterpret_cast<int32_t*>(out_.get<float>() + total);
       cuda::IndexSelectLaunch sl;
       sl.scores = out_.get<float>();
       sl.token_keys = meta;
@@ -1750,6 +1769,14 @@ class CudaBackend final : public Backend {
         bl.selected = selected_dev;
         bl.n_tokens = T;
         cuda::launch_index_select(bl, stream_);
+      }
+      if (keep) {  // nothing comes back: the attention reads them there (keep_selection_slots)
+        for (const IndexSelectParams& sp : selects) {
+          kept_selections_.push_back({sp.selected, sp.n_select, kept_selected_});
+          kept_selected_ += sp.n_select;
+        }
+        index_staging_.queued(stream_);
+        return;
       }
       const int64_t n_back = total_select + total_candidates;
       out_host_.reserve(size_t(std::max<int64_t>(n_back, 1)) * 4);
@@ -1948,16 +1975,23 @@ class CudaBackend final : public Backend {
         std::memcpy(packed_host + slot_words_at + size_t(u.slot_at) * 8, u.slots.data(), u.slots.size() * 8);
       }
     }
-    slot_host_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
+    // The slot rows, then for kept selections each token's words and the tables (keep_selection_slots).
+    const std::vector<int32_t>& tables = gather_.selection_tables();
+    const bool kept_selections = !tables.empty();
+    const size_t words_at = (size_t(T * n_slots) * 4 + 7) / 8 * 8;
+    const size_t index_bytes = kept_selections ? words_at + size_t(T * cuda::kSelectedSlotsWords) * 8 + tables.size() * 4
+                                               : size_t(T * n_slots) * 4;
+    slot_host_.reserve(std::max<size_t>(index_bytes, 4));
     int32_t* slot_row = slot_host_.get<int32_t>();
     std::memcpy(slot_row, gather_.slot_rows().data(), size_t(T * n_slots) * 4);
+    if (kept_selections) keep_selection_slots(batch, slot_host_.get<uint8_t>() + words_at);
 
     // Device: the float rows and the decoded packed rows, then q, then sink, then the staged packed bytes and the
     // arenas' slots; slot indices; outputs. The host's [float rows][q, sink, packed bytes, slots] go over in two
     // copies.
     const size_t staged = size_t(T * H * D + H) * 4 + packed_and_slots;
     rows_.reserve(size_t(n_decoded * D) * 4 + staged);
-    index_.reserve(size_t(std::max<int64_t>(T * n_slots, 1)) * 4);
+    index_.reserve(std::max<size_t>(index_bytes, 4));
     out_.reserve(size_t(T * H * D) * 4);
     float* rows_dev = rows_.get<float>();
     float* q_dev = rows_dev + n_decoded * D;
@@ -1995,10 +2029,14 @@ class CudaBackend final : public Backend {
         cuda::launch_unpack_rows(l, stream_);
       }
     }
-    if (n_slots) {
-      DI_CUDA_CHECK(cudaMemcpyAsync(index_.get(), slot_row, size_t(T * n_slots) * 4, cudaMemcpyHostToDevice, stream_));
-    }
+    if (n_slots) DI_CUDA_CHECK(cudaMemcpyAsync(index_.get(), slot_row, index_bytes, cudaMemcpyHostToDevice, stream_));
     a.slot_row = index_.get<int32_t>();
+    if (kept_selections) {
+      const auto* words = reinterpret_cast<const int64_t*>(index_.get<uint8_t>() + words_at);
+      cuda::launch_selected_slots({index_.get<int32_t>(), n_slots, selections_dev_.get<int32_t>(),
+                                   reinterpret_cast<const int32_t*>(words + T * cuda::kSelectedSlotsWords), words, T},
+                                  stream_);
+    }
     if (split) {
       scores_.reserve(size_t(std::max<int64_t>(T * H * n_slots, 1)) * 4);
       cuda::launch_sparse_attention_split(a, scores_.get<float>(), stream_);
@@ -2015,6 +2053,30 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_.get(), size_t(T * H * D) * 4, cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (int64_t t = 0; t < T; ++t) std::memcpy(batch[size_t(t)].out, out_host_.get<float>() + t * H * D, size_t(H * D) * 4);
+  }
+
+  // The words launch_selected_slots reads for attend()'s tokens, then the tables (gather_'s) behind them, at dst:
+  // each kept selection found by its host address among those the last keeping index_select_batch left.
+  void keep_selection_slots(std::span<const SparseAttentionParams> batch, uint8_t* dst) {
+    const int64_t T = int64_t(batch.size());
+    std::vector<int64_t> words(size_t(T * cuda::kSelectedSlotsWords), 0);
+    for (int64_t t = 0; t < T; ++t) {
+      const KeptSelectionSlots* k = batch[size_t(t)].kept_selection;
+      if (!k || k->n == 0) continue;
+      auto it = std::find_if(kept_selections_.begin(), kept_selections_.end(),
+                             [&](const KeptSelection& s) { return s.host == k->selected && s.n == k->n; });
+      DI_CHECK_MSG(it != kept_selections_.end(), name_ + ": a selection said to be kept on the device is not");
+      int64_t* w = &words[size_t(t * cuda::kSelectedSlotsWords)];
+      w[0] = k->n;
+      w[1] = it->at;
+      w[2] = k->at;
+      w[3] = gather_.selection_table_at(t);
+      w[4] = k->n_rows;
+      w[5] = k->ascending ? 1 : 0;
+    }
+    std::memcpy(dst, words.data(), words.size() * 8);
+    const std::vector<int32_t>& tables = gather_.selection_tables();
+    std::memcpy(dst + words.size() * 8, tables.data(), tables.size() * 4);
   }
 
   // attend()'s outputs (in out_) rotated back (each token's out_rope) into their kept arrays, one launch where they
@@ -2110,6 +2172,18 @@ class CudaBackend final : public Backend {
   std::vector<IndexScoreParams> select_scores_;  // index_select_batch(): its runs' scores
   PackedUpload key_upload_;
   DeviceBuffer index_meta_;
+  // Kept selections (IndexSelectParams::keep_selected): the last keeping index_select_batch's, each token's named by
+  // its host address, at an offset in selections_dev_ (int32). score() does not wait then: index_host_ is in use
+  // until its work ran.
+  struct KeptSelection {
+    const int64_t* host = nullptr;
+    int64_t n = 0;
+    int64_t at = 0;
+  };
+  std::vector<KeptSelection> kept_selections_;
+  int64_t kept_selected_ = 0;
+  DeviceBuffer selections_dev_;
+  StagingInUse index_staging_;
   // moe(): DEEPINFER_CUDA_MOE=device, the blocks it has set up (nullptr: one it declines), its scratch on the
   // device and its pinned staging (u and the hash rows in, the output back).
   bool device_moe_ = false;
@@ -2130,7 +2204,8 @@ class CudaBackend final : public Backend {
   std::map<GraphKey, CapturedGraph> graphs_by_key_;
   // linear_chain() and projection_chain(): DEEPINFER_CUDA_LINEAR_CHAIN=device, their device scratch and pinned staging.
   bool device_chain_ = false;
-  bool device_select_ = false;  // index_select_batch(): DEEPINFER_CUDA_INDEX_SELECT=device
+  bool device_select_ = false;  // index_select_batch(): DEEPINFER_CUDA_INDEX_SELECT=device or kept
+  bool keep_selections_ = false;  // DEEPINFER_CUDA_INDEX_SELECT=kept
   DeviceBuffer chain_scratch_;
   cuda::PinnedBuffer chain_host_;   // an output chain's staging (linear_chain(), block_tail())
   cuda::PinnedBuffer second_host_;  // a projection chain's second stage's (projection_chain(), mhc_projection_chain())
@@ -2218,10 +2293,16 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
       // attention's output projection in one call, z kept on the device, and its projections with the q path in
       // one call, qr kept there; Backend::linear_chain and projection_chain, written without a GPU at hand).
       {"DEEPINFER_CUDA_LINEAR_CHAIN", {"host", "device"}, [](const std::string& v, KernelPaths& p) { p.device_chain = v == "device"; }},
-      // DEEPINFER_CUDA_INDEX_SELECT: host (default: the index scores come back and the model selects) or device
-      // (the top-k selection on the device after the scores, only the selections coming back;
-      // Backend::index_select_batch, written without a GPU at hand).
-      {"DEEPINFER_CUDA_INDEX_SELECT", {"host", "device"}, [](const std::string& v, KernelPaths& p) { p.device_select = v == "device"; }},
+      // DEEPINFER_CUDA_INDEX_SELECT: host (default: the index scores come back and the model selects), device (the
+      // top-k selection on the device after the scores, only the selections coming back; Backend::index_select_batch)
+      // or kept (the same, and with DEEPINFER_CUDA_KV packed or mirror the selections stay on the device, where the
+      // attention builds its compressed slots from them: the index call does not wait; Backend::keeps_selections; the
+      // model keeps them only where q and the attention's output stay on the device too, which needs
+      // DEEPINFER_CUDA_LINEAR_CHAIN=device). Written without a GPU at hand.
+      {"DEEPINFER_CUDA_INDEX_SELECT", {"host", "device", "kept"}, [](const std::string& v, KernelPaths& p) {
+         p.device_select = v != "host";
+         p.keep_selections = v == "kept";
+       }},
       // DEEPINFER_CUDA_GRAPHS: on (default) or off: the device MoE's stream work replayed as CUDA graphs (written
       // without a GPU at hand; off runs the same operations one by one).
       {"DEEPINFER_CUDA_GRAPHS", {"on", "off"}, [](const std::string& v, KernelPaths& p) { p.graphs = v == "on"; }},

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "model/ops_avx512.h"  // exp_fixed's constants
+#include "model/exp_fixed_constants.h"
 
 namespace deepinfer::cuda {
 

@@ -165,7 +165,35 @@ __global__ void __launch_bounds__(kThreads) candidate_blocks_kernel(const Candid
   p.block_scores[p.token_blocks_at[t] + b] = b == n_blocks - 1 ? INFINITY : m;
 }
 
+// One block per token: thread i writes the i-th selected row's slot, at its rank among the selection where
+// ascending (the selection in shared memory first; n <= kIndexSelectMax, so at most 2048 x 2048 comparisons a token).
+__global__ void __launch_bounds__(kThreads) selected_slots_kernel(const SelectedSlotsLaunch p) {
+  __shared__ int32_t s[kIndexSelectMax];
+  const int64_t t = blockIdx.x;
+  const int64_t* words = p.token_words + t * kSelectedSlotsWords;
+  const int64_t n = min(words[0], kIndexSelectMax), table_at = words[3], token_rows = words[4];
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) s[i] = p.selected[words[1] + i];
+  __syncthreads();
+  int32_t* slots = p.slot_row + t * p.n_slots + words[2];
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const int32_t row = s[i];
+    int64_t place = i;
+    if (words[5]) {
+      place = 0;
+      for (int64_t m = 0; m < n; ++m) place += s[m] < row;
+    }
+    slots[place] = row >= 0 && row < token_rows ? p.tables[table_at + row] : -1;
+  }
+}
+
 }  // namespace
+
+void launch_selected_slots(const SelectedSlotsLaunch& p, cudaStream_t stream) {
+  if (p.n_tokens == 0) return;
+  DI_CHECK(p.n_tokens <= 65535);
+  launch_kernel(selected_slots_kernel, dim3(unsigned(p.n_tokens)), kThreads, 0, stream, p);
+  DI_CUDA_CHECK_LAUNCH();
+}
 
 void launch_candidate_blocks(const CandidateBlocksLaunch& p, cudaStream_t stream) {
   if (p.n_tokens == 0 || p.max_blocks == 0) return;

@@ -336,6 +336,22 @@ struct CandidateBlocksLaunch {
   int64_t n_tokens = 0;                      // at most 65535
 };
 void launch_candidate_blocks(const CandidateBlocksLaunch& p, cudaStream_t stream);
+// An attention's compressed slots from selections kept on the device (SparseAttentionParams::kept_selection): token
+// t's selection s (token_words[t]: n <= kIndexSelectMax, the selection's offset in selected, the slot `at` it starts
+// at, its table's offset in tables, the table's rows token_rows, ascending 0/1) writes slot_row[t, at + i] =
+// tables[table_at + s[i]] for i < n, the i-th in the selection's order, or with ascending the i-th smallest (a
+// selection names distinct rows). A selected row outside [0, token_rows) leaves its slot empty (-1) rather than read
+// past the table.
+struct SelectedSlotsLaunch {
+  int32_t* slot_row = nullptr;              // [n_tokens, n_slots]
+  int64_t n_slots = 0;
+  const int32_t* selected = nullptr;
+  const int32_t* tables = nullptr;
+  const int64_t* token_words = nullptr;     // [n_tokens, kSelectedSlotsWords]
+  int64_t n_tokens = 0;                     // at most 65535
+};
+constexpr int64_t kSelectedSlotsWords = 6;  // n, selected_at, at, table_at, token_rows, ascending
+void launch_selected_slots(const SelectedSlotsLaunch& p, cudaStream_t stream);
 
 // ---- The MoE of a block on the device (moe_kernels.cu; CudaBackend::moe, DEEPINFER_CUDA_MOE=device) ----
 // Each kernel computes what model/moe.cpp and model/ops.cpp compute on the host for the same step, bit for bit:
