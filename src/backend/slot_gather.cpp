@@ -17,9 +17,10 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
   slot_rows_.assign(size_t(n_tokens_ * n_slots_), -1);
   float_rows_.clear();
   groups_.clear();
-  int64_t n_table_rows = 0;  // the kept selections' rows, places in index_ too
-  for (const SparseAttentionParams& p : batch) n_table_rows += p.kept_selection ? p.kept_selection->n_rows : 0;
-  index_.reset(n_tokens_ * n_slots_ + n_table_rows);
+  int64_t n_runs = 0;  // the kept selections' runs
+  for (const SparseAttentionParams& p : batch) n_runs += p.kept_selection ? int64_t(p.kept_selection->runs.size()) : 0;
+  index_.reset(n_tokens_ * n_slots_);
+  run_index_.reset(std::max<int64_t>(n_runs, 1));
   packed_at_.clear();
   selection_tables_.clear();
   selection_table_at_.assign(size_t(n_tokens_), -1);
@@ -37,13 +38,12 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
     selection_table_at_[size_t(t)] = int64_t(selection_tables_.size());
     int64_t left = kept->n_rows;
     for (const PackedRowRun& run : kept->runs) {
-      const int64_t n = std::min(run.n_rows, left);
-      for (int64_t k = 0; k < n; ++k) {
-        DI_CHECK_MSG(run.stamps && run.stamps[k], "sparse attention: a kept selection's row without a write stamp");
-        selection_tables_.push_back(add_row(nullptr, {run.rows + k * kept->format->row_bytes, kept->format, run.stamps[k]}, head_dim));
-      }
-      left -= n;
       if (left == 0) break;
+      const int64_t n = std::min(run.n_rows, left);
+      if (n <= 0) continue;
+      const int32_t k0 = add_run(run, n, *kept->format, head_dim);
+      for (int64_t k = 0; k < n; ++k) selection_tables_.push_back(-2 - (k0 + int32_t(k)));
+      left -= n;
     }
     DI_CHECK_MSG(left == 0, "sparse attention: a kept selection's runs hold fewer rows than n_rows");
   }
@@ -80,6 +80,27 @@ int32_t SlotGather::add_row(const float* row, const PackedSlot& packed, int64_t 
   const auto [index, inserted] = index_.try_emplace(reinterpret_cast<uintptr_t>(packed.row), -2 - int32_t(packed_at_.size()));
   if (inserted) packed_at_.push_back(add_packed(packed, head_dim));
   return int32_t(index);
+}
+
+// The first n (> 0) rows of `run` as packed rows k0 .. k0 + n - 1, placed once per run start and length; returns k0.
+int32_t SlotGather::add_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format, int64_t head_dim) {
+  DI_CHECK_MSG(n > 0 && n < (int64_t(1) << 16), "sparse attention: a kept selection's page run of " + std::to_string(n) + " rows");
+  const uint64_t key = reinterpret_cast<uintptr_t>(run.rows) | uint64_t(n) << 48;  // user-space addresses are < 2^48
+  const auto [k0, inserted] = run_index_.try_emplace(key, int32_t(packed_at_.size()));
+  if (!inserted) return int32_t(k0);
+  for (int64_t k = 0; k < n; ++k) {
+    DI_CHECK_MSG(run.stamps && run.stamps[k], "sparse attention: a kept selection's row without a write stamp");
+  }
+  const auto [group, first] = add_packed({run.rows, &format, run.stamps[0]}, head_dim);
+  PackedGroup& g = groups_[size_t(group)];
+  for (int64_t k = 0; k < n; ++k) {
+    if (k > 0) {
+      g.rows.push_back(run.rows + k * format.row_bytes);
+      g.stamps.push_back(run.stamps[k]);
+    }
+    packed_at_.push_back({group, first + int32_t(k)});
+  }
+  return int32_t(k0);
 }
 
 // The group of the packed row's format (made on its first use) and the row's place in it.

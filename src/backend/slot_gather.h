@@ -5,7 +5,10 @@
 // (a device decodes each group with one launch) in first-use order within their group. Every token's slot
 // list becomes row indices, padded with empty slots (-1) to the longest list. A token whose compressed slots the
 // device builds from a kept selection (SparseAttentionParams::kept_selection) has every row the selection may name
-// gathered too, as a table: the rows' r-th -> its row index, for the device to look the selection up in.
+// gathered too, as a table: the rows' r-th -> its row index, for the device to look the selection up in. Those rows
+// are placed a page run at a time (a run seen before with as many rows is placed once), not looked up row by row:
+// a row that a slot names too is then placed twice, which costs its bytes twice at most (the row mirror keeps one
+// copy by its stamp).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +50,7 @@ class SlotGather {
  private:
   std::pair<int32_t, int32_t> add_packed(const PackedSlot& packed, int64_t head_dim);
   int32_t add_row(const float* row, const PackedSlot& packed, int64_t head_dim);  // -1, a row index, or -2 - k
+  int32_t add_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format, int64_t head_dim);  // its first row's k
 
   int64_t n_tokens_ = 0, n_slots_ = 0, n_rows_ = 0, packed_bytes_ = 0;
   std::vector<int32_t> slot_rows_;
@@ -54,6 +58,7 @@ class SlotGather {
   std::vector<PackedGroup> groups_;
   FlatIndex index_{6};  // a row's address -> its index (a packed row's: -2 - k until placed); rows are >= 68 B apart
   std::vector<std::pair<int32_t, int32_t>> packed_at_;  // the k-th packed row: its group and place there
+  FlatIndex run_index_{6};  // a run's first row address and its length -> the k of its first row
   std::vector<int32_t> selection_tables_;
   std::vector<int64_t> selection_table_at_;
 };

@@ -345,17 +345,19 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
       // Steps 25-27 with the scores where the backend selects: the candidate source's blocks, or the mask of the
       // candidates, and the top-k, as the loop below makes them (the top-k sorted here).
       const bool masked = uses_candidates && scratch.have_candidates && !is_candidate_source;
-      // Kept on the backend where the candidate source's candidates need not come back (keep_selection), and where
-      // every layer that reuses the selections (up to the next index source) has this layer's ratio: each hands the
-      // backend its own KV owner's rows, which the selections name only at the same ratio.
+      // Kept on the backend (kKeptSelectionExtraRows) where the candidate source's candidates need not come back, and
+      // where every layer that reuses the selections (up to the next index source) has this layer's ratio: each hands
+      // the backend its own KV owner's rows, which the selections name only at the same ratio.
       bool keep = qkv.q_kept && backend_->keeps_selections() && !is_candidate_source;
       for (int l = layer + 1; l < c.n_layers && !c.is_index_source(l); ++l) {
         keep = keep && (c.compress_ratio(l) == 0 || c.compress_ratio(l) == ratio);
       }
+      int64_t extra_rows = 0;
       for (int64_t t = b0; t < b1; ++t) {
         const int64_t n_keys = score_queries[size_t(t - b0)].select.score.n_keys;
-        keep = keep && keep_selection(std::min({int64_t(c.index_topk), batch.layout_tokens[size_t(t)] / ratio, n_keys}), n_keys);
+        extra_rows += n_keys - std::min({int64_t(c.index_topk), batch.layout_tokens[size_t(t)] / ratio, n_keys});
       }
+      keep = keep && extra_rows <= kKeptSelectionExtraRows;
       for (int64_t t = b0; t < b1; ++t) {
         IndexSelectParams& q = score_queries[size_t(t - b0)].select;
         std::vector<int64_t>& sel = scratch.selection[size_t(t)];

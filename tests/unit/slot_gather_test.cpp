@@ -97,15 +97,15 @@ TEST(SlotGather, EverySlotLeadsBackToItsRow) {
 }
 
 // Kept selections (SparseAttentionParams::kept_selection): every row a token's selection may name is gathered as its
-// table, in the runs' order, shared with the rows its slots name; the selection's slots are left empty whatever the
-// list holds there; a token without one has no table.
+// table, in the runs' order; a run seen before with as many rows is placed once, one of another length anew; the
+// selection's slots are left empty whatever the list holds there; a token without one has no table.
 TEST(SlotGather, KeptSelectionsGatherEveryRowTheyMayName) {
   const KvRowFormat format = kv_row_format(KvRowKind::kV4Kv, 64, 32);
   std::vector<uint8_t> bytes(size_t(10 * format.row_bytes));
   std::vector<uint64_t> stamps(10);
   for (size_t i = 0; i < stamps.size(); ++i) stamps[i] = 300 + i;
   auto row = [&](int i) { return &bytes[size_t(i * format.row_bytes)]; };
-  // Token 0 sees rows 0-6 in two pages; token 1 none; token 2 rows 0-9 (more than it names: 8 of its runs' 10).
+  // Token 0 sees rows 0-6 in two pages; token 1 none; token 2 rows 0-7 (8 of its runs' 10: the second page's first 4).
   const PackedRowRun runs0[] = {{row(0), 4, &stamps[0]}, {row(4), 3, &stamps[4]}};
   const PackedRowRun runs2[] = {{row(0), 4, &stamps[0]}, {row(4), 6, &stamps[4]}};
   std::vector<float> fresh(64);
@@ -126,18 +126,27 @@ TEST(SlotGather, KeptSelectionsGatherEveryRowTheyMayName) {
   ASSERT_EQ(gather.packed_groups().size(), 1u);
   const SlotGather::PackedGroup& g = gather.packed_groups()[0];
   auto packed_row = [&](int32_t at) { return at >= g.first_row ? g.rows[size_t(at - g.first_row)] : nullptr; };
+  auto stamp = [&](int32_t at) { return at >= g.first_row ? g.stamps[size_t(at - g.first_row)] : 0; };
   EXPECT_EQ(gather.slot_rows()[1], -1) << "the selection's slot is the device's";
   EXPECT_EQ(gather.slot_rows()[2], -1);
+  EXPECT_EQ(packed_row(gather.slot_rows()[1 * 4 + 1]), row(5));
+  EXPECT_EQ(packed_row(gather.slot_rows()[2 * 4 + 0]), row(2));
   EXPECT_EQ(gather.selection_table_at(1), -1);
   ASSERT_EQ(gather.selection_table_at(0), 0);
   ASSERT_EQ(gather.selection_table_at(2), 7);
-  ASSERT_EQ(gather.selection_tables().size(), 15u);
-  for (int r = 0; r < 7; ++r) EXPECT_EQ(packed_row(gather.selection_tables()[size_t(r)]), row(r)) << "token 0, row " << r;
-  for (int r = 0; r < 8; ++r) EXPECT_EQ(packed_row(gather.selection_tables()[size_t(7 + r)]), row(r)) << "token 2, row " << r;
-  EXPECT_EQ(gather.selection_tables()[7 + 5], gather.slot_rows()[1 * 4 + 1]) << "a row named twice is placed once";
-  EXPECT_EQ(gather.selection_tables()[7 + 2], gather.slot_rows()[2 * 4 + 0]);
-  EXPECT_EQ(g.rows.size(), 8u) << "rows 0-7 (row 9 was in the selection's slot only)";
-  EXPECT_EQ(g.stamps[size_t(gather.selection_tables()[3] - g.first_row)], 303u);
+  const std::vector<int32_t>& tables = gather.selection_tables();
+  ASSERT_EQ(tables.size(), 15u);
+  for (int r = 0; r < 7; ++r) {
+    EXPECT_EQ(packed_row(tables[size_t(r)]), row(r)) << "token 0, row " << r;
+    EXPECT_EQ(stamp(tables[size_t(r)]), stamps[size_t(r)]) << "token 0, row " << r;
+  }
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(packed_row(tables[size_t(7 + r)]), row(r)) << "token 2, row " << r;
+    EXPECT_EQ(stamp(tables[size_t(7 + r)]), stamps[size_t(r)]) << "token 2, row " << r;
+  }
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(tables[size_t(7 + r)], tables[size_t(r)]) << "the first page's run, placed once";
+  EXPECT_NE(tables[7 + 4], tables[4]) << "the second page's run at another length, placed anew";
+  EXPECT_EQ(g.rows.size(), 13u) << "token 0's 7 rows, token 1's row 5, token 2's second run (4) and its row 2";
 }
 
 TEST(SlotGatherDeathTest, PackedRowOfAnotherWidthIsCaught) {

@@ -43,6 +43,7 @@
 #include "backend/linear_batch_layout.h"
 #include "backend/row_mirror.h"
 #include "backend/slot_gather.h"
+#include "core/flat_index.h"
 #include "model/kv_format.h"
 #include "model/ops.h"
 
@@ -359,6 +360,7 @@ class CudaBackend final : public Backend {
     bind_device();
     if (ps[0].keep_selected) {  // the selections stay in selections_dev_, replacing those kept before
       kept_selections_.clear();
+      kept_selection_index_.reset(int64_t(ps.size()));
       kept_selected_ = 0;
       selections_dev_.reserve(size_t(std::max<int64_t>(total_select, 1)) * 4);
     }
@@ -1772,7 +1774,10 @@ class CudaBackend final : public Backend {
       }
       if (keep) {  // nothing comes back: the attention reads them there (keep_selection_slots)
         for (const IndexSelectParams& sp : selects) {
-          kept_selections_.push_back({sp.selected, sp.n_select, kept_selected_});
+          if (sp.n_select > 0) {  // (a selection of none is never looked up: SparseAttentionParams::kept_selection)
+            kept_selection_index_.try_emplace(reinterpret_cast<uintptr_t>(sp.selected), int32_t(kept_selections_.size()));
+            kept_selections_.push_back({sp.n_select, kept_selected_});
+          }
           kept_selected_ += sp.n_select;
         }
         index_staging_.queued(stream_);
@@ -2063,12 +2068,11 @@ class CudaBackend final : public Backend {
     for (int64_t t = 0; t < T; ++t) {
       const KeptSelectionSlots* k = batch[size_t(t)].kept_selection;
       if (!k || k->n == 0) continue;
-      auto it = std::find_if(kept_selections_.begin(), kept_selections_.end(),
-                             [&](const KeptSelection& s) { return s.host == k->selected && s.n == k->n; });
-      DI_CHECK_MSG(it != kept_selections_.end(), name_ + ": a selection said to be kept on the device is not");
+      const int64_t i = kept_selection_index_.find(reinterpret_cast<uintptr_t>(k->selected));
+      DI_CHECK_MSG(i >= 0 && kept_selections_[size_t(i)].n == k->n, name_ + ": a selection said to be kept on the device is not");
       int64_t* w = &words[size_t(t * cuda::kSelectedSlotsWords)];
       w[0] = k->n;
-      w[1] = it->at;
+      w[1] = kept_selections_[size_t(i)].at;
       w[2] = k->at;
       w[3] = gather_.selection_table_at(t);
       w[4] = k->n_rows;
@@ -2176,11 +2180,11 @@ class CudaBackend final : public Backend {
   // its host address, at an offset in selections_dev_ (int32). score() does not wait then: index_host_ is in use
   // until its work ran.
   struct KeptSelection {
-    const int64_t* host = nullptr;
-    int64_t n = 0;
-    int64_t at = 0;
+    int64_t n = 0;   // its n_select
+    int64_t at = 0;  // its offset in selections_dev_
   };
   std::vector<KeptSelection> kept_selections_;
+  FlatIndex kept_selection_index_{3};  // a kept selection's host address -> its entry in kept_selections_
   int64_t kept_selected_ = 0;
   DeviceBuffer selections_dev_;
   StagingInUse index_staging_;
