@@ -138,7 +138,6 @@ struct SparseAttentionParams {
   const KeptSelectionSlots* kept_selection = nullptr;  // only for a backend whose keeps_selections() is true
 };
 
-
 // Indexer scores for one query token (spec I7-I9):
 // score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ) for j < n_keys.
 // For a backend whose takes_packed_rows() is true the model may give the keys packed instead of `keys`: rows
