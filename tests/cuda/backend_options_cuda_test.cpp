@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "cuda/cuda_util.h"
@@ -27,6 +28,28 @@ TEST(CudaBackendOptions, AnUnknownChoiceIsAnErrorNamingIt) {
   }
   std::string error;
   EXPECT_NE(make_cuda_backend(0, 0, &error), nullptr) << error;  // every variable unset: the defaults
+}
+
+// DEEPINFER_CUDA_INDEX_SELECT=kept keeps the selections for the attention only where the cache rows go over packed
+// (the attention gathers every row a selection may name by its stamp); device selects without keeping.
+TEST(CudaBackendOptions, KeptSelectionsNeedPackedRows) {
+  DI_SKIP_WITHOUT_CUDA();
+  struct Case {
+    const char* select;
+    const char* kv;
+    bool keeps;
+  };
+  for (const Case& c : {Case{"kept", "packed", true}, Case{"kept", "mirror", true}, Case{"kept", "floats", false},
+                        Case{"device", "mirror", false}, Case{"host", "packed", false}}) {
+    setenv("DEEPINFER_CUDA_INDEX_SELECT", c.select, 1);
+    setenv("DEEPINFER_CUDA_KV", c.kv, 1);
+    std::string error;
+    const std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);
+    unsetenv("DEEPINFER_CUDA_INDEX_SELECT");
+    unsetenv("DEEPINFER_CUDA_KV");
+    ASSERT_NE(backend, nullptr) << error;
+    EXPECT_EQ(backend->keeps_selections(), c.keeps) << c.select << " with " << c.kv << " rows";
+  }
 }
 
 // DEEPINFER_CUDA_PROMPT_LINEAR=wgmma is a known value: a backend on a compute capability 9.0 device, elsewhere an
