@@ -346,7 +346,7 @@ class Backend {
   virtual bool kernels_differ_by_token_kind() const { return false; }
   // True when every call waits for a device (the CUDA backend copies its outputs back and synchronises once per
   // call, except the calls with nothing to bring back: an attention whose outputs it keeps, a block's tail whose
-  // outputs it keeps): the model then puts independent ops into one call wherever it can, also where a CPU backend
+  // outputs it keeps, an index call whose selections it keeps): the model then puts independent ops into one call wherever it can, also where a CPU backend
   // runs them faster apart (a prefill's MoE experts, which the fast backend streams one expert at a time).
   virtual bool each_call_waits() const { return false; }
   // Called once, before the first op: every routed expert's weights in the order a backend with too little
