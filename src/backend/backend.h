@@ -303,6 +303,21 @@ struct BlockTailParams {
   bool keep_pre_out = false;
 };
 
+// V4.1's DSpark tap (spec step 5) of a stream the backend keeps (BlockTailParams::keep_h_out), for a backend that
+// keeps arrays: each token's mean over its 4 copies, out[t * out_stride + d] = bf16((h[t, 0, d] + h[t, 1, d] +
+// h[t, 2, d] + h[t, 3, d]) / 4) summed in double in copy order, kept on the backend as part of the array starting at
+// out_array (out_floats of them; Backend::fetch_kept), its host copy not written. The call may return before the
+// work has run.
+struct StreamTapParams {
+  const float* h = nullptr;          // [n_tokens, 4, dim]: the kept stream, named by its host address
+  int64_t n_tokens = 0;
+  int64_t dim = 0;
+  float* out = nullptr;              // token t's dim values at out + t * out_stride, inside the out array
+  int64_t out_stride = 0;
+  const float* out_array = nullptr;
+  int64_t out_floats = 0;
+};
+
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
 // chunk uses the one-shot prefill layout); a backend may also pick its kernels by it, never by how many tokens
 // an op has, so a token's result depends on its kind but never on what else is in its batch.
@@ -388,6 +403,9 @@ class Backend {
   // output stream back, one wait), with the FFN side's outputs those of the model's steps on this backend
   // (block_tail_on_backend) bit for bit; false: it did nothing, and the model runs the steps (the CPU backends always).
   virtual bool block_tail(const BlockTailParams& /*p*/) { return false; }
+  // The tap where the backend keeps the stream (StreamTapParams); false: it did nothing, and the model fetches the
+  // stream and taps it on the host.
+  virtual bool stream_tap(const StreamTapParams& /*p*/) { return false; }
   // True where the backend can keep arrays between calls (HeadRope, ProjectionChainParams::q_rope and the kept
   // arrays below): the model then hands it the work that keeps them.
   virtual bool keeps_arrays() const { return false; }

@@ -93,6 +93,7 @@ class TimedBackend final : public Backend {
   bool mhc_projection_chain(const MhcProjectionParams& p) override;  // as its chain (its mixes are no hc_mix call)
   bool keeps_arrays() const override { return inner_->keeps_arrays(); }
   bool keeps_selections() const override { return inner_->keeps_selections(); }
+  bool stream_tap(const StreamTapParams& p) override { return inner_->stream_tap(p); }  // (not timed: one small launch)
   void fetch_kept(float* host, int64_t n) override { inner_->fetch_kept(host, n); }
 
  private:

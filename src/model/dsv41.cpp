@@ -79,10 +79,20 @@ void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vec
   const BlockWeights& w = weights_.layers[size_t(layer)];
   const int64_t T = batch.n_tokens(), D = c.dim;
   const auto tap = std::find(c.dspark_target_layers.begin(), c.dspark_target_layers.end(), layer);
-  if (stream && (w.has_engram || tap != c.dspark_target_layers.end())) stream->fetch(*backend_, h);  // host steps on h
+  const int64_t i_tap = tap - c.dspark_target_layers.begin(), n_taps = int64_t(c.dspark_target_layers.size());
+  // Step 5 on the backend where it keeps the stream (and no Engram changes it first): the taps stay there too, as
+  // long as no tap of the pass was written on the host (the backend's array would lack it).
+  bool tapped = false;
+  if (tap != c.dspark_target_layers.end() && !w.has_engram && stream && stream->on_backend && !scratch.taps_on_host) {
+    tapped = backend_->stream_tap({.h = h.data(), .n_tokens = T, .dim = D, .out = &scratch.taps[size_t(i_tap * D)],
+                                   .out_stride = n_taps * D, .out_array = scratch.taps.data(),
+                                   .out_floats = int64_t(scratch.taps.size())});
+    scratch.taps_kept = scratch.taps_kept || tapped;
+  }
+  if (stream && (w.has_engram || (tap != c.dspark_target_layers.end() && !tapped))) stream->fetch(*backend_, h);  // host steps on h
   if (w.has_engram) engram_v41(w, layer, batch, h);  // step 2-4, before the block
-  if (tap != c.dspark_target_layers.end()) {  // step 5: the layer's input stream, mean over the copies
-    const int64_t i_tap = tap - c.dspark_target_layers.begin(), n_taps = int64_t(c.dspark_target_layers.size());
+  if (tap != c.dspark_target_layers.end() && !tapped) {  // step 5: the layer's input stream, mean over the copies
+    scratch.fetch_taps(*backend_);  // (the other taps, where the backend keeps them; from now on all here)
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t d = 0; d < D; ++d) {
         double sum = 0;
@@ -146,6 +156,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     if (l == replay_.decoder_kv_layer) {  // spec §7.10, opt-in
       stream.fetch(*backend_, h);
       stream.fetch_pre(*backend_);
+      scratch.fetch_taps(*backend_);
       swa_replay_split_v41(chunks, batch, scratch, h, pre_in);
     }
     run_block_v41(l, batch, scratch, h, pre_in, &stream);
@@ -154,6 +165,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
   }
   stream.fetch(*backend_, h);
   stream.fetch_pre(*backend_);
+  scratch.fetch_taps(*backend_);
   std::vector<ChunkOutput> outputs(chunks.size());
   const double eps = c.norm_eps_value();
   const int64_t n_taps_width = int64_t(c.dspark_target_layers.size()) * D;

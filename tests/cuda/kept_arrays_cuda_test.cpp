@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -328,6 +329,41 @@ TEST(KeptArraysCuda, AttentionsThatKeepTheirOutputsDoNotWaitYetKeepTheirInputs) 
       EXPECT_EQ(n_differing(host_first, first_o), 0) << "of the first layer's " << host_first.size() << " outputs";
       EXPECT_EQ(n_differing(host_second, second_o), 0) << "of the second layer's " << host_second.size() << " outputs";
     }
+  }
+}
+
+// V4.1's DSpark tap on a kept stream (Backend::stream_tap): here the kept q of a chain stands for the stream (its
+// [T, 4, 128] values); the tap goes into one column of a kept taps array, the host's copies untouched until fetched,
+// and equals dsv41.cpp's step 5 on the fetched stream bit for bit. A backend without the device chains declines.
+TEST(KeptArraysCuda, StreamTapOfTheKeptStreamStaysOnTheDevice) {
+  DI_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(820);
+  for (int64_t n : {1, 3}) {
+    SCOPED_TRACE(std::to_string(n) + " tokens");
+    KeptAttentionLayer layer(n, false, rng);
+    const std::unique_ptr<Backend> gpu = make_chain_backend("device"), host_chain = make_chain_backend("host");
+    ASSERT_TRUE(gpu && host_chain);
+    RandomProjections::Outputs device(layer.r);
+    layer.keep_q(*gpu, device);
+    const int64_t dim = KeptAttentionLayer::H * KeptAttentionLayer::HD / 4, n_taps = 3;
+    std::vector<float> taps(size_t(n * n_taps * dim), -7.0f);
+    const StreamTapParams tap{.h = device.q.data(), .n_tokens = n, .dim = dim, .out = &taps[size_t(dim)], .out_stride = n_taps * dim,
+                              .out_array = taps.data(), .out_floats = int64_t(taps.size())};
+    EXPECT_FALSE(host_chain->stream_tap(tap)) << "a backend without the device chains keeps no stream";
+    ASSERT_TRUE(gpu->stream_tap(tap));
+    EXPECT_TRUE(all_untouched(taps) && all_untouched(device.q)) << "the taps' or the stream's host array written";
+    gpu->fetch_kept(taps.data(), int64_t(taps.size()));
+    gpu->fetch_kept(device.q.data(), int64_t(device.q.size()));
+    int64_t n_differ = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t d = 0; d < dim; ++d) {
+        double sum = 0;
+        for (int k = 0; k < 4; ++k) sum += device.q[size_t((t * 4 + k) * dim + d)];
+        const float want = round_bf16(sum / 4.0);  // dsv41.cpp's step 5
+        n_differ += std::memcmp(&taps[size_t((t * n_taps + 1) * dim + d)], &want, 4) != 0;
+      }
+    }
+    EXPECT_EQ(n_differ, 0) << "of " << n * dim << " taps";
   }
 }
 

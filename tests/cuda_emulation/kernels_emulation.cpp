@@ -309,6 +309,18 @@ void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream) {
     }
   });
 }
+// dsv41.cpp's step 5 loop.
+void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      for (int64_t d = 0; d < p.dim; ++d) {
+        double sum = 0;
+        for (int k = 0; k < 4; ++k) sum += p.h[(t * 4 + k) * p.dim + d];
+        p.out[t * p.out_stride + d] = round_bf16(sum / 4.0);
+      }
+    }
+  });
+}
 #endif
 
 #ifndef DEEPINFER_REAL_KERNELS_HEAD_ROPE_KERNEL  // head_rope_kernel.cu: the model's own host code

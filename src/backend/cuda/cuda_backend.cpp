@@ -615,6 +615,18 @@ class CudaBackend final : public Backend {
 
   // The chains' q_rope and the attention's kept q and outputs need the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device).
   bool keeps_arrays() const override { return device_chain_; }
+  // V4.1's DSpark tap on the kept stream, into a kept array: queued behind the tail that wrote the stream and not
+  // waited for (no host staging; the taps come back through fetch_kept).
+  bool stream_tap(const StreamTapParams& p) override {
+    if (!device_chain_ || p.n_tokens == 0 || p.n_tokens > 65535) return false;
+    DI_CHECK_MSG(p.out >= p.out_array && p.out + (p.n_tokens - 1) * p.out_stride + p.dim <= p.out_array + p.out_floats,
+                 "stream tap: the taps lie outside their kept array");
+    bind_device();
+    const float* h = kept_at(p.h, p.n_tokens * 4 * p.dim);
+    float* taps = keep_array(p.out_array, p.out_floats);
+    cuda::launch_stream_tap({h, p.n_tokens, p.dim, taps + (p.out - p.out_array), p.out_stride}, stream_);
+    return true;
+  }
   // Kept selections need the device's selection and packed rows (the attention gathers every row a selection may
   // name by its stamp, through the row mirror where it is on).
   bool keeps_selections() const override { return keep_selections_ && packed_rows_; }

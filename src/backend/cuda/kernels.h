@@ -177,6 +177,15 @@ struct HcPostLaunch {
   float* h_out = nullptr;         // [n_tokens, 4 * dim]
 };
 void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream);
+// V4.1's DSpark tap (backend.h's StreamTapParams): out[t * out_stride + i] = bf16((h[t, 0, i] + h[t, 1, i] +
+// h[t, 2, i] + h[t, 3, i]) / 4), summed in double in copy order.
+struct StreamTapLaunch {
+  const float* h = nullptr;  // [n_tokens, 4 * dim]
+  int64_t n_tokens = 0, dim = 0;  // n_tokens at most 65535
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream);
 
 // Per-head work on a device: token t's n_heads x head_dim values at x + t * x_stride, written at out + t * out_stride
 // (out may be x), each token with its angles.

@@ -120,7 +120,25 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(const HcPostLaunc
   }
 }
 
+// One thread per (token, column i): the mean of the four copies at column i (dsv41.cpp's step 5).
+__global__ void __launch_bounds__(kPostThreads) stream_tap_kernel(const StreamTapLaunch p) {
+  const int64_t t = blockIdx.y, i = int64_t(blockIdx.x) * kPostThreads + threadIdx.x, D = p.dim;
+  if (i >= D) return;
+  const float* h = p.h + t * 4 * D;
+  double sum = 0.0;
+  for (int k = 0; k < 4; ++k) sum = __dadd_rn(sum, double(h[k * D + i]));
+  p.out[t * p.out_stride + i] = round_bf16_exact(__ddiv_rn(sum, 4.0));
+}
+
 }  // namespace
+
+void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream) {
+  if (p.n_tokens == 0) return;
+  DI_CHECK_MSG(p.n_tokens <= 65535, "stream_tap: too many tokens for one launch");
+  const int64_t column_blocks = (p.dim + kPostThreads - 1) / kPostThreads;
+  launch_kernel(stream_tap_kernel, dim3(unsigned(column_blocks), unsigned(p.n_tokens)), kPostThreads, 0, stream, p);
+  DI_CUDA_CHECK_LAUNCH();
+}
 
 void launch_hc_pre(const HcPreLaunch& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
