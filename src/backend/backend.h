@@ -316,6 +316,7 @@ struct StreamTapParams {
   int64_t out_stride = 0;
   const float* out_array = nullptr;
   int64_t out_floats = 0;
+  bool out_array_kept = false;       // an earlier tap of the pass left the array on the backend: it must still be there
 };
 
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt

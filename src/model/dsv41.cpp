@@ -86,7 +86,7 @@ void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vec
   if (tap != c.dspark_target_layers.end() && !w.has_engram && stream && stream->on_backend && !scratch.taps_on_host) {
     tapped = backend_->stream_tap({.h = h.data(), .n_tokens = T, .dim = D, .out = &scratch.taps[size_t(i_tap * D)],
                                    .out_stride = n_taps * D, .out_array = scratch.taps.data(),
-                                   .out_floats = int64_t(scratch.taps.size())});
+                                   .out_floats = int64_t(scratch.taps.size()), .out_array_kept = scratch.taps_kept});
     scratch.taps_kept = scratch.taps_kept || tapped;
   }
   if (stream && (w.has_engram || (tap != c.dspark_target_layers.end() && !tapped))) stream->fetch(*backend_, h);  // host steps on h

@@ -623,6 +623,7 @@ class CudaBackend final : public Backend {
                  "stream tap: the taps lie outside their kept array");
     bind_device();
     const float* h = kept_at(p.h, p.n_tokens * 4 * p.dim);
+    if (p.out_array_kept) kept_at(p.out_array, p.out_floats);  // an error where it is gone, not a fresh array's garbage
     float* taps = keep_array(p.out_array, p.out_floats);
     cuda::launch_stream_tap({h, p.n_tokens, p.dim, taps + (p.out - p.out_array), p.out_stride}, stream_);
     return true;
