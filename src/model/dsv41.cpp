@@ -86,8 +86,9 @@ void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vec
   if (tap != c.dspark_target_layers.end() && !w.has_engram && stream && stream->on_backend && !scratch.taps_on_host) {
     tapped = backend_->stream_tap({.h = h.data(), .n_tokens = T, .dim = D, .out = &scratch.taps[size_t(i_tap * D)],
                                    .out_stride = n_taps * D, .out_array = scratch.taps.data(),
-                                   .out_floats = int64_t(scratch.taps.size()), .out_array_kept = scratch.taps_kept});
-    scratch.taps_kept = scratch.taps_kept || tapped;
+                                   .out_floats = int64_t(scratch.taps.size()),
+                                   .out_array_kept = scratch.taps_kept.on_backend()});
+    if (tapped) scratch.taps_kept.keep(scratch.taps.data(), int64_t(scratch.taps.size()));
   }
   if (stream && (w.has_engram || (tap != c.dspark_target_layers.end() && !tapped))) stream->fetch(*backend_, h);  // host steps on h
   if (w.has_engram) engram_v41(w, layer, batch, h);  // step 2-4, before the block
@@ -155,7 +156,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
   for (int l = 0; l < c.n_layers; ++l) {
     if (l == replay_.decoder_kv_layer) {  // spec §7.10, opt-in
       stream.fetch(*backend_, h);
-      stream.fetch_pre(*backend_);
+      stream.pre.fetch(*backend_);
       scratch.fetch_taps(*backend_);
       swa_replay_split_v41(chunks, batch, scratch, h, pre_in);
     }
@@ -164,7 +165,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     append_last_streams(batch, chunks, h, D);
   }
   stream.fetch(*backend_, h);
-  stream.fetch_pre(*backend_);
+  stream.pre.fetch(*backend_);
   scratch.fetch_taps(*backend_);
   std::vector<ChunkOutput> outputs(chunks.size());
   const double eps = c.norm_eps_value();

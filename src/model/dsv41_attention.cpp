@@ -352,18 +352,18 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
       for (int l = layer + 1; l < c.n_layers && !c.is_index_source(l); ++l) {
         keep = keep && (c.compress_ratio(l) == 0 || c.compress_ratio(l) == ratio);
       }
-      int64_t extra_rows = 0;
-      for (int64_t t = b0; t < b1; ++t) {
-        const int64_t n_keys = score_queries[size_t(t - b0)].select.score.n_keys;
-        extra_rows += n_keys - std::min({int64_t(c.index_topk), batch.layout_tokens[size_t(t)] / ratio, n_keys});
-      }
-      keep = keep && extra_rows <= kKeptSelectionExtraRows;
+      int64_t extra_rows = 0;  // handed over where kept, beyond the selected
       for (int64_t t = b0; t < b1; ++t) {
         IndexSelectParams& q = score_queries[size_t(t - b0)].select;
         std::vector<int64_t>& sel = scratch.selection[size_t(t)];
         sel.resize(size_t(std::min({int64_t(c.index_topk), batch.layout_tokens[size_t(t)] / ratio, q.score.n_keys})));
         q.n_select = int64_t(sel.size());
         q.selected = sel.data();
+        extra_rows += q.score.n_keys - q.n_select;
+      }
+      keep = keep && extra_rows <= kKeptSelectionExtraRows;
+      for (int64_t t = b0; t < b1; ++t) {
+        IndexSelectParams& q = score_queries[size_t(t - b0)].select;
         q.masked = masked;
         q.keep_blocks = masked ? std::span<const int64_t>(scratch.candidates[size_t(t)]) : std::span<const int64_t>();
         q.block_size = c.candidate_block_size;

@@ -263,8 +263,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       select_at.assign(1, 0);
       for (int64_t i = 0; i < nb; ++i) select_at.push_back(select_at.back() + index_fill(batch, b0 + i));
       selection.resize(size_t(select_at.back()));
-      int64_t extra_rows = 0;  // handed over where kept, beyond the selected (kKeptSelectionExtraRows)
-      for (int64_t i = 0; i < nb; ++i) extra_rows += (batch.pos[size_t(b0 + i)] + 1) / 4 - index_fill(batch, b0 + i);
+      const int64_t extra_rows = score_at.back() - select_at.back();  // the visible rows beyond the selected ones
       const bool keep = q_kept && backend_->keeps_selections() && extra_rows <= kKeptSelectionExtraRows;
       for (int64_t i = 0; i < nb; ++i) {
         score_queries[size_t(i)].select.n_select = select_at[size_t(i + 1)] - select_at[size_t(i)];

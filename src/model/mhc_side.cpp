@@ -25,7 +25,7 @@ void MhcFront::run() {
   const int64_t T = p_.n_tokens, D = p_.dim;
   if (stream_) {
     stream_->fetch(backend_, p_.h, T * 4 * D);
-    if (p_.collapse_pre) stream_->fetch_pre(backend_);
+    if (p_.collapse_pre) stream_->pre.fetch(backend_);
   }
   const MhcWeights& m = p_.mhc;
   const MhcSideParams& p = p_;
@@ -51,8 +51,9 @@ bool MhcFront::run_with(const ProjectionChainParams& chain) {
   auto* coeffs = reinterpret_cast<float*>(scratch_.coeffs.data());
   // A copy of h for the block's tail where h is the pass's stream (MhcSide::finish_with's tail reads it there).
   const bool keep_h = stream_ && backend_.keeps_arrays(), h_on_backend = stream_ && stream_->on_backend;
-  const bool pre_on_backend = stream_ && stream_->pre_on_backend();
-  DI_CHECK_MSG(!pre_on_backend || p_.collapse_pre == stream_->pre, "an mHC side collapses with a pre other than the one kept");
+  const bool pre_on_backend = stream_ && stream_->pre.on_backend();
+  DI_CHECK_MSG(!pre_on_backend || p_.collapse_pre == stream_->pre.at,
+               "an mHC side collapses with a pre other than the one kept");
   if (backend_.mhc_projection_chain({.side = p_, .u = scratch_.u.data(), .uq = scratch_.uq.data(), .coeffs = coeffs, .chain = chain,
                                      .keep_h = keep_h, .h_on_backend = h_on_backend, .pre_on_backend = pre_on_backend,
                                      .u_back = false})) {
@@ -127,8 +128,7 @@ void MhcSide::finish_with(const MoeSideParams& ffn) {
     if (stream_) {
       stream_->on_backend = tail.keep_h_out;
       if (tail.keep_pre_out) {
-        stream_->pre = ffn.side.pre_out;
-        stream_->pre_floats = ffn.side.n_tokens * 4;
+        stream_->pre.keep(ffn.side.pre_out, ffn.side.n_tokens * 4);
       } else {
         pre_written_on_host(ffn.side.pre_out);
       }
@@ -142,7 +142,7 @@ void MhcSide::finish_with(const MoeSideParams& ffn) {
 
 void MhcSide::pre_written_on_host(const float* pre_out) {
   // A pre the backend kept (the one this block's front read) that the FFN side has now written on the host anew.
-  if (stream_ && pre_out && stream_->pre == pre_out) stream_->pre = nullptr;
+  if (stream_ && pre_out && stream_->pre.at == pre_out) stream_->pre = {};
 }
 
 void mhc_side_on_backend(Backend& backend, const MhcSideParams& p, MhcScratch& scratch, const MhcSubBlock& sub) {

@@ -12,6 +12,24 @@
 
 namespace deepinfer {
 
+// An array an op left on a backend that keeps arrays, named by its host address (Backend::fetch_kept): its host copy
+// is stale until fetched.
+struct KeptArray {
+  const float* at = nullptr;  // the host array while the backend holds its values, else nullptr
+  int64_t n = 0;
+  bool on_backend() const { return at != nullptr; }
+  void keep(const float* host, int64_t floats) {
+    at = host;
+    n = floats;
+  }
+  // The values at their host array again.
+  void fetch(Backend& backend) {
+    if (!at) return;
+    backend.fetch_kept(const_cast<float*>(at), n);
+    at = nullptr;
+  }
+};
+
 // A forward pass's residual stream between blocks, where the backend keeps arrays: a block's tail may leave it on
 // the backend (BlockTailParams::keep_h_out) for the next block's front to read there (MhcProjectionParams::
 // h_on_backend); its host array is then stale until fetched, which every host step that reads or writes it does first.
@@ -27,15 +45,7 @@ struct KeptStream {
   }
   void fetch(Backend& backend, std::vector<float>& h) { fetch(backend, h.data(), int64_t(h.size())); }
 
-  // The pre's array (n floats at pre) while the backend holds it (pre_on_backend), else nullptr.
-  const float* pre = nullptr;
-  int64_t pre_floats = 0;
-  bool pre_on_backend() const { return pre != nullptr; }
-  void fetch_pre(Backend& backend) {
-    if (!pre) return;
-    backend.fetch_kept(const_cast<float*>(pre), pre_floats);
-    pre = nullptr;
-  }
+  KeptArray pre;
 };
 
 // The buffers of one side's steps; the caller keeps them from call to call (model_internal.h's BlockBuffers),

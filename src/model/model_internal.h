@@ -36,12 +36,11 @@ struct Model::V41Scratch {
   bool have_candidates = false;
   int kv_source_done_layer = -1;                 // SWA replay: this layer's KV path already ran on every token
   std::vector<float> taps;                       // [T, n_taps * dim] DSpark taps (spec step 5)
-  bool taps_kept = false;     // taps' values are kept on the backend (Backend::stream_tap), not here
+  KeptArray taps_kept;        // taps while the backend holds their values (Backend::stream_tap)
   bool taps_on_host = false;  // a tap was written here (or taps moved): the backend's copy would lack it from now on
   // taps on the host again, for good: later taps are the host's.
   void fetch_taps(Backend& backend) {
-    if (taps_kept) backend.fetch_kept(taps.data(), int64_t(taps.size()));
-    taps_kept = false;
+    taps_kept.fetch(backend);
     taps_on_host = true;
   }
 };

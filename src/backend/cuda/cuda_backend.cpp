@@ -334,8 +334,9 @@ class CudaBackend final : public Backend {
 
   // DEEPINFER_CUDA_INDEX_SELECT=device: the scores as index_scores_batch computes them, then each token's top-k
   // selection on the device (index_select_kernel.cu: exact, as the model's partial_sort orders them), and only the
-  // selections back (or, kept for the attention, nothing: IndexSelectParams::keep_selected): n_select indices a token where the scores are one float per key of its context (at 64k
-  // tokens, 16k keys a ratio-4 layer), and no selection left on the host. Declines where a token selects more
+  // selections back: n_select indices a token where the scores are one float per key of its context (at 64k tokens,
+  // 16k keys a ratio-4 layer), and no selection left on the host. Or, kept for the attention
+  // (IndexSelectParams::keep_selected), nothing back and no wait. Declines where a token selects more
   // than kIndexSelectMax keys, and where the kept blocks' bits would not fit the device's shared memory beside the
   // kernel's ~19.5 KB of static shared memory.
   bool index_select_batch(std::span<const IndexSelectParams> ps) override {
@@ -2323,10 +2324,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
       // DEEPINFER_CUDA_GRAPHS: on (default) or off: the device MoE's stream work replayed as CUDA graphs (written
       // without a GPU at hand; off runs the same operations one by one).
       {"DEEPINFER_CUDA_GRAPHS", {"on", "off"}, [](const std::string& v, KernelPaths& p) { p.graphs = v == "on"; }},
-      // DEEPINFER_CUDA_WAIT: as-needed (default: a call whose outputs all stay on the device, the attention's or a
-      // block tail's, returns without waiting, and the next call queues behind it) or every-call (each call waits
-      // for its work: the comparison, `bench --op-times` figures that charge each call its own device time, and a
-      // device fault reported by the call that caused it rather than by the next one that waits).
+      // DEEPINFER_CUDA_WAIT: as-needed (default: a call whose outputs all stay on the device, the attention's, a block
+      // tail's or an index call's kept selections, returns without waiting, and the next call queues behind it) or
+      // every-call (each call waits for its work: the comparison, `bench --op-times` figures that charge each call its
+      // own device time, and a device fault reported by the call that caused it rather than by the next one that waits).
       {"DEEPINFER_CUDA_WAIT", {"as-needed", "every-call"}, [](const std::string& v, KernelPaths& p) { p.wait_every_call = v == "every-call"; }},
   };
   KernelPaths paths;
