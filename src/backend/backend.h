@@ -319,6 +319,21 @@ struct StreamTapParams {
   bool out_array_kept = false;       // an earlier tap of the pass left the array on the backend: it must still be there
 };
 
+// V4.1's Engram steps 3-4 (spec §7.6) on a stream the backend keeps (BlockTailParams::keep_h_out), for a backend
+// that keeps arrays: kv = the linear op `kv` (wkv on the gathered table rows, bf16 out, [n_tokens, 5 * dim]) as
+// linear() computes it, then each copy k of each token has h[t, k] updated in place by model/ops.h's engram_gate with
+// key = kv[t, k * dim ..] and val = kv[t, 4 * dim ..]. h is updated where it is kept (its host array not written);
+// kv.out is not written. The call may return before the work has run.
+struct EngramGateParams {
+  LinearParams kv;
+  float* h = nullptr;                  // [n_tokens, 4, dim]: the kept stream, named by its host address
+  int64_t n_tokens = 0;
+  int64_t dim = 0;
+  const uint16_t* q_weight = nullptr;  // [4, dim] bf16
+  const uint16_t* k_weight = nullptr;  // [4, dim] bf16
+  double eps = 0;
+};
+
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
 // chunk uses the one-shot prefill layout); a backend may also pick its kernels by it, never by how many tokens
 // an op has, so a token's result depends on its kind but never on what else is in its batch.
@@ -407,6 +422,9 @@ class Backend {
   // The tap where the backend keeps the stream (StreamTapParams); false: it did nothing, and the model fetches the
   // stream and taps it on the host.
   virtual bool stream_tap(const StreamTapParams& /*p*/) { return false; }
+  // The Engram update where the backend keeps the stream (EngramGateParams); false: it did nothing, and the model
+  // fetches the stream and updates it on the host.
+  virtual bool engram_gate(const EngramGateParams& /*p*/) { return false; }
   // True where the backend can keep arrays between calls (HeadRope, ProjectionChainParams::q_rope and the kept
   // arrays below): the model then hands it the work that keeps them.
   virtual bool keeps_arrays() const { return false; }

@@ -166,6 +166,13 @@ bool TimedBackend::mhc_projection_chain(const MhcProjectionParams& p) {
   record_chain(p.chain.first, p.chain.second, seconds_since(t0));
   return true;
 }
+bool TimedBackend::engram_gate(const EngramGateParams& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!inner_->engram_gate(p)) return false;
+  record_chain({&p.kv, 1}, {}, seconds_since(t0));
+  ++(*times_)[size_t(OpKind::kLinear)].stream_updates;
+  return true;
+}
 void TimedBackend::record_chain(std::span<const LinearParams> first, std::span<const LinearParams> second, double seconds) {
   std::vector<LinearParams> ops(first.begin(), first.end());
   ops.insert(ops.end(), second.begin(), second.end());

@@ -28,11 +28,14 @@ struct OpTime {
   // index_scores: ops whose selection stayed on the backend (IndexSelectParams::keep_selected); sparse_attention:
   // tokens whose compressed slots the backend built from such a selection (SparseAttentionParams::kept_selection).
   int64_t kept_selections = 0;
+  // linear: V4.1's Engram updates the backend made on the stream it keeps (Backend::engram_gate), one per layer and call.
+  int64_t stream_updates = 0;
   OpTime& operator-=(const OpTime& o) {
     calls -= o.calls;
     entries -= o.entries;
     seconds -= o.seconds;
     kept_selections -= o.kept_selections;
+    stream_updates -= o.stream_updates;
     return *this;
   }
 };
@@ -91,6 +94,7 @@ class TimedBackend final : public Backend {
   bool linear_chain(const LinearChainParams& p) override;
   bool projection_chain(const ProjectionChainParams& p) override;  // as linear_chain
   bool mhc_projection_chain(const MhcProjectionParams& p) override;  // as its chain (its mixes are no hc_mix call)
+  bool engram_gate(const EngramGateParams& p) override;  // as its linear op (its gate is no row work)
   bool keeps_arrays() const override { return inner_->keeps_arrays(); }
   bool keeps_selections() const override { return inner_->keeps_selections(); }
   bool stream_tap(const StreamTapParams& p) override { return inner_->stream_tap(p); }  // (not timed: one small launch)

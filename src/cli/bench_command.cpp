@@ -363,6 +363,11 @@ Runner add_bench_command(CLI::App& app) {
                     r.phase.c_str(), double(index.kept_selections) / r.steps, double(index.calls) / r.steps,
                     double(attention.kept_selections) / r.steps, double(attention.calls) / r.steps);
       }
+      // V4.1's Engram updates made where the backend keeps the stream (Backend::engram_gate), where any were.
+      for (const Row& r : rows) {
+        const int64_t updates = r.ops[size_t(OpKind::kLinear)].stream_updates;
+        if (updates > 0) std::printf("%-18s Engram updates on the kept stream per step: %.1f\n", r.phase.c_str(), double(updates) / r.steps);
+      }
       // The linear time again, by the weights' storage type, with the rate their bytes stream at: in decode
       // it shows which weights fall short of the read bandwidth.
       std::vector<int> types;  // the weight types any phase used

@@ -9,12 +9,11 @@
 
 namespace deepinfer {
 
-void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h) {
+void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h, KeptStream* stream) {
   const ModelConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.dim, HD = c.engram_head_dim, N = c.engram_max_ngram;
   const int64_t n_rows = engram_.n_rows_per_token(), width = n_rows * HD;
   const int e_layer = c.engram_index(layer);
-  const double eps = c.norm_eps_value();
   std::vector<float> emb(static_cast<size_t>(T * width)), kv(static_cast<size_t>(T * 5 * D));
   // Tokens are independent in both loops below (each reads the batch and the sequences' histories and writes its
   // own rows): they run on the backend's threads.
@@ -47,27 +46,20 @@ void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std
     }
   });
   act_qdq_rows(emb, T, width);
-  backend_->linear({.x = emb.data(), .x_stride = width, .n_tokens = T, .weight = &w.engram.wkv, .row_begin = 0,
-                    .n_rows = 5 * D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(), .out_stride = 5 * D,
-                    .x_e4m3_block = config_.act_block});
-  const double sqrt_d = std::sqrt(double(D));
+  const EngramGateParams p{.kv = {.x = emb.data(), .x_stride = width, .n_tokens = T, .weight = &w.engram.wkv, .row_begin = 0,
+                                  .n_rows = 5 * D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(),
+                                  .out_stride = 5 * D, .x_e4m3_block = config_.act_block},
+                           .h = h.data(), .n_tokens = T, .dim = D, .q_weight = w.engram.q_weight,
+                           .k_weight = w.engram.k_weight, .eps = c.norm_eps_value()};
+  if (stream && stream->on_backend && backend_->engram_gate(p)) return;  // the stream stays where it is kept
+  if (stream) stream->fetch(*backend_, h);  // the update below is on the host
+  backend_->linear(p.kv);
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const float* val = &kv[size_t(t * 5 * D + 4 * D)];
-      for (int k = 0; k < 4; ++k) {  // step 3: gate per copy; step 4: residual update
-        float* hc = &h[size_t((t * 4 + k) * D)];
-        const float* key = &kv[size_t(t * 5 * D + k * D)];
-        double dot = 0, hh = 0, kk = 0;
-        for (int64_t d = 0; d < D; ++d) {
-          const double qk = double(bf16_to_float(w.engram.q_weight[k * D + d])) * bf16_to_float(w.engram.k_weight[k * D + d]);
-          dot += double(hc[d]) * qk * key[d];
-          hh += double(hc[d]) * hc[d];
-          kk += double(key[d]) * key[d];
-        }
-        const double tc = dot / (std::sqrt(hh / double(D) + eps) * std::sqrt(kk / double(D) + eps) * sqrt_d);
-        const double z = (tc > 0 ? 1.0 : tc < 0 ? -1.0 : 0.0) * std::sqrt(std::max(std::fabs(tc), 1e-6));
-        const double gate = round_f32(1.0 / (1.0 + std::exp(-z)));
-        for (int64_t d = 0; d < D; ++d) hc[d] = round_bf16(double(hc[d]) + gate * val[d]);
+      const float* row = &kv[size_t(t * 5 * D)];
+      for (int k = 0; k < 4; ++k) {  // step 3: gate per copy; step 4: residual update with the one value
+        engram_gate(&h[size_t((t * 4 + k) * D)], w.engram.q_weight + k * D, w.engram.k_weight + k * D, row + k * D,
+                    row + 4 * D, D, p.eps);
       }
     }
   });
@@ -80,18 +72,18 @@ void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vec
   const int64_t T = batch.n_tokens(), D = c.dim;
   const auto tap = std::find(c.dspark_target_layers.begin(), c.dspark_target_layers.end(), layer);
   const int64_t i_tap = tap - c.dspark_target_layers.begin(), n_taps = int64_t(c.dspark_target_layers.size());
-  // Step 5 on the backend where it keeps the stream (and no Engram changes it first): the taps stay there too, as
-  // long as no tap of the pass was written on the host (the backend's array would lack it).
+  if (w.has_engram) engram_v41(w, layer, batch, h, stream);  // step 2-4, before the block
+  // Step 5 on the backend where it keeps the stream: the taps stay there too, as long as no tap of the pass was
+  // written on the host (the backend's array would lack it).
   bool tapped = false;
-  if (tap != c.dspark_target_layers.end() && !w.has_engram && stream && stream->on_backend && !scratch.taps_on_host) {
+  if (tap != c.dspark_target_layers.end() && stream && stream->on_backend && !scratch.taps_on_host) {
     tapped = backend_->stream_tap({.h = h.data(), .n_tokens = T, .dim = D, .out = &scratch.taps[size_t(i_tap * D)],
                                    .out_stride = n_taps * D, .out_array = scratch.taps.data(),
                                    .out_floats = int64_t(scratch.taps.size()),
                                    .out_array_kept = scratch.taps_kept.on_backend()});
     if (tapped) scratch.taps_kept.keep(scratch.taps.data(), int64_t(scratch.taps.size()));
   }
-  if (stream && (w.has_engram || (tap != c.dspark_target_layers.end() && !tapped))) stream->fetch(*backend_, h);  // host steps on h
-  if (w.has_engram) engram_v41(w, layer, batch, h);  // step 2-4, before the block
+  if (stream && tap != c.dspark_target_layers.end() && !tapped) stream->fetch(*backend_, h);  // the tap below reads h
   if (tap != c.dspark_target_layers.end() && !tapped) {  // step 5: the layer's input stream, mean over the copies
     scratch.fetch_taps(*backend_);  // (the other taps, where the backend keeps them; from now on all here)
     for (int64_t t = 0; t < T; ++t) {

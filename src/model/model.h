@@ -138,7 +138,8 @@ class Model {
   // stream: where h is between the pass's blocks (mhc_side.h's KeptStream), or nullptr: on the host.
   void run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vector<float>& h, std::vector<float>& pre_in,
                      KeptStream* stream = nullptr);
-  void engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h);
+  // Steps 2-4 on h; where the backend keeps the stream, it may update it there (Backend::engram_gate) and keep it.
+  void engram_v41(const BlockWeights& w, int layer, const Batch& batch, std::vector<float>& h, KeptStream* stream);
   void attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront& front, MhcBack& back);
   // The KV source's projections of u (steps 15-17: the compressor's wkv, and for ratio 2 its wgate), as ops for
   // the caller to batch with the layer's other projections of u; then the rows they make (steps 15-19).

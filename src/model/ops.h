@@ -36,7 +36,8 @@ void qdq_fp4_e4m3_scale(float* x, int64_t n, int64_t block);
 // fused multiply-adds), a degree-13 Taylor polynomial in r (Horner, fused), times 2^n (exact). Within a few ulp
 // of e^x; |x| > 700 and NaN go to std::exp. The AVX-512 SwiGLU runs the same operations on 8 lanes, and the CUDA
 // backend's kernels run them too, so all give the same bits on every machine (std::exp differs between libm
-// versions anyway). SwiGLU and the mHC coefficients (hc_split_sinkhorn, hc_head_pre) take their e^x from it.
+// versions anyway). SwiGLU, the mHC coefficients (hc_split_sinkhorn, hc_head_pre) and the Engram gate take their e^x
+// from it.
 double exp_fixed(double x);
 // The MoE's SwiGLU (spec M5 / M7): out[i] = bf16(silu(min(a[i], limit)) * clamp(b[i], -limit, limit) * weight),
 // silu(v) = v / (1 + e^-v) in double (exp_fixed). limit = infinity clamps nothing, weight = 1 scales nothing
@@ -90,6 +91,14 @@ void hc_expand(const float* h, const float* x, const HcCoefficients& c, int64_t 
 // The same for the columns [i0, i1) of each of the 4 copies only (each column's values depend on that column alone).
 void hc_expand_columns(const float* h, const float* x, const HcCoefficients& c, int64_t n, int64_t i0, int64_t i1,
                        float* h_out);
+
+// V4.1 Engram's gate and residual update of one residual copy h [n] (spec §7.6 steps 3-4): with qk_d =
+// q_weight[d] k_weight[d] (bf16, their product exact in double), dot = sum_d h_d qk_d key_d and the sums of
+// squares of h and key, each in sum_squares_32_lanes' 32-lane order (so a GPU warp gives the same bits),
+// tc = dot / (sqrt(mean(h^2) + eps) sqrt(mean(key^2) + eps) sqrt(n)), gate = f32(sigmoid(sign(tc) sqrt(max(|tc|,
+// 1e-6)))) (exp_fixed), then h_d = bf16(h_d + gate val_d) in place. Returns the gate.
+double engram_gate(float* h, const uint16_t* q_weight, const uint16_t* k_weight, const float* key, const float* val,
+                   int64_t n, double eps);
 
 // Index of the max value; ties go to the lower index.
 int64_t argmax(const float* x, int64_t n);

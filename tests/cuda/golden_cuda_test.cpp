@@ -145,6 +145,7 @@ struct CudaRun {
   std::vector<float> logits, side_logits;
   std::vector<float> layer_streams;  // every layer's output stream at the last prompt position
   OpTimes times{};
+  bool v41 = false;
 };
 void run_teacher_forced_on_cuda(const testing::GoldenCaseParam& param, const GoldenCase& gc, CudaRun& run) {
   const bool v41 = param.family == "v41-flash";
@@ -161,6 +162,7 @@ void run_teacher_forced_on_cuda(const testing::GoldenCaseParam& param, const Gol
   run.logits = r.logits;
   run.side_logits = v41 ? r.dspark_logits : r.mtp_logits;
   run.layer_streams = r.layer_streams;
+  run.v41 = v41;
 }
 
 // The CUDA backend with environment variable `variable` set to values[0] and to values[1] gives the same logits,
@@ -257,7 +259,8 @@ TEST(GoldenCudaLinearChain, EqualsTheModelStepsBitForBit) {
 // the output projection a call of its own, bit for bit. The tails' output projections are no linear calls of
 // their own (TimedBackend counts a tail as one MoE call). V4's prompt also in calls of 128 tokens: its prefill then
 // keeps q, the attention's output and the stream on the device too (calls of up to 256 tokens do), and the stream is
-// fetched for the layer streams at the last prompt position.
+// fetched for the layer streams at the last prompt position. V4.1's Engram layers then update the kept stream on the
+// device (Backend::engram_gate).
 TEST(GoldenCudaBlockTail, EqualsTheModelStepsBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   const testing::ScopedMoePath moe("device");
@@ -271,9 +274,16 @@ TEST(GoldenCudaBlockTail, EqualsTheModelStepsBitForBit) {
                      EXPECT_EQ(runs[0].times[size_t(OpKind::kMoe)].entries, runs[1].times[size_t(OpKind::kMoe)].entries)
                          << "each FFN side is one call, with its tail or without";
                      EXPECT_LT(device_ops, host_ops) << "no output projection ran inside a block tail";
-                     std::printf("  backend linear ops %lld -> %lld, backend linear calls %lld -> %lld\n", (long long)host_ops,
-                                 (long long)device_ops, (long long)runs[0].times[size_t(OpKind::kLinear)].entries,
-                                 (long long)runs[1].times[size_t(OpKind::kLinear)].entries);
+                     // V4.1's Engram layers update the stream where the tails keep it (Backend::engram_gate).
+                     const int64_t updates = runs[1].times[size_t(OpKind::kLinear)].stream_updates;
+                     EXPECT_EQ(runs[0].times[size_t(OpKind::kLinear)].stream_updates, 0);
+                     if (runs[1].v41) {
+                       EXPECT_GT(updates, 0) << "no Engram update on the kept stream";
+                     }
+                     std::printf("  backend linear ops %lld -> %lld, backend linear calls %lld -> %lld, Engram updates on the "
+                                 "kept stream %lld\n", (long long)host_ops, (long long)device_ops,
+                                 (long long)runs[0].times[size_t(OpKind::kLinear)].entries,
+                                 (long long)runs[1].times[size_t(OpKind::kLinear)].entries, (long long)updates);
                    });
 }
 

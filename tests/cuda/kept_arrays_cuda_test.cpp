@@ -371,5 +371,61 @@ TEST(KeptArraysCuda, StreamTapOfTheKeptStreamStaysOnTheDevice) {
   }
 }
 
+// V4.1's Engram update on a kept stream (Backend::engram_gate; again a chain's kept q stands for the stream): two
+// layers' updates one after the other with no wait between (the second rewrites the gathered rows' staging while the
+// first's upload may still be queued), the stream's and kv's host arrays untouched, and the stream afterwards
+// dsv41.cpp's host steps (wkv as linear() runs it, ops.h's engram_gate per copy) bit for bit. A backend without the
+// device chains declines.
+TEST(KeptArraysCuda, EngramGateUpdatesTheKeptStreamInPlace) {
+  DI_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(830);
+  const int64_t dim = KeptAttentionLayer::H * KeptAttentionLayer::HD / 4, width = 256;
+  const OwnedWeight wkv = random_fp8_weight(rng, 5 * dim, width, 128);
+  std::vector<uint16_t> qk_weights(size_t(2 * 4 * dim));  // q_weight, then k_weight
+  for (uint16_t& b : qk_weights) b = bf16_of(random_bf16_values(rng, 1, 0.5f)[0]);
+  const uint16_t* q_weight = qk_weights.data();
+  const uint16_t* k_weight = qk_weights.data() + 4 * dim;
+  for (int64_t n : {1, 3}) {
+    SCOPED_TRACE(std::to_string(n) + " tokens");
+    KeptAttentionLayer layer(n, false, rng);
+    const std::unique_ptr<Backend> gpu = make_chain_backend("device"), host_chain = make_chain_backend("host");
+    ASSERT_TRUE(gpu && host_chain);
+    RandomProjections::Outputs device(layer.r);
+    layer.keep_q(*gpu, device);
+    gpu->fetch_kept(device.q.data(), int64_t(device.q.size()));  // the stream as it starts (it stays kept)
+    std::vector<float> want = device.q;
+    std::fill(device.q.begin(), device.q.end(), -7.0f);
+    std::vector<float> kv(size_t(n * 5 * dim), -7.0f);
+    std::vector<std::vector<float>> rows;  // each layer's gathered rows, after the activation QDQ
+    for (int l = 0; l < 2; ++l) {
+      rows.push_back(random_bf16_values(rng, n * width, 2.0f));
+      for (int64_t t = 0; t < n; ++t) qdq_fp8_v41(&rows.back()[size_t(t * width)], width, 128);
+    }
+    auto params = [&](std::vector<float>& x, float* h) {
+      return EngramGateParams{.kv = {.x = x.data(), .x_stride = width, .n_tokens = n, .weight = &wkv.w, .row_begin = 0,
+                                     .n_rows = 5 * dim, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(),
+                                     .out_stride = 5 * dim, .x_e4m3_block = 128},
+                              .h = h, .n_tokens = n, .dim = dim, .q_weight = q_weight, .k_weight = k_weight, .eps = 1e-20};
+    };
+    EXPECT_FALSE(host_chain->engram_gate(params(rows[0], want.data()))) << "a backend without the device chains keeps no stream";
+    for (std::vector<float>& x : rows) ASSERT_TRUE(gpu->engram_gate(params(x, device.q.data())));
+    EXPECT_TRUE(all_untouched(device.q) && all_untouched(kv)) << "the stream's or kv's host array written";
+    for (std::vector<float>& x : rows) {
+      std::vector<float> host_kv(kv.size());
+      EngramGateParams p = params(x, want.data());
+      p.kv.out = host_kv.data();
+      host_chain->linear(p.kv);
+      for (int64_t t = 0; t < n; ++t) {
+        const float* row = &host_kv[size_t(t * 5 * dim)];
+        for (int k = 0; k < 4; ++k) {
+          engram_gate(&want[size_t((t * 4 + k) * dim)], q_weight + k * dim, k_weight + k * dim, row + k * dim, row + 4 * dim, dim, p.eps);
+        }
+      }
+    }
+    gpu->fetch_kept(device.q.data(), int64_t(device.q.size()));
+    EXPECT_EQ(n_differing(want, device.q), 0) << "of " << want.size() << " stream values";
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

@@ -321,6 +321,19 @@ void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream) {
     }
   });
 }
+// dsv41.cpp's Engram update: ops.h's engram_gate on each copy.
+void launch_engram_gate(const EngramGateLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    const std::vector<uint16_t> q = bf16_bits(p.q_weight, 4 * p.dim), k = bf16_bits(p.k_weight, 4 * p.dim);
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const float* kv = p.kv + t * 5 * p.dim;
+      for (int c = 0; c < 4; ++c) {
+        engram_gate(p.h + (t * 4 + c) * p.dim, &q[size_t(c * p.dim)], &k[size_t(c * p.dim)], kv + c * p.dim, kv + 4 * p.dim,
+                    p.dim, p.eps);
+      }
+    }
+  });
+}
 #endif
 
 #ifndef DEEPINFER_REAL_KERNELS_HEAD_ROPE_KERNEL  // head_rope_kernel.cu: the model's own host code

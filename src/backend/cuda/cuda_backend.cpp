@@ -208,6 +208,7 @@ class CudaBackend final : public Backend {
     attention_staging_.create(paths.wait_every_call);
     tail_staging_.create(paths.wait_every_call);
     index_staging_.create(paths.wait_every_call);
+    engram_staging_.create(paths.wait_every_call);
   }
   ~CudaBackend() override {  // the buffers that members free belong to device_ too
     cudaSetDevice(device_);  // not bind_device(): a destructor must not abort
@@ -216,6 +217,7 @@ class CudaBackend final : public Backend {
     attention_staging_.destroy();
     tail_staging_.destroy();
     index_staging_.destroy();
+    engram_staging_.destroy();
     cudaStreamDestroy(stream_);
   }
 
@@ -627,6 +629,42 @@ class CudaBackend final : public Backend {
     if (p.out_array_kept) kept_at(p.out_array, p.out_floats);  // an error where it is gone, not a fresh array's garbage
     float* taps = keep_array(p.out_array, p.out_floats);
     cuda::launch_stream_tap({h, p.n_tokens, p.dim, taps + (p.out - p.out_array), p.out_stride}, stream_);
+    return true;
+  }
+  // V4.1's Engram update on the kept stream: the gathered rows up through pinned staging of its own (the call does
+  // not wait), wkv on them as linears() runs a lone op, then the gate kernel on the kept stream in place; nothing
+  // comes back. Not on the FP8-operand prompt path, whose prepass and groups use the linears() batch's buffers.
+  bool engram_gate(const EngramGateParams& p) override {
+    const LinearParams& op = p.kv;
+    if (!device_chain_ || p.n_tokens == 0 || host_experts_.count(op.weight->data)) return false;
+    DI_CHECK_MSG(op.n_tokens == p.n_tokens && op.row_begin == 0 && op.n_rows == 5 * p.dim && op.epilogue == Epilogue::kBf16,
+                 "engram gate: kv is not 5 x dim bf16 rows of each token");
+    bind_device();
+    const cuda::DeviceWeight& w = weights_.get(*op.weight, stream_);
+    if (takes_fp8_path(op, w)) return false;
+    const int64_t T = p.n_tokens, D = p.dim;
+    float* h = const_cast<float*>(kept_at(p.h, T * 4 * D));  // a kept array is the backend's own: updated in place
+    const float* q = weights_.bf16_constant(p.q_weight, 4 * D, stream_);
+    const float* k = weights_.bf16_constant(p.k_weight, 4 * D, stream_);
+    const size_t x_bytes = size_t(T * w.k_pad) * 4;
+    engram_staging_.wait();  // engram_host_ below
+    engram_host_.reserve(x_bytes);
+    engram_x_.reserve(x_bytes);
+    engram_kv_.reserve(size_t(T * 5 * D) * 4);
+    copy_rows(op.x, op.x_stride, T, w.n_in, engram_host_.get<float>(), w.k_pad, w.k_pad);
+    DI_CUDA_CHECK(cudaMemcpyAsync(engram_x_.get(), engram_host_.get(), x_bytes, cudaMemcpyHostToDevice, stream_));
+    cuda::LinearLaunch l = launch_of(w, op, engram_x_.get<float>(), engram_kv_.get<float>());
+    if (tensor_core_linear_ && w.mma_exact) {
+      if (const int64_t floats = cuda::linear_mma_partial_floats(l, mma_choice_); floats > 0) {
+        partials_.reserve(size_t(floats) * 4);
+        l.partials = partials_.get<float>();
+      }
+      cuda::launch_linear_mma(l, stream_, mma_choice_);
+    } else {
+      cuda::launch_linear(l, stream_);
+    }
+    cuda::launch_engram_gate({h, engram_kv_.get<float>(), T, D, q, k, p.eps}, stream_);
+    engram_staging_.queued(stream_);
     return true;
   }
   // Kept selections need the device's selection and packed rows (the attention gathers every row a selection may
@@ -2202,6 +2240,10 @@ class CudaBackend final : public Backend {
   int64_t kept_selected_ = 0;
   DeviceBuffer selections_dev_;
   StagingInUse index_staging_;
+  // engram_gate's: the gathered rows' staging and device copy, and wkv's output (the gate's keys and value).
+  cuda::PinnedBuffer engram_host_;
+  DeviceBuffer engram_x_, engram_kv_;
+  StagingInUse engram_staging_;
   // moe(): DEEPINFER_CUDA_MOE=device, the blocks it has set up (nullptr: one it declines), its scratch on the
   // device and its pinned staging (u and the hash rows in, the output back).
   bool device_moe_ = false;

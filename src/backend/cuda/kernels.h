@@ -186,6 +186,17 @@ struct StreamTapLaunch {
   int64_t out_stride = 0;
 };
 void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream);
+// V4.1's Engram gate and update (backend.h's EngramGateParams, model/ops.h's engram_gate on each copy), in place on
+// h: one block per token, one warp per copy.
+struct EngramGateLaunch {
+  float* h = nullptr;               // [n_tokens, 4 * dim]
+  const float* kv = nullptr;        // [n_tokens, 5 * dim]: the copies' keys, then the value
+  int64_t n_tokens = 0, dim = 0;
+  const float* q_weight = nullptr;  // [4, dim] the bf16 weights' values
+  const float* k_weight = nullptr;  // [4, dim]
+  double eps = 0;
+};
+void launch_engram_gate(const EngramGateLaunch& p, cudaStream_t stream);
 
 // Per-head work on a device: token t's n_heads x head_dim values at x + t * x_stride, written at out + t * out_stride
 // (out may be x), each token with its angles.

@@ -1,6 +1,7 @@
-// An mHC side's halves on the device (kernels.h, HcPreLaunch / HcPostLaunch), each the host's exact code
-// (model/ops.cpp: hc_split_sinkhorn, hc_collapse, rmsnorm, hc_expand_columns) operation by operation in IEEE
-// double with its rounding points, so that the side's outputs are the host steps' bits.
+// An mHC side's halves on the device (kernels.h, HcPreLaunch / HcPostLaunch) and V4.1's tap and Engram update of the
+// stream, each the host's exact code (model/ops.cpp: hc_split_sinkhorn, hc_collapse, rmsnorm, hc_expand_columns,
+// engram_gate) operation by operation in IEEE double with its rounding points, so that the outputs are the host
+// steps' bits.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -130,6 +131,40 @@ __global__ void __launch_bounds__(kPostThreads) stream_tap_kernel(const StreamTa
   p.out[t * p.out_stride + i] = round_bf16_exact(__ddiv_rn(sum, 4.0));
 }
 
+// One block per token, warp k on copy k (model/ops.h's engram_gate): lane l sums the columns l, l + 32, ... in
+// turn, the XOR butterfly adds the lanes as the host's tree does, and every lane then has the gate for its
+// columns' update (each lane writes only the columns it read).
+__global__ void __launch_bounds__(128) engram_gate_kernel(const EngramGateLaunch p) {
+  const int64_t t = blockIdx.x, D = p.dim;
+  const int k = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* h = p.h + (t * 4 + k) * D;
+  const float* key = p.kv + t * 5 * D + k * D;
+  const float* val = p.kv + t * 5 * D + 4 * D;
+  const float* q = p.q_weight + k * D;
+  const float* kw = p.k_weight + k * D;
+  double dot = 0.0, hh = 0.0, kk = 0.0;
+  for (int64_t d = lane; d < D; d += 32) {
+    const double hd = h[d], key_d = key[d];
+    const double qk = __dmul_rn(double(q[d]), double(kw[d]));
+    dot = __dadd_rn(dot, __dmul_rn(__dmul_rn(hd, qk), key_d));
+    hh = __dadd_rn(hh, __dmul_rn(hd, hd));
+    kk = __dadd_rn(kk, __dmul_rn(key_d, key_d));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    dot = __dadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, off));
+    hh = __dadd_rn(hh, __shfl_xor_sync(0xffffffffu, hh, off));
+    kk = __dadd_rn(kk, __shfl_xor_sync(0xffffffffu, kk, off));
+  }
+  const double n = double(D);
+  const double rh = __dsqrt_rn(__dadd_rn(__ddiv_rn(hh, n), p.eps)), rk = __dsqrt_rn(__dadd_rn(__ddiv_rn(kk, n), p.eps));
+  const double tc = __ddiv_rn(dot, __dmul_rn(__dmul_rn(rh, rk), __dsqrt_rn(n)));
+  const double at_least = fabs(tc) < 1e-6 ? 1e-6 : fabs(tc);  // std::max(|tc|, 1e-6), a NaN kept
+  const double z = __dmul_rn(tc > 0 ? 1.0 : tc < 0 ? -1.0 : 0.0, __dsqrt_rn(at_least));
+  const double gate = double(float(sigmoid(z)));
+  for (int64_t d = lane; d < D; d += 32) h[d] = round_bf16_exact(__dadd_rn(double(h[d]), __dmul_rn(gate, double(val[d]))));
+}
+
 }  // namespace
 
 void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream) {
@@ -137,6 +172,13 @@ void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream) {
   DI_CHECK_MSG(p.n_tokens <= 65535, "stream_tap: too many tokens for one launch");
   const int64_t column_blocks = (p.dim + kPostThreads - 1) / kPostThreads;
   launch_kernel(stream_tap_kernel, dim3(unsigned(column_blocks), unsigned(p.n_tokens)), kPostThreads, 0, stream, p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_engram_gate(const EngramGateLaunch& p, cudaStream_t stream) {
+  if (p.n_tokens == 0) return;
+  DI_CHECK_MSG(p.n_tokens < (int64_t(1) << 31), "engram_gate: too many tokens for one launch");
+  launch_kernel(engram_gate_kernel, dim3(unsigned(p.n_tokens)), 128, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
