@@ -4,6 +4,11 @@
 // give every distinct row one index. With kept = 1 the compressed part is a kept selection's instead
 // (SparseAttentionParams::kept_selection, DEEPINFER_CUDA_INDEX_SELECT=kept): every visible compressed row (here
 // the same 512, at 2048 tokens of context) handed over as the pages' runs. Counter: slots per second.
+// BM_KeptSelectionHostSide: the whole host side of one batch-1 decode step's attention call with a kept selection at
+// longer contexts (every visible compressed row handed over): the gather, then each packed row's slot in the row
+// mirror (DEEPINFER_CUDA_KV=mirror; every row already there, as in a decode step), on one thread: with runs = 1 as
+// the backend does it (mirror_group_slots: the pages' runs found whole), with runs = 0 row by row. Counter: the
+// handed-over rows per second; the time per call is what Backend::kept_selection_extra_rows weighs against a wait.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -12,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/row_mirror.h"
 #include "backend/slot_gather.h"
 #include "model/kv_format.h"
 
@@ -65,6 +71,55 @@ void BM_SlotGatherDecode(benchmark::State& state) {
   state.counters["slots/s"] = benchmark::Counter(double(batch * n_slots), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_SlotGatherDecode)->ArgsProduct({{1, 64, 256}, {0, 1}})->ArgNames({"batch", "kept"})->Unit(benchmark::kMillisecond);
+
+void BM_KeptSelectionHostSide(benchmark::State& state) {
+  const int64_t context = state.range(0), H = 64, D = 512, ring = 144, n_compressed = context / 4, top_k = 512;
+  const KvRowFormat format = kv_row_format(KvRowKind::kV4Kv, D, 64);
+  const int64_t rows_per_page = (16 << 10) / format.row_bytes;
+  std::vector<std::unique_ptr<uint8_t[]>> memory;
+  memory.push_back(std::make_unique<uint8_t[]>(size_t(ring * format.row_bytes)));
+  std::vector<PackedSlot> packed;
+  std::vector<uint64_t> stamps;  // the window rows', then the compressed rows', page by page (distinct, as the model's)
+  for (int64_t j = 0; j < ring + n_compressed; ++j) stamps.push_back(uint64_t(j + 1));
+  for (int64_t j = 0; j < ring - 16; ++j) packed.push_back({memory.back().get() + j * format.row_bytes, &format, stamps[size_t(j)]});
+  std::vector<PackedRowRun> runs;
+  for (int64_t p = 0; p * rows_per_page < n_compressed; ++p) {
+    memory.push_back(std::make_unique<uint8_t[]>(size_t(16 << 10)));
+    runs.push_back({memory.back().get(), std::min(rows_per_page, n_compressed - p * rows_per_page),
+                    &stamps[size_t(ring + p * rows_per_page)]});
+  }
+  packed.resize(size_t(ring - 16 + top_k));
+  const int64_t n_slots = ring - 16 + top_k;
+  std::vector<const float*> none(packed.size(), nullptr);
+  std::vector<float> q(static_cast<size_t>(H * D)), sink(static_cast<size_t>(H));
+  const KeptSelectionSlots kept{.selected = nullptr, .n = top_k, .at = ring - 16, .ascending = false, .format = &format,
+                                .runs = runs, .n_rows = n_compressed};
+  SparseAttentionParams p{q.data(), H, D, none.data(), n_slots, sink.data(), 0.04, true, nullptr, packed.data()};
+  p.kept_selection = &kept;
+  SlotGather gather;
+  RowMirror mirror(1 << 20);
+  std::vector<int64_t> slots, copies;
+  // CudaBackend::plan_upload's host work for the one packed group (on one thread here); runs = 0: every row looked up
+  // by its stamp, as before the mirror remembered runs.
+  const bool run_lookups = state.range(1) != 0;
+  auto lookup = [&] {
+    const SlotGather::PackedGroup& g = gather.packed_groups()[0];
+    if (run_lookups) return mirror_group_slots(mirror, g, nullptr, slots, copies);
+    slots.resize(g.rows.size());
+    for (size_t k = 0; k < g.rows.size(); ++k) slots[k] = mirror.find(g.stamps[k]);
+    mirror.place_missing(g.stamps, slots, copies);
+  };
+  gather.gather({&p, 1});
+  lookup();  // every row in the mirror from here on
+  for (auto _ : state) {
+    gather.gather({&p, 1});
+    lookup();
+    benchmark::DoNotOptimize(slots.data());
+  }
+  if (!copies.empty()) state.SkipWithError("rows missing from the mirror after the first call");
+  state.counters["rows/s"] = benchmark::Counter(double(ring - 16 + n_compressed), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_KeptSelectionHostSide)->ArgsProduct({{2048, 8192, 32768, 131072}, {0, 1}})->ArgNames({"context", "runs"})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace deepinfer

@@ -401,6 +401,12 @@ class Backend {
   // attention builds compressed slots from them (SparseAttentionParams::kept_selection): the CUDA backend with
   // DEEPINFER_CUDA_INDEX_SELECT=kept and packed cache rows, whose index call then does not wait.
   virtual bool keeps_selections() const { return false; }
+  // Where it keeps them: the model keeps a call's selections (where its query and attention output stay on the backend
+  // too: a decode step, or a prompt chunk of up to 256 tokens) only while the rows it hands over beyond those selected,
+  // summed over the call's tokens, are at most this many. The attention then hands over every row a selection may name
+  // (so that the device finds the selected ones itself), and each costs the host some work, against the wait for the
+  // selections that keeping them saves.
+  virtual int64_t kept_selection_extra_rows() const { return 0; }
   // Runs a linear chain whole where the backend can (the CUDA backend: mid stays on the device, one wait), with
   // second's outputs equal to the model's own steps on this backend bit for bit; false: it did nothing, and the
   // model runs the steps itself (the CPU backends always).

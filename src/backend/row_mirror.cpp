@@ -2,6 +2,7 @@
 #include "backend/row_mirror.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/status.h"
 
@@ -26,6 +27,7 @@ void RowMirror::place_missing(std::span<const uint64_t> stamps, std::span<int64_
     slot_of_.reset(capacity_);
     next_free_ = 0;
     ++n_flushes_;
+    forget_runs();
     std::fill(slots.begin(), slots.end(), int64_t(-1));
   }
   for (size_t k = 0; k < stamps.size(); ++k) {
@@ -40,6 +42,29 @@ void RowMirror::place_missing(std::span<const uint64_t> stamps, std::span<int64_
     }
     slots[k] = slot;
   }
+}
+
+bool RowMirror::find_run(const uint64_t* stamps, int64_t n, int64_t* slots) const {
+  const auto it = runs_.find(stamps);
+  if (it == runs_.end() || int64_t(it->second.stamps.size()) != n) return false;
+  if (std::memcmp(it->second.stamps.data(), stamps, size_t(n) * sizeof(uint64_t)) != 0) return false;
+  std::memcpy(slots, it->second.slots.data(), size_t(n) * sizeof(int64_t));
+  return true;
+}
+
+void RowMirror::remember_run(const uint64_t* stamps, int64_t n, const int64_t* slots) {
+  DI_CHECK(std::find(slots, slots + n, int64_t(-1)) == slots + n);
+  // The runs remembered cost 16 bytes a row; past four times the arena's rows, most are stale (pages freed since).
+  if (remembered_rows_ + n > 4 * capacity_) forget_runs();
+  RememberedRun& run = runs_[stamps];
+  remembered_rows_ += n - int64_t(run.stamps.size());
+  run.stamps.assign(stamps, stamps + n);
+  run.slots.assign(slots, slots + n);
+}
+
+void RowMirror::forget_runs() {
+  runs_.clear();
+  remembered_rows_ = 0;
 }
 
 }  // namespace deepinfer

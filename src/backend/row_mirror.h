@@ -5,12 +5,14 @@
 // ~95 MB of packed bytes, of which a step writes a few hundred KB. A call looks its rows up (find(), read-only,
 // so the lookups may run on several threads), then place_missing() gives the missing ones slots and says which
 // to copy. When fewer slots are free than rows are missing, the arena is emptied first and every row of the call
-// is copied: rows are never evicted one by one, and never while a call places its rows. Free of any device API
-// so that the CPU tests cover it.
+// is copied: rows are never evicted one by one, and never while a call places its rows. A page run of rows (a kept
+// selection's, SlotGather::PackedGroup::Run) can be looked up whole: the mirror remembers the runs a call placed, by
+// their stamps' address, until the arena is emptied. Free of any device API so that the CPU tests cover it.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "core/flat_index.h"
@@ -32,11 +34,27 @@ class RowMirror {
   // go to `copies`. Empties the arena first when the missing rows do not fit its free slots.
   void place_missing(std::span<const uint64_t> stamps, std::span<int64_t> slots, std::vector<int64_t>& copies);
 
+  // A run of n rows whose stamps are at `stamps`: where remember_run() saw a run there of n rows since the arena was
+  // last emptied, and the stamps there are still the ones it saw (a rewritten row or a page reused by another
+  // sequence has others), their slots go to slots[0, n) and the answer is true. A compare and a copy of n words
+  // instead of n lookups. Reads only: several threads may look up at once.
+  bool find_run(const uint64_t* stamps, int64_t n, int64_t* slots) const;
+  // Remembers the run's slots (every one placed: find or place_missing gave it).
+  void remember_run(const uint64_t* stamps, int64_t n, const int64_t* slots);
+  int64_t n_remembered_runs() const { return int64_t(runs_.size()); }
+
  private:
+  struct RememberedRun {
+    std::vector<uint64_t> stamps;
+    std::vector<int64_t> slots;
+  };
+  void forget_runs();
   int64_t capacity_;
   int64_t next_free_ = 0;  // slots [0, next_free_) hold rows
   int64_t n_flushes_ = 0;
   FlatIndex slot_of_;      // stamp -> slot
+  std::unordered_map<const uint64_t*, RememberedRun> runs_;  // by the run's stamps' address
+  int64_t remembered_rows_ = 0;
 };
 
 }  // namespace deepinfer

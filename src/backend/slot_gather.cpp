@@ -2,6 +2,8 @@
 #include "backend/slot_gather.h"
 
 #include <algorithm>
+#include <atomic>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -16,11 +18,19 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
   const int64_t head_dim = batch.empty() ? 0 : batch[0].head_dim;
   slot_rows_.assign(size_t(n_tokens_ * n_slots_), -1);
   float_rows_.clear();
+  for (PackedGroup& g : groups_) {  // kept with their capacity: a long context's groups hold ~10^4-10^5 rows
+    g.rows.clear();
+    g.stamps.clear();
+    g.runs.clear();
+    spare_groups_.push_back(std::move(g));
+  }
   groups_.clear();
   int64_t n_runs = 0;  // the kept selections' runs
   for (const SparseAttentionParams& p : batch) n_runs += p.kept_selection ? int64_t(p.kept_selection->runs.size()) : 0;
   index_.reset(n_tokens_ * n_slots_);
   run_index_.reset(std::max<int64_t>(n_runs, 1));
+  placed_runs_.clear();
+  table_groups_.clear();
   packed_at_.clear();
   selection_tables_.clear();
   selection_table_at_.assign(size_t(n_tokens_), -1);
@@ -35,17 +45,24 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
       slot_rows_[size_t(t * n_slots_ + j)] = add_row(p.slots[j], p.packed ? p.packed[j] : PackedSlot{}, head_dim);
     }
     if (!kept) continue;
+    // The table holds places in the selection's group for now (every row a selection may name has its format), made
+    // row indices once the groups are laid out.
     selection_table_at_[size_t(t)] = int64_t(selection_tables_.size());
     int64_t left = kept->n_rows;
+    int32_t group = -1;
     for (const PackedRowRun& run : kept->runs) {
       if (left == 0) break;
       const int64_t n = std::min(run.n_rows, left);
       if (n <= 0) continue;
-      const int32_t k0 = add_run(run, n, *kept->format, head_dim);
-      for (int64_t k = 0; k < n; ++k) selection_tables_.push_back(-2 - (k0 + int32_t(k)));
+      const auto [run_group, first] = add_run(run, n, *kept->format, head_dim);
+      group = run_group;
+      const size_t at = selection_tables_.size();
+      selection_tables_.resize(at + size_t(n));
+      std::iota(selection_tables_.begin() + long(at), selection_tables_.end(), first);
       left -= n;
     }
     DI_CHECK_MSG(left == 0, "sparse attention: a kept selection's runs hold fewer rows than n_rows");
+    if (group >= 0) table_groups_.push_back({selection_table_at_[size_t(t)], int64_t(selection_tables_.size()), group});
   }
   const int64_t n_float = int64_t(float_rows_.size());
   n_rows_ = n_float;
@@ -57,13 +74,15 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
     packed_bytes_ += int64_t(g.rows.size()) * g.format.row_bytes;
   }
   DI_CHECK_MSG(n_rows_ <= INT32_MAX, "sparse attention: too many rows for one launch");
+  for (const TableGroup& tg : table_groups_) {
+    const int32_t first_row = int32_t(groups_[size_t(tg.group)].first_row);
+    for (int64_t i = tg.begin; i < tg.end; ++i) selection_tables_[size_t(i)] += first_row;
+  }
   if (packed_at_.empty()) return;
-  for (std::vector<int32_t>* rows : {&slot_rows_, &selection_tables_}) {
-    for (int32_t& at : *rows) {
-      if (at <= -2) {
-        const auto [group, k] = packed_at_[size_t(-2 - at)];
-        at = int32_t(groups_[size_t(group)].first_row + k);
-      }
+  for (int32_t& at : slot_rows_) {
+    if (at <= -2) {
+      const auto [group, k] = packed_at_[size_t(-2 - at)];
+      at = int32_t(groups_[size_t(group)].first_row + k);
     }
   }
 }
@@ -82,25 +101,25 @@ int32_t SlotGather::add_row(const float* row, const PackedSlot& packed, int64_t 
   return int32_t(index);
 }
 
-// The first n (> 0) rows of `run` as packed rows k0 .. k0 + n - 1, placed once per run start and length; returns k0.
-int32_t SlotGather::add_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format, int64_t head_dim) {
+// The first n (> 0) rows of `run` in the group of `format`, placed once per run start and length: the group and
+// the place of the run's first row there. Its rows follow one another, and its stamps are recorded as a run of the
+// group (PackedGroup::runs).
+std::pair<int32_t, int32_t> SlotGather::add_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format, int64_t head_dim) {
   DI_CHECK_MSG(n > 0 && n < (int64_t(1) << 16), "sparse attention: a kept selection's page run of " + std::to_string(n) + " rows");
   const uint64_t key = reinterpret_cast<uintptr_t>(run.rows) | uint64_t(n) << 48;  // user-space addresses are < 2^48
-  const auto [k0, inserted] = run_index_.try_emplace(key, int32_t(packed_at_.size()));
-  if (!inserted) return int32_t(k0);
-  for (int64_t k = 0; k < n; ++k) {
-    DI_CHECK_MSG(run.stamps && run.stamps[k], "sparse attention: a kept selection's row without a write stamp");
-  }
+  const auto [placed, inserted] = run_index_.try_emplace(key, int32_t(placed_runs_.size()));
+  if (!inserted) return placed_runs_[size_t(placed)];
+  DI_CHECK_MSG(run.stamps && std::find(run.stamps, run.stamps + n, uint64_t(0)) == run.stamps + n,
+               "sparse attention: a kept selection's row without a write stamp");
   const auto [group, first] = add_packed({run.rows, &format, run.stamps[0]}, head_dim);
   PackedGroup& g = groups_[size_t(group)];
-  for (int64_t k = 0; k < n; ++k) {
-    if (k > 0) {
-      g.rows.push_back(run.rows + k * format.row_bytes);
-      g.stamps.push_back(run.stamps[k]);
-    }
-    packed_at_.push_back({group, first + int32_t(k)});
-  }
-  return int32_t(k0);
+  const size_t at = g.rows.size();
+  g.rows.resize(at + size_t(n - 1));
+  for (int64_t k = 1; k < n; ++k) g.rows[at + size_t(k - 1)] = run.rows + k * format.row_bytes;
+  g.stamps.insert(g.stamps.end(), run.stamps + 1, run.stamps + n);
+  g.runs.push_back({run.stamps, n, first});
+  placed_runs_.push_back({group, first});
+  return {group, first};
 }
 
 // The group of the packed row's format (made on its first use) and the row's place in it.
@@ -110,14 +129,65 @@ std::pair<int32_t, int32_t> SlotGather::add_packed(const PackedSlot& packed, int
                                            " values for head_dim " + std::to_string(head_dim));
   auto it = std::find_if(groups_.begin(), groups_.end(), [&](const PackedGroup& g) { return g.format == f; });
   if (it == groups_.end()) {
-    PackedGroup group;
-    group.format = f;
-    groups_.push_back(std::move(group));
+    if (spare_groups_.empty()) spare_groups_.emplace_back();
+    groups_.push_back(std::move(spare_groups_.back()));
+    spare_groups_.pop_back();
+    groups_.back().format = f;
     it = groups_.end() - 1;
   }
   it->rows.push_back(packed.row);
   it->stamps.push_back(packed.stamp);
   return {int32_t(it - groups_.begin()), int32_t(it->rows.size() - 1)};
+}
+
+void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Backend* threads, std::vector<int64_t>& slots,
+                        std::vector<int64_t>& copies) {
+  const int64_t n = int64_t(g.rows.size());
+  slots.resize(size_t(n));
+  // The runs lie in the group in the order they were placed, each a range of rows; the rows between them (and the
+  // rows of a run the mirror does not remember) are looked up one by one.
+  std::vector<std::pair<int64_t, int64_t>> by_row;  // [begin, end) ranges of rows to look up
+  std::vector<bool> found(g.runs.size());
+  int64_t next = 0;
+  for (size_t i = 0; i < g.runs.size(); ++i) {
+    const SlotGather::PackedGroup::Run& run = g.runs[i];
+    DI_CHECK(run.first >= next && run.first + run.n <= n);
+    if (run.first > next) by_row.push_back({next, run.first});
+    found[i] = mirror.find_run(run.stamps, run.n, &slots[size_t(run.first)]);
+    if (!found[i]) by_row.push_back({run.first, run.first + run.n});
+    next = run.first + run.n;
+  }
+  if (next < n) by_row.push_back({next, n});
+  // Rows [k0, k1) of the ranges, on the host's threads where given (a 256-sequence decode step reads ~160k rows a
+  // layer, few of them in runs).
+  std::atomic<bool> missing = false;
+  auto look_up = [&](int64_t k0, int64_t k1) {
+    bool any = false;
+    auto range = std::lower_bound(by_row.begin(), by_row.end(), k0, [](const auto& r, int64_t k) { return r.second <= k; });
+    for (; range != by_row.end() && range->first < k1; ++range) {
+      for (int64_t k = std::max(k0, range->first); k < std::min(k1, range->second); ++k) {
+        slots[size_t(k)] = mirror.find(g.stamps[size_t(k)]);
+        any |= slots[size_t(k)] < 0;
+      }
+    }
+    if (any) missing = true;
+  };
+  if (threads) {
+    threads->for_rows(n, look_up);
+  } else {
+    look_up(0, n);
+  }
+  copies.clear();
+  bool flushed = false;  // every run's slots are new then, and none is remembered
+  if (missing) {
+    const int64_t flushes = mirror.n_flushes();
+    mirror.place_missing(g.stamps, slots, copies);
+    flushed = mirror.n_flushes() != flushes;
+  }
+  for (size_t i = 0; i < g.runs.size(); ++i) {
+    const SlotGather::PackedGroup::Run& run = g.runs[i];
+    if (flushed || !found[i]) mirror.remember_run(run.stamps, run.n, &slots[size_t(run.first)]);
+  }
 }
 
 }  // namespace deepinfer

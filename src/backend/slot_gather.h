@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/row_mirror.h"
 #include "core/flat_index.h"
 #include "model/kv_format.h"
 
@@ -28,6 +29,14 @@ class SlotGather {
     KvRowFormat format;
     std::vector<const uint8_t*> rows;       // in first-use order
     std::vector<uint64_t> stamps;           // rows[k]'s write stamp (PackedSlot::stamp)
+    // The kept selections' page runs placed in the group: rows [first, first + n) are the run's, with the stamps
+    // at `stamps` (PackedRowRun::stamps, the model's array), so that a row mirror can look the run up whole.
+    struct Run {
+      const uint64_t* stamps = nullptr;
+      int64_t n = 0;
+      int64_t first = 0;
+    };
+    std::vector<Run> runs;
     int64_t first_row = 0;                  // the row index of rows[0]
     int64_t first_byte = 0;                 // its bytes' offset among all packed rows' bytes
   };
@@ -50,17 +59,32 @@ class SlotGather {
  private:
   std::pair<int32_t, int32_t> add_packed(const PackedSlot& packed, int64_t head_dim);
   int32_t add_row(const float* row, const PackedSlot& packed, int64_t head_dim);  // -1, a row index, or -2 - k
-  int32_t add_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format, int64_t head_dim);  // its first row's k
+  std::pair<int32_t, int32_t> add_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format, int64_t head_dim);
 
   int64_t n_tokens_ = 0, n_slots_ = 0, n_rows_ = 0, packed_bytes_ = 0;
   std::vector<int32_t> slot_rows_;
   std::vector<const float*> float_rows_;
   std::vector<PackedGroup> groups_;
+  std::vector<PackedGroup> spare_groups_;  // emptied groups of earlier calls, their vectors' capacity kept
   FlatIndex index_{6};  // a row's address -> its index (a packed row's: -2 - k until placed); rows are >= 68 B apart
   std::vector<std::pair<int32_t, int32_t>> packed_at_;  // the k-th packed row: its group and place there
-  FlatIndex run_index_{6};  // a run's first row address and its length -> the k of its first row
+  FlatIndex run_index_{6};  // a run's first row address and its length -> its entry in placed_runs_
+  std::vector<std::pair<int32_t, int32_t>> placed_runs_;  // a placed run's group and its first row's place there
   std::vector<int32_t> selection_tables_;
+  // A token's table entries [begin, end) are places in `group` until the groups are laid out.
+  struct TableGroup {
+    int64_t begin = 0, end = 0;
+    int32_t group = 0;
+  };
+  std::vector<TableGroup> table_groups_;
   std::vector<int64_t> selection_table_at_;
 };
+
+// A gathered packed group's slots in a row mirror (a device backend's attention call with its rows mirrored): each of
+// the group's runs that the mirror remembers whole (RowMirror::find_run), every other row by its stamp (find, on
+// `threads`' host threads where given), then place_missing (the indices of the rows to copy go to `copies`), and the
+// group's runs remembered for the next call.
+void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Backend* threads, std::vector<int64_t>& slots,
+                        std::vector<int64_t>& copies);
 
 }  // namespace deepinfer

@@ -97,6 +97,7 @@ class TimedBackend final : public Backend {
   bool engram_gate(const EngramGateParams& p) override;  // as its linear op (its gate is no row work)
   bool keeps_arrays() const override { return inner_->keeps_arrays(); }
   bool keeps_selections() const override { return inner_->keeps_selections(); }
+  int64_t kept_selection_extra_rows() const override { return inner_->kept_selection_extra_rows(); }
   bool stream_tap(const StreamTapParams& p) override { return inner_->stream_tap(p); }  // (not timed: one small launch)
   void fetch_kept(float* host, int64_t n) override { inner_->fetch_kept(host, n); }
 

@@ -345,7 +345,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
       // Steps 25-27 with the scores where the backend selects: the candidate source's blocks, or the mask of the
       // candidates, and the top-k, as the loop below makes them (the top-k sorted here).
       const bool masked = uses_candidates && scratch.have_candidates && !is_candidate_source;
-      // Kept on the backend (kKeptSelectionExtraRows) where the candidate source's candidates need not come back, and
+      // Kept on the backend (Backend::kept_selection_extra_rows) where the candidate source's candidates need not come back, and
       // where every layer that reuses the selections (up to the next index source) has this layer's ratio: each hands
       // the backend its own KV owner's rows, which the selections name only at the same ratio.
       bool keep = qkv.q_kept && backend_->keeps_selections() && !is_candidate_source;
@@ -361,7 +361,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
         q.selected = sel.data();
         extra_rows += q.score.n_keys - q.n_select;
       }
-      keep = keep && extra_rows <= kKeptSelectionExtraRows;
+      keep = keep && extra_rows <= backend_->kept_selection_extra_rows();
       for (int64_t t = b0; t < b1; ++t) {
         IndexSelectParams& q = score_queries[size_t(t - b0)].select;
         q.masked = masked;

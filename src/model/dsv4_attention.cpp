@@ -264,7 +264,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       for (int64_t i = 0; i < nb; ++i) select_at.push_back(select_at.back() + index_fill(batch, b0 + i));
       selection.resize(size_t(select_at.back()));
       const int64_t extra_rows = score_at.back() - select_at.back();  // the visible rows beyond the selected ones
-      const bool keep = q_kept && backend_->keeps_selections() && extra_rows <= kKeptSelectionExtraRows;
+      const bool keep = q_kept && backend_->keeps_selections() && extra_rows <= backend_->kept_selection_extra_rows();
       for (int64_t i = 0; i < nb; ++i) {
         score_queries[size_t(i)].select.n_select = select_at[size_t(i + 1)] - select_at[size_t(i)];
         score_queries[size_t(i)].select.selected = selection.data() + select_at[size_t(i)];

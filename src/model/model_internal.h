@@ -80,15 +80,6 @@ void act_qdq_rows(Backend& backend, float* x, int64_t n_rows, int64_t width, int
 // a batched decode step.
 constexpr int64_t kPendingDecodedRows = 16384;
 
-// A call's index selections stay on a backend that keeps them (Backend::keeps_selections) where its query and
-// attention output stay there too (a decode step, or a prompt chunk of up to 256 tokens), and where the rows handed
-// over beyond those selected, summed over the call's tokens, are at most this many: the attention then hands over
-// every row a selection may name (so that the device finds the selected ones itself), each looked up by its stamp on
-// the host (~10 ns), and 2048 such lookups cost about the wait for the selections that keeping them saves. At
-// V4-Flash's 512 selected rows a batch-1 decode step keeps its selections up to 10k tokens of context; at batch 256,
-// where the context is no longer than the selection (2048 tokens: 512 rows) or little more.
-constexpr int64_t kKeptSelectionExtraRows = 2048;
-
 // The head runs once over the logit rows of every chunk, stacked in chunk order: a batch of decode steps then
 // streams the vocab-sized head matrix once instead of once per sequence (at batch 16 that had been 60% of a
 // step). A chunk's logit rows are all of its tokens (all_logits) or its last one. stack_logit_rows copies

@@ -31,16 +31,18 @@ TEST(CudaBackendOptions, AnUnknownChoiceIsAnErrorNamingIt) {
 }
 
 // DEEPINFER_CUDA_INDEX_SELECT=kept keeps the selections for the attention only where the cache rows go over packed
-// (the attention gathers every row a selection may name by its stamp); device selects without keeping.
+// (the attention gathers every row a selection may name by its stamp), for more rows beyond the selected ones where
+// the mirror keeps them; device selects without keeping.
 TEST(CudaBackendOptions, KeptSelectionsNeedPackedRows) {
   DI_SKIP_WITHOUT_CUDA();
   struct Case {
     const char* select;
     const char* kv;
     bool keeps;
+    int64_t extra_rows;  // beyond the selected ones: more where the mirror finds the rows' page runs whole
   };
-  for (const Case& c : {Case{"kept", "packed", true}, Case{"kept", "mirror", true}, Case{"kept", "floats", false},
-                        Case{"device", "mirror", false}, Case{"host", "packed", false}}) {
+  for (const Case& c : {Case{"kept", "packed", true, 2048}, Case{"kept", "mirror", true, 8192}, Case{"kept", "floats", false, 2048},
+                        Case{"device", "mirror", false, 8192}, Case{"host", "packed", false, 2048}}) {
     setenv("DEEPINFER_CUDA_INDEX_SELECT", c.select, 1);
     setenv("DEEPINFER_CUDA_KV", c.kv, 1);
     std::string error;
@@ -49,6 +51,9 @@ TEST(CudaBackendOptions, KeptSelectionsNeedPackedRows) {
     unsetenv("DEEPINFER_CUDA_KV");
     ASSERT_NE(backend, nullptr) << error;
     EXPECT_EQ(backend->keeps_selections(), c.keeps) << c.select << " with " << c.kv << " rows";
+    if (c.keeps) {
+      EXPECT_EQ(backend->kept_selection_extra_rows(), c.extra_rows) << c.kv << " rows";
+    }
   }
 }
 

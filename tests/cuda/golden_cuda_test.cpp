@@ -316,8 +316,8 @@ TEST(GoldenCudaIndexSelect, EqualsTheHostSelectionBitForBit) {
 // compressed slots from them (V4's in the selection's order, V4.1's ascending, V4.1's reuse layers from the index
 // source's), and the index call does not wait. The logits (main, MTP, DSpark) and the layer streams equal those with
 // the selections brought back, bit for bit, through the packed and the mirrored rows. Calls of both kinds run in each
-// case: V4's prompt chunks past kKeptSelectionExtraRows and its one 361-token prefill call (q not kept) bring theirs
-// back, and so does V4.1's candidate source.
+// case: V4's prompt chunks past Backend::kept_selection_extra_rows and its one 361-token prefill call (q not kept)
+// bring theirs back, and so does V4.1's candidate source.
 TEST(GoldenCudaKeptSelections, EqualTheSelectionsBroughtBackBitForBit) {
   DI_SKIP_WITHOUT_CUDA();
   const testing::ScopedTailPaths tail;

@@ -1,6 +1,7 @@
 // RowMirror: a row is copied the first time its stamp is placed and found in its slot after; rows of one stamp
 // share a slot; a call whose missing rows do not fit the free slots empties the arena first (and copies all of
-// its rows), never otherwise.
+// its rows), never otherwise. A run of rows remembered (remember_run) is found whole while its stamps are the same and
+// the arena has not been emptied since.
 #include "backend/row_mirror.h"
 
 #include <gtest/gtest.h>
@@ -67,6 +68,30 @@ TEST(RowMirror, RefusesACallLargerThanTheArenaAndAnUnstampedRow) {
   std::vector<int64_t> copies, slots = {-1, -1, -1};
   EXPECT_DEATH(m.place_missing(std::vector<uint64_t>{1, 2, 3}, slots, copies), "do not fit");
   EXPECT_DEATH(m.find(0), "needs a stamp");
+}
+
+TEST(RowMirror, RemembersARunUntilItsStampsChangeOrTheArenaEmpties) {
+  RowMirror m(6);
+  std::vector<int64_t> copies;
+  std::vector<uint64_t> page = {21, 22, 23};  // a page's stamps, at the address the run is remembered by
+  const std::vector<int64_t> slots = place(m, page, copies);
+  std::vector<int64_t> found(3, -7);
+  EXPECT_FALSE(m.find_run(page.data(), 3, found.data())) << "not remembered yet";
+  m.remember_run(page.data(), 3, slots.data());
+  EXPECT_TRUE(m.find_run(page.data(), 3, found.data()));
+  EXPECT_EQ(found, slots);
+  EXPECT_FALSE(m.find_run(page.data(), 2, found.data())) << "a run of another length";
+  EXPECT_FALSE(m.find_run(page.data() + 1, 2, found.data())) << "a run at another address";
+  page[1] = 29;  // the row rewritten (or the page given to another sequence)
+  EXPECT_FALSE(m.find_run(page.data(), 3, found.data()));
+  page[1] = 22;
+  EXPECT_TRUE(m.find_run(page.data(), 3, found.data()));
+  place(m, {31, 32, 33, 34}, copies);  // four missing, three free: the arena is emptied
+  EXPECT_EQ(m.n_flushes(), 1);
+  EXPECT_FALSE(m.find_run(page.data(), 3, found.data())) << "its rows are gone from the arena";
+  EXPECT_EQ(m.n_remembered_runs(), 0);
+  std::vector<int64_t> unplaced = {0, -1, 2};
+  EXPECT_DEATH(m.remember_run(page.data(), 3, unplaced.data()), "");
 }
 
 }  // namespace

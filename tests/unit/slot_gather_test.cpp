@@ -149,6 +149,54 @@ TEST(SlotGather, KeptSelectionsGatherEveryRowTheyMayName) {
   EXPECT_EQ(g.rows.size(), 13u) << "token 0's 7 rows, token 1's row 5, token 2's second run (4) and its row 2";
 }
 
+// mirror_group_slots (the CUDA backend's attention with DEEPINFER_CUDA_KV=mirror): the group's runs are recorded where
+// their rows lie, the slots equal those of a row-by-row lookup, a repeated call finds every run whole and copies
+// nothing, and a rewritten row (a new stamp in its page) is looked up and copied again while the other runs stay found.
+TEST(SlotGather, MirrorSlotsOfRunsEqualTheRowLookups) {
+  const KvRowFormat format = kv_row_format(KvRowKind::kV4Kv, 64, 32);
+  std::vector<uint8_t> bytes(size_t(12 * format.row_bytes));
+  std::vector<uint64_t> stamps(12);
+  for (size_t i = 0; i < stamps.size(); ++i) stamps[i] = 500 + i;
+  auto row = [&](int i) { return &bytes[size_t(i * format.row_bytes)]; };
+  const PackedRowRun runs[] = {{row(0), 4, &stamps[0]}, {row(4), 4, &stamps[4]}, {row(8), 4, &stamps[8]}};
+  const float* slots[] = {nullptr, nullptr, nullptr};
+  const PackedSlot packed[] = {{row(2), &format, 502}, {}, {}};  // a window slot naming a row a run holds too
+  const KeptSelectionSlots kept{.selected = nullptr, .n = 2, .at = 1, .ascending = false, .format = &format, .runs = runs, .n_rows = 11};
+  const SparseAttentionParams p{.head_dim = 64, .slots = slots, .n_slots = 3, .packed = packed, .kept_selection = &kept};
+  SlotGather gather;
+  RowMirror mirror(64), by_row(64);
+  std::vector<int64_t> got, want, copies, want_copies;
+  auto call = [&] {
+    gather.gather({&p, 1});
+    const SlotGather::PackedGroup& g = gather.packed_groups()[0];
+    mirror_group_slots(mirror, g, nullptr, got, copies);
+    want.clear();
+    for (uint64_t s : g.stamps) want.push_back(by_row.find(s));
+    by_row.place_missing(g.stamps, want, want_copies);
+  };
+  call();
+  const SlotGather::PackedGroup& g = gather.packed_groups()[0];
+  ASSERT_EQ(g.runs.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(g.runs[i].first, int64_t(1 + 4 * i)) << "after the window slot's row";
+    EXPECT_EQ(g.runs[i].n, i < 2 ? 4 : 3);
+    EXPECT_EQ(g.runs[i].stamps, &stamps[4 * i]);
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(copies, want_copies);
+  EXPECT_EQ(copies.size(), 11u) << "11 distinct rows, row 2 named twice";
+  EXPECT_EQ(mirror.n_remembered_runs(), 3);
+  call();
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(copies.empty()) << "every run found whole";
+  stamps[5] = 900;  // row 5 rewritten
+  call();
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(copies, (std::vector<int64_t>{6})) << "row 5 alone, at its place in the group";
+  call();
+  EXPECT_TRUE(copies.empty()) << "its run remembered with the new stamp";
+}
+
 TEST(SlotGatherDeathTest, PackedRowOfAnotherWidthIsCaught) {
   const KvRowFormat wide = kv_row_format(KvRowKind::kV41Kv, 128);
   std::vector<uint8_t> bytes(size_t(wide.row_bytes));

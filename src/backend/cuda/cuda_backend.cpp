@@ -670,6 +670,12 @@ class CudaBackend final : public Backend {
   // Kept selections need the device's selection and packed rows (the attention gathers every row a selection may
   // name by its stamp, through the row mirror where it is on).
   bool keeps_selections() const override { return keep_selections_ && packed_rows_; }
+  // The host's work per row handed over (kernel_bench's BM_KeptSelectionHostSide, one thread of the 2-core Ice Lake
+  // machine this was written on): ~2.2 ns with the row mirror, which finds a page run whole (RowMirror::find_run); 8192
+  // such rows cost ~18 us, about a wait, and the work runs while the device runs the layer's queued work. At V4-Flash's
+  // 512 selected rows a batch-1 decode step keeps its selections up to ~35k tokens of context. Without the mirror
+  // (DEEPINFER_CUDA_KV=packed) every row's bytes cross each call too, 584 B each for V4: 2048 rows (1.2 MB).
+  int64_t kept_selection_extra_rows() const override { return mirror_rows_ ? 8192 : 2048; }
   void fetch_kept(float* host, int64_t n) override {
     bind_device();
     const float* dev = kept_at(host, n);
@@ -1928,9 +1934,9 @@ class CudaBackend final : public Backend {
   }
 
   // A packed group's upload: with the mirror (every row stamped, rows a multiple of 4 bytes for the scatter,
-  // the group no larger than its arena) the rows its arena lacks, else all of them. The lookups run on the
-  // host's threads (a 256-sequence decode step reads ~160k rows a layer); the placing of the missing rows, few
-  // in a decode step, on this one.
+  // the group no larger than its arena) the rows its arena lacks, else all of them (mirror_group_slots: a kept
+  // selection's page runs looked up whole, the other rows' lookups on the host's threads, since a 256-sequence
+  // decode step reads ~160k rows a layer; the placing of the missing rows, few in a decode step, on this one).
   void plan_upload(const SlotGather::PackedGroup& g, PackedUpload& u) {
     const int64_t n = int64_t(g.rows.size());
     u.arena = mirror_rows_ && g.format.row_bytes % 4 == 0 ? arena_for(g.format.row_bytes) : nullptr;
@@ -1942,12 +1948,7 @@ class CudaBackend final : public Backend {
       u.slots.clear();
       return;
     }
-    u.slots.resize(size_t(n));
-    const RowMirror& mirror = u.arena->mirror;
-    host_->for_rows(n, [&](int64_t k0, int64_t k1) {
-      for (int64_t k = k0; k < k1; ++k) u.slots[size_t(k)] = mirror.find(g.stamps[size_t(k)]);
-    });
-    u.arena->mirror.place_missing(g.stamps, std::span<int64_t>(u.slots.data(), size_t(n)), u.staged);
+    mirror_group_slots(u.arena->mirror, g, host_.get(), u.slots, u.staged);
     for (int64_t k : u.staged) u.slots.push_back(u.slots[size_t(k)]);  // the copied rows' slots, for the scatter
   }
 
