@@ -332,32 +332,44 @@ TEST(KeptArraysCuda, AttentionsThatKeepTheirOutputsDoNotWaitYetKeepTheirInputs) 
   }
 }
 
-// V4.1's DSpark tap on a kept stream (Backend::stream_tap): here the kept q of a chain stands for the stream (its
-// [T, 4, 128] values); the tap goes into one column of a kept taps array, the host's copies untouched until fetched,
-// and equals dsv41.cpp's step 5 on the fetched stream bit for bit. A backend without the device chains declines.
+// A kept stream of n tokens for the tests below: a chain's kept q ([n, 4, dim] values) stands for it, on a backend with
+// the device chains (gpu), beside one without them (host_chain).
+struct KeptStreamStandIn {
+  static constexpr int64_t dim = KeptAttentionLayer::H * KeptAttentionLayer::HD / 4;
+  KeptAttentionLayer layer;
+  std::unique_ptr<Backend> gpu = make_chain_backend("device"), host_chain = make_chain_backend("host");
+  RandomProjections::Outputs device;  // device.q: the stream's host array
+
+  KeptStreamStandIn(int64_t n, std::mt19937& rng) : layer(n, false, rng), device(layer.r) {
+    if (gpu) layer.keep_q(*gpu, device);
+  }
+};
+
+// V4.1's DSpark tap on a kept stream (Backend::stream_tap, on a KeptStreamStandIn): the tap goes into one column of a
+// kept taps array, the host's copies untouched until fetched, and equals dsv41.cpp's step 5 on the fetched stream bit
+// for bit. A backend without the device chains declines.
 TEST(KeptArraysCuda, StreamTapOfTheKeptStreamStaysOnTheDevice) {
   DI_SKIP_WITHOUT_CUDA();
   std::mt19937 rng(820);
   for (int64_t n : {1, 3}) {
     SCOPED_TRACE(std::to_string(n) + " tokens");
-    KeptAttentionLayer layer(n, false, rng);
-    const std::unique_ptr<Backend> gpu = make_chain_backend("device"), host_chain = make_chain_backend("host");
-    ASSERT_TRUE(gpu && host_chain);
-    RandomProjections::Outputs device(layer.r);
-    layer.keep_q(*gpu, device);
-    const int64_t dim = KeptAttentionLayer::H * KeptAttentionLayer::HD / 4, n_taps = 3;
+    KeptStreamStandIn s(n, rng);
+    ASSERT_TRUE(s.gpu && s.host_chain);
+    Backend &gpu = *s.gpu, &host_chain = *s.host_chain;
+    RandomProjections::Outputs& device = s.device;
+    const int64_t dim = KeptStreamStandIn::dim, n_taps = 3;
     std::vector<float> taps(size_t(n * n_taps * dim), -7.0f);
     const StreamTapParams tap{.h = device.q.data(), .n_tokens = n, .dim = dim, .out = &taps[size_t(dim)], .out_stride = n_taps * dim,
                               .out_array = taps.data(), .out_floats = int64_t(taps.size())};
-    EXPECT_FALSE(host_chain->stream_tap(tap)) << "a backend without the device chains keeps no stream";
-    ASSERT_TRUE(gpu->stream_tap(tap));
+    EXPECT_FALSE(host_chain.stream_tap(tap)) << "a backend without the device chains keeps no stream";
+    ASSERT_TRUE(gpu.stream_tap(tap));
     StreamTapParams again = tap;  // another layer's tap into the array the first left on the device
     again.out = &taps[size_t(2 * dim)];
     again.out_array_kept = true;
-    ASSERT_TRUE(gpu->stream_tap(again));
+    ASSERT_TRUE(gpu.stream_tap(again));
     EXPECT_TRUE(all_untouched(taps) && all_untouched(device.q)) << "the taps' or the stream's host array written";
-    gpu->fetch_kept(taps.data(), int64_t(taps.size()));
-    gpu->fetch_kept(device.q.data(), int64_t(device.q.size()));
+    gpu.fetch_kept(taps.data(), int64_t(taps.size()));
+    gpu.fetch_kept(device.q.data(), int64_t(device.q.size()));
     int64_t n_differ = 0;
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t d = 0; d < dim; ++d) {
@@ -371,15 +383,14 @@ TEST(KeptArraysCuda, StreamTapOfTheKeptStreamStaysOnTheDevice) {
   }
 }
 
-// V4.1's Engram update on a kept stream (Backend::engram_gate; again a chain's kept q stands for the stream): two
-// layers' updates one after the other with no wait between (the second rewrites the gathered rows' staging while the
-// first's upload may still be queued), the stream's and kv's host arrays untouched, and the stream afterwards
-// dsv41.cpp's host steps (wkv as linear() runs it, ops.h's engram_gate per copy) bit for bit. A backend without the
-// device chains declines.
+// V4.1's Engram update on a kept stream (Backend::engram_gate, on a KeptStreamStandIn): two layers' updates one after
+// the other with no wait between (the second rewrites the gathered rows' staging while the first's upload may still
+// be queued), the stream's and kv's host arrays untouched, and the stream afterwards dsv41.cpp's host steps (wkv as
+// linear() runs it, ops.h's engram_gate per copy) bit for bit. A backend without the device chains declines.
 TEST(KeptArraysCuda, EngramGateUpdatesTheKeptStreamInPlace) {
   DI_SKIP_WITHOUT_CUDA();
   std::mt19937 rng(830);
-  const int64_t dim = KeptAttentionLayer::H * KeptAttentionLayer::HD / 4, width = 256;
+  const int64_t dim = KeptStreamStandIn::dim, width = 256;
   const OwnedWeight wkv = random_fp8_weight(rng, 5 * dim, width, 128);
   std::vector<uint16_t> qk_weights(size_t(2 * 4 * dim));  // q_weight, then k_weight
   for (uint16_t& b : qk_weights) b = bf16_of(random_bf16_values(rng, 1, 0.5f)[0]);
@@ -387,12 +398,11 @@ TEST(KeptArraysCuda, EngramGateUpdatesTheKeptStreamInPlace) {
   const uint16_t* k_weight = qk_weights.data() + 4 * dim;
   for (int64_t n : {1, 3}) {
     SCOPED_TRACE(std::to_string(n) + " tokens");
-    KeptAttentionLayer layer(n, false, rng);
-    const std::unique_ptr<Backend> gpu = make_chain_backend("device"), host_chain = make_chain_backend("host");
-    ASSERT_TRUE(gpu && host_chain);
-    RandomProjections::Outputs device(layer.r);
-    layer.keep_q(*gpu, device);
-    gpu->fetch_kept(device.q.data(), int64_t(device.q.size()));  // the stream as it starts (it stays kept)
+    KeptStreamStandIn s(n, rng);
+    ASSERT_TRUE(s.gpu && s.host_chain);
+    Backend &gpu = *s.gpu, &host_chain = *s.host_chain;
+    RandomProjections::Outputs& device = s.device;
+    gpu.fetch_kept(device.q.data(), int64_t(device.q.size()));  // the stream as it starts (it stays kept)
     std::vector<float> want = device.q;
     std::fill(device.q.begin(), device.q.end(), -7.0f);
     std::vector<float> kv(size_t(n * 5 * dim), -7.0f);
@@ -407,14 +417,14 @@ TEST(KeptArraysCuda, EngramGateUpdatesTheKeptStreamInPlace) {
                                      .out_stride = 5 * dim, .x_e4m3_block = 128},
                               .h = h, .n_tokens = n, .dim = dim, .q_weight = q_weight, .k_weight = k_weight, .eps = 1e-20};
     };
-    EXPECT_FALSE(host_chain->engram_gate(params(rows[0], want.data()))) << "a backend without the device chains keeps no stream";
-    for (std::vector<float>& x : rows) ASSERT_TRUE(gpu->engram_gate(params(x, device.q.data())));
+    EXPECT_FALSE(host_chain.engram_gate(params(rows[0], want.data()))) << "a backend without the device chains keeps no stream";
+    for (std::vector<float>& x : rows) ASSERT_TRUE(gpu.engram_gate(params(x, device.q.data())));
     EXPECT_TRUE(all_untouched(device.q) && all_untouched(kv)) << "the stream's or kv's host array written";
     for (std::vector<float>& x : rows) {
       std::vector<float> host_kv(kv.size());
       EngramGateParams p = params(x, want.data());
       p.kv.out = host_kv.data();
-      host_chain->linear(p.kv);
+      host_chain.linear(p.kv);
       for (int64_t t = 0; t < n; ++t) {
         const float* row = &host_kv[size_t(t * 5 * dim)];
         for (int k = 0; k < 4; ++k) {
@@ -422,7 +432,7 @@ TEST(KeptArraysCuda, EngramGateUpdatesTheKeptStreamInPlace) {
         }
       }
     }
-    gpu->fetch_kept(device.q.data(), int64_t(device.q.size()));
+    gpu.fetch_kept(device.q.data(), int64_t(device.q.size()));
     EXPECT_EQ(n_differing(want, device.q), 0) << "of " << want.size() << " stream values";
   }
 }
