@@ -3,7 +3,9 @@
 // 16 KiB pages of 28 rows), every row packed. At batch 256 that is ~164k slots a layer, each looked up once to
 // give every distinct row one index. With kept = 1 the compressed part is a kept selection's instead
 // (SparseAttentionParams::kept_selection, DEEPINFER_CUDA_INDEX_SELECT=kept): every visible compressed row (here
-// the same 512, at 2048 tokens of context) handed over as the pages' runs. Counter: slots per second.
+// the same 512, at 2048 tokens of context) handed over as the pages' runs. With unshared = 1 each token's rows are
+// placed without a lookup (SparseAttentionParams::rows_unshared, as the model marks a decode step's tokens). Counter:
+// slots per second.
 // BM_KeptSelectionHostSide: the whole host side of one batch-1 decode step's attention call with a kept selection at
 // longer contexts (every visible compressed row handed over): the gather, then each packed row's slot in the row
 // mirror (DEEPINFER_CUDA_KV=mirror; every row already there, as in a decode step), on one thread: with runs = 1 as
@@ -26,7 +28,7 @@ namespace {
 
 void BM_SlotGatherDecode(benchmark::State& state) {
   const int64_t batch = state.range(0), H = 64, D = 512, ring = 144, n_compressed = 2048 / 4, top_k = 512;
-  const bool kept = state.range(1) != 0;
+  const bool kept = state.range(1) != 0, unshared = state.range(2) != 0;
   const KvRowFormat format = kv_row_format(KvRowKind::kV4Kv, D, 64);
   const int64_t rows_per_page = (16 << 10) / format.row_bytes;
   std::mt19937 rng(1);
@@ -62,6 +64,7 @@ void BM_SlotGatherDecode(benchmark::State& state) {
     ps.push_back({q.data(), H, D, &none[size_t(s * n_slots)], n_slots, sink.data(), 0.04, true, nullptr,
                   &packed[size_t(s * n_slots)]});
     if (kept) ps.back().kept_selection = &kept_slots[size_t(s)];
+    ps.back().rows_unshared = unshared;
   }
   SlotGather gather;
   for (auto _ : state) {
@@ -70,7 +73,7 @@ void BM_SlotGatherDecode(benchmark::State& state) {
   }
   state.counters["slots/s"] = benchmark::Counter(double(batch * n_slots), benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_SlotGatherDecode)->ArgsProduct({{1, 64, 256}, {0, 1}})->ArgNames({"batch", "kept"})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SlotGatherDecode)->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})->ArgNames({"batch", "kept", "unshared"})->Unit(benchmark::kMillisecond);
 
 void BM_KeptSelectionHostSide(benchmark::State& state) {
   const int64_t context = state.range(0), H = 64, D = 512, ring = 144, n_compressed = context / 4, top_k = 512;
@@ -96,6 +99,7 @@ void BM_KeptSelectionHostSide(benchmark::State& state) {
                                 .runs = runs, .n_rows = n_compressed};
   SparseAttentionParams p{q.data(), H, D, none.data(), n_slots, sink.data(), 0.04, true, nullptr, packed.data()};
   p.kept_selection = &kept;
+  p.rows_unshared = true;  // as the model hands a decode step's token over
   SlotGather gather;
   RowMirror mirror(1 << 20);
   std::vector<int64_t> slots, copies;

@@ -136,6 +136,11 @@ struct SparseAttentionParams {
   const float* out_kept_array = nullptr;
   int64_t out_kept_floats = 0;
   const KeptSelectionSlots* kept_selection = nullptr;  // only for a backend whose keeps_selections() is true
+  // A hint for a backend that gathers a call's rows once (SlotGather): no other token of the call reads this token's
+  // rows (a decode step's token, the only one of its sequence in the call), so they need not be looked for among the
+  // other tokens' rows. A row shared anyway (a prefix page two sequences share) is then placed twice, which changes
+  // no output.
+  bool rows_unshared = false;
 };
 
 // Indexer scores for one query token (spec I7-I9):

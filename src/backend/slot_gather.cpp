@@ -25,6 +25,7 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
     spare_groups_.push_back(std::move(g));
   }
   groups_.clear();
+  last_format_ = nullptr;
   int64_t n_runs = 0;  // the kept selections' runs
   for (const SparseAttentionParams& p : batch) n_runs += p.kept_selection ? int64_t(p.kept_selection->runs.size()) : 0;
   index_.reset(n_tokens_ * n_slots_);
@@ -42,7 +43,8 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
                  "sparse attention: a kept selection's slots lie outside the token's slot list");
     for (int64_t j = 0; j < p.n_slots; ++j) {
       if (kept && j >= kept->at && j < kept->at + kept->n) continue;  // the device's (left empty here)
-      slot_rows_[size_t(t * n_slots_ + j)] = add_row(p.slots[j], p.packed ? p.packed[j] : PackedSlot{}, head_dim);
+      const PackedSlot packed = p.packed ? p.packed[j] : PackedSlot{};
+      slot_rows_[size_t(t * n_slots_ + j)] = p.rows_unshared ? place_row(p.slots[j], packed, head_dim) : add_row(p.slots[j], packed, head_dim);
     }
     if (!kept) continue;
     // The table holds places in the selection's group for now (every row a selection may name has its format), made
@@ -101,6 +103,17 @@ int32_t SlotGather::add_row(const float* row, const PackedSlot& packed, int64_t 
   return int32_t(index);
 }
 
+// add_row without looking the row up among those placed (SparseAttentionParams::rows_unshared): placed anew.
+int32_t SlotGather::place_row(const float* row, const PackedSlot& packed, int64_t head_dim) {
+  if (row) {
+    float_rows_.push_back(row);
+    return int32_t(float_rows_.size() - 1);
+  }
+  if (!packed.row) return -1;
+  packed_at_.push_back(add_packed(packed, head_dim));
+  return -2 - int32_t(packed_at_.size() - 1);
+}
+
 // The first n (> 0) rows of `run` in the group of `format`, placed once per run start and length: the group and
 // the place of the run's first row there. Its rows follow one another, and its stamps are recorded as a run of the
 // group (PackedGroup::runs).
@@ -127,7 +140,9 @@ std::pair<int32_t, int32_t> SlotGather::add_packed(const PackedSlot& packed, int
   const KvRowFormat& f = *packed.format;
   DI_CHECK_MSG(f.n_values == head_dim, "packed attention slot: a row of " + std::to_string(f.n_values) +
                                            " values for head_dim " + std::to_string(head_dim));
-  auto it = std::find_if(groups_.begin(), groups_.end(), [&](const PackedGroup& g) { return g.format == f; });
+  // Consecutive rows mostly share their format object (a layer's window ring, its compressor's rows).
+  auto it = packed.format == last_format_ ? groups_.begin() + last_group_
+                                          : std::find_if(groups_.begin(), groups_.end(), [&](const PackedGroup& g) { return g.format == f; });
   if (it == groups_.end()) {
     if (spare_groups_.empty()) spare_groups_.emplace_back();
     groups_.push_back(std::move(spare_groups_.back()));
@@ -135,9 +150,11 @@ std::pair<int32_t, int32_t> SlotGather::add_packed(const PackedSlot& packed, int
     groups_.back().format = f;
     it = groups_.end() - 1;
   }
+  last_format_ = packed.format;
+  last_group_ = it - groups_.begin();
   it->rows.push_back(packed.row);
   it->stamps.push_back(packed.stamp);
-  return {int32_t(it - groups_.begin()), int32_t(it->rows.size() - 1)};
+  return {int32_t(last_group_), int32_t(it->rows.size() - 1)};
 }
 
 void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Backend* threads, std::vector<int64_t>& slots,

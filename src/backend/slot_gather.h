@@ -59,6 +59,7 @@ class SlotGather {
  private:
   std::pair<int32_t, int32_t> add_packed(const PackedSlot& packed, int64_t head_dim);
   int32_t add_row(const float* row, const PackedSlot& packed, int64_t head_dim);  // -1, a row index, or -2 - k
+  int32_t place_row(const float* row, const PackedSlot& packed, int64_t head_dim);  // the same, placed anew
   std::pair<int32_t, int32_t> add_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format, int64_t head_dim);
 
   int64_t n_tokens_ = 0, n_slots_ = 0, n_rows_ = 0, packed_bytes_ = 0;
@@ -66,6 +67,8 @@ class SlotGather {
   std::vector<const float*> float_rows_;
   std::vector<PackedGroup> groups_;
   std::vector<PackedGroup> spare_groups_;  // emptied groups of earlier calls, their vectors' capacity kept
+  const KvRowFormat* last_format_ = nullptr;  // the format object of the packed row placed last, and its group
+  int64_t last_group_ = 0;
   FlatIndex index_{6};  // a row's address -> its index (a packed row's: -2 - k until placed); rows are >= 68 B apart
   std::vector<std::pair<int32_t, int32_t>> packed_at_;  // the k-th packed row: its group and place there
   FlatIndex run_index_{6};  // a run's first row address and its length -> its entry in placed_runs_

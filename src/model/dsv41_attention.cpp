@@ -189,12 +189,13 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
 void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
                        std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o,
                        std::span<const PackedSlot> packed, const KeptAttention* kept,
-                       std::span<const KeptSelectionSlots> kept_selections) {
+                       std::span<const KeptSelectionSlots> kept_selections, std::span<const char> rows_unshared) {
   const ModelConfig& c = config_;
   const int64_t H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim, n = int64_t(positions.size());
   DI_CHECK(int64_t(row_begin.size()) == n + 1);
   DI_CHECK(packed.empty() || packed.size() == rows.size());
   DI_CHECK(kept_selections.empty() || int64_t(kept_selections.size()) == n);
+  DI_CHECK(rows_unshared.empty() || int64_t(rows_unshared.size()) == n);
   std::vector<const float*> slots;
   std::vector<PackedSlot> packed_slots;
   std::vector<int64_t> slot_begin;
@@ -219,7 +220,8 @@ void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float
                   .packed = packed.empty() ? nullptr : packed_slots.data() + slot_begin[size_t(i)],  // step 28
                   .q_kept = kept != nullptr, .out_rope = kept ? &out_rope[size_t(i)] : nullptr,
                   .out_kept_array = kept ? kept->o_array : nullptr, .out_kept_floats = kept ? kept->o_floats : 0,
-                  .kept_selection = kept_selections.empty() || kept_selections[size_t(i)].n == 0 ? nullptr : &kept_selections[size_t(i)]});
+                  .kept_selection = kept_selections.empty() || kept_selections[size_t(i)].n == 0 ? nullptr : &kept_selections[size_t(i)],
+                  .rows_unshared = !rows_unshared.empty() && rows_unshared[size_t(i)] != 0});
   }
   backend_->sparse_attentions(ps);
   if (kept) return;
@@ -451,6 +453,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
   std::vector<KeptSelectionSlots> kept_selections(selection_kept ? size_t(T) : 0);
   std::vector<std::vector<PackedRowRun>> kept_selection_runs(kept_selections.size());
   std::vector<int64_t> row_begin{0};
+  std::vector<char> rows_unshared(static_cast<size_t>(T));  // a token alone in its chunk: no other token of the call reads its rows
+  for (int64_t t = 0; t < T; ++t) rows_unshared[size_t(t)] = batch.n_chunk_tokens[size_t(batch.chunk[size_t(t)])] == 1;
   int64_t first_pending = 0;
   auto attend_pending = [&](int64_t t_end) {
     if (t_end == first_pending) return;
@@ -462,7 +466,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
                std::span<const int64_t>(batch.pos).subspan(size_t(first_pending), size_t(t_end - first_pending)), rows.rows(),
                row_begin, &o[size_t(first_pending * H * HD)], rows.packed(), qkv.q_kept ? &pending_kept : nullptr,
                selection_kept ? std::span<const KeptSelectionSlots>(kept_selections).subspan(size_t(first_pending), size_t(t_end - first_pending))
-                              : std::span<const KeptSelectionSlots>());
+                              : std::span<const KeptSelectionSlots>(),
+               std::span<const char>(rows_unshared).subspan(size_t(first_pending), size_t(t_end - first_pending)));
     rows.clear();
     row_begin.assign(1, 0);
     first_pending = t_end;

@@ -366,7 +366,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
                          .n_slots = int64_t(slots.size()) - first_slot, .sink = w.attn_sink,
                          .softmax_scale = softmax_scale, .block_running_max = true, .out = &buf.o[size_t(i * H * HD)],
                          .q_kept = q_kept, .out_rope = q_kept ? &out_rope[size_t(t)] : nullptr,
-                         .out_kept_array = q_kept ? buf.o.data() : nullptr, .out_kept_floats = q_kept ? nb * H * HD : 0});
+                         .out_kept_array = q_kept ? buf.o.data() : nullptr, .out_kept_floats = q_kept ? nb * H * HD : 0,
+                         .rows_unshared = batch.n_chunk_tokens[size_t(ci)] == 1});
       if (window_rows.n_decoded() + compressed_rows.n_decoded() > kPendingDecodedRows) {
         run_pending();
         window_rows.clear();

@@ -96,6 +96,37 @@ TEST(SlotGather, EverySlotLeadsBackToItsRow) {
   EXPECT_EQ(gather.n_rows(), 2 + 2);
 }
 
+// A token whose rows no other token of the call reads (SparseAttentionParams::rows_unshared: a decode step's) has them
+// placed without a lookup: a row it shares anyway is placed again, and every slot still leads back to its row; the
+// other tokens share theirs as before.
+TEST(SlotGather, UnsharedTokensRowsArePlacedAnew) {
+  const KvRowFormat format = kv_row_format(KvRowKind::kV41Kv, 64);
+  std::vector<uint8_t> bytes(size_t(2 * format.row_bytes));
+  std::vector<float> fresh(64);
+  const float* rows[] = {fresh.data(), nullptr, nullptr};
+  const PackedSlot packed[] = {{}, {bytes.data(), &format, 7}, {bytes.data() + format.row_bytes, &format, 8}};
+  std::vector<SparseAttentionParams> ps(3, SparseAttentionParams{.head_dim = 64, .slots = rows, .n_slots = 3, .packed = packed});
+  ps[1].rows_unshared = true;
+  SlotGather gather;
+  gather.gather(ps);
+  EXPECT_EQ(gather.float_rows().size(), 2u) << "the fresh row, and again for the unshared token";
+  ASSERT_EQ(gather.packed_groups().size(), 1u);
+  const SlotGather::PackedGroup& g = gather.packed_groups()[0];
+  EXPECT_EQ(g.rows.size(), 4u);
+  for (int t = 0; t < 3; ++t) {
+    const int32_t* at = &gather.slot_rows()[size_t(t * 3)];
+    EXPECT_EQ(gather.float_rows()[size_t(at[0])], fresh.data()) << "token " << t;
+    for (int j = 1; j < 3; ++j) {
+      EXPECT_EQ(g.rows[size_t(at[j] - g.first_row)], packed[j].row) << "token " << t << " slot " << j;
+      EXPECT_EQ(g.stamps[size_t(at[j] - g.first_row)], packed[j].stamp) << "token " << t << " slot " << j;
+    }
+  }
+  EXPECT_EQ(std::vector<int32_t>(gather.slot_rows().begin(), gather.slot_rows().begin() + 3),
+            std::vector<int32_t>(gather.slot_rows().begin() + 6, gather.slot_rows().end()))
+      << "the shared tokens share their rows";
+  EXPECT_NE(gather.slot_rows()[4], gather.slot_rows()[1]) << "the unshared token's row placed anew";
+}
+
 // Kept selections (SparseAttentionParams::kept_selection): every row a token's selection may name is gathered as its
 // table, in the runs' order; a run seen before with as many rows is placed once, one of another length anew; the
 // selection's slots are left empty whatever the list holds there; a token without one has no table.

@@ -671,8 +671,8 @@ class CudaBackend final : public Backend {
   // name by its stamp, through the row mirror where it is on).
   bool keeps_selections() const override { return keep_selections_ && packed_rows_; }
   // The host's work per row handed over (kernel_bench's BM_KeptSelectionHostSide, one thread of the 2-core Ice Lake
-  // machine this was written on): ~2.2 ns with the row mirror, which finds a page run whole (RowMirror::find_run); 8192
-  // such rows cost ~18 us, about a wait, and the work runs while the device runs the layer's queued work. At V4-Flash's
+  // machine this was written on): ~2 ns with the row mirror, which finds a page run whole (RowMirror::find_run); 8192
+  // such rows cost ~17 us, about a wait, and the work runs while the device runs the layer's queued work. At V4-Flash's
   // 512 selected rows a batch-1 decode step keeps its selections up to ~35k tokens of context. Without the mirror
   // (DEEPINFER_CUDA_KV=packed) every row's bytes cross each call too, 584 B each for V4: 2048 rows (1.2 MB).
   int64_t kept_selection_extra_rows() const override { return mirror_rows_ ? 8192 : 2048; }
