@@ -1869,15 +1869,16 @@ class CudaBackend final : public Backend {
   }
 
   // DEEPINFER_CUDA_KV=mirror for score(): every packed array's keys as one group (key_group_, in their device row
-  // order: array after array behind the float keys) through the row mirror (plan_upload into key_upload_), so that a
-  // decode step copies only the keys written since the last (one per 4 positions) instead of every key of the
-  // context. False (nothing planned) where the mirror does not take them: off, packed arrays of different formats,
+  // order: array after array behind the float keys, each page's run recorded) through the row mirror (plan_upload into
+  // key_upload_), so that a decode step copies only the keys written since the last (one per 4 positions) instead of
+  // every key of the context, and finds the pages' runs whole. False (nothing planned) where the mirror does not take them: off, packed arrays of different formats,
   // keys without stamps, more keys than the arena holds.
   bool plan_key_upload(const std::vector<IndexKeyArrays::Array>& arrays, int64_t n_float_rows) {
     if (!mirror_rows_) return false;
     SlotGather::PackedGroup& g = key_group_;
     g.rows.clear();
     g.stamps.clear();
+    g.runs.clear();
     const KvRowFormat* format = nullptr;
     for (const IndexKeyArrays::Array& a : arrays) {
       if (!a.format || a.n_keys == 0) continue;
@@ -1888,10 +1889,13 @@ class CudaBackend final : public Backend {
       for (const PackedRowRun& run : a.runs) {
         if (!run.stamps) return false;
         const int64_t n = std::min(run.n_rows, left);
-        for (int64_t k = 0; k < n; ++k) {
-          g.rows.push_back(run.rows + k * format->row_bytes);
-          g.stamps.push_back(run.stamps[k]);
-        }
+        if (n <= 0) continue;
+        // A page's run of keys, which the mirror finds whole from the next call on (mirror_group_slots).
+        const size_t at = g.rows.size();
+        g.runs.push_back({run.stamps, n, int64_t(at)});
+        g.rows.resize(at + size_t(n));
+        for (int64_t k = 0; k < n; ++k) g.rows[at + size_t(k)] = run.rows + k * format->row_bytes;
+        g.stamps.insert(g.stamps.end(), run.stamps, run.stamps + n);
         left -= n;
         if (left == 0) break;
       }
