@@ -44,7 +44,8 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
     for (int64_t j = 0; j < p.n_slots; ++j) {
       if (kept && j >= kept->at && j < kept->at + kept->n) continue;  // the device's (left empty here)
       const PackedSlot packed = p.packed ? p.packed[j] : PackedSlot{};
-      slot_rows_[size_t(t * n_slots_ + j)] = p.rows_unshared ? place_row(p.slots[j], packed, head_dim) : add_row(p.slots[j], packed, head_dim);
+      slot_rows_[size_t(t * n_slots_ + j)] =
+          p.rows_unshared ? place_row(p.slots[j], packed, head_dim) : add_row(p.slots[j], packed, head_dim);
     }
     if (!kept) continue;
     // The table holds places in the selection's group for now (every row a selection may name has its format), made
@@ -141,8 +142,9 @@ std::pair<int32_t, int32_t> SlotGather::add_packed(const PackedSlot& packed, int
   DI_CHECK_MSG(f.n_values == head_dim, "packed attention slot: a row of " + std::to_string(f.n_values) +
                                            " values for head_dim " + std::to_string(head_dim));
   // Consecutive rows mostly share their format object (a layer's window ring, its compressor's rows).
-  auto it = packed.format == last_format_ ? groups_.begin() + last_group_
-                                          : std::find_if(groups_.begin(), groups_.end(), [&](const PackedGroup& g) { return g.format == f; });
+  auto it = packed.format == last_format_
+                ? groups_.begin() + last_group_
+                : std::find_if(groups_.begin(), groups_.end(), [&](const PackedGroup& g) { return g.format == f; });
   if (it == groups_.end()) {
     if (spare_groups_.empty()) spare_groups_.emplace_back();
     groups_.push_back(std::move(spare_groups_.back()));

@@ -347,9 +347,9 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
       // Steps 25-27 with the scores where the backend selects: the candidate source's blocks, or the mask of the
       // candidates, and the top-k, as the loop below makes them (the top-k sorted here).
       const bool masked = uses_candidates && scratch.have_candidates && !is_candidate_source;
-      // Kept on the backend (Backend::kept_selection_extra_rows) where the candidate source's candidates need not come back, and
-      // where every layer that reuses the selections (up to the next index source) has this layer's ratio: each hands
-      // the backend its own KV owner's rows, which the selections name only at the same ratio.
+      // Kept on the backend (Backend::kept_selection_extra_rows) where the candidate source's candidates need not come
+      // back, and where every layer that reuses the selections (up to the next index source) has this layer's ratio:
+      // each hands the backend its own KV owner's rows, which the selections name only at the same ratio.
       bool keep = qkv.q_kept && backend_->keeps_selections() && !is_candidate_source;
       for (int l = layer + 1; l < c.n_layers && !c.is_index_source(l); ++l) {
         keep = keep && (c.compress_ratio(l) == 0 || c.compress_ratio(l) == ratio);

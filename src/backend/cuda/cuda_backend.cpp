@@ -1871,8 +1871,8 @@ class CudaBackend final : public Backend {
   // DEEPINFER_CUDA_KV=mirror for score(): every packed array's keys as one group (key_group_, in their device row
   // order: array after array behind the float keys, each page's run recorded) through the row mirror (plan_upload into
   // key_upload_), so that a decode step copies only the keys written since the last (one per 4 positions) instead of
-  // every key of the context, and finds the pages' runs whole. False (nothing planned) where the mirror does not take them: off, packed arrays of different formats,
-  // keys without stamps, more keys than the arena holds.
+  // every key of the context, and finds the pages' runs whole. False (nothing planned) where the mirror does not take
+  // them: off, packed arrays of different formats, keys without stamps, more keys than the arena holds.
   bool plan_key_upload(const std::vector<IndexKeyArrays::Array>& arrays, int64_t n_float_rows) {
     if (!mirror_rows_) return false;
     SlotGather::PackedGroup& g = key_group_;
