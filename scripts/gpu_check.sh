@@ -22,7 +22,8 @@
 #      the experts on the host (DEEPINFER_CUDA_WEIGHT_GB=8), the device FFN side (DEEPINFER_CUDA_MOE=device) alone
 #      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device; with both, each block's tail is one call), the
 #      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
-#      (DEEPINFER_CUDA_INDEX_SELECT=device), and kept there for the attention (kept) (E2E=0 skips it);
+#      (DEEPINFER_CUDA_INDEX_SELECT=device), and kept there for the attention (kept; also at 16384 tokens of
+#      context) (E2E=0 skips it);
 #   6. compute-sanitizer racecheck over the attention, index and kept-array tests, with the time left (RACECHECK=0
 #      skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
@@ -235,6 +236,11 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     bench_run "context 2048, every device path, selections kept" 90 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=kept \
       DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device DEEPINFER_CUDA_ATTENTION_ROWS=packed \
       DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 1 --context 2048 --decode-steps 8
+    # And at 16384 tokens of context (not yet run on a GPU): 3584 rows beyond the selected ones a call, which only the
+    # row mirror's limit since stop 49 keeps (Backend::kept_selection_extra_rows: 8192; 2048 before).
+    bench_run "context 16384, every device path, selections kept" 90 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=kept \
+      DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device DEEPINFER_CUDA_ATTENTION_ROWS=packed \
+      DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 1 --context 16384 --decode-steps 8
     # The same with every call waiting for the device (DEEPINFER_CUDA_WAIT=every-call): the attention and the tail
     # above return without a wait; this row's step time minus that one's is what that saves, and its op times charge
     # each call its own device time.
