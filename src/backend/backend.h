@@ -339,6 +339,12 @@ struct EngramGateParams {
   double eps = 0;
 };
 
+// A kept array's host address and length (Backend::fetch_kept_arrays).
+struct KeptFetch {
+  float* host = nullptr;
+  int64_t n = 0;
+};
+
 // Which tokens the ops that follow compute. The model's own numerics already tell the two apart (a prompt
 // chunk uses the one-shot prefill layout); a backend may also pick its kernels by it, never by how many tokens
 // an op has, so a token's result depends on its kind but never on what else is in its batch.
@@ -443,6 +449,10 @@ class Backend {
   // attention's kept output), named by that address and its length, for a step that reads it on the host after all
   // (a chain the backend declined to run whole). Only a backend that keeps arrays is ever asked.
   virtual void fetch_kept(float* /*host*/, int64_t /*n*/) { DI_CHECK_MSG(false, std::string(name()) + " keeps no arrays"); }
+  // Several kept arrays, each as fetch_kept() brings it back (the CUDA backend: with one wait for all of them).
+  virtual void fetch_kept_arrays(std::span<const KeptFetch> arrays) {
+    for (const KeptFetch& a : arrays) fetch_kept(a.host, a.n);
+  }
 };
 
 std::unique_ptr<Backend> make_reference_backend();

@@ -100,6 +100,7 @@ class TimedBackend final : public Backend {
   int64_t kept_selection_extra_rows() const override { return inner_->kept_selection_extra_rows(); }
   bool stream_tap(const StreamTapParams& p) override { return inner_->stream_tap(p); }  // (not timed: one small launch)
   void fetch_kept(float* host, int64_t n) override { inner_->fetch_kept(host, n); }
+  void fetch_kept_arrays(std::span<const KeptFetch> arrays) override { inner_->fetch_kept_arrays(arrays); }
 
  private:
   template <typename Call>

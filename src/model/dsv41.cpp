@@ -144,21 +144,23 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
   // The stream and the pre may stay on a backend that keeps arrays from block to block; fetched where the host reads
   // them.
   KeptStream stream;
+  auto fetch_all = [&] {  // the stream, the pre and the taps on the host again, with one wait
+    std::vector<KeptFetch> kept;
+    stream.fetch_with(kept, h);
+    scratch.fetch_taps_with(kept);
+    if (!kept.empty()) backend_->fetch_kept_arrays(kept);
+  };
   const bool streams_read = wants_last_streams(chunks);
   for (int l = 0; l < c.n_layers; ++l) {
     if (l == replay_.decoder_kv_layer) {  // spec §7.10, opt-in
-      stream.fetch(*backend_, h);
-      stream.pre.fetch(*backend_);
-      scratch.fetch_taps(*backend_);
+      fetch_all();
       swa_replay_split_v41(chunks, batch, scratch, h, pre_in);
     }
     run_block_v41(l, batch, scratch, h, pre_in, &stream);
     if (streams_read) stream.fetch(*backend_, h);
     append_last_streams(batch, chunks, h, D);
   }
-  stream.fetch(*backend_, h);
-  stream.pre.fetch(*backend_);
-  scratch.fetch_taps(*backend_);
+  fetch_all();
   std::vector<ChunkOutput> outputs(chunks.size());
   const double eps = c.norm_eps_value();
   const int64_t n_taps_width = int64_t(c.dspark_target_layers.size()) * D;

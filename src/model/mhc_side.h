@@ -28,6 +28,13 @@ struct KeptArray {
     backend.fetch_kept(const_cast<float*>(at), n);
     at = nullptr;
   }
+  // fetch() together with other arrays: the array appended to `arrays`, which the caller fetches
+  // (Backend::fetch_kept_arrays) before anything reads it.
+  void fetch_with(std::vector<KeptFetch>& arrays) {
+    if (!at) return;
+    arrays.push_back({const_cast<float*>(at), n});
+    at = nullptr;
+  }
 };
 
 // A forward pass's residual stream between blocks, where the backend keeps arrays: a block's tail may leave it on
@@ -44,6 +51,12 @@ struct KeptStream {
     on_backend = false;
   }
   void fetch(Backend& backend, std::vector<float>& h) { fetch(backend, h.data(), int64_t(h.size())); }
+  // The stream and the pre, as KeptArray::fetch_with.
+  void fetch_with(std::vector<KeptFetch>& arrays, std::vector<float>& h) {
+    if (on_backend) arrays.push_back({h.data(), int64_t(h.size())});
+    on_backend = false;
+    pre.fetch_with(arrays);
+  }
 
   KeptArray pre;
 };

@@ -43,6 +43,11 @@ struct Model::V41Scratch {
     taps_kept.fetch(backend);
     taps_on_host = true;
   }
+  // The same as one of several arrays (KeptArray::fetch_with).
+  void fetch_taps_with(std::vector<KeptFetch>& arrays) {
+    taps_kept.fetch_with(arrays);
+    taps_on_host = true;
+  }
 };
 
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size);

@@ -346,8 +346,8 @@ struct KeptStreamStandIn {
 };
 
 // V4.1's DSpark tap on a kept stream (Backend::stream_tap, on a KeptStreamStandIn): the tap goes into one column of a
-// kept taps array, the host's copies untouched until fetched, and equals dsv41.cpp's step 5 on the fetched stream bit
-// for bit. A backend without the device chains declines.
+// kept taps array, the host's copies untouched until fetched (both at once: Backend::fetch_kept_arrays), and equals
+// dsv41.cpp's step 5 on the fetched stream bit for bit. A backend without the device chains declines.
 TEST(KeptArraysCuda, StreamTapOfTheKeptStreamStaysOnTheDevice) {
   DI_SKIP_WITHOUT_CUDA();
   std::mt19937 rng(820);
@@ -368,8 +368,8 @@ TEST(KeptArraysCuda, StreamTapOfTheKeptStreamStaysOnTheDevice) {
     again.out_array_kept = true;
     ASSERT_TRUE(gpu.stream_tap(again));
     EXPECT_TRUE(all_untouched(taps) && all_untouched(device.q)) << "the taps' or the stream's host array written";
-    gpu.fetch_kept(taps.data(), int64_t(taps.size()));
-    gpu.fetch_kept(device.q.data(), int64_t(device.q.size()));
+    const KeptFetch both[] = {{taps.data(), int64_t(taps.size())}, {device.q.data(), int64_t(device.q.size())}};
+    gpu.fetch_kept_arrays(both);  // both with one wait, as a V4.1 pass's end fetches its stream, pre and taps
     int64_t n_differ = 0;
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t d = 0; d < dim; ++d) {

@@ -677,14 +677,29 @@ class CudaBackend final : public Backend {
   // (DEEPINFER_CUDA_KV=packed) every row's bytes cross each call too, 584 B each for V4: 2048 rows (1.2 MB).
   int64_t kept_selection_extra_rows() const override { return mirror_rows_ ? 8192 : 2048; }
   void fetch_kept(float* host, int64_t n) override {
-    bind_device();
-    const float* dev = kept_at(host, n);
-    const size_t bytes = size_t(n) * 4;
-    staging_.reserve(bytes);
-    DI_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), dev, bytes, cudaMemcpyDeviceToHost, stream_));
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::memcpy(host, staging_.get(), bytes);
+    const KeptFetch array{host, n};
+    fetch_kept_arrays({&array, 1});
   }
+  // Every array's copy queued behind the work that wrote it, then one wait.
+  void fetch_kept_arrays(std::span<const KeptFetch> arrays) override {
+    bind_device();
+    size_t bytes = 0;
+    for (const KeptFetch& a : arrays) bytes += size_t(a.n) * 4;
+    staging_.reserve(bytes);
+    size_t at = 0;
+    for (const KeptFetch& a : arrays) {
+      DI_CUDA_CHECK(cudaMemcpyAsync(staging_.get<uint8_t>() + at, kept_at(a.host, a.n), size_t(a.n) * 4,
+                                    cudaMemcpyDeviceToHost, stream_));
+      at += size_t(a.n) * 4;
+    }
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    at = 0;
+    for (const KeptFetch& a : arrays) {
+      std::memcpy(a.host, staging_.get<uint8_t>() + at, size_t(a.n) * 4);
+      at += size_t(a.n) * 4;
+    }
+  }
+
 
  private:
   // The arrays kept on the device between calls (backend.h: a chain's q, the attention's output), each named by its
