@@ -700,7 +700,6 @@ class CudaBackend final : public Backend {
     }
   }
 
-
  private:
   // The arrays kept on the device between calls (backend.h: a chain's q, the attention's output), each named by its
   // host array: the model's buffers, reused step after step, so a few of them.
