@@ -54,8 +54,9 @@ bool RowMirror::find_run(const uint64_t* stamps, int64_t n, int64_t* slots) cons
 
 void RowMirror::remember_run(const uint64_t* stamps, int64_t n, const int64_t* slots) {
   DI_CHECK(std::find(slots, slots + n, int64_t(-1)) == slots + n);
-  // The runs remembered cost 16 bytes a row; past four times the arena's rows, most are stale (pages freed since).
-  if (remembered_rows_ + n > 4 * capacity_) forget_runs();
+  // The runs remembered cost 16 bytes a row. The live ones hold rows of the arena, so past its capacity some are
+  // stale (pages freed since): all are forgotten, and the live ones remembered again as calls place them.
+  if (remembered_rows_ + n > capacity_) forget_runs();
   RememberedRun& run = runs_[stamps];
   remembered_rows_ += n - int64_t(run.stamps.size());
   run.stamps.assign(stamps, stamps + n);

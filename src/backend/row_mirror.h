@@ -6,8 +6,9 @@
 // so the lookups may run on several threads), then place_missing() gives the missing ones slots and says which
 // to copy. When fewer slots are free than rows are missing, the arena is emptied first and every row of the call
 // is copied: rows are never evicted one by one, and never while a call places its rows. A page run of rows (a kept
-// selection's, SlotGather::PackedGroup::Run) can be looked up whole: the mirror remembers the runs a call placed, by
-// their stamps' address, until the arena is emptied. Free of any device API so that the CPU tests cover it.
+// selection's or a page of index keys, SlotGather::PackedGroup::Run) can be looked up whole: the mirror remembers the
+// runs a call placed, by their stamps' address, until the arena is emptied (or the runs remembered hold more rows than
+// the arena: then all are forgotten). Free of any device API so that the CPU tests cover it.
 #pragma once
 
 #include <cstdint>

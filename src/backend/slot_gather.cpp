@@ -58,6 +58,7 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
       const int64_t n = std::min(run.n_rows, left);
       if (n <= 0) continue;
       const auto [run_group, first] = add_run(run, n, *kept->format, head_dim);
+      DI_CHECK_MSG(group < 0 || run_group == group, "sparse attention: a kept selection's runs in two row groups");
       group = run_group;
       const size_t at = selection_tables_.size();
       selection_tables_.resize(at + size_t(n));

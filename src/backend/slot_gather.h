@@ -1,7 +1,8 @@
 // The rows a batch of sparse attentions reads, gathered once (the host side of a device backend's attention,
 // free of any device API so that the CPU tests cover it). Consecutive prompt tokens share most of their
 // window and compressed rows, and a batched decode step's tokens share nothing but are sent together: each
-// distinct row is placed once, float rows first in first-use order, then packed cache rows grouped by format
+// distinct row is placed once (except a token's marked SparseAttentionParams::rows_unshared, placed without looking
+// for them among the others'), float rows first in first-use order, then packed cache rows grouped by format
 // (a device decodes each group with one launch) in first-use order within their group. Every token's slot
 // list becomes row indices, padded with empty slots (-1) to the longest list. A token whose compressed slots the
 // device builds from a kept selection (SparseAttentionParams::kept_selection) has every row the selection may name

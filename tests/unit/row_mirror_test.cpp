@@ -92,6 +92,19 @@ TEST(RowMirror, RemembersARunUntilItsStampsChangeOrTheArenaEmpties) {
   EXPECT_EQ(m.n_remembered_runs(), 0);
   std::vector<int64_t> unplaced = {0, -1, 2};
   EXPECT_DEATH(m.remember_run(page.data(), 3, unplaced.data()), "");
+  // Runs remembered past the arena's rows (stale ones among them): all forgotten, the new one kept.
+  std::vector<uint64_t> a = {41, 42}, b = {31, 32, 33, 34, 41};  // the arena holds 31-34 since the flush, then a
+  const std::vector<int64_t> slots_a = place(m, a, copies);
+  m.remember_run(a.data(), 2, slots_a.data());
+  const std::vector<int64_t> slots_b = place(m, b, copies);
+  EXPECT_TRUE(copies.empty());
+  m.remember_run(b.data(), 5, slots_b.data());  // 2 + 5 rows remembered, 6 in the arena
+  EXPECT_EQ(m.n_remembered_runs(), 1);
+  EXPECT_FALSE(m.find_run(a.data(), 2, found.data()));
+  std::vector<int64_t> found_b(5);
+  EXPECT_TRUE(m.find_run(b.data(), 5, found_b.data()));
+  EXPECT_EQ(found_b, slots_b);
+  EXPECT_EQ(m.n_flushes(), 1);
 }
 
 }  // namespace

@@ -674,7 +674,8 @@ class CudaBackend final : public Backend {
   // machine this was written on): ~2 ns with the row mirror, which finds a page run whole (RowMirror::find_run); 8192
   // such rows cost ~17 us, about a wait, and the work runs while the device runs the layer's queued work. At V4-Flash's
   // 512 selected rows a batch-1 decode step keeps its selections up to ~35k tokens of context. Without the mirror
-  // (DEEPINFER_CUDA_KV=packed) every row's bytes cross each call too, 584 B each for V4: 2048 rows (1.2 MB).
+  // (DEEPINFER_CUDA_KV=packed) every row's bytes cross each call too, 584 B each for V4: 2048 rows (1.2 MB). (A mirror
+  // whose arena the device had no memory for copies every row too, as packed does; it says so on stderr once.)
   int64_t kept_selection_extra_rows() const override { return mirror_rows_ ? 8192 : 2048; }
   void fetch_kept(float* host, int64_t n) override {
     const KeptFetch array{host, n};
@@ -1952,9 +1953,10 @@ class CudaBackend final : public Backend {
   }
 
   // A packed group's upload: with the mirror (every row stamped, rows a multiple of 4 bytes for the scatter,
-  // the group no larger than its arena) the rows its arena lacks, else all of them (mirror_group_slots: a kept
-  // selection's page runs looked up whole, the other rows' lookups on the host's threads, since a 256-sequence
-  // decode step reads ~160k rows a layer; the placing of the missing rows, few in a decode step, on this one).
+  // the group no larger than its arena) the rows its arena lacks, else all of them (mirror_group_slots: the group's
+  // page runs, a kept selection's or the index keys', looked up whole, the other rows' lookups on the host's threads,
+  // since a 256-sequence decode step reads ~160k rows a layer; the placing of the missing rows, few in a decode step,
+  // on this one).
   void plan_upload(const SlotGather::PackedGroup& g, PackedUpload& u) {
     const int64_t n = int64_t(g.rows.size());
     u.arena = mirror_rows_ && g.format.row_bytes % 4 == 0 ? arena_for(g.format.row_bytes) : nullptr;
