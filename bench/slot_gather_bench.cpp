@@ -4,8 +4,8 @@
 // give every distinct row one index. With kept = 1 the compressed part is a kept selection's instead
 // (SparseAttentionParams::kept_selection, DEEPINFER_CUDA_INDEX_SELECT=kept): every visible compressed row (here
 // the same 512, at 2048 tokens of context) handed over as the pages' runs. With unshared = 1 each token's rows are
-// placed without a lookup (SparseAttentionParams::rows_unshared, as the model marks a decode step's tokens). Counter:
-// slots per second.
+// placed without a lookup and its window ring whole (SparseAttentionParams::rows_unshared and window_ring, as the
+// model hands a decode step's tokens over). Counter: slots per second.
 // BM_KeptSelectionHostSide: the whole host side of one batch-1 decode step's attention call with a kept selection at
 // longer contexts (every visible compressed row handed over): the gather, then each packed row's slot in the row
 // mirror (DEEPINFER_CUDA_KV=mirror; every row already there, as in a decode step), on one thread: with runs = 1 as
@@ -36,8 +36,11 @@ void BM_SlotGatherDecode(benchmark::State& state) {
   std::vector<PackedSlot> packed;
   std::vector<uint64_t> stamps(static_cast<size_t>(n_compressed), 1);
   std::vector<std::vector<PackedRowRun>> runs(static_cast<size_t>(batch));
+  std::vector<uint64_t> ring_stamps(static_cast<size_t>(ring), 1);
+  std::vector<PackedRowRun> rings;  // each sequence's window ring, whole (SparseAttentionParams::window_ring)
   for (int64_t s = 0; s < batch; ++s) {
     memory.push_back(std::make_unique<uint8_t[]>(size_t(ring * format.row_bytes)));
+    rings.push_back({memory.back().get(), ring, ring_stamps.data()});
     for (int64_t j = 0; j < ring - 16; ++j) packed.push_back({memory.back().get() + j * format.row_bytes, &format, 1});
     std::vector<uint8_t*> pages;
     for (int64_t p = 0; p < (n_compressed + rows_per_page - 1) / rows_per_page; ++p) {
@@ -65,6 +68,7 @@ void BM_SlotGatherDecode(benchmark::State& state) {
                   &packed[size_t(s * n_slots)]});
     if (kept) ps.back().kept_selection = &kept_slots[size_t(s)];
     ps.back().rows_unshared = unshared;
+    if (unshared) ps.back().window_ring = &rings[size_t(s)];
   }
   SlotGather gather;
   for (auto _ : state) {

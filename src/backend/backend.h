@@ -141,6 +141,9 @@ struct SparseAttentionParams {
   // other tokens' rows. A row shared anyway (a prefix page two sequences share) is then placed twice, which changes
   // no output.
   bool rows_unshared = false;
+  // With rows_unshared: the token's sequence's window ring as a run (every row stamped), where its packed slots name
+  // rows of it, so that a backend that gathers rows places the ring whole and a slot by its place there.
+  const PackedRowRun* window_ring = nullptr;
 };
 
 // Indexer scores for one query token (spec I7-I9):

@@ -44,12 +44,21 @@ void RowMirror::place_missing(std::span<const uint64_t> stamps, std::span<int64_
   }
 }
 
-bool RowMirror::find_run(const uint64_t* stamps, int64_t n, int64_t* slots) const {
+int64_t RowMirror::find_run(const uint64_t* stamps, int64_t n, int64_t* slots) const {
   const auto it = runs_.find(stamps);
-  if (it == runs_.end() || int64_t(it->second.stamps.size()) != n) return false;
-  if (std::memcmp(it->second.stamps.data(), stamps, size_t(n) * sizeof(uint64_t)) != 0) return false;
-  std::memcpy(slots, it->second.slots.data(), size_t(n) * sizeof(int64_t));
-  return true;
+  if (it == runs_.end() || int64_t(it->second.stamps.size()) != n) return 0;
+  const RememberedRun& run = it->second;
+  if (std::memcmp(run.stamps.data(), stamps, size_t(n) * sizeof(uint64_t)) == 0) {  // the common case: unchanged
+    std::memcpy(slots, run.slots.data(), size_t(n) * sizeof(int64_t));
+    return n;
+  }
+  int64_t found = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (run.stamps[size_t(i)] != stamps[i]) continue;
+    slots[i] = run.slots[size_t(i)];
+    ++found;
+  }
+  return found;
 }
 
 void RowMirror::remember_run(const uint64_t* stamps, int64_t n, const int64_t* slots) {

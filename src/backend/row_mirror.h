@@ -36,10 +36,11 @@ class RowMirror {
   void place_missing(std::span<const uint64_t> stamps, std::span<int64_t> slots, std::vector<int64_t>& copies);
 
   // A run of n rows whose stamps are at `stamps`: where remember_run() saw a run there of n rows since the arena was
-  // last emptied, and the stamps there are still the ones it saw (a rewritten row or a page reused by another
-  // sequence has others), their slots go to slots[0, n) and the answer is true. A compare and a copy of n words
-  // instead of n lookups. Reads only: several threads may look up at once.
-  bool find_run(const uint64_t* stamps, int64_t n, int64_t* slots) const;
+  // last emptied, each row whose stamp is still the one it saw (a rewritten row, or a page reused by another
+  // sequence, has another) gets its slot in slots[i]; the others' are left as they are. Returns how many rows got one
+  // (0 where no such run is remembered). A compare and a copy of n words instead of n lookups. Reads only: several
+  // threads may look up at once.
+  int64_t find_run(const uint64_t* stamps, int64_t n, int64_t* slots) const;
   // Remembers the run's slots (every one placed: find or place_missing gave it).
   void remember_run(const uint64_t* stamps, int64_t n, const int64_t* slots);
   int64_t n_remembered_runs() const { return int64_t(runs_.size()); }

@@ -26,8 +26,10 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
   }
   groups_.clear();
   last_format_ = nullptr;
-  int64_t n_runs = 0;  // the kept selections' runs
-  for (const SparseAttentionParams& p : batch) n_runs += p.kept_selection ? int64_t(p.kept_selection->runs.size()) : 0;
+  int64_t n_runs = 0;  // the kept selections' runs and the window rings
+  for (const SparseAttentionParams& p : batch) {
+    n_runs += (p.kept_selection ? int64_t(p.kept_selection->runs.size()) : 0) + (p.rows_unshared && p.window_ring ? 1 : 0);
+  }
   index_.reset(n_tokens_ * n_slots_);
   run_index_.reset(std::max<int64_t>(n_runs, 1));
   placed_runs_.clear();
@@ -41,11 +43,18 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
     const KeptSelectionSlots* kept = p.kept_selection;
     DI_CHECK_MSG(!kept || (kept->at >= 0 && kept->n >= 0 && kept->at + kept->n <= p.n_slots),
                  "sparse attention: a kept selection's slots lie outside the token's slot list");
+    const PackedRowRun* ring = p.rows_unshared ? p.window_ring : nullptr;
+    int32_t ring_k0 = -1;  // the k of the ring's first row, once placed
     for (int64_t j = 0; j < p.n_slots; ++j) {
       if (kept && j >= kept->at && j < kept->at + kept->n) continue;  // the device's (left empty here)
       const PackedSlot packed = p.packed ? p.packed[j] : PackedSlot{};
-      slot_rows_[size_t(t * n_slots_ + j)] =
-          p.rows_unshared ? place_row(p.slots[j], packed, head_dim) : add_row(p.slots[j], packed, head_dim);
+      int32_t& at = slot_rows_[size_t(t * n_slots_ + j)];
+      if (ring && packed.row && packed.row >= ring->rows && packed.row < ring->rows + ring->n_rows * packed.format->row_bytes) {
+        if (ring_k0 < 0) ring_k0 = place_ring(*ring, *packed.format, head_dim);
+        at = -2 - (ring_k0 + int32_t((packed.row - ring->rows) / packed.format->row_bytes));
+      } else {
+        at = p.rows_unshared ? place_row(p.slots[j], packed, head_dim) : add_row(p.slots[j], packed, head_dim);
+      }
     }
     if (!kept) continue;
     // The table holds places in the selection's group for now (every row a selection may name has its format), made
@@ -116,6 +125,15 @@ int32_t SlotGather::place_row(const float* row, const PackedSlot& packed, int64_
   return -2 - int32_t(packed_at_.size() - 1);
 }
 
+// A window ring (SparseAttentionParams::window_ring) placed whole as a run, its rows packed rows k0 .. k0 + n - 1;
+// returns k0.
+int32_t SlotGather::place_ring(const PackedRowRun& ring, const KvRowFormat& format, int64_t head_dim) {
+  const auto [group, first] = add_run(ring, ring.n_rows, format, head_dim);
+  const int32_t k0 = int32_t(packed_at_.size());
+  for (int64_t i = 0; i < ring.n_rows; ++i) packed_at_.push_back({group, first + int32_t(i)});
+  return k0;
+}
+
 // The first n (> 0) rows of `run` in the group of `format`, placed once per run start and length: the group and
 // the place of the run's first row there. Its rows follow one another, and its stamps are recorded as a run of the
 // group (PackedGroup::runs).
@@ -162,30 +180,33 @@ std::pair<int32_t, int32_t> SlotGather::add_packed(const PackedSlot& packed, int
 
 void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Backend* threads, std::vector<int64_t>& slots,
                         std::vector<int64_t>& copies) {
+  constexpr int64_t kUnknown = -2;
   const int64_t n = int64_t(g.rows.size());
-  slots.resize(size_t(n));
-  // The runs lie in the group in the order they were placed, each a range of rows; the rows between them (and the
-  // rows of a run the mirror does not remember) are looked up one by one.
-  std::vector<std::pair<int64_t, int64_t>> by_row;  // [begin, end) ranges of rows to look up
-  std::vector<bool> found(g.runs.size());
+  slots.assign(size_t(n), kUnknown);
+  // The runs lie in the group in the order they were placed, each a range of rows; the rows between them, and the
+  // rows of a run the mirror does not give a slot (not remembered, or rewritten since: a window ring's newest row),
+  // are looked up one by one.
+  std::vector<std::pair<int64_t, int64_t>> by_row;  // [begin, end) ranges with rows to look up
+  std::vector<bool> whole(g.runs.size());
   int64_t next = 0;
   for (size_t i = 0; i < g.runs.size(); ++i) {
     const SlotGather::PackedGroup::Run& run = g.runs[i];
     DI_CHECK(run.first >= next && run.first + run.n <= n);
     if (run.first > next) by_row.push_back({next, run.first});
-    found[i] = mirror.find_run(run.stamps, run.n, &slots[size_t(run.first)]);
-    if (!found[i]) by_row.push_back({run.first, run.first + run.n});
+    whole[i] = mirror.find_run(run.stamps, run.n, &slots[size_t(run.first)]) == run.n;
+    if (!whole[i]) by_row.push_back({run.first, run.first + run.n});
     next = run.first + run.n;
   }
   if (next < n) by_row.push_back({next, n});
   // Rows [k0, k1) of the ranges, on the host's threads where given (a 256-sequence decode step reads ~160k rows a
-  // layer, few of them in runs).
+  // layer).
   std::atomic<bool> missing = false;
   auto look_up = [&](int64_t k0, int64_t k1) {
     bool any = false;
     auto range = std::lower_bound(by_row.begin(), by_row.end(), k0, [](const auto& r, int64_t k) { return r.second <= k; });
     for (; range != by_row.end() && range->first < k1; ++range) {
       for (int64_t k = std::max(k0, range->first); k < std::min(k1, range->second); ++k) {
+        if (slots[size_t(k)] != kUnknown) continue;
         slots[size_t(k)] = mirror.find(g.stamps[size_t(k)]);
         any |= slots[size_t(k)] < 0;
       }
@@ -206,7 +227,7 @@ void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Bac
   }
   for (size_t i = 0; i < g.runs.size(); ++i) {
     const SlotGather::PackedGroup::Run& run = g.runs[i];
-    if (flushed || !found[i]) mirror.remember_run(run.stamps, run.n, &slots[size_t(run.first)]);
+    if (flushed || !whole[i]) mirror.remember_run(run.stamps, run.n, &slots[size_t(run.first)]);
   }
 }
 

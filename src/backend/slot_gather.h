@@ -9,7 +9,8 @@
 // gathered too, as a table: the rows' r-th -> its row index, for the device to look the selection up in. Those rows
 // are placed a page run at a time (a run seen before with as many rows is placed once), not looked up row by row:
 // a row that a slot names too is then placed twice, which costs its bytes twice at most (the row mirror keeps one
-// copy by its stamp).
+// copy by its stamp). A decode token's window ring (SparseAttentionParams::window_ring) is placed the same way, whole,
+// and its window slots by their places in it.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,7 @@ class SlotGather {
   std::pair<int32_t, int32_t> add_packed(const PackedSlot& packed, int64_t head_dim);
   int32_t add_row(const float* row, const PackedSlot& packed, int64_t head_dim);  // -1, a row index, or -2 - k
   int32_t place_row(const float* row, const PackedSlot& packed, int64_t head_dim);  // the same, placed anew
+  int32_t place_ring(const PackedRowRun& ring, const KvRowFormat& format, int64_t head_dim);
   std::pair<int32_t, int32_t> add_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format, int64_t head_dim);
 
   int64_t n_tokens_ = 0, n_slots_ = 0, n_rows_ = 0, packed_bytes_ = 0;

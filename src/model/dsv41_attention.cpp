@@ -189,13 +189,15 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
 void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
                        std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o,
                        std::span<const PackedSlot> packed, const KeptAttention* kept,
-                       std::span<const KeptSelectionSlots> kept_selections, std::span<const char> rows_unshared) {
+                       std::span<const KeptSelectionSlots> kept_selections, std::span<const char> rows_unshared,
+                       std::span<const PackedRowRun> window_rings) {
   const ModelConfig& c = config_;
   const int64_t H = c.n_heads, HD = c.head_dim, RD = c.rope_head_dim, n = int64_t(positions.size());
   DI_CHECK(int64_t(row_begin.size()) == n + 1);
   DI_CHECK(packed.empty() || packed.size() == rows.size());
   DI_CHECK(kept_selections.empty() || int64_t(kept_selections.size()) == n);
   DI_CHECK(rows_unshared.empty() || int64_t(rows_unshared.size()) == n);
+  DI_CHECK(window_rings.empty() || int64_t(window_rings.size()) == n);
   std::vector<const float*> slots;
   std::vector<PackedSlot> packed_slots;
   std::vector<int64_t> slot_begin;
@@ -221,7 +223,8 @@ void Model::attend_v41(const BlockWeights& w, const RopeTable& rope, const float
                   .q_kept = kept != nullptr, .out_rope = kept ? &out_rope[size_t(i)] : nullptr,
                   .out_kept_array = kept ? kept->o_array : nullptr, .out_kept_floats = kept ? kept->o_floats : 0,
                   .kept_selection = kept_selections.empty() || kept_selections[size_t(i)].n == 0 ? nullptr : &kept_selections[size_t(i)],
-                  .rows_unshared = !rows_unshared.empty() && rows_unshared[size_t(i)] != 0});
+                  .rows_unshared = !rows_unshared.empty() && rows_unshared[size_t(i)] != 0,
+                  .window_ring = window_rings.empty() || window_rings[size_t(i)].n_rows == 0 ? nullptr : &window_rings[size_t(i)]});
   }
   backend_->sparse_attentions(ps);
   if (kept) return;
@@ -455,6 +458,8 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
   std::vector<int64_t> row_begin{0};
   std::vector<char> rows_unshared(static_cast<size_t>(T));  // a token alone in its chunk: no other token of the call reads its rows
   for (int64_t t = 0; t < T; ++t) rows_unshared[size_t(t)] = batch.n_chunk_tokens[size_t(batch.chunk[size_t(t)])] == 1;
+  // Such a token hands its packed window rows over as its ring too, once every slot has been written.
+  std::vector<PackedRowRun> window_rings(backend_->takes_packed_rows() ? size_t(T) : 0);
   int64_t first_pending = 0;
   auto attend_pending = [&](int64_t t_end) {
     if (t_end == first_pending) return;
@@ -467,7 +472,9 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
                row_begin, &o[size_t(first_pending * H * HD)], rows.packed(), qkv.q_kept ? &pending_kept : nullptr,
                selection_kept ? std::span<const KeptSelectionSlots>(kept_selections).subspan(size_t(first_pending), size_t(t_end - first_pending))
                               : std::span<const KeptSelectionSlots>(),
-               std::span<const char>(rows_unshared).subspan(size_t(first_pending), size_t(t_end - first_pending)));
+               std::span<const char>(rows_unshared).subspan(size_t(first_pending), size_t(t_end - first_pending)),
+               window_rings.empty() ? std::span<const PackedRowRun>()
+                                    : std::span<const PackedRowRun>(window_rings).subspan(size_t(first_pending), size_t(t_end - first_pending)));
     rows.clear();
     row_begin.assign(1, 0);
     first_pending = t_end;
@@ -487,6 +494,10 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
     }
     const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
     const int64_t chunk_first_token = batch.first_token[size_t(ci)];
+    if (!window_rings.empty() && rows_unshared[size_t(t)] &&
+        std::find(ls.window_stamps.begin(), ls.window_stamps.end(), uint64_t(0)) == ls.window_stamps.end()) {
+      window_rings[size_t(t)] = {ls.window.data(), ls.ring_slots, ls.window_stamps.data()};
+    }
     // Window rows an SWA bounded replay never computed are left out (window_valid_from; 0 when exact).
     for (int64_t p = std::max<int64_t>({0, pos - W + 1, ls.window_valid_from}); p <= pos; ++p) {
       if (p >= chunk_first_pos) {

@@ -206,6 +206,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   bool selection_kept = false;  // and kept there (Backend::keeps_selections): the attention builds its slots there
   std::vector<KeptSelectionSlots> pending_kept;          // the pending tokens' (ratio 4, with selection_kept)
   std::vector<std::vector<PackedRowRun>> pending_runs;  // and the rows they may name, a vector kept per pending token
+  // A pending decode token's window ring, whole (SparseAttentionParams::window_ring; n_rows 0: none).
+  std::vector<PackedRowRun> pending_rings;
   // I10's count for token t: the index_topk best of its visible keys, at most its layout's slots.
   auto index_fill = [&](const Batch& b, int64_t t) {
     return std::min({int64_t(c.index_topk), b.layout_tokens[size_t(t)] / 4, (b.pos[size_t(t)] + 1) / 4});
@@ -288,6 +290,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
           pending_kept[k].runs = pending_runs[k];
           pending[k].kept_selection = &pending_kept[k];
         }
+        if (pending_rings[k].n_rows > 0) pending[k].window_ring = &pending_rings[k];
       }
       backend_->sparse_attentions(pending);
       pending.clear();
@@ -307,6 +310,11 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
       const int64_t chunk_first_token = batch.first_token[size_t(ci)];
       const int64_t first_slot = int64_t(slots.size());
+      // A token alone in its chunk hands its packed window rows over as its ring too, once every slot has been written.
+      if (pending_rings.size() <= pending.size()) pending_rings.resize(pending.size() + 1);
+      const bool ring_whole = backend_->takes_packed_rows() && batch.n_chunk_tokens[size_t(ci)] == 1 &&
+                              std::find(ls.window_stamps.begin(), ls.window_stamps.end(), uint64_t(0)) == ls.window_stamps.end();
+      pending_rings[pending.size()] = ring_whole ? PackedRowRun{ls.window.data(), ls.ring_slots, ls.window_stamps.data()} : PackedRowRun{};
       // Window part: slot i holds position max(0, pos - W + 1) + i while <= pos.
       const int64_t w0 = std::max<int64_t>(0, pos - W + 1);
       for (int64_t j = 0; j < batch.window_slots[size_t(t)]; ++j) {

@@ -180,11 +180,13 @@ class Model {
   // q + i * H * HD at positions[i] to rows[row_begin[i], row_begin[i + 1]) and writes o + i * H * HD. packed:
   // empty, or beside rows (SparseAttentionParams::packed: a backend that takes cache rows packed). kept_selections:
   // empty, or token i's compressed rows built on the backend (SparseAttentionParams::kept_selection; n = 0: none),
-  // its rows holding as many placeholders there. rows_unshared: empty, or token i's SparseAttentionParams::rows_unshared.
+  // its rows holding as many placeholders there. rows_unshared: empty, or token i's SparseAttentionParams::rows_unshared;
+  // window_rings: empty, or token i's window_ring (n_rows = 0: none).
   void attend_v41(const BlockWeights& w, const RopeTable& rope, const float* q, std::span<const int64_t> positions,
                   std::span<const float* const> rows, std::span<const int64_t> row_begin, float* o,
                   std::span<const PackedSlot> packed = {}, const KeptAttention* kept = nullptr,
-                  std::span<const KeptSelectionSlots> kept_selections = {}, std::span<const char> rows_unshared = {});
+                  std::span<const KeptSelectionSlots> kept_selections = {}, std::span<const char> rows_unshared = {},
+                  std::span<const PackedRowRun> window_rings = {});
   // Steps 30-31 on o [n_tokens, H * HD] (o_kept: kept on the backend), handed to back as the sub-block's output chain
   // (o must stay as it is until the side has finished).
   void output_projection_v41(const BlockWeights& w, const std::vector<float>& o, int64_t n_tokens, MhcBack& back,

@@ -190,6 +190,16 @@ void expect_same_bits(const std::vector<testing::GoldenCaseParam>& params, const
   }
 }
 
+// DEEPINFER_CUDA_KV=packed end to end: the cache rows go over packed and are decoded on the device as the host decodes
+// them, and a decode step's token hands its sequence's window ring over whole (SparseAttentionParams::window_ring),
+// its window slots placed by their places in it, so the logits (main, MTP, DSpark) and the layer streams equal those
+// with the rows decoded on the host and sent as floats, bit for bit.
+TEST(GoldenCudaPackedRows, EqualTheFloatRowsBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  expect_same_bits({{"v4-flash", "flash-tiny", 3, "mma"}, {"v4-flash", "pro-tiny", 3, "mma"}, {"v41-flash", "tiny-a", 1, "mma"}},
+                   "DEEPINFER_CUDA_KV", {"floats", "packed"});
+}
+
 // DEEPINFER_CUDA_KV=mirror end to end: the rows the device keeps by stamp are the bytes the packed path copies each
 // call, so the logits (main, MTP, DSpark) equal the packed path's bit for bit, through a prefill and the teacher-
 // forced decode steps whose cache rows are mostly kept from the steps before.

@@ -1,7 +1,7 @@
 // RowMirror: a row is copied the first time its stamp is placed and found in its slot after; rows of one stamp
 // share a slot; a call whose missing rows do not fit the free slots empties the arena first (and copies all of
-// its rows), never otherwise. A run of rows remembered (remember_run) is found whole while its stamps are the same and
-// the arena has not been emptied since.
+// its rows), never otherwise. A run of rows remembered (remember_run) is found while its stamps are the same (row by
+// row where some changed) and the arena has not been emptied since.
 #include "backend/row_mirror.h"
 
 #include <gtest/gtest.h>
@@ -76,19 +76,22 @@ TEST(RowMirror, RemembersARunUntilItsStampsChangeOrTheArenaEmpties) {
   std::vector<uint64_t> page = {21, 22, 23};  // a page's stamps, at the address the run is remembered by
   const std::vector<int64_t> slots = place(m, page, copies);
   std::vector<int64_t> found(3, -7);
-  EXPECT_FALSE(m.find_run(page.data(), 3, found.data())) << "not remembered yet";
+  EXPECT_EQ(m.find_run(page.data(), 3, found.data()), 0) << "not remembered yet";
+  EXPECT_EQ(found, (std::vector<int64_t>{-7, -7, -7}));
   m.remember_run(page.data(), 3, slots.data());
-  EXPECT_TRUE(m.find_run(page.data(), 3, found.data()));
+  EXPECT_EQ(m.find_run(page.data(), 3, found.data()), 3);
   EXPECT_EQ(found, slots);
-  EXPECT_FALSE(m.find_run(page.data(), 2, found.data())) << "a run of another length";
-  EXPECT_FALSE(m.find_run(page.data() + 1, 2, found.data())) << "a run at another address";
-  page[1] = 29;  // the row rewritten (or the page given to another sequence)
-  EXPECT_FALSE(m.find_run(page.data(), 3, found.data()));
+  EXPECT_EQ(m.find_run(page.data(), 2, found.data()), 0) << "a run of another length";
+  EXPECT_EQ(m.find_run(page.data() + 1, 2, found.data()), 0) << "a run at another address";
+  page[1] = 29;  // the row rewritten (or the page given to another sequence): the other rows still found
+  std::fill(found.begin(), found.end(), -7);
+  EXPECT_EQ(m.find_run(page.data(), 3, found.data()), 2);
+  EXPECT_EQ(found, (std::vector<int64_t>{slots[0], -7, slots[2]}));
   page[1] = 22;
-  EXPECT_TRUE(m.find_run(page.data(), 3, found.data()));
+  EXPECT_EQ(m.find_run(page.data(), 3, found.data()), 3);
   place(m, {31, 32, 33, 34}, copies);  // four missing, three free: the arena is emptied
   EXPECT_EQ(m.n_flushes(), 1);
-  EXPECT_FALSE(m.find_run(page.data(), 3, found.data())) << "its rows are gone from the arena";
+  EXPECT_EQ(m.find_run(page.data(), 3, found.data()), 0) << "its rows are gone from the arena";
   EXPECT_EQ(m.n_remembered_runs(), 0);
   std::vector<int64_t> unplaced = {0, -1, 2};
   EXPECT_DEATH(m.remember_run(page.data(), 3, unplaced.data()), "");
@@ -100,9 +103,9 @@ TEST(RowMirror, RemembersARunUntilItsStampsChangeOrTheArenaEmpties) {
   EXPECT_TRUE(copies.empty());
   m.remember_run(b.data(), 5, slots_b.data());  // 2 + 5 rows remembered, 6 in the arena
   EXPECT_EQ(m.n_remembered_runs(), 1);
-  EXPECT_FALSE(m.find_run(a.data(), 2, found.data()));
+  EXPECT_EQ(m.find_run(a.data(), 2, found.data()), 0);
   std::vector<int64_t> found_b(5);
-  EXPECT_TRUE(m.find_run(b.data(), 5, found_b.data()));
+  EXPECT_EQ(m.find_run(b.data(), 5, found_b.data()), 5);
   EXPECT_EQ(found_b, slots_b);
   EXPECT_EQ(m.n_flushes(), 1);
 }

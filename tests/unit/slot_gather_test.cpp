@@ -127,6 +127,60 @@ TEST(SlotGather, UnsharedTokensRowsArePlacedAnew) {
   EXPECT_NE(gather.slot_rows()[4], gather.slot_rows()[1]) << "the unshared token's row placed anew";
 }
 
+// A decode token's window ring (SparseAttentionParams::window_ring, with rows_unshared): the ring is placed whole as a
+// run of its group (its stamps recorded for the mirror), and each window slot leads back to its ring row by its place
+// there; a slot outside the ring (a compressed row) and a float row are placed as before.
+TEST(SlotGather, WindowRingPlacedWholeAsARun) {
+  const KvRowFormat format = kv_row_format(KvRowKind::kV41Kv, 64);
+  std::vector<uint8_t> ring_bytes(size_t(5 * format.row_bytes)), other(size_t(format.row_bytes));
+  std::vector<uint64_t> stamps = {71, 72, 73, 74, 75};
+  auto ring_row = [&](int i) { return &ring_bytes[size_t(i * format.row_bytes)]; };
+  const PackedRowRun ring{ring_bytes.data(), 5, stamps.data()};
+  std::vector<float> fresh(64);
+  // Window slots at ring rows 3, 4, 0 (wrapped), then the fresh row, then a compressed row.
+  const float* rows[] = {nullptr, nullptr, nullptr, fresh.data(), nullptr};
+  const PackedSlot packed[] = {{ring_row(3), &format, 74}, {ring_row(4), &format, 75}, {ring_row(0), &format, 71}, {}, {other.data(), &format, 99}};
+  SparseAttentionParams p{.head_dim = 64, .slots = rows, .n_slots = 5, .packed = packed};
+  p.rows_unshared = true;
+  p.window_ring = &ring;
+  SlotGather gather;
+  gather.gather({&p, 1});
+  ASSERT_EQ(gather.packed_groups().size(), 1u);
+  const SlotGather::PackedGroup& g = gather.packed_groups()[0];
+  EXPECT_EQ(g.rows.size(), 6u) << "the ring's 5 rows and the compressed row";
+  ASSERT_EQ(g.runs.size(), 1u);
+  EXPECT_EQ(g.runs[0].stamps, stamps.data());
+  EXPECT_EQ(g.runs[0].n, 5);
+  for (int j : {0, 1, 2, 4}) {
+    const int32_t at = gather.slot_rows()[size_t(j)];
+    EXPECT_EQ(g.rows[size_t(at - g.first_row)], packed[j].row) << "slot " << j;
+    EXPECT_EQ(g.stamps[size_t(at - g.first_row)], packed[j].stamp) << "slot " << j;
+  }
+  EXPECT_EQ(gather.float_rows()[size_t(gather.slot_rows()[3])], fresh.data());
+  // A batched step's tokens, each with its own ring.
+  const int n_tokens = 40;
+  std::vector<std::vector<uint8_t>> ring_memory(n_tokens, ring_bytes);
+  std::vector<PackedRowRun> rings;
+  std::vector<std::vector<PackedSlot>> lists;
+  for (int t = 0; t < n_tokens; ++t) {
+    rings.push_back({ring_memory[size_t(t)].data(), 5, stamps.data()});
+    lists.push_back({packed, packed + 5});
+    lists.back()[2].row = ring_memory[size_t(t)].data();  // ring row 0 of its own ring
+  }
+  std::vector<SparseAttentionParams> ps(n_tokens, p);
+  for (int t = 0; t < n_tokens; ++t) {
+    ps[size_t(t)].window_ring = &rings[size_t(t)];
+    ps[size_t(t)].packed = lists[size_t(t)].data();
+  }
+  gather.gather(ps);
+  const SlotGather::PackedGroup& gb = gather.packed_groups()[0];
+  EXPECT_EQ(gb.runs.size(), size_t(n_tokens));
+  for (int t = 0; t < n_tokens; ++t) {
+    const int32_t at = gather.slot_rows()[size_t(t * 5 + 2)];
+    EXPECT_EQ(gb.rows[size_t(at - gb.first_row)], ring_memory[size_t(t)].data()) << "token " << t;
+  }
+}
+
 // Kept selections (SparseAttentionParams::kept_selection): every row a token's selection may name is gathered as its
 // table, in the runs' order; a run seen before with as many rows is placed once, one of another length anew; the
 // selection's slots are left empty whatever the list holds there; a token without one has no table.
