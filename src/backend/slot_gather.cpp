@@ -103,14 +103,12 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
 // A slot's row placed once: a float row's index, a packed row's -2 - k (made a row index once the groups are
 // laid out), or -1 for an empty slot.
 int32_t SlotGather::add_row(const float* row, const PackedSlot& packed, int64_t head_dim) {
-  if (row) {
-    const auto [index, inserted] = index_.try_emplace(reinterpret_cast<uintptr_t>(row), int32_t(float_rows_.size()));
-    if (inserted) float_rows_.push_back(row);
-    return int32_t(index);
-  }
-  if (!packed.row) return -1;
-  const auto [index, inserted] = index_.try_emplace(reinterpret_cast<uintptr_t>(packed.row), -2 - int32_t(packed_at_.size()));
-  if (inserted) packed_at_.push_back(add_packed(packed, head_dim));
+  if (!row && !packed.row) return -1;
+  // The index place_row gives it, where it is new.
+  const int32_t next = row ? int32_t(float_rows_.size()) : -2 - int32_t(packed_at_.size());
+  const void* address = row ? static_cast<const void*>(row) : packed.row;
+  const auto [index, inserted] = index_.try_emplace(reinterpret_cast<uintptr_t>(address), next);
+  if (inserted) place_row(row, packed, head_dim);
   return int32_t(index);
 }
 
@@ -144,26 +142,28 @@ std::pair<int32_t, int32_t> SlotGather::add_run(const PackedRowRun& run, int64_t
   if (!inserted) return placed_runs_[size_t(placed)];
   DI_CHECK_MSG(run.stamps && std::find(run.stamps, run.stamps + n, uint64_t(0)) == run.stamps + n,
                "sparse attention: a kept selection's row without a write stamp");
-  const auto [group, first] = add_packed({run.rows, &format, run.stamps[0]}, head_dim);
-  PackedGroup& g = groups_[size_t(group)];
-  const size_t at = g.rows.size();
-  g.rows.resize(at + size_t(n - 1));
-  for (int64_t k = 1; k < n; ++k) g.rows[at + size_t(k - 1)] = run.rows + k * format.row_bytes;
-  g.stamps.insert(g.stamps.end(), run.stamps + 1, run.stamps + n);
-  g.runs.push_back({run.stamps, n, first});
+  const int32_t group = group_of(&format, head_dim);
+  const int32_t first = int32_t(groups_[size_t(group)].append_run(run, n));
   placed_runs_.push_back({group, first});
   return {group, first};
 }
 
-// The group of the packed row's format (made on its first use) and the row's place in it.
+// The packed row placed in the group of its format: the group and the row's place in it.
 std::pair<int32_t, int32_t> SlotGather::add_packed(const PackedSlot& packed, int64_t head_dim) {
-  const KvRowFormat& f = *packed.format;
+  const int32_t group = group_of(packed.format, head_dim);
+  PackedGroup& g = groups_[size_t(group)];
+  g.rows.push_back(packed.row);
+  g.stamps.push_back(packed.stamp);
+  return {group, int32_t(g.rows.size() - 1)};
+}
+
+// The group of rows of *format (made on its first use).
+int32_t SlotGather::group_of(const KvRowFormat* format, int64_t head_dim) {
+  if (format == last_format_) return int32_t(last_group_);  // consecutive rows mostly share their format object
+  const KvRowFormat& f = *format;
   DI_CHECK_MSG(f.n_values == head_dim, "packed attention slot: a row of " + std::to_string(f.n_values) +
                                            " values for head_dim " + std::to_string(head_dim));
-  // Consecutive rows mostly share their format object (a layer's window ring, its compressor's rows).
-  auto it = packed.format == last_format_
-                ? groups_.begin() + last_group_
-                : std::find_if(groups_.begin(), groups_.end(), [&](const PackedGroup& g) { return g.format == f; });
+  auto it = std::find_if(groups_.begin(), groups_.end(), [&](const PackedGroup& g) { return g.format == f; });
   if (it == groups_.end()) {
     if (spare_groups_.empty()) spare_groups_.emplace_back();
     groups_.push_back(std::move(spare_groups_.back()));
@@ -171,11 +171,18 @@ std::pair<int32_t, int32_t> SlotGather::add_packed(const PackedSlot& packed, int
     groups_.back().format = f;
     it = groups_.end() - 1;
   }
-  last_format_ = packed.format;
+  last_format_ = format;
   last_group_ = it - groups_.begin();
-  it->rows.push_back(packed.row);
-  it->stamps.push_back(packed.stamp);
-  return {int32_t(last_group_), int32_t(it->rows.size() - 1)};
+  return int32_t(last_group_);
+}
+
+int64_t SlotGather::PackedGroup::append_run(const PackedRowRun& run, int64_t n) {
+  const size_t first = rows.size();
+  rows.resize(first + size_t(n));
+  for (int64_t k = 0; k < n; ++k) rows[first + size_t(k)] = run.rows + k * format.row_bytes;
+  stamps.insert(stamps.end(), run.stamps, run.stamps + n);
+  runs.push_back({run.stamps, n, int64_t(first)});
+  return int64_t(first);
 }
 
 void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Backend* threads, std::vector<int64_t>& slots,

@@ -39,6 +39,8 @@ class SlotGather {
       int64_t first = 0;
     };
     std::vector<Run> runs;
+    // Appends the first n rows of `run` (of this group's format) as one run; returns the place of its first row.
+    int64_t append_run(const PackedRowRun& run, int64_t n);
     int64_t first_row = 0;                  // the row index of rows[0]
     int64_t first_byte = 0;                 // its bytes' offset among all packed rows' bytes
   };
@@ -60,6 +62,7 @@ class SlotGather {
 
  private:
   std::pair<int32_t, int32_t> add_packed(const PackedSlot& packed, int64_t head_dim);
+  int32_t group_of(const KvRowFormat* format, int64_t head_dim);
   int32_t add_row(const float* row, const PackedSlot& packed, int64_t head_dim);  // -1, a row index, or -2 - k
   int32_t place_row(const float* row, const PackedSlot& packed, int64_t head_dim);  // the same, placed anew
   int32_t place_ring(const PackedRowRun& ring, const KvRowFormat& format, int64_t head_dim);

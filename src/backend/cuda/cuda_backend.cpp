@@ -1899,25 +1899,20 @@ class CudaBackend final : public Backend {
       if (!a.format || a.n_keys == 0) continue;
       if (format && !(*a.format == *format)) return false;
       format = a.format;
+      g.format = *format;
       DI_CHECK_MSG(a.first_row == n_float_rows + int64_t(g.rows.size()), "packed index keys: the arrays' rows are not in order");
       int64_t left = a.n_keys;
       for (const PackedRowRun& run : a.runs) {
         if (!run.stamps) return false;
         const int64_t n = std::min(run.n_rows, left);
         if (n <= 0) continue;
-        // A page's run of keys, which the mirror finds whole from the next call on (mirror_group_slots).
-        const size_t at = g.rows.size();
-        g.runs.push_back({run.stamps, n, int64_t(at)});
-        g.rows.resize(at + size_t(n));
-        for (int64_t k = 0; k < n; ++k) g.rows[at + size_t(k)] = run.rows + k * format->row_bytes;
-        g.stamps.insert(g.stamps.end(), run.stamps, run.stamps + n);
+        g.append_run(run, n);  // a page's run of keys, which the mirror finds whole from the next call on
         left -= n;
         if (left == 0) break;
       }
       DI_CHECK_MSG(left == 0, "packed index keys: the runs hold fewer rows than n_keys");
     }
     if (!format) return false;
-    g.format = *format;
     g.first_row = n_float_rows;
     plan_upload(g, key_upload_);
     return key_upload_.arena != nullptr;
