@@ -494,10 +494,7 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
     }
     const int64_t pos = batch.pos[size_t(t)], chunk_first_pos = batch.first_pos[size_t(ci)];
     const int64_t chunk_first_token = batch.first_token[size_t(ci)];
-    if (!window_rings.empty() && rows_unshared[size_t(t)] &&
-        std::find(ls.window_stamps.begin(), ls.window_stamps.end(), uint64_t(0)) == ls.window_stamps.end()) {
-      window_rings[size_t(t)] = {ls.window.data(), ls.ring_slots, ls.window_stamps.data()};
-    }
+    if (!window_rings.empty() && rows_unshared[size_t(t)]) window_rings[size_t(t)] = whole_window_ring(ls);
     // Window rows an SWA bounded replay never computed are left out (window_valid_from; 0 when exact).
     for (int64_t p = std::max<int64_t>({0, pos - W + 1, ls.window_valid_from}); p <= pos; ++p) {
       if (p >= chunk_first_pos) {

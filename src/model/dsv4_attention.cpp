@@ -312,9 +312,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       const int64_t first_slot = int64_t(slots.size());
       // A token alone in its chunk hands its packed window rows over as its ring too, once every slot has been written.
       if (pending_rings.size() <= pending.size()) pending_rings.resize(pending.size() + 1);
-      const bool ring_whole = backend_->takes_packed_rows() && batch.n_chunk_tokens[size_t(ci)] == 1 &&
-                              std::find(ls.window_stamps.begin(), ls.window_stamps.end(), uint64_t(0)) == ls.window_stamps.end();
-      pending_rings[pending.size()] = ring_whole ? PackedRowRun{ls.window.data(), ls.ring_slots, ls.window_stamps.data()} : PackedRowRun{};
+      const bool alone = backend_->takes_packed_rows() && batch.n_chunk_tokens[size_t(ci)] == 1;
+      pending_rings[pending.size()] = alone ? whole_window_ring(ls) : PackedRowRun{};
       // Window part: slot i holds position max(0, pos - W + 1) + i while <= pos.
       const int64_t w0 = std::max<int64_t>(0, pos - W + 1);
       for (int64_t j = 0; j < batch.window_slots[size_t(t)]; ++j) {

@@ -84,6 +84,11 @@ std::vector<PackedRowRun> packed_row_runs(const PagedRows& rows, int64_t n_rows)
   return runs;
 }
 
+PackedRowRun whole_window_ring(const LayerState& ls) {
+  if (std::find(ls.window_stamps.begin(), ls.window_stamps.end(), uint64_t(0)) != ls.window_stamps.end()) return {};
+  return {ls.window.data(), ls.ring_slots, ls.window_stamps.data()};
+}
+
 void KeyDecodeCache::bind(const KvRowFormat& format, const PagedRows& rows, const void* owner) {
   if (&rows == rows_ && owner == owner_) return;
   DI_CHECK(rows.row_bytes() == format.row_bytes);

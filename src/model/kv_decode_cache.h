@@ -18,6 +18,7 @@
 #include "core/flat_index.h"
 #include "model/kv_format.h"
 #include "model/paged_rows.h"
+#include "model/sequence_state.h"
 
 namespace deepinfer {
 
@@ -93,6 +94,10 @@ class AttentionSlotRows {
 
 // Rows [0, n_rows) of `rows` as runs of consecutive rows, one per page (IndexScoreParams::key_runs).
 std::vector<PackedRowRun> packed_row_runs(const PagedRows& rows, int64_t n_rows);
+
+// A layer's window ring as one run of packed rows (SparseAttentionParams::window_ring) once every slot of it has been
+// written, else an empty run (n_rows 0).
+PackedRowRun whole_window_ring(const LayerState& ls);
 
 class KeyDecodeCache {
  public:
