@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_exact_math.cuh"
@@ -17,6 +18,7 @@ namespace {
 
 constexpr int kPreThreads = 256;
 constexpr int kPostThreads = 256;
+constexpr int kEngramThreads = 128;  // a warp per residual copy
 
 __device__ __forceinline__ double sigmoid(double z) { return __ddiv_rn(1.0, __dadd_rn(1.0, exp_fixed(-z))); }
 
@@ -134,7 +136,7 @@ __global__ void __launch_bounds__(kPostThreads) stream_tap_kernel(const StreamTa
 // One block per token, warp k on copy k (model/ops.h's engram_gate): lane l sums the columns l, l + 32, ... in
 // turn, the XOR butterfly adds the lanes as the host's tree does, and every lane then has the gate for its
 // columns' update (each lane writes only the columns it read).
-__global__ void __launch_bounds__(128) engram_gate_kernel(const EngramGateLaunch p) {
+__global__ void __launch_bounds__(kEngramThreads) engram_gate_kernel(const EngramGateLaunch p) {
   const int64_t t = blockIdx.x, D = p.dim;
   const int k = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* h = p.h + (t * 4 + k) * D;
@@ -167,18 +169,26 @@ __global__ void __launch_bounds__(128) engram_gate_kernel(const EngramGateLaunch
 
 }  // namespace
 
-void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream) {
+namespace {
+// A kernel of one thread per (token, column): blocks of kPostThreads columns along x, the tokens along y.
+template <class Launch>
+void launch_per_column(void (*kernel)(Launch), const Launch& p, const char* name, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
-  DI_CHECK_MSG(p.n_tokens <= 65535, "stream_tap: too many tokens for one launch");
+  DI_CHECK_MSG(p.n_tokens <= 65535, std::string(name) + ": too many tokens for one launch");
   const int64_t column_blocks = (p.dim + kPostThreads - 1) / kPostThreads;
-  launch_kernel(stream_tap_kernel, dim3(unsigned(column_blocks), unsigned(p.n_tokens)), kPostThreads, 0, stream, p);
+  launch_kernel(kernel, dim3(unsigned(column_blocks), unsigned(p.n_tokens)), kPostThreads, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream) {
+  launch_per_column(stream_tap_kernel, p, "stream_tap", stream);
 }
 
 void launch_engram_gate(const EngramGateLaunch& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
   DI_CHECK_MSG(p.n_tokens < (int64_t(1) << 31), "engram_gate: too many tokens for one launch");
-  launch_kernel(engram_gate_kernel, dim3(unsigned(p.n_tokens)), 128, 0, stream, p);
+  launch_kernel(engram_gate_kernel, dim3(unsigned(p.n_tokens)), kEngramThreads, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -190,12 +200,6 @@ void launch_hc_pre(const HcPreLaunch& p, cudaStream_t stream) {
   DI_CUDA_CHECK_LAUNCH();
 }
 
-void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream) {
-  if (p.n_tokens == 0) return;
-  DI_CHECK_MSG(p.n_tokens <= 65535, "hc_post: too many tokens for one launch");
-  const int64_t column_blocks = (p.dim + kPostThreads - 1) / kPostThreads;
-  launch_kernel(hc_post_kernel, dim3(unsigned(column_blocks), unsigned(p.n_tokens)), kPostThreads, 0, stream, p);
-  DI_CUDA_CHECK_LAUNCH();
-}
+void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream) { launch_per_column(hc_post_kernel, p, "hc_post", stream); }
 
 }  // namespace deepinfer::cuda
