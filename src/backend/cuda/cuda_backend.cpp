@@ -655,11 +655,8 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaMemcpyAsync(engram_x_.get(), engram_host_.get(), x_bytes, cudaMemcpyHostToDevice, stream_));
     cuda::LinearLaunch l = launch_of(w, op, engram_x_.get<float>(), engram_kv_.get<float>());
     if (tensor_core_linear_ && w.mma_exact) {
-      if (const int64_t floats = cuda::linear_mma_partial_floats(l, mma_choice_); floats > 0) {
-        partials_.reserve(size_t(floats) * 4);
-        l.partials = partials_.get<float>();
-      }
-      cuda::launch_linear_mma(l, stream_, mma_choice_);
+      partials_.reserve(size_t(cuda::linear_mma_partial_floats(l, mma_choice_)) * 4);
+      launch_lone_mma(l);
     } else {
       cuda::launch_linear(l, stream_);
     }
@@ -1158,7 +1155,8 @@ class CudaBackend final : public Backend {
     return it->second.get();
   }
 
-  // A lone linear launch of the device MoE, as launch_mma_groups runs one (split over K where that pays).
+  // A lone tensor-core launch, as launch_mma_groups runs one (split over K into partials_ where that pays; partials_
+  // reserved for it before, outside any graph capture).
   void launch_lone_mma(cuda::LinearLaunch l) {
     if (cuda::linear_mma_partial_floats(l, mma_choice_) > 0) l.partials = partials_.get<float>();
     cuda::launch_linear_mma(l, stream_, mma_choice_);
@@ -1543,9 +1541,7 @@ class CudaBackend final : public Backend {
   void launch_uploaded_mma_groups(std::span<const cuda::LinearLaunch> all, const DeviceBuffer& descriptors) {
     for_each_run(all, kMaxGridYZ, same_mma_shape, [&](std::span<const cuda::LinearLaunch> run) {
       if (run.size() == 1) {
-        cuda::LinearLaunch l = run[0];
-        if (cuda::linear_mma_partial_floats(l, mma_choice_) > 0) l.partials = partials_.get<float>();
-        cuda::launch_linear_mma(l, stream_, mma_choice_);
+        launch_lone_mma(run[0]);
         return;
       }
       int64_t max_rows = 0, max_tokens = 0;
