@@ -66,21 +66,16 @@ double sum_squares_32_lanes(const float* x, int64_t n) {
 
 double engram_gate(float* h, const uint16_t* q_weight, const uint16_t* k_weight, const float* key, const float* val,
                    int64_t n, double eps) {
-  double dot[32] = {}, hh[32] = {}, kk[32] = {};
+  double dot[32] = {};  // in sum_squares_32_lanes' order
   for (int64_t d = 0; d < n; ++d) {
     const double qk = double(bf16_to_float(q_weight[d])) * bf16_to_float(k_weight[d]);
     dot[d % 32] += double(h[d]) * qk * key[d];
-    hh[d % 32] += double(h[d]) * h[d];
-    kk[d % 32] += double(key[d]) * key[d];
   }
   for (int half = 16; half > 0; half /= 2) {
-    for (int l = 0; l < half; ++l) {
-      dot[l] += dot[l + half];
-      hh[l] += hh[l + half];
-      kk[l] += kk[l + half];
-    }
+    for (int l = 0; l < half; ++l) dot[l] += dot[l + half];
   }
-  const double tc = dot[0] / (std::sqrt(hh[0] / double(n) + eps) * std::sqrt(kk[0] / double(n) + eps) * std::sqrt(double(n)));
+  const double hh = sum_squares_32_lanes(h, n), kk = sum_squares_32_lanes(key, n);
+  const double tc = dot[0] / (std::sqrt(hh / double(n) + eps) * std::sqrt(kk / double(n) + eps) * std::sqrt(double(n)));
   const double z = (tc > 0 ? 1.0 : tc < 0 ? -1.0 : 0.0) * std::sqrt(std::max(std::fabs(tc), 1e-6));
   const double gate = round_f32(sigmoid(z));
   for (int64_t d = 0; d < n; ++d) h[d] = round_bf16(double(h[d]) + gate * val[d]);
