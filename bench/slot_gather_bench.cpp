@@ -5,7 +5,10 @@
 // (SparseAttentionParams::kept_selection, DEEPINFER_CUDA_INDEX_SELECT=kept): every visible compressed row (here
 // the same 512, at 2048 tokens of context) handed over as the pages' runs. With unshared = 1 each token's rows are
 // placed without a lookup and its window ring whole (SparseAttentionParams::rows_unshared and window_ring, as the
-// model hands a decode step's tokens over). Counter: slots per second.
+// model hands a decode step's tokens over). With mirror = 1 each packed group's slots are then found in a row mirror
+// as CudaBackend::plan_upload finds them (mirror_group_slots, one thread; DEEPINFER_CUDA_KV=mirror), each sequence's
+// rows with stamps of their own and one window row per sequence rewritten each step (copied again; the rest found).
+// Counter: slots per second.
 // BM_KeptSelectionHostSide: the whole host side of one batch-1 decode step's attention call with a kept selection at
 // longer contexts (every visible compressed row handed over): the gather, then each packed row's slot in the row
 // mirror (DEEPINFER_CUDA_KV=mirror; every row already there, as in a decode step), on one thread: with runs = 1 as
@@ -28,32 +31,38 @@ namespace {
 
 void BM_SlotGatherDecode(benchmark::State& state) {
   const int64_t batch = state.range(0), H = 64, D = 512, ring = 144, n_compressed = 2048 / 4, top_k = 512;
-  const bool kept = state.range(1) != 0, unshared = state.range(2) != 0;
+  const bool kept = state.range(1) != 0, unshared = state.range(2) != 0, mirrored = state.range(3) != 0;
   const KvRowFormat format = kv_row_format(KvRowKind::kV4Kv, D, 64);
   const int64_t rows_per_page = (16 << 10) / format.row_bytes;
   std::mt19937 rng(1);
   std::vector<std::unique_ptr<uint8_t[]>> memory;  // each ring and each page its own allocation, as in the model
   std::vector<PackedSlot> packed;
-  std::vector<uint64_t> stamps(static_cast<size_t>(n_compressed), 1);
+  // Each sequence's stamps: its ring's rows, then its compressed rows (distinct, as the model's).
+  uint64_t next_stamp = 1;
+  std::vector<std::vector<uint64_t>> stamps(static_cast<size_t>(batch));
+  for (std::vector<uint64_t>& sequence : stamps) {
+    for (int64_t j = 0; j < ring + n_compressed; ++j) sequence.push_back(next_stamp++);
+  }
   std::vector<std::vector<PackedRowRun>> runs(static_cast<size_t>(batch));
-  std::vector<uint64_t> ring_stamps(static_cast<size_t>(ring), 1);
   std::vector<PackedRowRun> rings;  // each sequence's window ring, whole (SparseAttentionParams::window_ring)
   for (int64_t s = 0; s < batch; ++s) {
+    const uint64_t* sequence = stamps[size_t(s)].data();
     memory.push_back(std::make_unique<uint8_t[]>(size_t(ring * format.row_bytes)));
-    rings.push_back({memory.back().get(), ring, ring_stamps.data()});
-    for (int64_t j = 0; j < ring - 16; ++j) packed.push_back({memory.back().get() + j * format.row_bytes, &format, 1});
+    rings.push_back({memory.back().get(), ring, sequence});
+    for (int64_t j = 0; j < ring - 16; ++j) packed.push_back({memory.back().get() + j * format.row_bytes, &format, sequence[j]});
     std::vector<uint8_t*> pages;
     for (int64_t p = 0; p < (n_compressed + rows_per_page - 1) / rows_per_page; ++p) {
       memory.push_back(std::make_unique<uint8_t[]>(size_t(16 << 10)));
       pages.push_back(memory.back().get());
-      runs[size_t(s)].push_back({pages.back(), std::min(rows_per_page, n_compressed - p * rows_per_page), stamps.data()});
+      runs[size_t(s)].push_back({pages.back(), std::min(rows_per_page, n_compressed - p * rows_per_page), sequence + ring + p * rows_per_page});
     }
     std::vector<int64_t> order(static_cast<size_t>(n_compressed));
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
     for (int64_t j = 0; j < top_k; ++j) {
       const int64_t r = order[size_t(j)];
-      packed.push_back(kept ? PackedSlot{} : PackedSlot{pages[size_t(r / rows_per_page)] + (r % rows_per_page) * format.row_bytes, &format, 1});
+      packed.push_back(kept ? PackedSlot{}
+                            : PackedSlot{pages[size_t(r / rows_per_page)] + (r % rows_per_page) * format.row_bytes, &format, sequence[ring + r]});
     }
   }
   const int64_t n_slots = (ring - 16) + top_k;
@@ -71,13 +80,33 @@ void BM_SlotGatherDecode(benchmark::State& state) {
     if (unshared) ps.back().window_ring = &rings[size_t(s)];
   }
   SlotGather gather;
-  for (auto _ : state) {
+  RowMirror mirror(int64_t(1) << 24);
+  std::vector<int64_t> slots, copies;
+  int64_t step = 0, copied = 0;
+  auto decode_step = [&] {
+    if (mirrored) {  // each sequence's ring rewrites one of its window rows
+      const int64_t j = step++ % (ring - 16);
+      for (int64_t s = 0; s < batch; ++s) stamps[size_t(s)][size_t(j)] = packed[size_t(s * n_slots + j)].stamp = next_stamp++;
+    }
     gather.gather(ps);
     benchmark::DoNotOptimize(gather.slot_rows().data());
-  }
+    if (!mirrored) return;
+    for (const SlotGather::PackedGroup& g : gather.packed_groups()) {
+      mirror_group_slots(mirror, g, nullptr, slots, copies);
+      copied += int64_t(copies.size());
+      benchmark::DoNotOptimize(slots.data());
+    }
+  };
+  decode_step();  // every row in the mirror from here on, as in a decode step
+  step = copied = 0;
+  for (auto _ : state) decode_step();
   state.counters["slots/s"] = benchmark::Counter(double(batch * n_slots), benchmark::Counter::kIsIterationInvariantRate);
+  if (mirrored) state.counters["copied/step"] = double(copied) / double(std::max<int64_t>(step, 1));
 }
-BENCHMARK(BM_SlotGatherDecode)->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})->ArgNames({"batch", "kept", "unshared"})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SlotGatherDecode)
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}, {0, 1}})
+    ->ArgNames({"batch", "kept", "unshared", "mirror"})
+    ->Unit(benchmark::kMillisecond);
 
 void BM_KeptSelectionHostSide(benchmark::State& state) {
   const int64_t context = state.range(0), H = 64, D = 512, ring = 144, n_compressed = context / 4, top_k = 512;

@@ -267,6 +267,10 @@ struct ProjectionChainParams {
   const HeadRope* q_rope = nullptr;
   // The same for second[1]'s output (the indexer's query: [n_tokens, index_q->n_heads, head_dim]) and index_q's work.
   const IndexQueryWork* index_q = nullptr;
+  // False: mid and mid_q need not come back where the backend runs the chain whole (their arrays' values are then
+  // unspecified; the model reads them only as second's x). Where second's outputs all stay on the backend too, a
+  // backend may then return once first's outputs are back, while second's work still runs.
+  bool mid_back = true;
 };
 
 // An mHC side's first half with its sub-block's first call (model/mhc_side.h's MhcFront): the mixes of h (B1), the

@@ -172,7 +172,8 @@ void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::s
   // where a backend runs them together.
   out.q_kept = front.run_with({.first = projections, .mid = qr.data(), .n_tokens = T, .mid_width = QL, .mid_norm = w.q_norm, .eps = eps,
                                .mid_q = out.qr_quantized.data(), .qdq_block = c.act_block, .v41 = c.is_v41(), .second = q_ops,
-                               .q_rope = keep ? &q_rope : nullptr, .index_q = keep && index_wq_b ? &index_q : nullptr}) &&
+                               .q_rope = keep ? &q_rope : nullptr, .index_q = keep && index_wq_b ? &index_q : nullptr,
+                               .mid_back = false}) &&  // qr and its QDQ are read only as q_ops' x
                keep;
   // Ranges of query heads; a token's last range also takes its kv row.
   for_token_ranges(*backend_, T, H, kHeadRange, [&](int64_t t, int64_t h0, int64_t h1) {

@@ -173,8 +173,10 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
     index_q = {.n_heads = IH, .head_dim = ID, .rope_dim = RD, .cos_sin = cos_sin.data(), .v41 = false};
   }
   // The mHC side's first half with the chain: one call where the backend runs them together.
+  // qr and qrq are read afterwards only where A3 is not in the chain (ProjectionChainParams::mid_back).
   const bool q_kept = front.run_with({projections, qr.data(), T, QL, w.q_norm, eps, qrq.data(), c.act_block, false, q_ops,
-                                      cos_sin.empty() ? nullptr : &q_rope, cos_sin.empty() || ratio != 4 ? nullptr : &index_q}) &&
+                                      cos_sin.empty() ? nullptr : &q_rope, cos_sin.empty() || ratio != 4 ? nullptr : &index_q,
+                                      !q_in_chain}) &&
                       !cos_sin.empty();
   const std::vector<HeadRope> out_rope = q_kept ? inverse_head_ropes(cos_sin.data(), T, H, HD, RD) : std::vector<HeadRope>();  // AT4
   // Every kv row of the call first: a token attends to the fresh rows of all earlier tokens of its chunk.

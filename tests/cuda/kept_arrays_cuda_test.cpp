@@ -99,12 +99,42 @@ void expect_index_scores_on_kept_query(Backend& gpu, const std::vector<float>& h
   }
 }
 
+constexpr int64_t kHeads = 2, kIndexHeads = 3;  // the kept-q tests' q and indexer query heads
+
+// The model's host work on a chain's q and indexer query (the host's steps wrote them into o).
+void host_query_work(RandomProjections::Outputs& o, const std::vector<float>& cos_sin, bool v41) {
+  host_head_rope(o.q, kHeads, cos_sin, true, false);
+  host_index_query(o.iq, cos_sin, v41);
+}
+
+// An attention side's front on the device with q and the indexer's query kept (MhcFront::run_with), at the angles
+// cos_sin; mid_back as ProjectionChainParams's.
+void run_front_keeping_q(Backend& gpu, const MhcSideParams& side, RandomProjections& r, const std::vector<float>& cos_sin,
+                         bool mid_back, MhcScratch& scratch, RandomProjections::Outputs& device) {
+  const HeadRope rope{kHeads, kHeadDim, kRopeDim, cos_sin.data(), false, true, kEps};
+  const IndexQueryWork index_q{kIndexHeads, 128, kRopeDim, cos_sin.data(), r.v41};
+  MhcFront front(gpu, side, scratch);
+  ProjectionChainParams p = r.chain(front.u().data(), front.uq().data(), device);
+  p.q_rope = &rope;
+  p.index_q = &index_q;
+  p.mid_back = mid_back;
+  ASSERT_TRUE(front.run_with(p)) << "the device front declined";
+}
+
+// The same front by the model's steps on steps_gpu, with the host's work on q and the indexer's query.
+void run_front_steps(Backend& steps_gpu, const MhcSideParams& side, RandomProjections& r, const std::vector<float>& cos_sin,
+                     MhcScratch& scratch, RandomProjections::Outputs& host) {
+  MhcFront front(steps_gpu, side, scratch);
+  EXPECT_FALSE(front.run_with(r.chain(front.u().data(), front.uq().data(), host)));
+  host_query_work(host, cos_sin, r.v41);
+}
+
 // q and the indexer's query from a projection chain (alone, or with the mHC side's first half: two rounds at new
-// positions, so a front replayed as a graph must take each call's angles) worked on and kept on the device.
+// positions, so a front replayed as a graph must take each call's angles; the second round without mid and mid_q
+// back, so the front returns before its second stage ran) worked on and kept on the device.
 void expect_kept_q_equals_the_host_work(int64_t n_tokens, bool v41, bool with_front, std::mt19937& rng) {
   SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n_tokens) + " tokens" + (with_front ? ", front" : ""));
-  constexpr int64_t H = 2, IH = 3;
-  RandomProjections r(n_tokens, v41, rng, H * kHeadDim, IH * 128);
+  RandomProjections r(n_tokens, v41, rng, kHeads * kHeadDim, kIndexHeads * 128);
   if (v41) shrink_head_rows(r);
   const std::vector<float> u = random_bf16_values(rng, n_tokens * r.D, 1.0f), uq = random_bf16_values(rng, n_tokens * r.D, 1.0f);
   const RandomFrontSide side(n_tokens, RandomProjections::D, v41, rng);
@@ -112,34 +142,35 @@ void expect_kept_q_equals_the_host_work(int64_t n_tokens, bool v41, bool with_fr
   ASSERT_TRUE(gpu && steps_gpu);
   for (int round = 0; round < (with_front ? 2 : 1); ++round) {
     const std::vector<float> cos_sin = random_angles(rng, n_tokens);
-    const HeadRope rope{H, kHeadDim, kRopeDim, cos_sin.data(), false, true, kEps};
-    const IndexQueryWork index_q{IH, 128, kRopeDim, cos_sin.data(), v41};
+    const bool mid_back = round == 0;
+    SCOPED_TRACE(mid_back ? "mid back" : "mid not back");
     RandomProjections::Outputs host(r), device(r);
     MhcScratch host_scratch, device_scratch;
     if (with_front) {
-      MhcFront host_front(*steps_gpu, side.side, host_scratch), device_front(*gpu, side.side, device_scratch);
-      EXPECT_FALSE(host_front.run_with(r.chain(host_front.u().data(), host_front.uq().data(), host)));
-      ProjectionChainParams p = r.chain(device_front.u().data(), device_front.uq().data(), device);
-      p.q_rope = &rope;
-      p.index_q = &index_q;
-      ASSERT_TRUE(device_front.run_with(p)) << "the device front declined";
+      run_front_steps(*steps_gpu, side.side, r, cos_sin, host_scratch, host);
+      run_front_keeping_q(*gpu, side.side, r, cos_sin, mid_back, device_scratch, device);
     } else {
       projection_chain_on_backend(*steps_gpu, r.chain(u.data(), uq.data(), host));
+      host_query_work(host, cos_sin, v41);
+      const HeadRope rope{kHeads, kHeadDim, kRopeDim, cos_sin.data(), false, true, kEps};
+      const IndexQueryWork index_q{kIndexHeads, 128, kRopeDim, cos_sin.data(), v41};
       ProjectionChainParams p = r.chain(u.data(), uq.data(), device);
       p.q_rope = &rope;
       p.index_q = &index_q;
       ASSERT_TRUE(gpu->projection_chain(p)) << "the device chain declined";
     }
-    host_head_rope(host.q, H, cos_sin, true, false);
-    host_index_query(host.iq, cos_sin, v41);
     EXPECT_TRUE(all_untouched(device.q) && all_untouched(device.iq)) << "q's or the indexer query's host array written";
-    expect_index_scores_on_kept_query(*gpu, host.iq, device.iq.data(), IH, rng);
+    if (mid_back) {
+      EXPECT_EQ(n_differing(host.qr_q, device.qr_q), 0);
+    } else {
+      EXPECT_TRUE(all_untouched(device.qr_q)) << "mid_q came back: the front waited for its second stage";
+    }
+    expect_index_scores_on_kept_query(*gpu, host.iq, device.iq.data(), kIndexHeads, rng);
     gpu->fetch_kept(device.q.data(), int64_t(device.q.size()));
     EXPECT_EQ(n_differing(host.q, device.q), 0) << "of " << host.q.size() << " q values";
     gpu->fetch_kept(device.iq.data(), int64_t(device.iq.size()));
     EXPECT_EQ(n_differing(host.iq, device.iq), 0) << "of " << host.iq.size() << " indexer query values";
     EXPECT_EQ(n_differing(host.kv, device.kv), 0);
-    EXPECT_EQ(n_differing(host.qr_q, device.qr_q), 0);
   }
 }
 
@@ -152,6 +183,41 @@ TEST(KeptArraysCuda, ChainKeepsQNormedAndRotatedAsTheHostDoes) {
     for (int64_t n : {1, 3, 70}) {
       for (bool v41 : {false, true}) {
         for (bool with_front : {false, true}) expect_kept_q_equals_the_host_work(n, v41, with_front, rng);
+      }
+    }
+  }
+}
+
+// Fronts that do not wait for their second stage (ProjectionChainParams::mid_back false, q and the indexer's query
+// kept): two layers' fronts back to back, each at its own angles, with no wait between the first's return and the
+// second's call. The first's second stage may still be queued when the second front rewrites the angles' staging;
+// under the emulated runtime it runs only at the second front's wait, so a rewrite shows in the first layer's q.
+TEST(KeptArraysCuda, FrontsThatDoNotWaitForTheirQKeepItsAngles) {
+  DI_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(710);
+  for (int64_t n : {1, 3}) {
+    for (bool v41 : {false, true}) {
+      SCOPED_TRACE(std::string(v41 ? "V4.1" : "V4") + " rules, " + std::to_string(n) + " tokens");
+      const std::unique_ptr<Backend> gpu = make_chain_backend("device"), steps_gpu = make_chain_backend("host");
+      ASSERT_TRUE(gpu && steps_gpu);
+      struct Layer {
+        RandomProjections r;
+        RandomFrontSide side;
+        std::vector<float> cos_sin;
+        RandomProjections::Outputs host{r}, device{r};
+        MhcScratch host_scratch, device_scratch;
+        Layer(int64_t n, bool v41, std::mt19937& rng)
+            : r(n, v41, rng, kHeads * kHeadDim, kIndexHeads * 128), side(n, RandomProjections::D, v41, rng), cos_sin(random_angles(rng, n)) {}
+      };
+      const std::unique_ptr<Layer> layers[2] = {std::make_unique<Layer>(n, v41, rng), std::make_unique<Layer>(n, v41, rng)};
+      for (const std::unique_ptr<Layer>& l : layers) run_front_keeping_q(*gpu, l->side.side, l->r, l->cos_sin, false, l->device_scratch, l->device);
+      for (const std::unique_ptr<Layer>& l : layers) {
+        run_front_steps(*steps_gpu, l->side.side, l->r, l->cos_sin, l->host_scratch, l->host);
+        gpu->fetch_kept(l->device.q.data(), int64_t(l->device.q.size()));
+        EXPECT_EQ(n_differing(l->host.q, l->device.q), 0) << "of " << l->host.q.size() << " q values";
+        gpu->fetch_kept(l->device.iq.data(), int64_t(l->device.iq.size()));
+        EXPECT_EQ(n_differing(l->host.iq, l->device.iq), 0) << "of " << l->host.iq.size() << " indexer query values";
+        EXPECT_EQ(n_differing(l->host.kv, l->device.kv), 0);
       }
     }
   }

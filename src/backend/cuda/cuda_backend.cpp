@@ -209,6 +209,8 @@ class CudaBackend final : public Backend {
     tail_staging_.create(paths.wait_every_call);
     index_staging_.create(paths.wait_every_call);
     engram_staging_.create(paths.wait_every_call);
+    second_staging_.create(paths.wait_every_call);
+    DI_CUDA_CHECK(cudaEventCreateWithFlags(&front_back_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {  // the buffers that members free belong to device_ too
     cudaSetDevice(device_);  // not bind_device(): a destructor must not abort
@@ -218,6 +220,8 @@ class CudaBackend final : public Backend {
     tail_staging_.destroy();
     index_staging_.destroy();
     engram_staging_.destroy();
+    second_staging_.destroy();
+    cudaEventDestroy(front_back_);
     cudaStreamDestroy(stream_);
   }
 
@@ -559,7 +563,11 @@ class CudaBackend final : public Backend {
     const float* mid_norm = chain.mid_norm ? weights_.bf16_constant(chain.mid_norm, chain.mid_width, stream_) : nullptr;
     upload_mma_descriptors(front_launches_, front_descriptors_host_, front_descriptors_);
     upload_mma_descriptors(chain_launches_, chain_descriptors_host_, chain_descriptors_);
-    auto enqueue = [&] {
+    // Where the second stage brings nothing back (mid not wanted, its outputs kept), the call waits only for first's
+    // outputs, and the second stage (the front's largest weights: wq_b, the indexer's wq_b) runs while the host works
+    // with them.
+    const bool second_stays = !chain.mid_back && all_second_outputs_kept(chain);
+    auto enqueue_first = [&] {
       DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
       if (h_in) DI_CUDA_CHECK(cudaMemcpyAsync(f32(h_at), h_in, size_t(T * HW) * 4, cudaMemcpyDeviceToDevice, stream_));
       if (pre_in) DI_CUDA_CHECK(cudaMemcpyAsync(f32(pre_at), pre_in, size_t(T * 4) * 4, cudaMemcpyDeviceToDevice, stream_));
@@ -569,8 +577,14 @@ class CudaBackend final : public Backend {
       cuda::launch_act_qdq({f32(u_at), kx, T, D, chain.qdq_block, rule, f32(uq_at), kx, kx}, stream_);
       launch_uploaded_mma_groups(front_launches_, front_descriptors_);
       for (const cuda::LinearLaunch& l : other) cuda::launch_linear(l, stream_);
-      enqueue_chain_second(chain, second, f32(out_at[size_t(second.mid_op)]), mid_norm);
       DI_CUDA_CHECK(cudaMemcpyAsync(host + coeffs_at, dev + coeffs_at, back_end - coeffs_at, cudaMemcpyDeviceToHost, stream_));
+    };
+    auto enqueue_second = [&] { enqueue_chain_second(chain, second, f32(out_at[size_t(second.mid_op)]), mid_norm, !second_stays); };
+    // Two parts (two graphs), with front_back_ between them where the call waits for the first alone.
+    auto run_parts = [&](const std::function<void(int64_t, const std::function<void()>&)>& run_part) {
+      run_part(1, enqueue_first);
+      if (second_stays) DI_CUDA_CHECK(cudaEventRecord(front_back_, stream_));
+      run_part(2, enqueue_second);
     };
     if (graphs_) {
       // The key: the side, the token count, and each op's weight, rows and epilogue and what it reads.
@@ -595,14 +609,24 @@ class CudaBackend final : public Backend {
       if (const IndexQueryWork* index = chain.index_q) {
         for (int64_t w : {int64_t(-1), index->n_heads, index->head_dim, index->rope_dim, word(index->v41)}) key.push_back(w);
       }
-      run_as_graph(key,
-                   {front_scratch_.get(), front_host_.get(), chain_scratch_.get(), second_host_.get(), partials_.get(),
-                    front_descriptors_.get(), chain_descriptors_.get(), second.kept[0], second.kept[1], kept_h, h_in, pre_in},
-                   enqueue);
+      key.push_back(word(second_stays));
+      const std::vector<const void*> buffers = {front_scratch_.get(), front_host_.get(), chain_scratch_.get(), second_host_.get(),
+                                                partials_.get(), front_descriptors_.get(), chain_descriptors_.get(), second.kept[0],
+                                                second.kept[1], kept_h, h_in, pre_in};
+      run_parts([&](int64_t part, const std::function<void()>& enqueue) {
+        GraphKey part_key = key;
+        part_key.push_back(part);
+        run_as_graph(part_key, buffers, enqueue);
+      });
     } else {
-      enqueue();
+      run_parts([](int64_t, const std::function<void()>& enqueue) { enqueue(); });
     }
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (second_stays) {
+      second_staging_.queued(stream_);  // the second stage reads its angles from second_host_
+      DI_CUDA_CHECK(cudaEventSynchronize(front_back_));
+    } else {
+      DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
     std::memcpy(p.coeffs, host + coeffs_at, size_t(T * NC) * 4);
     if (p.u_back) {
       copy_rows(reinterpret_cast<const float*>(host + u_at), kx, T, D, p.u, D, D);
@@ -612,7 +636,7 @@ class CudaBackend final : public Backend {
       const LinearParams& op = chain.first[i];
       copy_rows(reinterpret_cast<const float*>(host + out_at[i]), op.n_rows, T, op.n_rows, op.out, op.out_stride, op.n_rows);
     }
-    finish_chain_second(chain, second);
+    if (!second_stays) finish_chain_second(chain, second);
     return true;
   }
 
@@ -927,10 +951,17 @@ class CudaBackend final : public Backend {
     float* kept[2] = {};  // second[0]'s and second[1]'s kept arrays (nullptr: not kept)
   };
   static bool kept_output(const ProjectionChainParams& p, size_t i) { return (i == 0 && p.q_rope) || (i == 1 && p.index_q); }
+  static bool all_second_outputs_kept(const ProjectionChainParams& p) {
+    for (size_t i = 0; i < p.second.size(); ++i) {
+      if (!kept_output(p, i)) return false;
+    }
+    return true;
+  }
   // Finds the first op that writes mid, sizes the scratch, and sets up second's launches (chain_launches_); false
   // where second's ops would take other kernels than the tensor-core ones.
   bool plan_chain_second(const ProjectionChainParams& p, ChainSecond& c) {
     const int64_t T = p.n_tokens, W = p.mid_width;
+    second_staging_.wait();  // second_host_ below
     for (size_t i = 0; i < p.first.size(); ++i) {
       if (p.first[i].out == p.mid) c.mid_op = int64_t(i);
     }
@@ -995,8 +1026,10 @@ class CudaBackend final : public Backend {
     return true;
   }
   // Queues the second stage on mid's device rows [T, mid_width] (mid_norm: the device copy of p.mid_norm's values),
-  // and its copy back; its descriptors' upload (upload_mma_descriptors on chain_launches_) queued before.
-  void enqueue_chain_second(const ProjectionChainParams& p, const ChainSecond& c, const float* mid_dev, const float* mid_norm) {
+  // and where copy_back, its copy back; its descriptors' upload (upload_mma_descriptors on chain_launches_) queued
+  // before.
+  void enqueue_chain_second(const ProjectionChainParams& p, const ChainSecond& c, const float* mid_dev, const float* mid_norm,
+                            bool copy_back = true) {
     const int64_t T = p.n_tokens, W = p.mid_width;
     DI_CHECK(partials_.bytes() >= size_t(c.partial_floats) * 4);
     uint8_t* dev = chain_scratch_.get<uint8_t>();
@@ -1028,7 +1061,7 @@ class CudaBackend final : public Backend {
                                 index->v41, double(float(1.0 / std::sqrt(128.0)))},
                                stream_);
     }
-    DI_CUDA_CHECK(cudaMemcpyAsync(second_host_.get(), dev, c.back_bytes, cudaMemcpyDeviceToHost, stream_));
+    if (copy_back) DI_CUDA_CHECK(cudaMemcpyAsync(second_host_.get(), dev, c.back_bytes, cudaMemcpyDeviceToHost, stream_));
   }
   // After the wait: the normed mid, mid_q and second's outputs to the caller's arrays.
   void finish_chain_second(const ProjectionChainParams& p, const ChainSecond& c) const {
@@ -2281,6 +2314,10 @@ class CudaBackend final : public Backend {
   DeviceBuffer chain_scratch_;
   cuda::PinnedBuffer chain_host_;   // an output chain's staging (linear_chain(), block_tail())
   cuda::PinnedBuffer second_host_;  // a projection chain's second stage's (projection_chain(), mhc_projection_chain())
+  // A front that does not wait for its second stage (mhc_projection_chain()): second_host_'s angles are in use until
+  // that stage ran, and the front waits for front_back_, recorded behind the copy back of first's outputs.
+  StagingInUse second_staging_;
+  cudaEvent_t front_back_ = nullptr;
   // projection_chain(): its second stage's launches and their descriptors (the first stage's are linears()'s).
   std::vector<cuda::LinearLaunch> chain_launches_;
   cuda::PinnedBuffer chain_descriptors_host_;
