@@ -6,8 +6,9 @@
 // the same 512, at 2048 tokens of context) handed over as the pages' runs. With unshared = 1 each token's rows are
 // placed without a lookup and its window ring whole (SparseAttentionParams::rows_unshared and window_ring, as the
 // model hands a decode step's tokens over). With mirror = 1 each packed group's slots are then found in a row mirror
-// as CudaBackend::plan_upload finds them (mirror_group_slots, one thread; DEEPINFER_CUDA_KV=mirror), each sequence's
-// rows with stamps of their own and one window row per sequence rewritten each step (copied again; the rest found).
+// as CudaBackend::plan_upload finds them (mirror_group_slots, on one thread; mirror = 2: on 2 host threads, as the
+// backend runs it on its host backend's threads; DEEPINFER_CUDA_KV=mirror), each sequence's rows with stamps of their
+// own and one window row per sequence rewritten each step (copied again; the rest found).
 // Counter: slots per second.
 // BM_KeptSelectionHostSide: the whole host side of one batch-1 decode step's attention call with a kept selection at
 // longer contexts (every visible compressed row handed over): the gather, then each packed row's slot in the row
@@ -20,6 +21,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/row_mirror.h"
@@ -32,6 +34,9 @@ namespace {
 void BM_SlotGatherDecode(benchmark::State& state) {
   const int64_t batch = state.range(0), H = 64, D = 512, ring = 144, n_compressed = 2048 / 4, top_k = 512;
   const bool kept = state.range(1) != 0, unshared = state.range(2) != 0, mirrored = state.range(3) != 0;
+  std::unique_ptr<Backend> threads;  // the mirror's host threads (nullptr: the calling thread alone)
+  std::string error;
+  if (state.range(3) == 2 && !(threads = make_fast_backend(2, &error))) state.SkipWithError(error.c_str());
   const KvRowFormat format = kv_row_format(KvRowKind::kV4Kv, D, 64);
   const int64_t rows_per_page = (16 << 10) / format.row_bytes;
   std::mt19937 rng(1);
@@ -92,7 +97,7 @@ void BM_SlotGatherDecode(benchmark::State& state) {
     benchmark::DoNotOptimize(gather.slot_rows().data());
     if (!mirrored) return;
     for (const SlotGather::PackedGroup& g : gather.packed_groups()) {
-      mirror_group_slots(mirror, g, nullptr, slots, copies);
+      mirror_group_slots(mirror, g, threads.get(), slots, copies);
       copied += int64_t(copies.size());
       benchmark::DoNotOptimize(slots.data());
     }
@@ -104,7 +109,7 @@ void BM_SlotGatherDecode(benchmark::State& state) {
   if (mirrored) state.counters["copied/step"] = double(copied) / double(std::max<int64_t>(step, 1));
 }
 BENCHMARK(BM_SlotGatherDecode)
-    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}, {0, 1, 2}})
     ->ArgNames({"batch", "kept", "unshared", "mirror"})
     ->Unit(benchmark::kMillisecond);
 

@@ -19,28 +19,43 @@ int64_t RowMirror::find(uint64_t stamp) const {
 }
 
 void RowMirror::place_missing(std::span<const uint64_t> stamps, std::span<int64_t> slots, std::vector<int64_t>& copies) {
+  const RowRange all{0, int64_t(stamps.size())};
+  place_missing(stamps, slots, {&all, 1}, copies);
+}
+
+void RowMirror::place_missing(std::span<const uint64_t> stamps, std::span<int64_t> slots, std::span<const RowRange> ranges,
+                              std::vector<int64_t>& copies) {
   DI_CHECK(stamps.size() == slots.size());
   DI_CHECK_MSG(int64_t(stamps.size()) <= capacity_, "a call's rows do not fit the row mirror");
   copies.clear();
-  const int64_t missing = std::count(slots.begin(), slots.end(), int64_t(-1));
+  int64_t missing = 0, last_end = 0;
+  for (const auto& [begin, end] : ranges) {
+    DI_CHECK_MSG(last_end <= begin && begin <= end && end <= int64_t(slots.size()), "row mirror: ranges out of order");
+    missing += std::count(slots.begin() + begin, slots.begin() + end, int64_t(-1));
+    last_end = end;
+  }
+  const RowRange all{0, int64_t(stamps.size())};
   if (missing > capacity_ - next_free_) {  // every row of the call is missing then
     slot_of_.reset(capacity_);
     next_free_ = 0;
     ++n_flushes_;
     forget_runs();
     std::fill(slots.begin(), slots.end(), int64_t(-1));
+    ranges = {&all, 1};
   }
-  for (size_t k = 0; k < stamps.size(); ++k) {
-    if (slots[k] >= 0) continue;
-    DI_CHECK_MSG(stamps[k] != 0, "a mirrored row needs a stamp");
-    // A new stamp takes the next free slot (there is one: missing rows <= free slots); a stamp an earlier row
-    // of this call placed gets that row's slot.
-    const auto [slot, inserted] = slot_of_.try_emplace(stamps[k], int32_t(next_free_));
-    if (inserted) {
-      ++next_free_;
-      copies.push_back(int64_t(k));
+  for (const auto& [begin, end] : ranges) {
+    for (int64_t k = begin; k < end; ++k) {
+      if (slots[size_t(k)] >= 0) continue;
+      DI_CHECK_MSG(stamps[size_t(k)] != 0, "a mirrored row needs a stamp");
+      // A new stamp takes the next free slot (there is one: missing rows <= free slots); a stamp an earlier row
+      // of this call placed gets that row's slot.
+      const auto [slot, inserted] = slot_of_.try_emplace(stamps[size_t(k)], int32_t(next_free_));
+      if (inserted) {
+        ++next_free_;
+        copies.push_back(k);
+      }
+      slots[size_t(k)] = slot;
     }
-    slots[k] = slot;
   }
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/flat_index.h"
@@ -34,6 +35,11 @@ class RowMirror {
   // one (the same for rows of one stamp); the indices of the rows whose bytes must be copied into their slots
   // go to `copies`. Empties the arena first when the missing rows do not fit its free slots.
   void place_missing(std::span<const uint64_t> stamps, std::span<int64_t> slots, std::vector<int64_t>& copies);
+  // The same where only the rows in `ranges` ([begin, end), ascending, not overlapping) may be missing: every other
+  // row of the call has its slot, and only the ranges are read (where the arena is emptied, every row is placed).
+  using RowRange = std::pair<int64_t, int64_t>;
+  void place_missing(std::span<const uint64_t> stamps, std::span<int64_t> slots, std::span<const RowRange> ranges,
+                     std::vector<int64_t>& copies);
 
   // A run of n rows whose stamps are at `stamps`: where remember_run() saw a run there of n rows since the arena was
   // last emptied, each row whose stamp is still the one it saw (a rewritten row, or a page reused by another

@@ -192,15 +192,30 @@ void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Bac
   slots.assign(size_t(n), kUnknown);
   // The runs lie in the group in the order they were placed, each a range of rows; the rows between them, and the
   // rows of a run the mirror does not give a slot (not remembered, or rewritten since: a window ring's newest row),
-  // are looked up one by one.
-  std::vector<std::pair<int64_t, int64_t>> by_row;  // [begin, end) ranges with rows to look up
-  std::vector<bool> whole(g.runs.size());
+  // are looked up one by one. The runs are found on the host's threads where given (find_run only reads; a
+  // 256-sequence decode step has ~5k runs a layer, ~160k rows).
   int64_t next = 0;
+  for (const SlotGather::PackedGroup::Run& run : g.runs) {
+    DI_CHECK(run.first >= next && run.first + run.n <= n);
+    next = run.first + run.n;
+  }
+  std::vector<char> whole(g.runs.size());
+  auto find_runs = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const SlotGather::PackedGroup::Run& run = g.runs[size_t(i)];
+      whole[size_t(i)] = mirror.find_run(run.stamps, run.n, &slots[size_t(run.first)]) == run.n;
+    }
+  };
+  if (threads && g.runs.size() > 1) {
+    threads->for_rows(int64_t(g.runs.size()), find_runs);
+  } else {
+    find_runs(0, int64_t(g.runs.size()));
+  }
+  std::vector<RowMirror::RowRange> by_row;  // ranges with rows to look up
+  next = 0;
   for (size_t i = 0; i < g.runs.size(); ++i) {
     const SlotGather::PackedGroup::Run& run = g.runs[i];
-    DI_CHECK(run.first >= next && run.first + run.n <= n);
     if (run.first > next) by_row.push_back({next, run.first});
-    whole[i] = mirror.find_run(run.stamps, run.n, &slots[size_t(run.first)]) == run.n;
     if (!whole[i]) by_row.push_back({run.first, run.first + run.n});
     next = run.first + run.n;
   }
@@ -229,7 +244,7 @@ void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Bac
   bool flushed = false;  // every run's slots are new then, and none is remembered
   if (missing) {
     const int64_t flushes = mirror.n_flushes();
-    mirror.place_missing(g.stamps, slots, copies);
+    mirror.place_missing(g.stamps, slots, by_row, copies);  // only by_row's rows may be missing
     flushed = mirror.n_flushes() != flushes;
   }
   for (size_t i = 0; i < g.runs.size(); ++i) {

@@ -90,9 +90,9 @@ class SlotGather {
 };
 
 // A gathered packed group's slots in a row mirror (a device backend's attention call with its rows mirrored): each of
-// the group's runs that the mirror remembers whole (RowMirror::find_run), every other row by its stamp (find, on
-// `threads`' host threads where given), then place_missing (the indices of the rows to copy go to `copies`), and the
-// group's runs remembered for the next call.
+// the group's runs that the mirror remembers whole (RowMirror::find_run), every other row by its stamp (find; both on
+// `threads`' host threads where given), then place_missing over the rows looked up (the indices of the rows to copy go
+// to `copies`), and the group's runs remembered for the next call.
 void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Backend* threads, std::vector<int64_t>& slots,
                         std::vector<int64_t>& copies);
 

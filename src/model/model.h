@@ -159,7 +159,7 @@ class Model {
     std::vector<float> q;             // [T, n_heads, head_dim] roped
     std::vector<float> kv;            // [T, head_dim] window rows (QDQ8)
     std::vector<float> qr_quantized;  // [T, q_lora_rank] QDQ8(q_norm(wq_a(u))), the indexer's input (unspecified where
-                                      // q_kept: ProjectionChainParams::mid_back)
+                                      // the backend ran the chain whole: ProjectionChainParams::mid_back)
     // keep_q on a backend that keeps arrays: q (roped) stays on the backend, not in q (backend.h's kept arrays), and
     // the tokens' angles for the attention's step 29 there.
     bool q_kept = false;

@@ -63,6 +63,32 @@ TEST(RowMirror, ManyStampsKeepDistinctSlots) {
   for (size_t k = 0; k < stamps.size(); ++k) EXPECT_EQ(m.find(stamps[k]), slots[k]);
 }
 
+// place_missing over ranges (the rows a caller looked up; the others have their slots): the same slots and copies as
+// over the whole call, the rows outside the ranges unread; where the missing rows do not fit, every row of the call
+// is placed, those outside the ranges too.
+TEST(RowMirror, PlacesTheMissingRowsOfRangesAsOfTheWholeCall) {
+  RowMirror ranged(6), whole(6);
+  std::vector<int64_t> copies, whole_copies;
+  place(ranged, {1, 2}, copies);
+  place(whole, {1, 2}, whole_copies);
+  const std::vector<uint64_t> stamps = {1, 3, 2, 4, 3};
+  std::vector<int64_t> slots = {ranged.find(1), -1, -9, -1, -1};  // row 2's -9: outside the ranges, not read
+  const RowMirror::RowRange ranges[] = {{1, 2}, {3, 5}};
+  ranged.place_missing(stamps, slots, ranges, copies);
+  EXPECT_EQ(slots[2], -9);
+  slots[2] = ranged.find(2);
+  EXPECT_EQ(slots, place(whole, stamps, whole_copies));
+  EXPECT_EQ(copies, whole_copies);
+  EXPECT_EQ(copies, (std::vector<int64_t>{1, 3})) << "stamp 3's second row shares the first's slot";
+
+  std::vector<int64_t> flushed = {ranged.find(1), -1, -1, -1};  // 3 missing, 2 free: the arena is emptied
+  const RowMirror::RowRange last[] = {{1, 4}};
+  ranged.place_missing(std::vector<uint64_t>{1, 5, 6, 7}, flushed, last, copies);
+  EXPECT_EQ(ranged.n_flushes(), 1);
+  EXPECT_EQ(copies, (std::vector<int64_t>{0, 1, 2, 3})) << "row 0, outside the ranges, copied again after the flush";
+  EXPECT_EQ(ranged.find(1), flushed[0]);
+}
+
 TEST(RowMirror, RefusesACallLargerThanTheArenaAndAnUnstampedRow) {
   RowMirror m(2);
   std::vector<int64_t> copies, slots = {-1, -1, -1};

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 namespace deepinfer {
@@ -237,7 +239,7 @@ TEST(SlotGather, KeptSelectionsGatherEveryRowTheyMayName) {
 // mirror_group_slots (the CUDA backend's attention with DEEPINFER_CUDA_KV=mirror): the group's runs are recorded where
 // their rows lie, the slots equal those of a row-by-row lookup, a repeated call finds every run whole and copies
 // nothing, and a rewritten row (a new stamp in its page) is looked up and copied again while the other runs stay found.
-TEST(SlotGather, MirrorSlotsOfRunsEqualTheRowLookups) {
+void expect_mirror_slots_of_runs_equal_the_row_lookups(Backend* threads) {
   const KvRowFormat format = kv_row_format(KvRowKind::kV4Kv, 64, 32);
   std::vector<uint8_t> bytes(size_t(12 * format.row_bytes));
   std::vector<uint64_t> stamps(12);
@@ -254,7 +256,7 @@ TEST(SlotGather, MirrorSlotsOfRunsEqualTheRowLookups) {
   auto call = [&] {
     gather.gather({&p, 1});
     const SlotGather::PackedGroup& g = gather.packed_groups()[0];
-    mirror_group_slots(mirror, g, nullptr, got, copies);
+    mirror_group_slots(mirror, g, threads, got, copies);
     want.clear();
     for (uint64_t s : g.stamps) want.push_back(by_row.find(s));
     by_row.place_missing(g.stamps, want, want_copies);
@@ -280,6 +282,15 @@ TEST(SlotGather, MirrorSlotsOfRunsEqualTheRowLookups) {
   EXPECT_EQ(copies, (std::vector<int64_t>{6})) << "row 5 alone, at its place in the group";
   call();
   EXPECT_TRUE(copies.empty()) << "its run remembered with the new stamp";
+}
+
+// On the calling thread, and with the runs found and the rows looked up on two host threads.
+TEST(SlotGather, MirrorSlotsOfRunsEqualTheRowLookups) {
+  expect_mirror_slots_of_runs_equal_the_row_lookups(nullptr);
+  std::string error;
+  const std::unique_ptr<Backend> threads = make_fast_backend(2, &error);
+  ASSERT_TRUE(threads) << error;
+  expect_mirror_slots_of_runs_equal_the_row_lookups(threads.get());
 }
 
 TEST(SlotGatherDeathTest, PackedRowOfAnotherWidthIsCaught) {

@@ -492,7 +492,8 @@ class CudaBackend final : public Backend {
   // The same with the mHC side's first half before it (the attention side's first call): h in, then on the device
   // the mixes, the coefficients, u and its norm (mhc_kernels.cu), uq (act_qdq_kernel), first's ops on u and uq
   // as linears() launches them, and the chain's second stage; u, uq, the coefficients and every output back, one
-  // wait where the steps make three (hc_mix, then the chain's two).
+  // wait where the steps make three (hc_mix, then the chain's two). Where mid need not come back and second's
+  // outputs stay on the device (ProjectionChainParams::mid_back), the wait is for the first stage's outputs alone.
   bool mhc_projection_chain(const MhcProjectionParams& p) override {
     const MhcSideParams& side = p.side;
     const ProjectionChainParams& chain = p.chain;
@@ -580,10 +581,17 @@ class CudaBackend final : public Backend {
       DI_CUDA_CHECK(cudaMemcpyAsync(host + coeffs_at, dev + coeffs_at, back_end - coeffs_at, cudaMemcpyDeviceToHost, stream_));
     };
     auto enqueue_second = [&] { enqueue_chain_second(chain, second, f32(out_at[size_t(second.mid_op)]), mid_norm, !second_stays); };
-    // Two parts (two graphs), with front_back_ between them where the call waits for the first alone.
+    // One part (one graph), or where the call waits for the first stage alone, two with front_back_ between them.
     auto run_parts = [&](const std::function<void(int64_t, const std::function<void()>&)>& run_part) {
+      if (!second_stays) {
+        run_part(0, [&] {
+          enqueue_first();
+          enqueue_second();
+        });
+        return;
+      }
       run_part(1, enqueue_first);
-      if (second_stays) DI_CUDA_CHECK(cudaEventRecord(front_back_, stream_));
+      DI_CUDA_CHECK(cudaEventRecord(front_back_, stream_));
       run_part(2, enqueue_second);
     };
     if (graphs_) {
@@ -609,11 +617,11 @@ class CudaBackend final : public Backend {
       if (const IndexQueryWork* index = chain.index_q) {
         for (int64_t w : {int64_t(-1), index->n_heads, index->head_dim, index->rope_dim, word(index->v41)}) key.push_back(w);
       }
-      key.push_back(word(second_stays));
       const std::vector<const void*> buffers = {front_scratch_.get(), front_host_.get(), chain_scratch_.get(), second_host_.get(),
                                                 partials_.get(), front_descriptors_.get(), chain_descriptors_.get(), second.kept[0],
                                                 second.kept[1], kept_h, h_in, pre_in};
       run_parts([&](int64_t part, const std::function<void()>& enqueue) {
+        if (!graphs_) return enqueue();  // the first part's capture failed
         GraphKey part_key = key;
         part_key.push_back(part);
         run_as_graph(part_key, buffers, enqueue);
