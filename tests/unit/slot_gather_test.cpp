@@ -238,7 +238,8 @@ TEST(SlotGather, KeptSelectionsGatherEveryRowTheyMayName) {
 
 // mirror_group_slots (the CUDA backend's attention with DEEPINFER_CUDA_KV=mirror): the group's runs are recorded where
 // their rows lie, the slots equal those of a row-by-row lookup, a repeated call finds every run whole and copies
-// nothing, and a rewritten row (a new stamp in its page) is looked up and copied again while the other runs stay found.
+// nothing, a rewritten row (a new stamp in its page) is looked up and copied again while the other runs stay found,
+// and a call that empties the arena places and remembers every row again.
 void expect_mirror_slots_of_runs_equal_the_row_lookups(Backend* threads) {
   const KvRowFormat format = kv_row_format(KvRowKind::kV4Kv, 64, 32);
   std::vector<uint8_t> bytes(size_t(12 * format.row_bytes));
@@ -282,6 +283,19 @@ void expect_mirror_slots_of_runs_equal_the_row_lookups(Backend* threads) {
   EXPECT_EQ(copies, (std::vector<int64_t>{6})) << "row 5 alone, at its place in the group";
   call();
   EXPECT_TRUE(copies.empty()) << "its run remembered with the new stamp";
+  // The last run rewritten call after call until its new rows no longer fit the arena: the call that empties it
+  // copies every row again, those of the runs it had found whole too, and remembers every run anew.
+  while (mirror.n_flushes() == 0) {
+    for (size_t i = 8; i < 11; ++i) stamps[i] += 1000;
+    call();
+    ASSERT_EQ(got, want);
+    ASSERT_EQ(copies, want_copies);
+  }
+  EXPECT_EQ(by_row.n_flushes(), 1);
+  EXPECT_EQ(copies.size(), 11u) << "every distinct row copied again after the flush";
+  call();
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(copies.empty()) << "every run remembered after the flush";
 }
 
 // On the calling thread, and with the runs found and the rows looked up on two host threads.
