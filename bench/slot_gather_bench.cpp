@@ -85,7 +85,7 @@ void BM_SlotGatherDecode(benchmark::State& state) {
     if (unshared) ps.back().window_ring = &rings[size_t(s)];
   }
   SlotGather gather;
-  RowMirror mirror(int64_t(1) << 24);
+  RowMirror mirror(mirrored ? int64_t(1) << 24 : 1);  // (its index sized for the arena: only where it is used)
   std::vector<int64_t> slots, copies;
   int64_t step = 0, copied = 0;
   auto decode_step = [&] {

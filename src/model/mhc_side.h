@@ -24,9 +24,9 @@ struct KeptArray {
   }
   // The values at their host array again.
   void fetch(Backend& backend) {
-    if (!at) return;
-    backend.fetch_kept(const_cast<float*>(at), n);
-    at = nullptr;
+    std::vector<KeptFetch> arrays;
+    fetch_with(arrays);
+    if (!arrays.empty()) backend.fetch_kept_arrays(arrays);
   }
   // fetch() together with other arrays: the array appended to `arrays`, which the caller fetches
   // (Backend::fetch_kept_arrays) before anything reads it.

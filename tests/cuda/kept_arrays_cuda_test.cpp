@@ -107,6 +107,15 @@ void host_query_work(RandomProjections::Outputs& o, const std::vector<float>& co
   host_index_query(o.iq, cos_sin, v41);
 }
 
+// The chain's kept q and indexer query (fetched into device) and its kv rows: the host's bits.
+void expect_kept_q_equals(Backend& gpu, const RandomProjections::Outputs& host, RandomProjections::Outputs& device) {
+  gpu.fetch_kept(device.q.data(), int64_t(device.q.size()));
+  EXPECT_EQ(n_differing(host.q, device.q), 0) << "of " << host.q.size() << " q values";
+  gpu.fetch_kept(device.iq.data(), int64_t(device.iq.size()));
+  EXPECT_EQ(n_differing(host.iq, device.iq), 0) << "of " << host.iq.size() << " indexer query values";
+  EXPECT_EQ(n_differing(host.kv, device.kv), 0);
+}
+
 // An attention side's front on the device with q and the indexer's query kept (MhcFront::run_with), at the angles
 // cos_sin; mid_back as ProjectionChainParams's.
 void run_front_keeping_q(Backend& gpu, const MhcSideParams& side, RandomProjections& r, const std::vector<float>& cos_sin,
@@ -166,11 +175,7 @@ void expect_kept_q_equals_the_host_work(int64_t n_tokens, bool v41, bool with_fr
       EXPECT_TRUE(all_untouched(device.qr_q)) << "mid_q came back: the front waited for its second stage";
     }
     expect_index_scores_on_kept_query(*gpu, host.iq, device.iq.data(), kIndexHeads, rng);
-    gpu->fetch_kept(device.q.data(), int64_t(device.q.size()));
-    EXPECT_EQ(n_differing(host.q, device.q), 0) << "of " << host.q.size() << " q values";
-    gpu->fetch_kept(device.iq.data(), int64_t(device.iq.size()));
-    EXPECT_EQ(n_differing(host.iq, device.iq), 0) << "of " << host.iq.size() << " indexer query values";
-    EXPECT_EQ(n_differing(host.kv, device.kv), 0);
+    expect_kept_q_equals(*gpu, host, device);
   }
 }
 
@@ -213,11 +218,7 @@ TEST(KeptArraysCuda, FrontsThatDoNotWaitForTheirQKeepItsAngles) {
       for (const std::unique_ptr<Layer>& l : layers) run_front_keeping_q(*gpu, l->side.side, l->r, l->cos_sin, false, l->device_scratch, l->device);
       for (const std::unique_ptr<Layer>& l : layers) {
         run_front_steps(*steps_gpu, l->side.side, l->r, l->cos_sin, l->host_scratch, l->host);
-        gpu->fetch_kept(l->device.q.data(), int64_t(l->device.q.size()));
-        EXPECT_EQ(n_differing(l->host.q, l->device.q), 0) << "of " << l->host.q.size() << " q values";
-        gpu->fetch_kept(l->device.iq.data(), int64_t(l->device.iq.size()));
-        EXPECT_EQ(n_differing(l->host.iq, l->device.iq), 0) << "of " << l->host.iq.size() << " indexer query values";
-        EXPECT_EQ(n_differing(l->host.kv, l->device.kv), 0);
+        expect_kept_q_equals(*gpu, l->host, l->device);
       }
     }
   }
