@@ -2,7 +2,8 @@
 // weights of real V4 / V4.1 shapes: bf16, e4m3 with 128- and 32-blocks, packed e2m1; odd K (partial chunks
 // and blocks), row_begin offsets that straddle scale blocks, 1..130 tokens (register kernels, e4m3 ones
 // with x scaled per row block where that is exact, and tile kernels),
-// strided inputs and outputs, every epilogue, non-bf16 activations (fp32 fallback) and large scale bytes.
+// strided inputs and outputs, every epilogue, non-bf16 activations (fp32 fallback, also for some tokens of a call
+// alone) and large scale bytes.
 // Bound per output: |fast - ref| <= 2 bf16 ulps of ref (bf16 outputs) + 2^-16 * sum_k |x_k w_k| (fp32
 // accumulation); the figures printed are calc_diff, max abs / rel error and the ulp histogram. Also: a
 // token's outputs are bit-identical whatever the number of tokens in the call (register and tile kernels
@@ -28,6 +29,7 @@ struct LinearCase {
   Epilogue epilogue = Epilogue::kBf16;
   int scale_lo = 0, scale_hi = 0;  // e4m3/e2m1 scale byte range (0: the generator's default)
   bool fp32_x = false;             // activations that are not bf16 values
+  bool mixed_x = false;            // with fp32_x: only tokens 8-15, 32-39, ... (8 t / 8 % 3 == 1) not bf16 values
 };
 
 // Up to 130: tile mode's token panels (96 tokens for 6-token blocks, kPanelBlocks) with a partial second
@@ -46,7 +48,10 @@ void run_case(SimdLevel level, const LinearCase& c, uint32_t seed) {
   std::vector<float> x = random_bf16_values(rng, max_t * x_stride, 1.0f);
   if (c.fp32_x) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (auto& v : x) v = u(rng);
+    for (int64_t t = 0; t < max_t; ++t) {
+      if (c.mixed_x && (t / 8) % 3 != 1) continue;
+      for (int64_t k = 0; k < x_stride; ++k) x[size_t(t * x_stride + k)] = u(rng);
+    }
   }
   std::vector<float> bias(size_t(max_t * c.n_rows));
   for (auto& b : bias) b = std::normal_distribution<float>(0.0f, 0.5f)(rng);
@@ -132,18 +137,28 @@ TEST_P(LinearKernel, NonBf16ActivationsFallBack) {
   LinearCase d{"fp32 x, e2m1 [64x512] kF32", DType::kI8, 0, 64, 512, 0, 64, Epilogue::kF32};
   d.fp32_x = true;
   run_case(GetParam(), d, 52);
+  // Calls mixing bf16 and other activations: a bf16 level's family takes the bf16 tokens whatever shares their
+  // call (run_case's check that a token's outputs do not depend on the call's token count; one op falling back
+  // whole for a single fp32 token broke it on avx512bf16quant).
+  for (LinearCase m : {c, d, LinearCase{"fp32 x, bf16 [96x1000]", DType::kBF16, 0, 96, 1000, 0, 96, Epilogue::kF32}}) {
+    m.name = "mixed " + m.name;
+    m.fp32_x = m.mixed_x = true;
+    run_case(GetParam(), m, 53);
+  }
 }
 
 // Backend::linears (several ops as one parallel region, as the MoE runs its experts) gives every op exactly
 // what linear() gives it alone: FP4 and FP8 weights, register and tile modes, ops of different sizes, and ops
 // that take the previous op's x (an expert's w1 and w3), whose packed x the backend shares between them (the FP8
-// pair checks that per-call caches, like the scaled x of the register mode, stay per op: their scales differ).
+// pair checks that per-call caches, like the scaled x of the register mode, stay per op: their scales differ), and
+// an op whose tokens' x are bf16 values for some and not for others.
 TEST_P(LinearKernel, LinearsEqualLinearOneByOne) {
   DI_SKIP_UNLESS_SUPPORTED(GetParam());
   std::mt19937 rng(61);
   struct Op {
     OwnedWeight weight;
     bool x_of_previous;  // takes the previous op's x
+    bool mixed_x = false;  // every second token's x not bf16 values (run as its token runs on a bf16 level)
   };
   std::vector<Op> ops;
   ops.push_back({random_fp4_weight(rng, 300, 512), false});
@@ -151,12 +166,16 @@ TEST_P(LinearKernel, LinearsEqualLinearOneByOne) {
   ops.push_back({random_fp8_weight(rng, 128, 768, 128), false});  // one row block each: a stale cache would hit
   ops.push_back({random_fp8_weight(rng, 96, 768, 128), true});
   ops.push_back({random_fp4_weight(rng, 70, 256), false});
+  ops.push_back({random_fp8_weight(rng, 64, 512, 128), false, true});
   auto fast = make_fast_backend_with_level(2, GetParam());
   for (int64_t T : {1, 3, 12, 100}) {
     std::vector<std::vector<float>> xs, alone, together;
     std::vector<LinearParams> ps;
     for (const Op& op : ops) {
       xs.push_back(op.x_of_previous ? xs.back() : random_bf16_values(rng, T * op.weight.w.n_in));
+      for (int64_t t = 1; op.mixed_x && t < T; t += 2) {
+        for (int64_t k = 0; k < op.weight.w.n_in; ++k) xs.back()[size_t(t * op.weight.w.n_in + k)] += 0x1p-12f;
+      }
       alone.emplace_back(size_t(T * op.weight.w.n_out), 0.0f);
       together.emplace_back(size_t(T * op.weight.w.n_out), 1.0f);
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "backend/cpu/epilogue.h"
 #include "backend/cpu/simd_kernels.h"
@@ -37,16 +38,20 @@ uint64_t next_call_id() {
   return ++n_calls;
 }
 
-// Packs x for a family; false when the family cannot take these values.
+// Packs x for a family; false when the family cannot take some token's values (ws.token_packed says whose).
 bool pack(const LinearParams& p, const SimdKernels& ks, WorkerPool& pool, LinearWorkspace& ws, PackedX* out) {
   const int64_t K = p.weight->n_in, T = p.n_tokens;
   const int64_t kp = (K + ks.chunk - 1) / ks.chunk * ks.chunk, stride = row_stride(kp, ks.elem_bytes);
   const size_t bytes = size_t(T * stride) * ks.elem_bytes;
   if (ws.x_packed.size() < bytes) ws.x_packed.resize(bytes);
+  if (ws.token_packed.size() < size_t(T)) ws.token_packed.resize(size_t(T));
   const bool fp4_order = p.weight->dtype == DType::kI8;
   std::atomic<bool> ok{true};
   auto body = [&](int64_t t0, int64_t t1) {
-    if (!ks.pack_x(p.x, p.x_stride, t0, t1, K, stride, fp4_order, ws.x_packed.data())) ok = false;
+    for (int64_t t = t0; t < t1; ++t) {
+      ws.token_packed[size_t(t)] = ks.pack_x(p.x, p.x_stride, t, t + 1, K, stride, fp4_order, ws.x_packed.data());
+      if (!ws.token_packed[size_t(t)]) ok = false;
+    }
   };
   const bool parallel = T * K >= (int64_t(1) << 16);
   if (parallel) pool.parallel_for(T, 16, body);
@@ -70,7 +75,25 @@ struct PreparedLinear {
   const SimdKernels* ks = nullptr;
   PackedX x;
   int64_t unit = 0, n_units = 0;
+  // Non-empty: the op is not ready, its tokens split between two families (1: the level's family packs the token's
+  // x, 0: it takes the fp32 family); it runs as its token runs (token_runs).
+  std::vector<uint8_t> token_packed;
 };
+
+// The op as runs of consecutive tokens that take one family each, an op per run.
+std::vector<LinearParams> token_runs(const LinearParams& p, const std::vector<uint8_t>& token_packed) {
+  std::vector<LinearParams> runs;
+  for (int64_t t0 = 0, t1 = 0; t0 < p.n_tokens; t0 = t1) {
+    for (t1 = t0 + 1; t1 < p.n_tokens && token_packed[size_t(t1)] == token_packed[size_t(t0)];) ++t1;
+    LinearParams run = p;
+    run.x = p.x + t0 * p.x_stride;
+    run.n_tokens = t1 - t0;
+    run.out = p.out + t0 * p.out_stride;
+    if (p.bias) run.bias = p.bias + t0 * p.n_rows;
+    runs.push_back(run);
+  }
+  return runs;
+}
 
 // Whether two ops take the same activations into the same packed form (an expert's w1 and w3): same x, and
 // weights of one dtype, width and block, which pick the same family and the same x layout.
@@ -100,7 +123,15 @@ PreparedLinear prepare(const LinearParams& p, SimdLevel level, WorkerPool& pool,
     if (!pl.ks->supports(w)) pl.ks = &fp32_simd_kernels(level);
     if (!pl.ks->supports(w)) pl.ks = &kSimdKernelsScalar;
     if (!pack(p, *pl.ks, pool, ws, &pl.x)) {
-      // Activations that are not bf16 values: the fp32 family of the same width.
+      // Activations that are not bf16 values: the fp32 family of the same width, for those tokens alone. A token
+      // whose x is bf16 values keeps the level's family, whatever else shares its call, since the two families'
+      // sums differ and a token's sums must not depend on its batch.
+      const auto packed = ws.token_packed.begin(), packed_end = packed + p.n_tokens;
+      if (std::find(packed, packed_end, 1) != packed_end) {
+        pl.ks = nullptr;
+        pl.token_packed.assign(packed, packed_end);
+        return pl;
+      }
       pl.ks = &fp32_simd_kernels(level);
       DI_CHECK(pack(p, *pl.ks, pool, ws, &pl.x));
     }
@@ -144,6 +175,11 @@ void run_unit(const PreparedLinear& pl, int64_t i) {
 
 void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws) {
   const PreparedLinear pl = prepare(p, level, pool, ws);
+  if (!pl.token_packed.empty()) {  // rare (a call mixing bf16 and other activations): workspaces of its own
+    std::vector<LinearWorkspace> run_ws;
+    linears_fast(token_runs(p, pl.token_packed), level, pool, run_ws);
+    return;
+  }
   pool.parallel_for(pl.n_units, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) run_unit(pl, i);
   });
@@ -155,9 +191,21 @@ void linears_fast(std::span<const LinearParams> ps, SimdLevel level, WorkerPool&
   std::vector<PreparedLinear> pls;
   std::vector<int64_t> first{0};  // first[j]: the first unit of op j in the combined range
   pls.reserve(ps.size());
+  bool split = false;
   for (size_t j = 0; j < ps.size(); ++j) {
     pls.push_back(prepare(ps[j], level, pool, wss[j], j > 0 ? &pls[j - 1] : nullptr));
     first.push_back(first.back() + pls.back().n_units);
+    split |= !pls.back().token_packed.empty();
+  }
+  if (split) {  // rare (a call mixing bf16 and other activations): every op again, the split ones as their runs
+    std::vector<LinearParams> ops;
+    for (size_t j = 0; j < ps.size(); ++j) {
+      if (pls[j].token_packed.empty()) ops.push_back(ps[j]);
+      else for (const LinearParams& run : token_runs(ps[j], pls[j].token_packed)) ops.push_back(run);
+    }
+    std::vector<LinearWorkspace> ops_ws;
+    linears_fast(ops, level, pool, ops_ws);
+    return;
   }
   pool.parallel_for(first.back(), 1, [&](int64_t i0, int64_t i1) {
     size_t j = size_t(std::upper_bound(first.begin(), first.end(), i0) - first.begin()) - 1;

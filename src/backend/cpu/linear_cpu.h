@@ -17,10 +17,12 @@ namespace deepinfer::cpu {
 struct LinearWorkspace {
   AlignedVector<uint8_t> x_packed;
   AlignedVector<uint8_t> x_tiled;  // tile mode: x_packed interleaved by token blocks (SimdKernels::tile_x)
+  std::vector<uint8_t> token_packed;  // the last pack's tokens: 1 where the family took the token's values
 };
 
-// p.out = epilogue(x . W^T) with the family of `level` (falling back to a wider-input family when the
-// activations or the weight layout need it). fp32 accumulation.
+// p.out = epilogue(x . W^T) with the family of `level` (falling back to a wider-input family when the weight
+// layout needs it, or for the tokens whose activations need it: a token's family depends on its own x alone, so
+// its sums never depend on the other tokens of the call). fp32 accumulation.
 void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws);
 // Several independent linear ops as one parallel region (one workspace each: their packed activations
 // coexist): the threads stream from one weight matrix into the next with no wait between them.
