@@ -332,12 +332,18 @@ struct StreamTapParams {
 };
 
 // V4.1's Engram steps 3-4 (spec §7.6) on a stream the backend keeps (BlockTailParams::keep_h_out), for a backend
-// that keeps arrays: kv = the linear op `kv` (wkv on the gathered table rows, bf16 out, [n_tokens, 5 * dim]) as
-// linear() computes it, then each copy k of each token has h[t, k] updated in place by model/ops.h's engram_gate with
-// key = kv[t, k * dim ..] and val = kv[t, 4 * dim ..]. h is updated where it is kept (its host array not written);
-// kv.out is not written. The call may return before the work has run.
+// that keeps arrays: x[t] = token t's table rows' values (engram_table_row of rows[t, 0 .. rows_per_token), side by
+// side), then the activation QDQ (qdq_fp8_v41 in blocks of qdq_block, as Model::act_qdq_rows); kv = the linear op
+// `kv` (wkv, bf16 out, [n_tokens, 5 * dim]) on that x as linear() computes it; then each copy k of each token has
+// h[t, k] updated in place by model/ops.h's engram_gate with key = kv[t, k * dim ..] and val = kv[t, 4 * dim ..].
+// kv.x is not read (the backend builds x from the rows' stored bytes); h is updated where it is kept (its host array
+// not written); kv.out is not written. The call may return before the work has run.
 struct EngramGateParams {
   LinearParams kv;
+  const EngramTable* table = nullptr;
+  const int64_t* rows = nullptr;       // [n_tokens, rows_per_token], each < table->rows
+  int64_t rows_per_token = 0;          // rows_per_token * table->dim == kv's K
+  int64_t qdq_block = 0;
   float* h = nullptr;                  // [n_tokens, 4, dim]: the kept stream, named by its host address
   int64_t n_tokens = 0;
   int64_t dim = 0;

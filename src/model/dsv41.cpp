@@ -14,12 +14,14 @@ void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std
   const int64_t T = batch.n_tokens(), D = c.dim, HD = c.engram_head_dim, N = c.engram_max_ngram;
   const int64_t n_rows = engram_.n_rows_per_token(), width = n_rows * HD;
   const int e_layer = c.engram_index(layer);
-  std::vector<float> emb(static_cast<size_t>(T * width)), kv(static_cast<size_t>(T * 5 * D));
-  // Tokens are independent in both loops below (each reads the batch and the sequences' histories and writes its
+  // Each token's table rows (steps 2-3's hashing), then their values: on the device where the backend keeps the
+  // stream (it decodes and QDQs the rows there, so only their stored bytes cross), else here.
+  std::vector<int64_t> rows(static_cast<size_t>(T * n_rows));
+  std::vector<float> kv(static_cast<size_t>(T * 5 * D));
+  // Tokens are independent in the loops below (each reads the batch and the sequences' histories and writes its
   // own rows): they run on the backend's threads.
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     std::vector<int32_t> history(static_cast<size_t>(N));
-    std::vector<int64_t> rows(static_cast<size_t>(n_rows));
     for (int64_t t = t0; t < t1; ++t) {
       const int ci = batch.chunk[size_t(t)];
       const SequenceState& seq = *batch.states[size_t(ci)];
@@ -38,20 +40,28 @@ void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std
           history[size_t(n)] = seq.engram_history[seq.engram_history.size() - size_t(back)];
         }
       }
-      engram_.rows(e_layer, history.data(), rows.data());
+      int64_t* token_rows = &rows[size_t(t * n_rows)];
+      engram_.rows(e_layer, history.data(), token_rows);
+      for (int64_t r = 0; r < n_rows; ++r) DI_CHECK(token_rows[r] >= 0 && token_rows[r] < w.engram.table.rows);
+    }
+  });
+  EngramGateParams p{.kv = {.x = nullptr, .x_stride = width, .n_tokens = T, .weight = &w.engram.wkv, .row_begin = 0,
+                            .n_rows = 5 * D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(),
+                            .out_stride = 5 * D, .x_e4m3_block = config_.act_block},
+                     .table = &w.engram.table, .rows = rows.data(), .rows_per_token = n_rows, .qdq_block = config_.act_block,
+                     .h = h.data(), .n_tokens = T, .dim = D, .q_weight = w.engram.q_weight,
+                     .k_weight = w.engram.k_weight, .eps = c.norm_eps_value()};
+  if (stream && stream->on_backend && backend_->engram_gate(p)) return;  // the stream stays where it is kept
+  std::vector<float> emb(static_cast<size_t>(T * width));
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
       for (int64_t r = 0; r < n_rows; ++r) {
-        DI_CHECK(rows[size_t(r)] >= 0 && rows[size_t(r)] < w.engram.table.rows);
-        engram_table_row(w.engram.table, rows[size_t(r)], &emb[size_t(t * width + r * HD)]);
+        engram_table_row(w.engram.table, rows[size_t(t * n_rows + r)], &emb[size_t(t * width + r * HD)]);
       }
     }
   });
   act_qdq_rows(emb, T, width);
-  const EngramGateParams p{.kv = {.x = emb.data(), .x_stride = width, .n_tokens = T, .weight = &w.engram.wkv, .row_begin = 0,
-                                  .n_rows = 5 * D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(),
-                                  .out_stride = 5 * D, .x_e4m3_block = config_.act_block},
-                           .h = h.data(), .n_tokens = T, .dim = D, .q_weight = w.engram.q_weight,
-                           .k_weight = w.engram.k_weight, .eps = c.norm_eps_value()};
-  if (stream && stream->on_backend && backend_->engram_gate(p)) return;  // the stream stays where it is kept
+  p.kv.x = emb.data();
   if (stream) stream->fetch(*backend_, h);  // the update below is on the host
   backend_->linear(p.kv);
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {

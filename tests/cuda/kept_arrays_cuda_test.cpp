@@ -17,6 +17,7 @@
 #include "cuda/random_output_projection.h"
 #include "cuda/random_projections.h"
 #include "kernel/kernel_test_util.h"
+#include "model/engram.h"
 #include "model/linear_chain.h"
 #include "model/mhc_side.h"
 #include "model/ops.h"
@@ -452,17 +453,28 @@ TEST(KeptArraysCuda, StreamTapOfTheKeptStreamStaysOnTheDevice) {
 
 // V4.1's Engram update on a kept stream (Backend::engram_gate, on a KeptStreamStandIn): two layers' updates one after
 // the other with no wait between (the second rewrites the gathered rows' staging while the first's upload may still
-// be queued), the stream's and kv's host arrays untouched, and the stream afterwards dsv41.cpp's host steps (wkv as
-// linear() runs it, ops.h's engram_gate per copy) bit for bit. A backend without the device chains declines.
+// be queued), the stream's and kv's host arrays untouched, and the stream afterwards dsv41.cpp's host steps (the
+// table rows decoded by engram_table_row and QDQ'd as Model::act_qdq_rows does, wkv as linear() runs it, ops.h's
+// engram_gate per copy) bit for bit. A backend without the device chains declines.
 TEST(KeptArraysCuda, EngramGateUpdatesTheKeptStreamInPlace) {
   DI_SKIP_WITHOUT_CUDA();
   std::mt19937 rng(830);
-  const int64_t dim = KeptStreamStandIn::dim, width = 256;
+  const int64_t dim = KeptStreamStandIn::dim, row_dim = 64, rows_per_token = 4, width = rows_per_token * row_dim;
+  const int64_t table_rows = 37, qdq_block = 128;
   const OwnedWeight wkv = random_fp8_weight(rng, 5 * dim, width, 128);
   std::vector<uint16_t> qk_weights(size_t(2 * 4 * dim));  // q_weight, then k_weight
   for (uint16_t& b : qk_weights) b = bf16_of(random_bf16_values(rng, 1, 0.5f)[0]);
   const uint16_t* q_weight = qk_weights.data();
   const uint16_t* k_weight = qk_weights.data() + 4 * dim;
+  // A table as the checkpoint stores it: e4m3 codes (no NaN) and e8m0 scales a few powers of two either side of 1,
+  // so that the QDQ's 128-blocks mix scales.
+  std::vector<uint8_t> codes(size_t(table_rows * row_dim)), scales(size_t(table_rows * row_dim / 32));
+  for (uint8_t& c : codes) {
+    c = uint8_t(std::uniform_int_distribution<int>(0, 255)(rng));
+    if ((c & 0x7f) == 0x7f) c ^= 1;  // 448 in place of NaN
+  }
+  for (uint8_t& b : scales) b = uint8_t(std::uniform_int_distribution<int>(120, 130)(rng));
+  const EngramTable table{.codes = codes.data(), .scales = scales.data(), .rows = table_rows, .dim = row_dim};
   for (int64_t n : {1, 3}) {
     SCOPED_TRACE(std::to_string(n) + " tokens");
     KeptStreamStandIn s(n, rng);
@@ -473,23 +485,28 @@ TEST(KeptArraysCuda, EngramGateUpdatesTheKeptStreamInPlace) {
     std::vector<float> want = device.q;
     std::fill(device.q.begin(), device.q.end(), -7.0f);
     std::vector<float> kv(size_t(n * 5 * dim), -7.0f);
-    std::vector<std::vector<float>> rows;  // each layer's gathered rows, after the activation QDQ
-    for (int l = 0; l < 2; ++l) {
-      rows.push_back(random_bf16_values(rng, n * width, 2.0f));
-      for (int64_t t = 0; t < n; ++t) qdq_fp8_v41(&rows.back()[size_t(t * width)], width, 128);
+    std::vector<std::vector<int64_t>> rows(2);  // each layer's table rows, rows_per_token a token (repeats allowed)
+    for (std::vector<int64_t>& r : rows) {
+      r.resize(size_t(n * rows_per_token));
+      for (int64_t& row : r) row = std::uniform_int_distribution<int64_t>(0, table_rows - 1)(rng);
     }
-    auto params = [&](std::vector<float>& x, float* h) {
-      return EngramGateParams{.kv = {.x = x.data(), .x_stride = width, .n_tokens = n, .weight = &wkv.w, .row_begin = 0,
+    auto params = [&](const std::vector<int64_t>& token_rows, float* h) {
+      return EngramGateParams{.kv = {.x = nullptr, .x_stride = width, .n_tokens = n, .weight = &wkv.w, .row_begin = 0,
                                      .n_rows = 5 * dim, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(),
-                                     .out_stride = 5 * dim, .x_e4m3_block = 128},
-                              .h = h, .n_tokens = n, .dim = dim, .q_weight = q_weight, .k_weight = k_weight, .eps = 1e-20};
+                                     .out_stride = 5 * dim, .x_e4m3_block = qdq_block},
+                              .table = &table, .rows = token_rows.data(), .rows_per_token = rows_per_token,
+                              .qdq_block = qdq_block, .h = h, .n_tokens = n, .dim = dim, .q_weight = q_weight,
+                              .k_weight = k_weight, .eps = 1e-20};
     };
     EXPECT_FALSE(host_chain.engram_gate(params(rows[0], want.data()))) << "a backend without the device chains keeps no stream";
-    for (std::vector<float>& x : rows) ASSERT_TRUE(gpu.engram_gate(params(x, device.q.data())));
+    for (const std::vector<int64_t>& r : rows) ASSERT_TRUE(gpu.engram_gate(params(r, device.q.data())));
     EXPECT_TRUE(all_untouched(device.q) && all_untouched(kv)) << "the stream's or kv's host array written";
-    for (std::vector<float>& x : rows) {
-      std::vector<float> host_kv(kv.size());
-      EngramGateParams p = params(x, want.data());
+    for (const std::vector<int64_t>& r : rows) {
+      std::vector<float> x(size_t(n * width)), host_kv(kv.size());
+      for (int64_t i = 0; i < n * rows_per_token; ++i) engram_table_row(table, r[size_t(i)], &x[size_t(i * row_dim)]);
+      for (int64_t t = 0; t < n; ++t) qdq_fp8_v41(&x[size_t(t * width)], width, qdq_block);
+      EngramGateParams p = params(r, want.data());
+      p.kv.x = x.data();
       p.kv.out = host_kv.data();
       host_chain.linear(p.kv);
       for (int64_t t = 0; t < n; ++t) {

@@ -18,6 +18,7 @@
 #include "core/dtypes.h"
 #include "core/status.h"
 #include "cuda_emulation.h"
+#include "model/engram.h"
 #include "model/kv_format.h"
 #include "model/moe.h"
 #include "model/ops.h"
@@ -318,6 +319,18 @@ void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream) {
         for (int k = 0; k < 4; ++k) sum += p.h[(t * 4 + k) * p.dim + d];
         p.out[t * p.out_stride + d] = round_bf16(sum / 4.0);
       }
+    }
+  });
+}
+// engram.cpp's engram_table_row on each token's gathered bytes.
+void launch_engram_rows(const EngramRowsLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const EngramTable token_rows{.codes = p.codes + t * p.width, .scales = p.scales + t * (p.width / 32), .rows = 1,
+                                   .dim = p.width};
+      float* x = p.x + t * p.x_stride;
+      engram_table_row(token_rows, 0, x);
+      std::fill(x + p.width, x + p.x_stride, 0.0f);
     }
   });
 }

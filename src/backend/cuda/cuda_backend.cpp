@@ -663,29 +663,48 @@ class CudaBackend final : public Backend {
     cuda::launch_stream_tap({h, p.n_tokens, p.dim, taps + (p.out - p.out_array), p.out_stride}, stream_);
     return true;
   }
-  // V4.1's Engram update on the kept stream: the gathered rows up through pinned staging of its own (the call does
-  // not wait), wkv on them as linears() runs a lone op, then the gate kernel on the kept stream in place; nothing
-  // comes back. Not on the FP8-operand prompt path, whose prepass and groups use the linears() batch's buffers.
+  // V4.1's Engram update on the kept stream: the host gathers each token's table rows as stored (e4m3 codes and e8m0
+  // scales, ~1 byte a value: a quarter of the floats the host would decode them to) into pinned staging of its own
+  // (the call does not wait); the device decodes them, applies the activation QDQ, runs wkv as linears() runs a lone
+  // op, then the gate kernel on the kept stream in place. Nothing comes back. Not on the FP8-operand prompt path,
+  // whose prepass and groups use the linears() batch's buffers.
   bool engram_gate(const EngramGateParams& p) override {
     const LinearParams& op = p.kv;
     if (!device_chain_ || p.n_tokens == 0 || host_experts_.count(op.weight->data)) return false;
-    DI_CHECK_MSG(op.n_tokens == p.n_tokens && op.row_begin == 0 && op.n_rows == 5 * p.dim && op.epilogue == Epilogue::kBf16,
+    const EngramTable& table = *p.table;
+    const int64_t T = p.n_tokens, D = p.dim, width = p.rows_per_token * table.dim;
+    DI_CHECK_MSG(op.n_tokens == T && op.row_begin == 0 && op.n_rows == 5 * D && op.epilogue == Epilogue::kBf16,
                  "engram gate: kv is not 5 x dim bf16 rows of each token");
+    DI_CHECK_MSG(table.dim % 32 == 0 && p.qdq_block > 0, "engram gate: table rows of whole scale groups and a QDQ block");
     bind_device();
     const cuda::DeviceWeight& w = weights_.get(*op.weight, stream_);
     if (takes_fp8_path(op, w)) return false;
-    const int64_t T = p.n_tokens, D = p.dim;
+    DI_CHECK_MSG(width == w.n_in, "engram gate: the tokens' table rows are not wkv's input width");
     float* h = const_cast<float*>(kept_at(p.h, T * 4 * D));  // a kept array is the backend's own: updated in place
     const float* q = weights_.bf16_constant(p.q_weight, 4 * D, stream_);
     const float* k = weights_.bf16_constant(p.k_weight, 4 * D, stream_);
-    const size_t x_bytes = size_t(T * w.k_pad) * 4;
+    const int64_t row_scales = table.dim / 32, code_bytes = T * width, bytes = code_bytes + code_bytes / 32;
     engram_staging_.wait();  // engram_host_ below
-    engram_host_.reserve(x_bytes);
-    engram_x_.reserve(x_bytes);
+    engram_host_.reserve(size_t(bytes));
+    engram_rows_.reserve(size_t(bytes));
+    engram_x_.reserve(size_t(T * w.k_pad) * 4);
     engram_kv_.reserve(size_t(T * 5 * D) * 4);
-    copy_rows(op.x, op.x_stride, T, w.n_in, engram_host_.get<float>(), w.k_pad, w.k_pad);
-    DI_CUDA_CHECK(cudaMemcpyAsync(engram_x_.get(), engram_host_.get(), x_bytes, cudaMemcpyHostToDevice, stream_));
-    cuda::LinearLaunch l = launch_of(w, op, engram_x_.get<float>(), engram_kv_.get<float>());
+    uint8_t* codes = engram_host_.get<uint8_t>();
+    uint8_t* scales = codes + code_bytes;
+    host_->for_rows(T * p.rows_per_token, [&](int64_t r0, int64_t r1) {  // row r: token r / rows_per_token's
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t row = p.rows[r];
+        DI_CHECK_MSG(row >= 0 && row < table.rows, "engram gate: a table row out of range");
+        std::memcpy(codes + r * table.dim, table.codes + row * table.dim, size_t(table.dim));
+        std::memcpy(scales + r * row_scales, table.scales + row * row_scales, size_t(row_scales));
+      }
+    });
+    DI_CUDA_CHECK(cudaMemcpyAsync(engram_rows_.get(), codes, size_t(bytes), cudaMemcpyHostToDevice, stream_));
+    float* x = engram_x_.get<float>();
+    const uint8_t* device_codes = engram_rows_.get<uint8_t>();
+    cuda::launch_engram_rows({device_codes, device_codes + code_bytes, T, width, x, w.k_pad}, stream_);
+    cuda::launch_act_qdq({x, w.k_pad, T, width, p.qdq_block, cuda::ActQdqRule::kV41, x, w.k_pad, w.k_pad}, stream_);
+    cuda::LinearLaunch l = launch_of(w, op, x, engram_kv_.get<float>());
     if (tensor_core_linear_ && w.mma_exact) {
       partials_.reserve(size_t(cuda::linear_mma_partial_floats(l, mma_choice_)) * 4);
       launch_lone_mma(l);
@@ -2293,9 +2312,10 @@ class CudaBackend final : public Backend {
   int64_t kept_selected_ = 0;
   DeviceBuffer selections_dev_;
   StagingInUse index_staging_;
-  // engram_gate's: the gathered rows' staging and device copy, and wkv's output (the gate's keys and value).
+  // engram_gate's: the gathered rows' stored bytes (staging and device copy), their floats after the QDQ (wkv's
+  // x), and wkv's output (the gate's keys and value).
   cuda::PinnedBuffer engram_host_;
-  DeviceBuffer engram_x_, engram_kv_;
+  DeviceBuffer engram_rows_, engram_x_, engram_kv_;
   StagingInUse engram_staging_;
   // moe(): DEEPINFER_CUDA_MOE=device, the blocks it has set up (nullptr: one it declines), its scratch on the
   // device and its pinned staging (u and the hash rows in, the output back).

@@ -197,6 +197,17 @@ struct EngramGateLaunch {
   double eps = 0;
 };
 void launch_engram_gate(const EngramGateLaunch& p, cudaStream_t stream);
+// V4.1's Engram rows from their stored bytes (model/engram.h's engram_table_row, the same float product): x[t, k] =
+// e4m3(codes[t, k]) * e8m0(scales[t, k / 32]) for k < width, +0 for width <= k < x_stride. The QDQ that follows is
+// launch_act_qdq's.
+struct EngramRowsLaunch {
+  const uint8_t* codes = nullptr;   // [n_tokens, width]: each token's gathered rows' e4m3 codes side by side
+  const uint8_t* scales = nullptr;  // [n_tokens, width / 32]: their e8m0 scales, one per 32 codes
+  int64_t n_tokens = 0, width = 0;  // width a multiple of 32
+  float* x = nullptr;               // [n_tokens, x_stride]
+  int64_t x_stride = 0;
+};
+void launch_engram_rows(const EngramRowsLaunch& p, cudaStream_t stream);
 
 // Per-head work on a device: token t's n_heads x head_dim values at x + t * x_stride, written at out + t * out_stride
 // (out may be x), each token with its angles.
