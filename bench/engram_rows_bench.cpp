@@ -3,7 +3,7 @@
 // the rows decoded to floats (engram_table_row) and QDQ'd (qdq_fp8_v41 in 128-blocks), as the host path does and as
 // the CUDA backend's engram_gate did until stop 51 (then uploading 4 bytes a value); stored = 1: the rows' stored
 // bytes gathered as CudaBackend::engram_gate now does (e4m3 codes and e8m0 scales; the device decodes and QDQs).
-// One thread. Counters: tokens per second, and the bytes a token that then cross to the device.
+// One thread (both paths run on the host backend's threads in the engine). Counters: tokens per second, and the bytes a token that then cross to the device.
 #include <benchmark/benchmark.h>
 
 #include <cstring>

@@ -459,7 +459,8 @@ TEST(KeptArraysCuda, StreamTapOfTheKeptStreamStaysOnTheDevice) {
 TEST(KeptArraysCuda, EngramGateUpdatesTheKeptStreamInPlace) {
   DI_SKIP_WITHOUT_CUDA();
   std::mt19937 rng(830);
-  const int64_t dim = KeptStreamStandIn::dim, row_dim = 64, rows_per_token = 4, width = rows_per_token * row_dim;
+  // 160 columns: wkv's K padded past them (zeros the device writes), the QDQ's last block short.
+  const int64_t dim = KeptStreamStandIn::dim, row_dim = 32, rows_per_token = 5, width = rows_per_token * row_dim;
   const int64_t table_rows = 37, qdq_block = 128;
   const OwnedWeight wkv = random_fp8_weight(rng, 5 * dim, width, 128);
   std::vector<uint16_t> qk_weights(size_t(2 * 4 * dim));  // q_weight, then k_weight

@@ -140,7 +140,9 @@ TEST_P(LinearKernel, NonBf16ActivationsFallBack) {
   // Calls mixing bf16 and other activations: a bf16 level's family takes the bf16 tokens whatever shares their
   // call (run_case's check that a token's outputs do not depend on the call's token count; one op falling back
   // whole for a single fp32 token broke it on avx512bf16quant).
-  for (LinearCase m : {c, d, LinearCase{"fp32 x, bf16 [96x1000]", DType::kBF16, 0, 96, 1000, 0, 96, Epilogue::kF32}}) {
+  for (LinearCase m : {c, d, LinearCase{"fp32 x, bf16 [96x1000]", DType::kBF16, 0, 96, 1000, 0, 96, Epilogue::kF32},
+                       LinearCase{"fp32 x, bf16 wgate [96x1000]+7 kF32AddBias", DType::kBF16, 0, 120, 1000, 7, 96,
+                                  Epilogue::kF32AddBias}}) {
     m.name = "mixed " + m.name;
     m.fp32_x = m.mixed_x = true;
     run_case(GetParam(), m, 53);
@@ -167,6 +169,8 @@ TEST_P(LinearKernel, LinearsEqualLinearOneByOne) {
   ops.push_back({random_fp8_weight(rng, 96, 768, 128), true});
   ops.push_back({random_fp4_weight(rng, 70, 256), false});
   ops.push_back({random_fp8_weight(rng, 64, 512, 128), false, true});
+  ops.push_back({random_linear_weight(rng, DType::kBF16, 80, 512, 0), false, true});  // split on every bf16 level
+  ops.push_back({random_linear_weight(rng, DType::kBF16, 48, 512, 0), true});  // the split op's x
   auto fast = make_fast_backend_with_level(2, GetParam());
   for (int64_t T : {1, 3, 12, 100}) {
     std::vector<std::vector<float>> xs, alone, together;

@@ -203,8 +203,7 @@ void linears_fast(std::span<const LinearParams> ps, SimdLevel level, WorkerPool&
       if (pls[j].token_packed.empty()) ops.push_back(ps[j]);
       else for (const LinearParams& run : token_runs(ps[j], pls[j].token_packed)) ops.push_back(run);
     }
-    std::vector<LinearWorkspace> ops_ws;
-    linears_fast(ops, level, pool, ops_ws);
+    linears_fast(ops, level, pool, wss);  // (nothing prepared above is read again)
     return;
   }
   pool.parallel_for(first.back(), 1, [&](int64_t i0, int64_t i1) {

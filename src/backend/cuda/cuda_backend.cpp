@@ -670,7 +670,8 @@ class CudaBackend final : public Backend {
   // whose prepass and groups use the linears() batch's buffers.
   bool engram_gate(const EngramGateParams& p) override {
     const LinearParams& op = p.kv;
-    if (!device_chain_ || p.n_tokens == 0 || host_experts_.count(op.weight->data)) return false;
+    // (The decode's grid puts tokens on y: a larger batch takes the host's route.)
+    if (!device_chain_ || p.n_tokens == 0 || p.n_tokens > 65535 || host_experts_.count(op.weight->data)) return false;
     const EngramTable& table = *p.table;
     const int64_t T = p.n_tokens, D = p.dim, width = p.rows_per_token * table.dim;
     DI_CHECK_MSG(op.n_tokens == T && op.row_begin == 0 && op.n_rows == 5 * D && op.epilogue == Epilogue::kBf16,
@@ -700,6 +701,7 @@ class CudaBackend final : public Backend {
       }
     });
     DI_CUDA_CHECK(cudaMemcpyAsync(engram_rows_.get(), codes, size_t(bytes), cudaMemcpyHostToDevice, stream_));
+    engram_staging_.queued(stream_);  // the staging is free once its copy ran
     float* x = engram_x_.get<float>();
     const uint8_t* device_codes = engram_rows_.get<uint8_t>();
     cuda::launch_engram_rows({device_codes, device_codes + code_bytes, T, width, x, w.k_pad}, stream_);
@@ -712,7 +714,6 @@ class CudaBackend final : public Backend {
       cuda::launch_linear(l, stream_);
     }
     cuda::launch_engram_gate({h, engram_kv_.get<float>(), T, D, q, k, p.eps}, stream_);
-    engram_staging_.queued(stream_);
     return true;
   }
   // Kept selections need the device's selection and packed rows (the attention gathers every row a selection may

@@ -1,7 +1,7 @@
 // An mHC side's halves on the device (kernels.h, HcPreLaunch / HcPostLaunch) and V4.1's tap, Engram rows and Engram
 // update of the stream, each the host's exact code (model/ops.cpp: hc_split_sinkhorn, hc_collapse, rmsnorm,
-// hc_expand_columns, engram_gate; model/engram.cpp: engram_table_row) operation by operation in IEEE double with its
-// rounding points, so that the outputs are the host steps' bits.
+// hc_expand_columns, engram_gate; model/engram.cpp: engram_table_row) operation by operation with its rounding points
+// (IEEE double, or float where the host computes in float), so that the outputs are the host steps' bits.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -175,7 +175,7 @@ __global__ void engram_rows_kernel(const EngramRowsLaunch p) {
   float v = 0.0f;
   if (k < p.width) {
     const uint32_t code = p.codes[t * p.width + k], scale = p.scales[t * (p.width / 32) + k / 32];
-    // A NaN code or scale gives the host's NaN bits (x86 keeps its operand's; the GPU would make its own).
+    // A NaN code or scale decodes to the host's NaN bits (x86 keeps its operand's; the GPU would make its own).
     v = (code & 0x7fu) == 0x7fu || scale == 0xffu ? __uint_as_float(0x7fc00000u) : e4m3_value(code) * e8m0_value(scale);
   }
   p.x[t * p.x_stride + k] = v;
