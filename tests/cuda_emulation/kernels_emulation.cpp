@@ -328,9 +328,7 @@ void launch_engram_rows(const EngramRowsLaunch& p, cudaStream_t stream) {
     for (int64_t t = 0; t < p.n_tokens; ++t) {
       const EngramTable token_rows{.codes = p.codes + t * p.width, .scales = p.scales + t * (p.width / 32), .rows = 1,
                                    .dim = p.width};
-      float* x = p.x + t * p.x_stride;
-      engram_table_row(token_rows, 0, x);
-      std::fill(x + p.width, x + p.x_stride, 0.0f);
+      engram_table_row(token_rows, 0, p.x + t * p.x_stride);
     }
   });
 }

@@ -75,9 +75,9 @@ struct PreparedLinear {
   const SimdKernels* ks = nullptr;
   PackedX x;
   int64_t unit = 0, n_units = 0;
-  // Non-empty: the op is not ready, its tokens split between two families (1: the level's family packs the token's
-  // x, 0: it takes the fp32 family); it runs as its token runs (token_runs).
-  std::vector<uint8_t> token_packed;
+  // The op is not ready: its tokens split between two families (its workspace's token_packed: 1 where the level's
+  // family packs the token's x, 0 where it takes the fp32 family), and it runs as its token runs (token_runs).
+  bool by_token = false;
 };
 
 // The op as runs of consecutive tokens that take one family each, an op per run.
@@ -129,7 +129,7 @@ PreparedLinear prepare(const LinearParams& p, SimdLevel level, WorkerPool& pool,
       const auto packed = ws.token_packed.begin(), packed_end = packed + p.n_tokens;
       if (std::find(packed, packed_end, 1) != packed_end) {
         pl.ks = nullptr;
-        pl.token_packed.assign(packed, packed_end);
+        pl.by_token = true;
         return pl;
       }
       pl.ks = &fp32_simd_kernels(level);
@@ -175,9 +175,9 @@ void run_unit(const PreparedLinear& pl, int64_t i) {
 
 void linear_fast(const LinearParams& p, SimdLevel level, WorkerPool& pool, LinearWorkspace& ws) {
   const PreparedLinear pl = prepare(p, level, pool, ws);
-  if (!pl.token_packed.empty()) {  // rare (a call mixing bf16 and other activations): workspaces of its own
+  if (pl.by_token) {  // rare (a call mixing bf16 and other activations): workspaces of its own
     std::vector<LinearWorkspace> run_ws;
-    linears_fast(token_runs(p, pl.token_packed), level, pool, run_ws);
+    linears_fast(token_runs(p, ws.token_packed), level, pool, run_ws);
     return;
   }
   pool.parallel_for(pl.n_units, 1, [&](int64_t i0, int64_t i1) {
@@ -195,13 +195,13 @@ void linears_fast(std::span<const LinearParams> ps, SimdLevel level, WorkerPool&
   for (size_t j = 0; j < ps.size(); ++j) {
     pls.push_back(prepare(ps[j], level, pool, wss[j], j > 0 ? &pls[j - 1] : nullptr));
     first.push_back(first.back() + pls.back().n_units);
-    split |= !pls.back().token_packed.empty();
+    split |= pls.back().by_token;
   }
   if (split) {  // rare (a call mixing bf16 and other activations): every op again, the split ones as their runs
     std::vector<LinearParams> ops;
     for (size_t j = 0; j < ps.size(); ++j) {
-      if (pls[j].token_packed.empty()) ops.push_back(ps[j]);
-      else for (const LinearParams& run : token_runs(ps[j], pls[j].token_packed)) ops.push_back(run);
+      if (!pls[j].by_token) ops.push_back(ps[j]);
+      else for (const LinearParams& run : token_runs(ps[j], wss[j].token_packed)) ops.push_back(run);
     }
     linears_fast(ops, level, pool, wss);  // (nothing prepared above is read again)
     return;

@@ -198,8 +198,8 @@ struct EngramGateLaunch {
 };
 void launch_engram_gate(const EngramGateLaunch& p, cudaStream_t stream);
 // V4.1's Engram rows from their stored bytes (model/engram.h's engram_table_row, the same float product): x[t, k] =
-// e4m3(codes[t, k]) * e8m0(scales[t, k / 32]) for k < width, +0 for width <= k < x_stride. The QDQ that follows is
-// launch_act_qdq's.
+// e4m3(codes[t, k]) * e8m0(scales[t, k / 32]) for k < width; x past width is not written (the QDQ that follows,
+// launch_act_qdq, zeros a linear's padding).
 struct EngramRowsLaunch {
   const uint8_t* codes = nullptr;   // [n_tokens, width]: each token's gathered rows' e4m3 codes side by side
   const uint8_t* scales = nullptr;  // [n_tokens, width / 32]: their e8m0 scales, one per 32 codes

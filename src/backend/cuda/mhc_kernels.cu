@@ -168,17 +168,14 @@ __global__ void __launch_bounds__(kEngramThreads) engram_gate_kernel(const Engra
   for (int64_t d = lane; d < D; d += 32) h[d] = round_bf16_exact(__dadd_rn(double(h[d]), __dmul_rn(gate, double(val[d]))));
 }
 
-// One thread per (token, column of x), blocks along x, tokens along y.
+// One thread per (token, value), blocks along the row, tokens along y.
 __global__ void engram_rows_kernel(const EngramRowsLaunch p) {
   const int64_t t = blockIdx.y, k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (k >= p.x_stride) return;
-  float v = 0.0f;
-  if (k < p.width) {
-    const uint32_t code = p.codes[t * p.width + k], scale = p.scales[t * (p.width / 32) + k / 32];
-    // A NaN code or scale decodes to the host's NaN bits (x86 keeps its operand's; the GPU would make its own).
-    v = (code & 0x7fu) == 0x7fu || scale == 0xffu ? __uint_as_float(0x7fc00000u) : e4m3_value(code) * e8m0_value(scale);
-  }
-  p.x[t * p.x_stride + k] = v;
+  if (k >= p.width) return;
+  const uint32_t code = p.codes[t * p.width + k], scale = p.scales[t * (p.width / 32) + k / 32];
+  // A NaN code or scale decodes to the host's NaN bits (x86 keeps its operand's; the GPU would make its own).
+  p.x[t * p.x_stride + k] =
+      (code & 0x7fu) == 0x7fu || scale == 0xffu ? __uint_as_float(0x7fc00000u) : e4m3_value(code) * e8m0_value(scale);
 }
 
 }  // namespace
@@ -210,7 +207,7 @@ void launch_engram_rows(const EngramRowsLaunch& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
   DI_CHECK_MSG(p.width % 32 == 0 && p.width <= p.x_stride, "engram_rows: rows of whole scale groups inside x's stride");
   DI_CHECK_MSG(p.n_tokens <= 65535, "engram_rows: too many tokens for one launch");
-  const int64_t column_blocks = (p.x_stride + kPostThreads - 1) / kPostThreads;
+  const int64_t column_blocks = (p.width + kPostThreads - 1) / kPostThreads;
   launch_kernel(engram_rows_kernel, dim3(unsigned(column_blocks), unsigned(p.n_tokens)), kPostThreads, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
