@@ -1,6 +1,6 @@
 // The launch interface of the CUDA kernels: plain structs of device pointers and sizes, one launcher per
 // op. Shared by the .cu files (which define the launchers) and the host side of the backend
-// (cuda_backend.cpp) and the timing program; nothing outside src/backend/cuda includes it.
+// (cuda_backend.h and its .cpp files) and the timing program; nothing outside src/backend/cuda includes it.
 #pragma once
 
 #include <cuda_runtime.h>
