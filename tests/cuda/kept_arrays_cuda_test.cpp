@@ -459,7 +459,7 @@ TEST(KeptArraysCuda, StreamTapOfTheKeptStreamStaysOnTheDevice) {
 TEST(KeptArraysCuda, EngramGateUpdatesTheKeptStreamInPlace) {
   DI_SKIP_WITHOUT_CUDA();
   std::mt19937 rng(830);
-  // 160 columns: wkv's K padded past them (zeros the device writes), the QDQ's last block short.
+  // 160 columns: the QDQ's last block short (128 + 32).
   const int64_t dim = KeptStreamStandIn::dim, row_dim = 32, rows_per_token = 5, width = rows_per_token * row_dim;
   const int64_t table_rows = 37, qdq_block = 128;
   const OwnedWeight wkv = random_fp8_weight(rng, 5 * dim, width, 128);

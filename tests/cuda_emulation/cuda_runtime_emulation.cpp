@@ -182,8 +182,10 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
-  // Not zeroed, as device memory is not: a kernel that reads what nothing wrote reads garbage here too.
+  // Not zeroed, as device memory is not: filled with 0xff bytes (NaN floats, -1 integers), so that a kernel that reads
+  // what nothing wrote gets garbage here too, never the zeros fresh host pages hold.
   *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (*ptr) std::memset(*ptr, 0xff, bytes);
   return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 

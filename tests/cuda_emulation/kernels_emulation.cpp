@@ -322,16 +322,6 @@ void launch_stream_tap(const StreamTapLaunch& p, cudaStream_t stream) {
     }
   });
 }
-// engram.cpp's engram_table_row on each token's gathered bytes.
-void launch_engram_rows(const EngramRowsLaunch& p, cudaStream_t stream) {
-  enqueue(stream, [p] {
-    for (int64_t t = 0; t < p.n_tokens; ++t) {
-      const EngramTable token_rows{.codes = p.codes + t * p.width, .scales = p.scales + t * (p.width / 32), .rows = 1,
-                                   .dim = p.width};
-      engram_table_row(token_rows, 0, p.x + t * p.x_stride);
-    }
-  });
-}
 // dsv41.cpp's Engram update: ops.h's engram_gate on each copy.
 void launch_engram_gate(const EngramGateLaunch& p, cudaStream_t stream) {
   enqueue(stream, [p] {
@@ -480,6 +470,19 @@ void launch_act_qdq(const ActQdqLaunch& p, cudaStream_t stream) {
         std::copy_n(out, p.width, p.normed + r * p.normed_stride);
       }
       act_qdq_now(out, p.width, p.block, p.rule);
+    }
+  });
+}
+
+// engram.cpp's engram_table_row on each token's gathered bytes, then qdq_fp8_v41.
+void launch_engram_rows(const EngramRowsLaunch& p, cudaStream_t stream) {
+  enqueue(stream, [p] {
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const EngramTable token_rows{.codes = p.codes + t * p.width, .scales = p.scales + t * (p.width / 32), .rows = 1,
+                                   .dim = p.width};
+      float* x = p.x + t * p.x_stride;
+      engram_table_row(token_rows, 0, x);
+      act_qdq_now(x, p.width, p.qdq_block, ActQdqRule::kV41);
     }
   });
 }

@@ -297,9 +297,9 @@ class CudaBackend final : public Backend {
   bool stream_tap(const StreamTapParams& p) override;
   // V4.1's Engram update on the kept stream: the host gathers each token's table rows as stored (e4m3 codes and e8m0
   // scales, ~1 byte a value: a quarter of the floats the host would decode them to) into pinned staging of its own
-  // (the call does not wait); the device decodes them, applies the activation QDQ, runs wkv as linears() runs a lone
-  // op, then the gate kernel on the kept stream in place. Nothing comes back. Not on the FP8-operand prompt path,
-  // whose prepass and groups use the linears() batch's buffers.
+  // (the call does not wait); the device decodes them and applies the activation QDQ in one kernel, runs wkv as
+  // linears() runs a lone op, then the gate kernel on the kept stream in place. Nothing comes back. Not on the
+  // FP8-operand prompt path, whose prepass and groups use the linears() batch's buffers.
   bool engram_gate(const EngramGateParams& p) override;
   // Kept selections need the device's selection and packed rows (the attention gathers every row a selection may
   // name by its stamp, through the row mirror where it is on).

@@ -214,8 +214,10 @@ bool CudaBackend::stream_tap(const StreamTapParams& p) {
 
 bool CudaBackend::engram_gate(const EngramGateParams& p) {
   const LinearParams& op = p.kv;
-  // (The decode's grid puts tokens on y: a larger batch takes the host's route.)
-  if (!device_chain_ || p.n_tokens == 0 || p.n_tokens > 65535 || host_experts_.count(op.weight->data)) return false;
+  // (A lone linear launch takes at most 8 x 65535 tokens: a larger batch takes the host's route.)
+  if (!device_chain_ || p.n_tokens == 0 || p.n_tokens > 8 * int64_t(kMaxGridYZ) || host_experts_.count(op.weight->data)) {
+    return false;
+  }
   const EngramTable& table = *p.table;
   const int64_t T = p.n_tokens, D = p.dim, width = p.rows_per_token * table.dim;
   DI_CHECK_MSG(op.n_tokens == T && op.row_begin == 0 && op.n_rows == 5 * D && op.epilogue == Epilogue::kBf16,
@@ -248,8 +250,7 @@ bool CudaBackend::engram_gate(const EngramGateParams& p) {
   engram_staging_.queued(stream_);  // the staging is free once its copy ran
   float* x = engram_x_.get<float>();
   const uint8_t* device_codes = engram_rows_.get<uint8_t>();
-  cuda::launch_engram_rows({device_codes, device_codes + code_bytes, T, width, x, w.k_pad}, stream_);
-  cuda::launch_act_qdq({x, w.k_pad, T, width, p.qdq_block, cuda::ActQdqRule::kV41, x, w.k_pad, w.k_pad}, stream_);
+  cuda::launch_engram_rows({device_codes, device_codes + code_bytes, T, width, x, w.k_pad, p.qdq_block}, stream_);
   cuda::LinearLaunch l = launch_of(w, op, x, engram_kv_.get<float>());
   if (tensor_core_linear_ && w.mma_exact) {
     partials_.reserve(size_t(cuda::linear_mma_partial_floats(l, mma_choice_)) * 4);

@@ -197,15 +197,17 @@ struct EngramGateLaunch {
   double eps = 0;
 };
 void launch_engram_gate(const EngramGateLaunch& p, cudaStream_t stream);
-// V4.1's Engram rows from their stored bytes (model/engram.h's engram_table_row, the same float product): x[t, k] =
-// e4m3(codes[t, k]) * e8m0(scales[t, k / 32]) for k < width; x past width is not written (the QDQ that follows,
-// launch_act_qdq, zeros a linear's padding).
+// V4.1's Engram rows from their stored bytes, as wkv reads them (moe_kernels.cu): x[t, k] = e4m3(codes[t, k]) *
+// e8m0(scales[t, k / 32]) for k < width (model/engram.h's engram_table_row, the same float product), then V4.1's
+// activation QDQ of the row in blocks of qdq_block (launch_act_qdq's kV41 rule). A multiple of 32 wide, the rows
+// are wkv's whole x: a linear's K is padded to a multiple of 32.
 struct EngramRowsLaunch {
   const uint8_t* codes = nullptr;   // [n_tokens, width]: each token's gathered rows' e4m3 codes side by side
   const uint8_t* scales = nullptr;  // [n_tokens, width / 32]: their e8m0 scales, one per 32 codes
   int64_t n_tokens = 0, width = 0;  // width a multiple of 32
   float* x = nullptr;               // [n_tokens, x_stride]
   int64_t x_stride = 0;
+  int64_t qdq_block = 0;
 };
 void launch_engram_rows(const EngramRowsLaunch& p, cudaStream_t stream);
 

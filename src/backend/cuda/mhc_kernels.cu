@@ -1,7 +1,7 @@
-// An mHC side's halves on the device (kernels.h, HcPreLaunch / HcPostLaunch) and V4.1's tap, Engram rows and Engram
-// update of the stream, each the host's exact code (model/ops.cpp: hc_split_sinkhorn, hc_collapse, rmsnorm,
-// hc_expand_columns, engram_gate; model/engram.cpp: engram_table_row) operation by operation with its rounding points
-// (IEEE double, or float where the host computes in float), so that the outputs are the host steps' bits.
+// An mHC side's halves on the device (kernels.h, HcPreLaunch / HcPostLaunch) and V4.1's tap and Engram update of the
+// stream, each the host's exact code (model/ops.cpp: hc_split_sinkhorn, hc_collapse, rmsnorm, hc_expand_columns,
+// engram_gate) operation by operation with its rounding points (IEEE double, or float where the host computes in
+// float), so that the outputs are the host steps' bits.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -168,16 +168,6 @@ __global__ void __launch_bounds__(kEngramThreads) engram_gate_kernel(const Engra
   for (int64_t d = lane; d < D; d += 32) h[d] = round_bf16_exact(__dadd_rn(double(h[d]), __dmul_rn(gate, double(val[d]))));
 }
 
-// One thread per (token, value), blocks along the row, tokens along y.
-__global__ void engram_rows_kernel(const EngramRowsLaunch p) {
-  const int64_t t = blockIdx.y, k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (k >= p.width) return;
-  const uint32_t code = p.codes[t * p.width + k], scale = p.scales[t * (p.width / 32) + k / 32];
-  // A NaN code or scale decodes to the host's NaN bits (x86 keeps its operand's; the GPU would make its own).
-  p.x[t * p.x_stride + k] =
-      (code & 0x7fu) == 0x7fu || scale == 0xffu ? __uint_as_float(0x7fc00000u) : e4m3_value(code) * e8m0_value(scale);
-}
-
 }  // namespace
 
 namespace {
@@ -200,15 +190,6 @@ void launch_engram_gate(const EngramGateLaunch& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
   DI_CHECK_MSG(p.n_tokens < (int64_t(1) << 31), "engram_gate: too many tokens for one launch");
   launch_kernel(engram_gate_kernel, dim3(unsigned(p.n_tokens)), kEngramThreads, 0, stream, p);
-  DI_CUDA_CHECK_LAUNCH();
-}
-
-void launch_engram_rows(const EngramRowsLaunch& p, cudaStream_t stream) {
-  if (p.n_tokens == 0) return;
-  DI_CHECK_MSG(p.width % 32 == 0 && p.width <= p.x_stride, "engram_rows: rows of whole scale groups inside x's stride");
-  DI_CHECK_MSG(p.n_tokens <= 65535, "engram_rows: too many tokens for one launch");
-  const int64_t column_blocks = (p.width + kPostThreads - 1) / kPostThreads;
-  launch_kernel(engram_rows_kernel, dim3(unsigned(column_blocks), unsigned(p.n_tokens)), kPostThreads, 0, stream, p);
   DI_CUDA_CHECK_LAUNCH();
 }
 

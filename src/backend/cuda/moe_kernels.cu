@@ -1,8 +1,9 @@
 // The MoE of a block on the device (kernels.h, "The MoE of a block on the device"): the activation QDQ, the
-// SwiGLU, the router with the routed rows' plan, the rows' gather and the M8 sum. Each reproduces the host's
-// exact code (model/ops.cpp, model/moe_routing.cpp, model/moe.cpp) operation by operation in IEEE double or
-// float, with the host's rounding points; the double operations go through the _rn intrinsics so that nvcc
-// contracts none of them into a fused multiply-add the host does not do.
+// SwiGLU, the router with the routed rows' plan, the rows' gather and the M8 sum; and V4.1's Engram rows, decoded
+// and QDQ'd in one kernel. Each reproduces the host's exact code (model/ops.cpp, model/moe_routing.cpp,
+// model/moe.cpp, model/engram.cpp) operation by operation in IEEE double or float, with the host's rounding points;
+// the double operations go through the _rn intrinsics so that nvcc contracts none of them into a fused multiply-add
+// the host does not do.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -52,6 +53,22 @@ __global__ void __launch_bounds__(kRowThreads) act_qdq_kernel(const ActQdqLaunch
   for (int64_t i = threadIdx.x; i < p.out_pad; i += kRowThreads) out[i] = i < p.width ? x[i] : 0.0f;
   __syncthreads();
   qdq_row(out, p.width, p.block, p.rule);
+}
+
+// V4.1's Engram rows: one block per token, its gathered rows decoded from their stored bytes into x (engram.cpp's
+// engram_table_row, the same float product; a NaN code or scale gives the host's NaN bits, where the GPU would make
+// its own), then the activation QDQ in place: one pass over x, as act_qdq_kernel after a decode.
+__global__ void __launch_bounds__(kRowThreads) engram_rows_kernel(const EngramRowsLaunch p) {
+  const int64_t t = blockIdx.x;
+  const uint8_t* codes = p.codes + t * p.width;
+  const uint8_t* scales = p.scales + t * (p.width / 32);
+  float* x = p.x + t * p.x_stride;
+  for (int64_t k = threadIdx.x; k < p.width; k += kRowThreads) {
+    const uint32_t code = codes[k], scale = scales[k / 32];
+    x[k] = (code & 0x7fu) == 0x7fu || scale == 0xffu ? __uint_as_float(0x7fc00000u) : e4m3_value(code) * e8m0_value(scale);
+  }
+  __syncthreads();
+  qdq_row(x, p.width, p.qdq_block, ActQdqRule::kV41);
 }
 
 // The same with the row's rmsnorm before the QDQ (p.rmsnorm): its sum of squares in sum_squares_32_lanes's order
@@ -237,6 +254,15 @@ void launch_act_qdq(const ActQdqLaunch& p, cudaStream_t stream) {
   } else {
     launch_rows(act_qdq_kernel, p, "act_qdq", stream);
   }
+}
+
+void launch_engram_rows(const EngramRowsLaunch& p, cudaStream_t stream) {
+  if (p.n_tokens == 0) return;
+  DI_CHECK_MSG(p.width % 32 == 0 && p.width <= p.x_stride && p.qdq_block > 0,
+               "engram_rows: rows of whole scale groups inside x's stride, and a QDQ block");
+  DI_CHECK_MSG(p.n_tokens < (int64_t(1) << 31), "engram_rows: too many tokens for one launch");
+  launch_kernel(engram_rows_kernel, dim3(unsigned(p.n_tokens)), kRowThreads, 0, stream, p);
+  DI_CUDA_CHECK_LAUNCH();
 }
 
 void launch_swiglu_qdq(const SwigluQdqLaunch& p, cudaStream_t stream) {
