@@ -10,7 +10,13 @@ namespace deepinfer {
 
 RowMirror::RowMirror(int64_t capacity) : capacity_(capacity) {
   DI_CHECK(capacity > 0 && capacity <= INT32_MAX);
-  slot_of_.reset(capacity);
+  slot_of_.reset(std::min<int64_t>(capacity, 4096));
+}
+
+void RowMirror::make_room_for(int64_t n_held) {
+  if (n_held <= slot_of_.max_keys()) return;
+  slot_of_.reset(std::min(capacity_, std::max(n_held, 2 * slot_of_.max_keys())));
+  for (int64_t s = 0; s < next_free_; ++s) slot_of_.try_emplace(stamp_of_slot_[size_t(s)], int32_t(s));
 }
 
 int64_t RowMirror::find(uint64_t stamp) const {
@@ -36,13 +42,16 @@ void RowMirror::place_missing(std::span<const uint64_t> stamps, std::span<int64_
   }
   const RowRange all{0, int64_t(stamps.size())};
   if (missing > capacity_ - next_free_) {  // every row of the call is missing then
-    slot_of_.reset(capacity_);
+    slot_of_.reset(1);  // (emptied; its room stays)
     next_free_ = 0;
+    stamp_of_slot_.clear();
     ++n_flushes_;
     forget_runs();
     std::fill(slots.begin(), slots.end(), int64_t(-1));
     ranges = {&all, 1};
+    missing = int64_t(stamps.size());
   }
+  make_room_for(next_free_ + missing);
   for (const auto& [begin, end] : ranges) {
     for (int64_t k = begin; k < end; ++k) {
       if (slots[size_t(k)] >= 0) continue;
@@ -52,6 +61,7 @@ void RowMirror::place_missing(std::span<const uint64_t> stamps, std::span<int64_
       const auto [slot, inserted] = slot_of_.try_emplace(stamps[size_t(k)], int32_t(next_free_));
       if (inserted) {
         ++next_free_;
+        stamp_of_slot_.push_back(stamps[size_t(k)]);
         copies.push_back(k);
       }
       slots[size_t(k)] = slot;

@@ -8,7 +8,9 @@
 // is copied: rows are never evicted one by one, and never while a call places its rows. A page run of rows (a kept
 // selection's or a page of index keys, SlotGather::PackedGroup::Run) can be looked up whole: the mirror remembers the
 // runs a call placed, by their stamps' address, until the arena is emptied (or the runs remembered hold more rows than
-// the arena: then all are forgotten). Free of any device API so that the CPU tests cover it.
+// the arena: then all are forgotten). The stamp index grows with the rows held, not with the capacity: a 2 GB arena
+// of 68 B index keys has ~10M slots, whose index would take 0.5 GB of host memory from the first call on. Free of any
+// device API so that the CPU tests cover it.
 #pragma once
 
 #include <cstdint>
@@ -57,10 +59,12 @@ class RowMirror {
     std::vector<int64_t> slots;
   };
   void forget_runs();
+  void make_room_for(int64_t n_held);  // the stamp index grown (rebuilt from stamp_of_slot_) to index n_held rows
   int64_t capacity_;
   int64_t next_free_ = 0;  // slots [0, next_free_) hold rows
   int64_t n_flushes_ = 0;
   FlatIndex slot_of_;      // stamp -> slot
+  std::vector<uint64_t> stamp_of_slot_;  // [next_free_]
   std::unordered_map<const uint64_t*, RememberedRun> runs_;  // by the run's stamps' address
   int64_t remembered_rows_ = 0;
 };

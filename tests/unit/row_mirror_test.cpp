@@ -63,6 +63,38 @@ TEST(RowMirror, ManyStampsKeepDistinctSlots) {
   for (size_t k = 0; k < stamps.size(); ++k) EXPECT_EQ(m.find(stamps[k]), slots[k]);
 }
 
+// The stamp index grows with the rows held: a mirror as large as a 2 GB arena of 68 B keys (~30M slots here, whose
+// index sized by the capacity would take 1 GB) costs nothing up front, and rows placed across the index's growths,
+// and after a flush, are found in their slots.
+TEST(RowMirror, IndexGrowsWithTheRowsHeld) {
+  RowMirror big(int64_t(30) << 20);
+  std::vector<int64_t> copies;
+  std::vector<uint64_t> all;
+  std::vector<int64_t> all_slots;
+  for (int call = 0; call < 4; ++call) {  // 3000, 6000, 9000 and 12000 rows held: the index grows twice
+    std::vector<uint64_t> stamps;
+    for (int i = 0; i < 3000; ++i) stamps.push_back(uint64_t(call * 3000 + i + 1) * 4096);
+    const std::vector<int64_t> slots = place(big, stamps, copies);
+    EXPECT_EQ(copies.size(), stamps.size());
+    all.insert(all.end(), stamps.begin(), stamps.end());
+    all_slots.insert(all_slots.end(), slots.begin(), slots.end());
+  }
+  EXPECT_EQ(big.n_held(), 12000);
+  EXPECT_EQ(std::set<int64_t>(all_slots.begin(), all_slots.end()).size(), all.size());
+  for (size_t k = 0; k < all.size(); ++k) ASSERT_EQ(big.find(all[k]), all_slots[k]) << "row " << k;
+  // A small mirror emptied by a call larger than its index has room for: the call's rows all placed and found.
+  RowMirror small(5000);
+  std::vector<uint64_t> first(4000), second(4500);
+  for (size_t i = 0; i < first.size(); ++i) first[i] = i + 1;
+  for (size_t i = 0; i < second.size(); ++i) second[i] = 100000 + i;
+  place(small, first, copies);
+  const std::vector<int64_t> slots = place(small, second, copies);
+  EXPECT_EQ(small.n_flushes(), 1);
+  EXPECT_EQ(copies.size(), second.size());
+  for (size_t k = 0; k < second.size(); ++k) ASSERT_EQ(small.find(second[k]), slots[k]);
+  EXPECT_EQ(small.find(first[0]), -1);
+}
+
 // place_missing over ranges (the rows a caller looked up; the others have their slots): the same slots and copies as
 // over the whole call, the rows outside the ranges unread; where the missing rows do not fit, every row of the call
 // is placed, those outside the ranges too.

@@ -66,7 +66,7 @@ void CudaBackend::attend(std::span<const SparseAttentionParams> batch) {
   for (size_t i = 0; i < groups.size(); ++i) {
     PackedUpload& u = uploads_[i];
     plan_upload(groups[i], u);
-    u.byte_at = packed_bytes;  // 16-byte aligned for the scatter's 4-byte words, whatever the rows before
+    u.byte_at = packed_bytes;  // a multiple of 16 from the packed bytes' start (itself only 4-byte aligned, below)
     packed_bytes += (u.staged.size() * size_t(groups[i].format.row_bytes) + 15) / 16 * 16;
     u.slot_at = n_slot_words;
     n_slot_words += int64_t(u.slots.size());
