@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -91,6 +92,31 @@ TEST(MoeCuda, GraphReplaysTakeNewInputs) {
   EXPECT_EQ(make_cuda_backend(0, 0, &error), nullptr);
   unsetenv("DEEPINFER_CUDA_GRAPHS");
   EXPECT_NE(error.find("DEEPINFER_CUDA_GRAPHS"), std::string::npos) << error;
+}
+
+// The device MoE's graphs are keyed by the call's constants too: the same block and token count run with another
+// route scale, SwiGLU limit or QDQ block replay no graph captured with the first's (each gives the model's code's
+// bits with its own constants).
+TEST(MoeCuda, GraphsAreKeyedByTheCallsConstants) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  const ScopedMoePath path("device");
+  const MoeShape s;
+  const RandomMoe moe(s, 3, 17);
+  DI_MAKE_CUDA_BACKEND(gpu);
+  const std::vector<std::function<void(MoeParams&)>> changes = {
+      [](MoeParams&) {}, [](MoeParams& p) { p.route_scale = 1.5; }, [](MoeParams& p) { p.swiglu_limit = 0.25; },
+      [](MoeParams& p) { p.act_block = 32; }};
+  for (size_t i = 0; i < changes.size(); ++i) {
+    SCOPED_TRACE("change " + std::to_string(i));
+    std::vector<float> host(moe.u.size(), -7.0f), device(moe.u.size(), -7.0f);
+    MoeParams on_host = moe.params(s, host.data()), on_device = moe.params(s, device.data());
+    changes[i](on_host);
+    changes[i](on_device);
+    moe_on_backend(*gpu, on_host);
+    ASSERT_TRUE(gpu->moe(on_device));
+    EXPECT_EQ(n_differing(host, device), 0) << "of " << host.size() << " outputs";
+  }
 }
 
 // Where the model's path would take other kernels, the device MoE declines and the model's own code runs: the FMA

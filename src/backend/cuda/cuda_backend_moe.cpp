@@ -299,10 +299,12 @@ void CudaBackend::run_moe(const MoeParams& p, const MoeBlock& block, const MhcSi
       DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
     }
   };
-  // Keyed by what the captured work depends on besides the buffers: the block, the token count, the side, and
-  // the head's output chain (whose scratch and staging are the chain's).
+  // Keyed by what the captured work depends on besides the buffers: the block, the token count, the rules and
+  // constants its launches hold (the QDQ's, the SwiGLU's limit, the route scale), the side, and the head's output
+  // chain (whose scratch and staging are the chain's).
   GraphKey key = {has_head ? kTailGraph : kMoeGraph, word(&w), T, word(kept_head_h != nullptr), word(kept_out != nullptr),
-                  word(pre_back), word(kept_pre != nullptr)};
+                  word(pre_back), word(kept_pre != nullptr), word(p.v41), p.act_block, word(p.swiglu_limit),
+                  word(p.route_scale)};
   if (has_side) add_side_words(*side->p, key);
   if (has_head) add_output_chain_words(head->p->output, key);
   if (graphs_) {
@@ -339,7 +341,8 @@ void CudaBackend::add_side_words(const MhcSideParams& side, GraphKey& key) {
 }
 
 void CudaBackend::add_output_chain_words(const LinearChainParams& p, GraphKey& key) {
-  for (int64_t w : {p.n_tokens, p.mid_width, p.qdq_block, word(p.v41), word(p.x_kept)}) key.push_back(w);
+  // (A kept x is copied with its stride: the first op's, which every op shares then.)
+  for (int64_t w : {p.n_tokens, p.mid_width, p.qdq_block, word(p.v41), word(p.x_kept), p.first[0].x_stride}) key.push_back(w);
   for (const LinearParams& op : p.first) {
     for (int64_t w : {word(op.weight), op.row_begin, op.n_rows, int64_t(op.epilogue), int64_t(op.out - p.mid)}) key.push_back(w);
   }
