@@ -469,7 +469,8 @@ class CudaBackend final : public Backend {
   // The key holds everything the captured work depends on but the buffers' addresses (GraphKey's words: a kind,
   // then pointers, sizes and bit patterns); a graph also holds the addresses of the buffers it was captured with
   // (scratch, staging, partials, descriptors), and when one of those has grown since, it is captured anew. A device
-  // whose runtime refuses the capture turns graphs off for this backend (said once) and runs the work as it is.
+  // whose runtime refuses to begin, end or instantiate the capture turns graphs off for this backend (said once) and
+  // runs the work as it is; an operation refused inside the capture fails its own check, as it would outside one.
   using GraphKey = std::vector<int64_t>;
   static constexpr int64_t kMoeGraph = 1, kFrontGraph = 2, kChainGraph = 3, kTailGraph = 4;  // GraphKey's first word
   template <class T>
