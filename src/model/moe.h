@@ -12,6 +12,11 @@ namespace deepinfer {
 // host (the model's own code; Backend::moe is the whole of it in one call, where a backend has that).
 void moe_on_backend(Backend& backend, const MoeParams& p);
 
+// The score router's order: (key, expert) a before b where its key is larger, ties to the lower expert, and a NaN key
+// (a corrupt gate or bias) after every number, so that the order is total, as partial_sort needs, and a device
+// routes NaN keys as the host does (moe_kernels.cu's beats()).
+bool routes_before(double key_a, int64_t a, double key_b, int64_t b);
+
 // The router of one token (spec M2 / M3; V4.1 steps 36-37): which experts it goes to and with what weights.
 // g: the token's [n_experts] sqrt-softplus gate scores (M1). Hash routing (hash_row, the token's tid2eid row of
 // top_k experts, given): those experts in that order; score routing (hash_row nullptr): the top_k experts by

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -92,6 +93,25 @@ TEST(MoeCuda, GraphReplaysTakeNewInputs) {
   EXPECT_EQ(make_cuda_backend(0, 0, &error), nullptr);
   unsetenv("DEEPINFER_CUDA_GRAPHS");
   EXPECT_NE(error.find("DEEPINFER_CUDA_GRAPHS"), std::string::npos) << error;
+}
+
+// NaN route keys (a corrupt gate bias) rank after every number on the device as on the host (model/moe.h
+// routes_before): the same experts, each once, and the same bits; with every key NaN, the first experts by index.
+TEST(MoeCuda, NanRouteKeysRouteAsOnTheHost) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  const ScopedMoePath path("device");
+  for (const MoeShape s : {MoeShape{}, MoeShape{.v41 = true}}) {
+    SCOPED_TRACE(s.v41 ? "V4.1" : "V4");
+    RandomMoe moe(s, 5, 23);
+    for (int64_t e : {1, 6, 11}) moe.gate_bias[size_t(e)] = std::numeric_limits<float>::quiet_NaN();
+    DI_MAKE_CUDA_BACKEND(gpu);
+    expect_whole_equals_host_path(*gpu, moe, s);
+    RandomMoe all_nan(s, 5, 29);
+    std::fill(all_nan.gate_bias.begin(), all_nan.gate_bias.end(), std::numeric_limits<float>::quiet_NaN());
+    DI_MAKE_CUDA_BACKEND(other);  // a fresh backend: its blocks go by the weights' addresses
+    expect_whole_equals_host_path(*other, all_nan, s);
+  }
 }
 
 // The device MoE's graphs are keyed by the call's constants too: the same block and token count run with another

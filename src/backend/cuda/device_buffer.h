@@ -50,9 +50,12 @@ class DeviceBuffer {
 
   template <typename T = void> T* get() const { return static_cast<T*>(ptr_); }
   size_t bytes() const { return bytes_; }
-  // Grows to at least `bytes` (contents are not kept).
+  // Grows to at least `bytes` (contents are not kept). The wait for the queued work that may read the old memory is
+  // checked here, so that a device fault in that work is reported by this call rather than dropped by the destructor.
   void reserve(size_t bytes) {
-    if (bytes > bytes_) *this = DeviceBuffer(bytes + bytes / 4);
+    if (bytes <= bytes_) return;
+    if (ptr_) DI_CUDA_CHECK(cudaDeviceSynchronize());
+    *this = DeviceBuffer(bytes + bytes / 4);
   }
 
  private:

@@ -174,7 +174,7 @@ struct HcPostLaunch {
   int64_t x_stride = 0;
   const float* coeffs = nullptr;  // [n_tokens, kHcCoefficientFloats] as launch_hc_pre writes them
   int64_t n_tokens = 0, dim = 0;
-  float* h_out = nullptr;         // [n_tokens, 4 * dim]
+  float* h_out = nullptr;         // [n_tokens, 4 * dim], not h
 };
 void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream);
 // V4.1's DSpark tap (backend.h's StreamTapParams): out[t * out_stride + i] = bf16((h[t, 0, i] + h[t, 1, i] +

@@ -201,6 +201,10 @@ void launch_hc_pre(const HcPreLaunch& p, cudaStream_t stream) {
   DI_CUDA_CHECK_LAUNCH();
 }
 
-void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream) { launch_per_column(hc_post_kernel, p, "hc_post", stream); }
+void launch_hc_post(const HcPostLaunch& p, cudaStream_t stream) {
+  // Not in place: a thread reads every copy of its column after writing the first.
+  DI_CHECK_MSG(p.h_out != p.h, "hc_post: h_out must not be h");
+  launch_per_column(hc_post_kernel, p, "hc_post", stream);
+}
 
 }  // namespace deepinfer::cuda

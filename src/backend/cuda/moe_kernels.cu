@@ -124,11 +124,15 @@ __global__ void __launch_bounds__(kRowThreads) swiglu_qdq_kernel(const SwigluQdq
 __device__ __forceinline__ double route_key(const MoeRouteLaunch& p, const float* g, int64_t e) {
   return p.v41 ? double(__fadd_rn(g[e], p.bias[e])) : __dadd_rn(double(g[e]), double(p.bias[e]));
 }
-// (key, expert) a beats (key, expert) b: the larger key, ties to the lower expert; expert -1 is nothing.
+// (key, expert) a beats (key, expert) b: the larger key, ties to the lower expert, a NaN key after every number
+// (model/moe.h's routes_before: a total order, so the warp's butterfly agrees on one best in every lane and a token
+// never takes an expert twice); expert -1 is nothing.
 __device__ __forceinline__ bool beats(double ka, int ea, double kb, int eb) {
   if (ea < 0) return false;
   if (eb < 0) return true;
-  return ka != kb ? ka > kb : ea < eb;
+  const bool nan_a = ka != ka, nan_b = kb != kb;
+  if (nan_a != nan_b) return nan_b;
+  return !nan_a && ka != kb ? ka > kb : ea < eb;
 }
 
 // One block: each warp routes tokens (top_k rounds of a warp-wide best among the experts not yet chosen, so the
