@@ -239,6 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_pv_kernel(const Attenti
     row_of[j] = row;
     if constexpr (kPacked) row_at[j] = row < 0 ? nullptr : packed_row_address(p, row);
   }
+  __syncthreads();  // row_of before the softmax reads it
   const int64_t h = int64_t(blockIdx.x) * kPvHeads + warp;
   float denom = 1.0f;
   if (h < p.n_heads) {  // AT2 for head h, in this warp alone
@@ -256,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_pv_kernel(const Attenti
     float denom_part = 0.0f;
     for (int64_t j = lane; j < n_slots; j += 32) {
       const float sj = weight[j];
-      if (sj == -INFINITY) {  // an empty slot (a filled one has a finite score)
+      if (row_of[j] < 0) {  // an empty slot, by its row as the fused kernel tells it (a filled one may score -inf)
         weight[j] = 0.0f;
         continue;
       }
