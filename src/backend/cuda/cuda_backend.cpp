@@ -215,9 +215,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
          if (v == "mma_split") p.mma_choice = cuda::MmaKernelChoice::kStagedSplit;
        }},
       // DEEPINFER_CUDA_ATTENTION: fused (default: one kernel, verified on an H200) or split (two kernels that read
-      // each row once per 8 heads; written without a GPU at hand, see bench/cuda/NOTES.md). A call whose longest slot
-      // list does not fit the split kernels' shared memory (~5,900 slots on an H200) runs fused, and the two sum in
-      // different orders: at such lengths a token's last bits then depend on its batch-mates' slot counts.
+      // each row once per 8 heads; written without a GPU at hand, see bench/cuda/NOTES.md). A token whose slot list
+      // does not fit the split kernels' shared memory (~5,900 slots on an H200) runs fused, in a launch of its own
+      // kind (sparse_attentions), so that its batch-mates' paths stay their own.
       {"DEEPINFER_CUDA_ATTENTION", {"fused", "split"}, [](const std::string& v, KernelPaths& p) { p.split_attention = v == "split"; }},
       // DEEPINFER_CUDA_KV: floats (default: the model decodes cache rows and the backend copies 4 bytes a value),
       // packed (the cache rows' own bytes are copied and decoded on the device) or mirror (packed, and the device

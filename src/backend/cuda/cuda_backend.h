@@ -571,6 +571,12 @@ class CudaBackend final : public Backend {
   // The bytes of the rows u stages from group g, one after another into dst, on the host's threads.
   void copy_staged_rows(const SlotGather::PackedGroup& g, const PackedUpload& u, uint8_t* dst);
 
+  // DEEPINFER_CUDA_ATTENTION=split: whether a slot list of n_slots takes the split kernels, which fit fewer slots in
+  // shared memory than the fused one (~5,900 on an H200); a longer one takes the fused kernel.
+  bool takes_split(int64_t n_slots) const {
+    return split_attention_ && cuda::sparse_attention_split_shared_bytes(n_slots) <= max_shared_bytes_;
+  }
+
   // Tokens per attention launch: a prefill block (the model's 256) or a batched decode step's 256 sequences
   // in one launch and one wait, not four. The split path's scores scratch is then up to 256 x 64 heads x 1152
   // slots x 4 B = 75 MB.

@@ -5,9 +5,11 @@
 namespace deepinfer {
 
 void CudaBackend::sparse_attentions(std::span<const SparseAttentionParams> ps) {
-  auto same_launch = [](const SparseAttentionParams& a, const SparseAttentionParams& b) {
+  // A launch's tokens also agree on the kernel pair (takes_split by each token's own slot count): the fused and split
+  // kernels sum in different orders, so a token's path, and its bits, must not depend on a longer batch-mate's list.
+  auto same_launch = [&](const SparseAttentionParams& a, const SparseAttentionParams& b) {
     return a.n_heads == b.n_heads && a.head_dim == b.head_dim && a.sink == b.sink && a.softmax_scale == b.softmax_scale &&
-           a.block_running_max == b.block_running_max;
+           a.block_running_max == b.block_running_max && takes_split(a.n_slots) == takes_split(b.n_slots);
   };
   bind_device();
   for_each_run(ps, kMaxAttentionTokens, same_launch, [&](auto run) { attend(run); });
@@ -75,7 +77,7 @@ void CudaBackend::attend(std::span<const SparseAttentionParams> batch) {
   // memory then holds each slot's row address too (the kernel the decoded rows would get must still fit); and
   // no two groups share an arena (one row size), since a later group's placing may reuse an earlier group's
   // slots, which the decoded path has read by then and the attention would read after.
-  const bool split = split_attention_ && cuda::sparse_attention_split_shared_bytes(n_slots) <= max_shared_bytes_;
+  const bool split = takes_split(n_slots);
   const size_t packed_shared =
       split ? cuda::sparse_attention_split_shared_bytes(n_slots, true) : cuda::sparse_attention_shared_bytes(n_slots, true);
   bool read_packed = packed_attention_rows_ && !groups.empty() && groups.size() <= size_t(cuda::kMaxAttentionPackedGroups) &&
