@@ -17,7 +17,6 @@ void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std
   // Each token's table rows (steps 2-3's hashing), then their values: on the device where the backend keeps the
   // stream (it decodes and QDQs the rows there, so only their stored bytes cross), else here.
   std::vector<int64_t> rows(static_cast<size_t>(T * n_rows));
-  std::vector<float> kv(static_cast<size_t>(T * 5 * D));
   // Tokens are independent in the loops below (each reads the batch and the sequences' histories and writes its
   // own rows): they run on the backend's threads.
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
@@ -46,13 +45,14 @@ void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std
     }
   });
   EngramGateParams p{.kv = {.x = nullptr, .x_stride = width, .n_tokens = T, .weight = &w.engram.wkv, .row_begin = 0,
-                            .n_rows = 5 * D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = kv.data(),
+                            .n_rows = 5 * D, .epilogue = Epilogue::kBf16, .bias = nullptr, .out = nullptr,
                             .out_stride = 5 * D, .x_e4m3_block = config_.act_block},
                      .table = &w.engram.table, .rows = rows.data(), .rows_per_token = n_rows, .qdq_block = config_.act_block,
                      .h = h.data(), .n_tokens = T, .dim = D, .q_weight = w.engram.q_weight,
                      .k_weight = w.engram.k_weight, .eps = c.norm_eps_value()};
+  // (That route reads no x and writes no kv.out: emb and kv are the host route's alone.)
   if (stream && stream->on_backend && backend_->engram_gate(p)) return;  // the stream stays where it is kept
-  std::vector<float> emb(static_cast<size_t>(T * width));
+  std::vector<float> emb(static_cast<size_t>(T * width)), kv(static_cast<size_t>(T * 5 * D));
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t r = 0; r < n_rows; ++r) {
@@ -62,6 +62,7 @@ void Model::engram_v41(const BlockWeights& w, int layer, const Batch& batch, std
   });
   act_qdq_rows(emb, T, width);
   p.kv.x = emb.data();
+  p.kv.out = kv.data();
   if (stream) stream->fetch(*backend_, h);  // the update below is on the host
   backend_->linear(p.kv);
   backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
