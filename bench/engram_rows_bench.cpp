@@ -2,11 +2,11 @@
 // token of 256 values, a table far larger than the caches, rows picked at random as the hashing does). stored = 0:
 // the rows decoded to floats (engram_table_row) and QDQ'd (qdq_fp8_v41 in 128-blocks), as the host path does and as
 // the CUDA backend's engram_gate did until stop 51 (then uploading 4 bytes a value); stored = 1: the rows' stored
-// bytes gathered as CudaBackend::engram_gate now does (e4m3 codes and e8m0 scales; the device decodes and QDQs).
+// bytes gathered as CudaBackend::engram_gate now does (copy_engram_table_rows: e4m3 codes and e8m0 scales; the device
+// decodes and QDQs).
 // One thread (both paths run on the host backend's threads in the engine). Counters: tokens per second, and the bytes a token that then cross to the device.
 #include <benchmark/benchmark.h>
 
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -33,12 +33,7 @@ void BM_EngramRowsHostSide(benchmark::State& state) {
     for (int64_t& r : rows) r = int64_t(rng() % uint64_t(table_rows));  // each step's rows anew
     state.ResumeTiming();
     if (stored) {
-      uint8_t* out_codes = gathered.data();
-      uint8_t* out_scales = out_codes + batch * width;
-      for (int64_t i = 0; i < batch * rows_per_token; ++i) {
-        std::memcpy(out_codes + i * row_dim, table.codes + rows[size_t(i)] * row_dim, size_t(row_dim));
-        std::memcpy(out_scales + i * row_dim / 32, table.scales + rows[size_t(i)] * row_dim / 32, size_t(row_dim / 32));
-      }
+      copy_engram_table_rows(table, rows.data(), 0, batch * rows_per_token, gathered.data(), gathered.data() + batch * width);
       benchmark::DoNotOptimize(gathered.data());
     } else {
       for (int64_t i = 0; i < batch * rows_per_token; ++i) engram_table_row(table, rows[size_t(i)], &x[size_t(i * row_dim)]);

@@ -6,6 +6,7 @@
 
 #include "core/dtypes.h"
 #include "core/pcg64.h"
+#include "core/status.h"
 #include "format/engram_token_map.h"
 #include "format/safetensors.h"
 
@@ -226,6 +227,17 @@ void engram_table_row(const EngramTable& table, int64_t row, float* out) {
   const uint8_t* codes = table.codes + row * table.dim;
   const uint8_t* scales = table.scales + row * (table.dim / 32);
   for (int64_t i = 0; i < table.dim; ++i) out[i] = e4m3_to_float(codes[i]) * e8m0_to_float(scales[i / 32]);
+}
+
+void copy_engram_table_rows(const EngramTable& table, const int64_t* rows, int64_t k0, int64_t k1, uint8_t* codes,
+                            uint8_t* scales) {
+  const int64_t row_scales = table.dim / 32;
+  for (int64_t k = k0; k < k1; ++k) {
+    const int64_t row = rows[k];
+    DI_CHECK_MSG(row >= 0 && row < table.rows, "Engram: a table row out of range");
+    std::memcpy(codes + k * table.dim, table.codes + row * table.dim, size_t(table.dim));
+    std::memcpy(scales + k * row_scales, table.scales + row * row_scales, size_t(row_scales));
+  }
 }
 
 }  // namespace deepinfer

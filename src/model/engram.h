@@ -50,5 +50,9 @@ Status write_engram_side_file(const ModelConfig& config, const EngramHashing& ha
 
 // Writes table row `row` as exact values (e4m3 x e8m0 per 32), [table.dim].
 void engram_table_row(const EngramTable& table, int64_t row, float* out);
+// Copies the stored bytes of rows[k] for k in [k0, k1), for a device that decodes them itself: row k's codes to
+// codes + k * table.dim, its e8m0 scales to scales + k * (table.dim / 32). Each row must be < table.rows (checked).
+void copy_engram_table_rows(const EngramTable& table, const int64_t* rows, int64_t k0, int64_t k1, uint8_t* codes,
+                            uint8_t* scales);
 
 }  // namespace deepinfer

@@ -1,6 +1,7 @@
 // The CUDA backend's chains (CudaBackend, cuda_backend.h): the attention side's front and its projections with the
 // q path, the output projection, the stream taps and V4.1's Engram update, their intermediates kept on the device.
 #include "backend/cuda/cuda_backend.h"
+#include "model/engram.h"
 
 namespace deepinfer {
 
@@ -230,7 +231,7 @@ bool CudaBackend::engram_gate(const EngramGateParams& p) {
   float* h = const_cast<float*>(kept_at(p.h, T * 4 * D));  // a kept array is the backend's own: updated in place
   const float* q = weights_.bf16_constant(p.q_weight, 4 * D, stream_);
   const float* k = weights_.bf16_constant(p.k_weight, 4 * D, stream_);
-  const int64_t row_scales = table.dim / 32, code_bytes = T * width, bytes = code_bytes + code_bytes / 32;
+  const int64_t code_bytes = T * width, bytes = code_bytes + code_bytes / 32;
   engram_staging_.wait();  // engram_host_ below
   engram_host_.reserve(size_t(bytes));
   engram_rows_.reserve(size_t(bytes));
@@ -239,12 +240,7 @@ bool CudaBackend::engram_gate(const EngramGateParams& p) {
   uint8_t* codes = engram_host_.get<uint8_t>();
   uint8_t* scales = codes + code_bytes;
   host_->for_rows(T * p.rows_per_token, [&](int64_t r0, int64_t r1) {  // row r: token r / rows_per_token's
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t row = p.rows[r];
-      DI_CHECK_MSG(row >= 0 && row < table.rows, "engram gate: a table row out of range");
-      std::memcpy(codes + r * table.dim, table.codes + row * table.dim, size_t(table.dim));
-      std::memcpy(scales + r * row_scales, table.scales + row * row_scales, size_t(row_scales));
-    }
+    copy_engram_table_rows(table, p.rows, r0, r1, codes, scales);
   });
   DI_CUDA_CHECK(cudaMemcpyAsync(engram_rows_.get(), codes, size_t(bytes), cudaMemcpyHostToDevice, stream_));
   engram_staging_.queued(stream_);  // the staging is free once its copy ran
