@@ -6,9 +6,10 @@
 // the same 512, at 2048 tokens of context) handed over as the pages' runs. With unshared = 1 each token's rows are
 // placed without a lookup and its window ring whole (SparseAttentionParams::rows_unshared and window_ring, as the
 // model hands a decode step's tokens over). With mirror = 1 each packed group's slots are then found in a row mirror
-// as CudaBackend::plan_upload finds them (mirror_group_slots, on one thread; mirror = 2: on 2 host threads, as the
-// backend runs it on its host backend's threads; DEEPINFER_CUDA_KV=mirror), each sequence's rows with stamps of their
-// own and one window row per sequence rewritten each step (copied again; the rest found).
+// as CudaBackend::plan_upload finds them (mirror_group_slots; DEEPINFER_CUDA_KV=mirror), each sequence's rows with
+// stamps of their own and one window row per sequence rewritten each step (copied again; the rest found). threads:
+// the host threads the gather (in parts where every token is unshared) and the mirror run on, as the backend runs them
+// on its host backend's threads.
 // Counter: slots per second.
 // BM_KeptSelectionHostSide: the whole host side of one batch-1 decode step's attention call with a kept selection at
 // longer contexts (every visible compressed row handed over): the gather, then each packed row's slot in the row
@@ -34,9 +35,9 @@ namespace {
 void BM_SlotGatherDecode(benchmark::State& state) {
   const int64_t batch = state.range(0), H = 64, D = 512, ring = 144, n_compressed = 2048 / 4, top_k = 512;
   const bool kept = state.range(1) != 0, unshared = state.range(2) != 0, mirrored = state.range(3) != 0;
-  std::unique_ptr<Backend> threads;  // the mirror's host threads (nullptr: the calling thread alone)
+  std::unique_ptr<Backend> threads;  // the host threads (nullptr: the calling thread alone)
   std::string error;
-  if (state.range(3) == 2 && !(threads = make_fast_backend(2, &error))) state.SkipWithError(error.c_str());
+  if (state.range(4) > 1 && !(threads = make_fast_backend(int(state.range(4)), &error))) state.SkipWithError(error.c_str());
   const KvRowFormat format = kv_row_format(KvRowKind::kV4Kv, D, 64);
   const int64_t rows_per_page = (16 << 10) / format.row_bytes;
   std::mt19937 rng(1);
@@ -93,7 +94,7 @@ void BM_SlotGatherDecode(benchmark::State& state) {
       const int64_t j = step++ % (ring - 16);
       for (int64_t s = 0; s < batch; ++s) stamps[size_t(s)][size_t(j)] = packed[size_t(s * n_slots + j)].stamp = next_stamp++;
     }
-    gather.gather(ps);
+    gather.gather(ps, threads.get());
     benchmark::DoNotOptimize(gather.slot_rows().data());
     if (!mirrored) return;
     for (const SlotGather::PackedGroup& g : gather.packed_groups()) {
@@ -109,8 +110,8 @@ void BM_SlotGatherDecode(benchmark::State& state) {
   if (mirrored) state.counters["copied/step"] = double(copied) / double(std::max<int64_t>(step, 1));
 }
 BENCHMARK(BM_SlotGatherDecode)
-    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}, {0, 1, 2}})
-    ->ArgNames({"batch", "kept", "unshared", "mirror"})
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}, {0, 1}, {1, 2}})
+    ->ArgNames({"batch", "kept", "unshared", "mirror", "threads"})
     ->Unit(benchmark::kMillisecond);
 
 void BM_KeptSelectionHostSide(benchmark::State& state) {

@@ -11,13 +11,62 @@
 
 namespace deepinfer {
 
-void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
-  n_tokens_ = int64_t(batch.size());
-  n_slots_ = 0;
-  for (const SparseAttentionParams& p : batch) n_slots_ = std::max(n_slots_, p.n_slots);
-  const int64_t head_dim = batch.empty() ? 0 : batch[0].head_dim;
-  slot_rows_.assign(size_t(n_tokens_ * n_slots_), -1);
-  float_rows_.clear();
+namespace {
+
+// Token p's rows in the order a gather places them: sink.row(j, row, packed) for slot j's own row (a float row or a
+// packed one; not for an empty slot), where p is rows_unshared with a window ring sink.ring(ring, format) before the
+// first slot naming a row of it and sink.ring_row(j, i) for slot j naming its row i, then sink.kept_run(run, n,
+// format) for the first n rows of each run of its kept selection (whose slots are the device's: left out).
+template <class Sink>
+void walk_token(const SparseAttentionParams& p, Sink& sink) {
+  const KeptSelectionSlots* kept = p.kept_selection;
+  DI_CHECK_MSG(!kept || (kept->at >= 0 && kept->n >= 0 && kept->at + kept->n <= p.n_slots),
+               "sparse attention: a kept selection's slots lie outside the token's slot list");
+  const PackedRowRun* ring = p.rows_unshared ? p.window_ring : nullptr;
+  bool ring_placed = false;
+  for (int64_t j = 0; j < p.n_slots; ++j) {
+    if (kept && j >= kept->at && j < kept->at + kept->n) continue;
+    const PackedSlot packed = p.packed ? p.packed[j] : PackedSlot{};
+    if (ring && packed.row && packed.row >= ring->rows && packed.row < ring->rows + ring->n_rows * packed.format->row_bytes) {
+      if (!ring_placed) sink.ring(*ring, *packed.format);
+      ring_placed = true;
+      sink.ring_row(j, (packed.row - ring->rows) / packed.format->row_bytes);
+    } else if (p.slots[j] || packed.row) {
+      sink.row(j, p.slots[j], packed);
+    }
+  }
+  if (!kept) return;
+  int64_t left = kept->n_rows;
+  for (const PackedRowRun& run : kept->runs) {
+    if (left == 0) break;
+    const int64_t n = std::min(run.n_rows, left);
+    if (n <= 0) continue;
+    sink.kept_run(run, n, *kept->format);
+    left -= n;
+  }
+  DI_CHECK_MSG(left == 0, "sparse attention: a kept selection's runs hold fewer rows than n_rows");
+}
+
+void check_run(const PackedRowRun& run, int64_t n) {
+  DI_CHECK_MSG(n > 0 && n < (int64_t(1) << 16), "sparse attention: a kept selection's page run of " + std::to_string(n) + " rows");
+  DI_CHECK_MSG(run.stamps && std::find(run.stamps, run.stamps + n, uint64_t(0)) == run.stamps + n,
+               "sparse attention: a kept selection's row without a write stamp");
+}
+
+void check_width(const KvRowFormat& format, int64_t head_dim) {
+  DI_CHECK_MSG(format.n_values == head_dim, "packed attention slot: a row of " + std::to_string(format.n_values) +
+                                                " values for head_dim " + std::to_string(head_dim));
+}
+
+}  // namespace
+
+void SlotGather::gather(std::span<const SparseAttentionParams> batch, Backend* threads) {
+  const bool unshared = std::all_of(batch.begin(), batch.end(), [](const SparseAttentionParams& p) { return p.rows_unshared; });
+  if (threads && int64_t(batch.size()) >= kThreadedTokens && unshared && gather_threaded(batch, threads)) return;
+  gather_alone(batch);
+}
+
+void SlotGather::drop_groups() {
   for (PackedGroup& g : groups_) {  // kept with their capacity: a long context's groups hold ~10^4-10^5 rows
     g.rows.clear();
     g.stamps.clear();
@@ -26,6 +75,53 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
   }
   groups_.clear();
   last_format_ = nullptr;
+}
+
+void SlotGather::lay_out_groups() {
+  n_rows_ = int64_t(float_rows_.size());
+  packed_bytes_ = 0;
+  for (PackedGroup& g : groups_) {
+    g.first_row = n_rows_;
+    g.first_byte = packed_bytes_;
+    n_rows_ += int64_t(g.rows.size());
+    packed_bytes_ += int64_t(g.rows.size()) * g.format.row_bytes;
+  }
+  DI_CHECK_MSG(n_rows_ <= INT32_MAX, "sparse attention: too many rows for one launch");
+}
+
+// gather_alone's token: each row placed as it comes (a packed row's index is -2 - k until the groups are laid out),
+// a shared token's looked up among those placed; the kept selection's table holds places in its group for now.
+struct SlotGather::AloneSink {
+  SlotGather& gather;
+  int64_t head_dim = 0;
+  int32_t* slot_row = nullptr;  // the token's
+  bool unshared = false;
+  int32_t ring_k0 = -1;     // the k of the ring's first row
+  int32_t kept_group = -1;  // the kept selection's group
+  void row(int64_t j, const float* row, const PackedSlot& packed) {
+    slot_row[j] = unshared ? gather.place_row(row, packed, head_dim) : gather.add_row(row, packed, head_dim);
+  }
+  void ring(const PackedRowRun& ring, const KvRowFormat& format) { ring_k0 = gather.place_ring(ring, format, head_dim); }
+  void ring_row(int64_t j, int64_t i) { slot_row[j] = -2 - (ring_k0 + int32_t(i)); }
+  void kept_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format) {
+    const auto [group, first] = gather.add_run(run, n, format, head_dim);
+    DI_CHECK_MSG(kept_group < 0 || group == kept_group, "sparse attention: a kept selection's runs in two row groups");
+    kept_group = group;
+    std::vector<int32_t>& tables = gather.selection_tables_;
+    const size_t at = tables.size();
+    tables.resize(at + size_t(n));
+    std::iota(tables.begin() + long(at), tables.end(), first);
+  }
+};
+
+void SlotGather::gather_alone(std::span<const SparseAttentionParams> batch) {
+  n_tokens_ = int64_t(batch.size());
+  n_slots_ = 0;
+  for (const SparseAttentionParams& p : batch) n_slots_ = std::max(n_slots_, p.n_slots);
+  const int64_t head_dim = batch.empty() ? 0 : batch[0].head_dim;
+  slot_rows_.assign(size_t(n_tokens_ * n_slots_), -1);
+  float_rows_.clear();
+  drop_groups();
   int64_t n_runs = 0;  // the kept selections' runs and the window rings
   for (const SparseAttentionParams& p : batch) {
     n_runs += (p.kept_selection ? int64_t(p.kept_selection->runs.size()) : 0) + (p.rows_unshared && p.window_ring ? 1 : 0);
@@ -40,53 +136,14 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
   for (int64_t t = 0; t < n_tokens_; ++t) {
     const SparseAttentionParams& p = batch[size_t(t)];
     DI_CHECK(p.head_dim == head_dim);
-    const KeptSelectionSlots* kept = p.kept_selection;
-    DI_CHECK_MSG(!kept || (kept->at >= 0 && kept->n >= 0 && kept->at + kept->n <= p.n_slots),
-                 "sparse attention: a kept selection's slots lie outside the token's slot list");
-    const PackedRowRun* ring = p.rows_unshared ? p.window_ring : nullptr;
-    int32_t ring_k0 = -1;  // the k of the ring's first row, once placed
-    for (int64_t j = 0; j < p.n_slots; ++j) {
-      if (kept && j >= kept->at && j < kept->at + kept->n) continue;  // the device's (left empty here)
-      const PackedSlot packed = p.packed ? p.packed[j] : PackedSlot{};
-      int32_t& at = slot_rows_[size_t(t * n_slots_ + j)];
-      if (ring && packed.row && packed.row >= ring->rows && packed.row < ring->rows + ring->n_rows * packed.format->row_bytes) {
-        if (ring_k0 < 0) ring_k0 = place_ring(*ring, *packed.format, head_dim);
-        at = -2 - (ring_k0 + int32_t((packed.row - ring->rows) / packed.format->row_bytes));
-      } else {
-        at = p.rows_unshared ? place_row(p.slots[j], packed, head_dim) : add_row(p.slots[j], packed, head_dim);
-      }
+    AloneSink sink{*this, head_dim, slot_rows_.data() + t * n_slots_, p.rows_unshared};
+    if (p.kept_selection) selection_table_at_[size_t(t)] = int64_t(selection_tables_.size());
+    walk_token(p, sink);
+    if (sink.kept_group >= 0) {
+      table_groups_.push_back({selection_table_at_[size_t(t)], int64_t(selection_tables_.size()), sink.kept_group});
     }
-    if (!kept) continue;
-    // The table holds places in the selection's group for now (every row a selection may name has its format), made
-    // row indices once the groups are laid out.
-    selection_table_at_[size_t(t)] = int64_t(selection_tables_.size());
-    int64_t left = kept->n_rows;
-    int32_t group = -1;
-    for (const PackedRowRun& run : kept->runs) {
-      if (left == 0) break;
-      const int64_t n = std::min(run.n_rows, left);
-      if (n <= 0) continue;
-      const auto [run_group, first] = add_run(run, n, *kept->format, head_dim);
-      DI_CHECK_MSG(group < 0 || run_group == group, "sparse attention: a kept selection's runs in two row groups");
-      group = run_group;
-      const size_t at = selection_tables_.size();
-      selection_tables_.resize(at + size_t(n));
-      std::iota(selection_tables_.begin() + long(at), selection_tables_.end(), first);
-      left -= n;
-    }
-    DI_CHECK_MSG(left == 0, "sparse attention: a kept selection's runs hold fewer rows than n_rows");
-    if (group >= 0) table_groups_.push_back({selection_table_at_[size_t(t)], int64_t(selection_tables_.size()), group});
   }
-  const int64_t n_float = int64_t(float_rows_.size());
-  n_rows_ = n_float;
-  packed_bytes_ = 0;
-  for (PackedGroup& g : groups_) {
-    g.first_row = n_rows_;
-    g.first_byte = packed_bytes_;
-    n_rows_ += int64_t(g.rows.size());
-    packed_bytes_ += int64_t(g.rows.size()) * g.format.row_bytes;
-  }
-  DI_CHECK_MSG(n_rows_ <= INT32_MAX, "sparse attention: too many rows for one launch");
+  lay_out_groups();
   for (const TableGroup& tg : table_groups_) {
     const int32_t first_row = int32_t(groups_[size_t(tg.group)].first_row);
     for (int64_t i = tg.begin; i < tg.end; ++i) selection_tables_[size_t(i)] += first_row;
@@ -98,6 +155,161 @@ void SlotGather::gather(std::span<const SparseAttentionParams> batch) {
       at = int32_t(groups_[size_t(group)].first_row + k);
     }
   }
+}
+
+// gather_threaded's first pass over a token: its float rows, and its packed rows and runs by format (nullptr where it
+// has more than kMaxTokenFormats).
+struct SlotGather::CountSink {
+  TokenPlan& plan;
+  int64_t head_dim = 0;
+  TokenPlan::Format* of(const KvRowFormat& format) {
+    for (int i = 0; i < plan.n_formats; ++i) {
+      if (plan.formats[i].format == &format || *plan.formats[i].format == format) return &plan.formats[i];
+    }
+    check_width(format, head_dim);
+    if (plan.n_formats == kMaxTokenFormats) {
+      plan.too_many_formats = true;
+      return nullptr;
+    }
+    plan.formats[plan.n_formats].format = &format;
+    return &plan.formats[plan.n_formats++];
+  }
+  void row(int64_t, const float* row, const PackedSlot& packed) {
+    if (row) {
+      ++plan.n_float;
+    } else if (TokenPlan::Format* f = of(*packed.format)) {
+      ++f->n_rows;
+    }
+  }
+  void ring(const PackedRowRun& ring, const KvRowFormat& format) {
+    if (TokenPlan::Format* f = of(format)) {
+      f->n_rows += ring.n_rows;
+      ++f->n_runs;
+    }
+  }
+  void ring_row(int64_t, int64_t) {}
+  void kept_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format) {
+    check_run(run, n);
+    if (TokenPlan::Format* f = of(format)) {
+      f->n_rows += n;
+      ++f->n_runs;
+    }
+  }
+};
+
+// gather_threaded's second pass over a token: its rows written from the places its plan gives, with their indices.
+struct SlotGather::PlaceSink {
+  SlotGather& gather;
+  const TokenPlan& plan;
+  int32_t* slot_row = nullptr;  // the token's, all -1
+  int32_t* table = nullptr;     // the token's kept selection's table
+  int64_t next_float = 0;
+  int64_t next_row[kMaxTokenFormats] = {}, next_run[kMaxTokenFormats] = {};
+  int32_t ring_first = 0;       // the row index of the ring's first row
+  int format_index(const KvRowFormat& format) const {
+    int i = 0;
+    while (plan.formats[i].format != &format && !(*plan.formats[i].format == format)) ++i;  // counted: it is there
+    return i;
+  }
+  // n rows placed from the format's next row on: the row index of the first.
+  int32_t place(int i, const PackedRowRun& run, int64_t n) {
+    PackedGroup& g = gather.groups_[size_t(plan.formats[i].group)];
+    const int64_t k = next_row[i];
+    g.write_run(k, run, n);
+    g.runs[size_t(next_run[i]++)] = {run.stamps, n, k};
+    next_row[i] += n;
+    return int32_t(g.first_row + k);
+  }
+  void row(int64_t j, const float* row, const PackedSlot& packed) {
+    if (row) {
+      gather.float_rows_[size_t(next_float)] = row;
+      slot_row[j] = int32_t(next_float++);
+      return;
+    }
+    const int i = format_index(*packed.format);
+    PackedGroup& g = gather.groups_[size_t(plan.formats[i].group)];
+    const int64_t k = next_row[i]++;
+    g.rows[size_t(k)] = packed.row;
+    g.stamps[size_t(k)] = packed.stamp;
+    slot_row[j] = int32_t(g.first_row + k);
+  }
+  void ring(const PackedRowRun& ring, const KvRowFormat& format) { ring_first = place(format_index(format), ring, ring.n_rows); }
+  void ring_row(int64_t j, int64_t i) { slot_row[j] = ring_first + int32_t(i); }
+  void kept_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format) {
+    const int32_t first = place(format_index(format), run, n);
+    for (int64_t r = 0; r < n; ++r) *table++ = first + int32_t(r);
+  }
+};
+
+// A batch of unshared tokens on the threads: each token's rows counted (CountSink), the groups laid out in the order
+// one gather makes them (by each token's formats in its first-use order, token after token) with every token's place
+// in each, then each token's rows, slot rows and table written there (PlaceSink). A token's rows of a group follow
+// the earlier tokens', in the order one gather places them, so the result is one gather's, but for a run two tokens
+// hold (placed for each: no run is looked up among the others'). False where a token has rows of more than
+// kMaxTokenFormats formats: nothing is gathered then.
+bool SlotGather::gather_threaded(std::span<const SparseAttentionParams> batch, Backend* threads) {
+  const int64_t T = int64_t(batch.size()), head_dim = batch[0].head_dim;
+  plans_.assign(size_t(T), TokenPlan{});
+  threads->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const SparseAttentionParams& p = batch[size_t(t)];
+      DI_CHECK(p.head_dim == head_dim);
+      CountSink sink{plans_[size_t(t)], head_dim};
+      walk_token(p, sink);
+    }
+  });
+  if (std::any_of(plans_.begin(), plans_.end(), [](const TokenPlan& plan) { return plan.too_many_formats; })) return false;
+  n_tokens_ = T;
+  n_slots_ = 0;
+  for (const SparseAttentionParams& p : batch) n_slots_ = std::max(n_slots_, p.n_slots);
+  drop_groups();
+  selection_table_at_.assign(size_t(T), -1);
+  std::vector<int64_t> group_rows, group_runs;  // each group's rows and runs so far
+  int64_t n_float = 0, n_table = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    TokenPlan& plan = plans_[size_t(t)];
+    plan.float_at = n_float;
+    n_float += plan.n_float;
+    const KeptSelectionSlots* kept = batch[size_t(t)].kept_selection;
+    if (kept) {
+      selection_table_at_[size_t(t)] = n_table;
+      n_table += kept->n_rows;
+    }
+    for (int i = 0; i < plan.n_formats; ++i) {
+      TokenPlan::Format& f = plan.formats[i];
+      f.group = group_with(*f.format);
+      group_rows.resize(groups_.size());
+      group_runs.resize(groups_.size());
+      f.row_at = group_rows[size_t(f.group)];
+      f.run_at = group_runs[size_t(f.group)];
+      group_rows[size_t(f.group)] += f.n_rows;
+      group_runs[size_t(f.group)] += f.n_runs;
+    }
+  }
+  float_rows_.resize(size_t(n_float));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    groups_[g].rows.resize(size_t(group_rows[g]));
+    groups_[g].stamps.resize(size_t(group_rows[g]));
+    groups_[g].runs.resize(size_t(group_runs[g]));
+  }
+  lay_out_groups();
+  slot_rows_.resize(size_t(T * n_slots_));
+  selection_tables_.resize(size_t(n_table));
+  threads->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const TokenPlan& plan = plans_[size_t(t)];
+      int32_t* slot_row = slot_rows_.data() + t * n_slots_;
+      std::fill(slot_row, slot_row + n_slots_, -1);
+      const int64_t table_at = selection_table_at_[size_t(t)];
+      PlaceSink sink{*this, plan, slot_row, table_at < 0 ? nullptr : selection_tables_.data() + table_at, plan.float_at};
+      for (int i = 0; i < plan.n_formats; ++i) {
+        sink.next_row[i] = plan.formats[i].row_at;
+        sink.next_run[i] = plan.formats[i].run_at;
+      }
+      walk_token(batch[size_t(t)], sink);
+    }
+  });
+  return true;
 }
 
 // A slot's row placed once: a float row's index, a packed row's -2 - k (made a row index once the groups are
@@ -136,12 +348,10 @@ int32_t SlotGather::place_ring(const PackedRowRun& ring, const KvRowFormat& form
 // the place of the run's first row there. Its rows follow one another, and its stamps are recorded as a run of the
 // group (PackedGroup::runs).
 std::pair<int32_t, int32_t> SlotGather::add_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format, int64_t head_dim) {
-  DI_CHECK_MSG(n > 0 && n < (int64_t(1) << 16), "sparse attention: a kept selection's page run of " + std::to_string(n) + " rows");
   const uint64_t key = reinterpret_cast<uintptr_t>(run.rows) | uint64_t(n) << 48;  // user-space addresses are < 2^48
   const auto [placed, inserted] = run_index_.try_emplace(key, int32_t(placed_runs_.size()));
   if (!inserted) return placed_runs_[size_t(placed)];
-  DI_CHECK_MSG(run.stamps && std::find(run.stamps, run.stamps + n, uint64_t(0)) == run.stamps + n,
-               "sparse attention: a kept selection's row without a write stamp");
+  check_run(run, n);
   const int32_t group = group_of(&format, head_dim);
   const int32_t first = int32_t(groups_[size_t(group)].append_run(run, n));
   placed_runs_.push_back({group, first});
@@ -160,29 +370,36 @@ std::pair<int32_t, int32_t> SlotGather::add_packed(const PackedSlot& packed, int
 // The group of rows of *format (made on its first use).
 int32_t SlotGather::group_of(const KvRowFormat* format, int64_t head_dim) {
   if (format == last_format_) return int32_t(last_group_);  // consecutive rows mostly share their format object
-  const KvRowFormat& f = *format;
-  DI_CHECK_MSG(f.n_values == head_dim, "packed attention slot: a row of " + std::to_string(f.n_values) +
-                                           " values for head_dim " + std::to_string(head_dim));
-  auto it = std::find_if(groups_.begin(), groups_.end(), [&](const PackedGroup& g) { return g.format == f; });
+  check_width(*format, head_dim);
+  last_format_ = format;
+  last_group_ = group_with(*format);
+  return int32_t(last_group_);
+}
+
+int32_t SlotGather::group_with(const KvRowFormat& format) {
+  auto it = std::find_if(groups_.begin(), groups_.end(), [&](const PackedGroup& g) { return g.format == format; });
   if (it == groups_.end()) {
     if (spare_groups_.empty()) spare_groups_.emplace_back();
     groups_.push_back(std::move(spare_groups_.back()));
     spare_groups_.pop_back();
-    groups_.back().format = f;
+    groups_.back().format = format;
     it = groups_.end() - 1;
   }
-  last_format_ = format;
-  last_group_ = it - groups_.begin();
-  return int32_t(last_group_);
+  return int32_t(it - groups_.begin());
 }
 
 int64_t SlotGather::PackedGroup::append_run(const PackedRowRun& run, int64_t n) {
-  const size_t first = rows.size();
-  rows.resize(first + size_t(n));
-  for (int64_t k = 0; k < n; ++k) rows[first + size_t(k)] = run.rows + k * format.row_bytes;
-  stamps.insert(stamps.end(), run.stamps, run.stamps + n);
-  runs.push_back({run.stamps, n, int64_t(first)});
-  return int64_t(first);
+  const int64_t first = int64_t(rows.size());
+  rows.resize(size_t(first + n));
+  stamps.resize(size_t(first + n));
+  write_run(first, run, n);
+  runs.push_back({run.stamps, n, first});
+  return first;
+}
+
+void SlotGather::PackedGroup::write_run(int64_t at, const PackedRowRun& run, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) rows[size_t(at + k)] = run.rows + k * format.row_bytes;
+  std::copy(run.stamps, run.stamps + n, stamps.begin() + at);
 }
 
 void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Backend* threads, std::vector<int64_t>& slots,

@@ -10,7 +10,8 @@
 // are placed a page run at a time (a run seen before with as many rows is placed once), not looked up row by row:
 // a row that a slot names too is then placed twice, which costs its bytes twice at most (the row mirror keeps one
 // copy by its stamp). A decode token's window ring (SparseAttentionParams::window_ring) is placed the same way, whole,
-// and its window slots by their places in it.
+// and its window slots by their places in it. A batched decode step (every token rows_unshared) may be gathered on
+// host threads: at batch 256 a layer's ~168k rows take ~0.6 ms of one thread.
 #pragma once
 
 #include <cstdint>
@@ -41,12 +42,19 @@ class SlotGather {
     std::vector<Run> runs;
     // Appends the first n rows of `run` (of this group's format) as one run; returns the place of its first row.
     int64_t append_run(const PackedRowRun& run, int64_t n);
+    // The first n rows of `run` and their stamps written at rows [at, at + n) (no run recorded).
+    void write_run(int64_t at, const PackedRowRun& run, int64_t n);
     int64_t first_row = 0;                  // the row index of rows[0]
     int64_t first_byte = 0;                 // its bytes' offset among all packed rows' bytes
   };
 
-  // Gathers the rows of `batch` (tokens sharing head_dim); the previous gather is dropped.
-  void gather(std::span<const SparseAttentionParams> batch);
+  // Gathers the rows of `batch` (tokens sharing head_dim); the previous gather is dropped. With `threads`, a batch of
+  // at least kThreadedTokens tokens, every one rows_unshared, is gathered on the threads: each token's rows counted,
+  // the groups laid out, then each token's rows, slot rows and table written where they go. The same rows, groups,
+  // runs, slot rows and tables as on one thread, except that a run two tokens hold (a page two sequences share) is
+  // placed for each.
+  void gather(std::span<const SparseAttentionParams> batch, Backend* threads = nullptr);
+  static constexpr int64_t kThreadedTokens = 32;
 
   int64_t n_tokens() const { return n_tokens_; }
   int64_t n_slots() const { return n_slots_; }                      // the longest slot list
@@ -61,6 +69,14 @@ class SlotGather {
   int64_t packed_bytes() const { return packed_bytes_; }
 
  private:
+  struct AloneSink;
+  struct CountSink;
+  struct PlaceSink;
+  void gather_alone(std::span<const SparseAttentionParams> batch);
+  bool gather_threaded(std::span<const SparseAttentionParams> batch, Backend* threads);  // false: nothing gathered
+  void drop_groups();     // groups_ emptied into spare_groups_
+  void lay_out_groups();  // each group's first_row and first_byte, n_rows_ and packed_bytes_
+  int32_t group_with(const KvRowFormat& format);  // the group of rows of `format` (made on its first use)
   std::pair<int32_t, int32_t> add_packed(const PackedSlot& packed, int64_t head_dim);
   int32_t group_of(const KvRowFormat* format, int64_t head_dim);
   int32_t add_row(const float* row, const PackedSlot& packed, int64_t head_dim);  // -1, a row index, or -2 - k
@@ -87,6 +103,21 @@ class SlotGather {
   };
   std::vector<TableGroup> table_groups_;
   std::vector<int64_t> selection_table_at_;
+  // gather_threaded: what each token places, by the formats of its packed rows (in first-use order), and where.
+  static constexpr int kMaxTokenFormats = 4;
+  struct TokenPlan {
+    int64_t n_float = 0, float_at = 0;
+    struct Format {
+      const KvRowFormat* format = nullptr;
+      int64_t n_rows = 0, n_runs = 0;
+      int32_t group = 0;
+      int64_t row_at = 0, run_at = 0;  // where the token's rows and runs start in the group
+    };
+    Format formats[kMaxTokenFormats];
+    int n_formats = 0;
+    bool too_many_formats = false;
+  };
+  std::vector<TokenPlan> plans_;
 };
 
 // A gathered packed group's slots in a row mirror (a device backend's attention call with its rows mirrored): each of

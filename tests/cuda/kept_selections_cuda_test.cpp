@@ -100,9 +100,11 @@ void select(Backend& gpu, const Step& s, bool keep, std::vector<std::vector<int6
 // ascending row order, as V4.1 lists them): built on the device from the kept selections, or here from `selected`.
 // Every token's slots in blocks of 64 with a running maximum each (V4's), so that which rows share a block, and so
 // their order, shows in the outputs.
-// With keep_output, each output rotated back and kept in `out` (fetched by the caller); else written there.
+// With keep_output, each output rotated back and kept in `out` (fetched by the caller); else written there. With
+// unshared, every token is marked alone in its chunk (SparseAttentionParams::rows_unshared), as a batched decode step's
+// are: a batch of SlotGather::kThreadedTokens or more is then gathered on the host's threads.
 void attend(Backend& gpu, const Step& s, bool kept, bool ascending, const std::vector<std::vector<int64_t>>& selected,
-            bool keep_output, std::vector<float>& out) {
+            bool keep_output, std::vector<float>& out, bool unshared = false) {
   const size_t T = s.tokens.size();
   std::vector<std::vector<const float*>> slots(T);
   std::vector<std::vector<PackedSlot>> packed(T);
@@ -138,7 +140,7 @@ void attend(Backend& gpu, const Step& s, bool kept, bool ascending, const std::v
                   .out = &out[i * size_t(kHeads * kHeadDim)], .packed = packed[i].data(),
                   .out_rope = keep_output ? &out_rope[i] : nullptr, .out_kept_array = keep_output ? out.data() : nullptr,
                   .out_kept_floats = keep_output ? int64_t(out.size()) : 0,
-                  .kept_selection = kept && t.n_select > 0 ? &kept_slots[i] : nullptr});
+                  .kept_selection = kept && t.n_select > 0 ? &kept_slots[i] : nullptr, .rows_unshared = unshared});
   }
   gpu.sparse_attentions(ps);
 }
@@ -195,6 +197,37 @@ TEST(KeptSelectionsCuda, SlotsBuiltOnTheDeviceEqualTheHostsBitForBit) {
         EXPECT_EQ(n_differing(want, got), 0) << "of " << want.size() << " outputs";
         EXPECT_FALSE(std::all_of(got.begin(), got.end(), [](float v) { return v == -7.0f; }));
       }
+    }
+  }
+}
+
+// A batched decode step of 40 tokens, each alone in its chunk, so that the host's threads gather its rows
+// (SlotGather::gather_threaded): the same bits as the tokens gathered on one thread, with the selections brought
+// back or kept.
+TEST(KeptSelectionsCuda, ABatchGatheredOnTheHostsThreadsGivesTheSameBits) {
+  DI_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(920);
+  std::vector<std::array<int64_t, 3>> shapes;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t n_rows = int64_t(rng() % 90);
+    shapes.push_back({int64_t(rng() % 70), n_rows, n_rows ? 1 + int64_t(rng() % uint64_t(n_rows)) : 0});
+  }
+  uint64_t next_stamp = 1;
+  const Step s = random_step(rng, shapes, next_stamp);
+  for (const char* kv : {"packed", "mirror"}) {
+    SCOPED_TRACE(kv);
+    const ScopedCudaPaths paths("mma", "fused", kv);
+    const std::vector<float> want = brought_back_output(s, true, false);
+    for (bool kept : {false, true}) {
+      SCOPED_TRACE(kept ? "selections kept" : "selections brought back");
+      const ScopedEnv select_path("DEEPINFER_CUDA_INDEX_SELECT", kept ? "kept" : "device");
+      const std::unique_ptr<Backend> gpu = make_chain_backend("device");
+      ASSERT_TRUE(gpu);
+      std::vector<std::vector<int64_t>> selected;
+      std::vector<float> got;
+      ASSERT_NO_FATAL_FAILURE(select(*gpu, s, kept, selected));
+      attend(*gpu, s, kept, true, selected, false, got, true);
+      EXPECT_EQ(n_differing(want, got), 0) << "of " << want.size() << " outputs";
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -305,6 +306,131 @@ TEST(SlotGather, MirrorSlotsOfRunsEqualTheRowLookups) {
   const std::unique_ptr<Backend> threads = make_fast_backend(2, &error);
   ASSERT_TRUE(threads) << error;
   expect_mirror_slots_of_runs_equal_the_row_lookups(threads.get());
+}
+
+// A batched decode step gathered on host threads (SlotGather::gather with threads, every token rows_unshared): 50
+// tokens of different list lengths, with float rows, window rings, packed rows of two formats (the second first used
+// by a later token), kept selections or none, give the one thread's rows, groups, runs, slot rows and tables exactly.
+// A page run two tokens hold is placed for each, and every slot and table entry still leads back to its row.
+void expect_same_rows(const SlotGather& a, const SlotGather& b) {
+  ASSERT_EQ(a.n_tokens(), b.n_tokens());
+  ASSERT_EQ(a.n_slots(), b.n_slots());
+  EXPECT_EQ(a.slot_rows(), b.slot_rows());
+  EXPECT_EQ(a.float_rows(), b.float_rows());
+  EXPECT_EQ(a.selection_tables(), b.selection_tables());
+  for (int64_t t = 0; t < a.n_tokens(); ++t) EXPECT_EQ(a.selection_table_at(t), b.selection_table_at(t)) << "token " << t;
+  EXPECT_EQ(a.n_rows(), b.n_rows());
+  EXPECT_EQ(a.packed_bytes(), b.packed_bytes());
+  ASSERT_EQ(a.packed_groups().size(), b.packed_groups().size());
+  for (size_t i = 0; i < a.packed_groups().size(); ++i) {
+    const SlotGather::PackedGroup& ga = a.packed_groups()[i];
+    const SlotGather::PackedGroup& gb = b.packed_groups()[i];
+    EXPECT_TRUE(ga.format == gb.format) << "group " << i;
+    EXPECT_EQ(ga.rows, gb.rows) << "group " << i;
+    EXPECT_EQ(ga.stamps, gb.stamps) << "group " << i;
+    EXPECT_EQ(ga.first_row, gb.first_row) << "group " << i;
+    EXPECT_EQ(ga.first_byte, gb.first_byte) << "group " << i;
+    ASSERT_EQ(ga.runs.size(), gb.runs.size()) << "group " << i;
+    for (size_t r = 0; r < ga.runs.size(); ++r) {
+      EXPECT_EQ(ga.runs[r].stamps, gb.runs[r].stamps) << "group " << i << " run " << r;
+      EXPECT_EQ(ga.runs[r].n, gb.runs[r].n) << "group " << i << " run " << r;
+      EXPECT_EQ(ga.runs[r].first, gb.runs[r].first) << "group " << i << " run " << r;
+    }
+  }
+}
+
+// The row a gathered index names: a float row's address, or a packed row's, with its stamp.
+std::pair<const void*, uint64_t> row_of(const SlotGather& gather, int32_t at) {
+  if (at < 0) return {nullptr, 0};
+  if (at < int64_t(gather.float_rows().size())) return {gather.float_rows()[size_t(at)], 0};
+  for (const SlotGather::PackedGroup& g : gather.packed_groups()) {
+    if (at < g.first_row + int64_t(g.rows.size())) return {g.rows[size_t(at - g.first_row)], g.stamps[size_t(at - g.first_row)]};
+  }
+  return {nullptr, ~uint64_t(0)};
+}
+
+TEST(SlotGather, BatchOnThreadsGathersAsOnOneThread) {
+  const KvRowFormat window = kv_row_format(KvRowKind::kV4Kv, 64, 32), other = kv_row_format(KvRowKind::kV41Fp4, 64);
+  constexpr int kTokens = 50, kRing = 6, kPageRows = 5;
+  std::mt19937 rng(7);
+  std::vector<float> fresh(size_t(kTokens * 64));
+  std::vector<std::vector<uint8_t>> memory;  // each ring, page and other row its own allocation
+  std::vector<std::vector<uint64_t>> stamps(kTokens);
+  std::vector<PackedRowRun> rings(kTokens);
+  std::vector<std::vector<PackedRowRun>> runs(kTokens);
+  std::vector<KeptSelectionSlots> kept(kTokens);
+  std::vector<std::vector<const float*>> rows(kTokens);
+  std::vector<std::vector<PackedSlot>> packed(kTokens);
+  std::vector<SparseAttentionParams> ps(kTokens);
+  uint64_t next_stamp = 1;
+  for (int t = 0; t < kTokens; ++t) {
+    stamps[size_t(t)].resize(kRing + 3 * kPageRows);
+    for (uint64_t& s : stamps[size_t(t)]) s = next_stamp++;
+    memory.emplace_back(size_t(kRing * window.row_bytes));
+    rings[size_t(t)] = {memory.back().data(), kRing, stamps[size_t(t)].data()};
+    const uint8_t* ring = memory.back().data();
+    const int n_selected = t % 3 == 1 ? 0 : 4;  // every third token without a kept selection
+    const int n_window = 1 + int(rng() % kRing);
+    for (int j = 0; j < n_window; ++j) {
+      const int r = int(rng() % kRing);
+      rows[size_t(t)].push_back(nullptr);
+      packed[size_t(t)].push_back({ring + r * window.row_bytes, &window, stamps[size_t(t)][size_t(r)]});
+    }
+    rows[size_t(t)].push_back(&fresh[size_t(t * 64)]);
+    packed[size_t(t)].push_back({});
+    if (t >= 20 && t % 2 == 0) {  // a row of the other format, first in the second part
+      memory.emplace_back(size_t(other.row_bytes));
+      rows[size_t(t)].push_back(nullptr);
+      packed[size_t(t)].push_back({memory.back().data(), &other, next_stamp++});
+    }
+    const int at = int(rows[size_t(t)].size());
+    for (int j = 0; j < n_selected; ++j) {  // the selection's slots: not read
+      rows[size_t(t)].push_back(nullptr);
+      packed[size_t(t)].push_back({});
+    }
+    for (int page = 0; page < 3; ++page) {
+      memory.emplace_back(size_t(kPageRows * window.row_bytes));
+      runs[size_t(t)].push_back({memory.back().data(), kPageRows, &stamps[size_t(t)][size_t(kRing + page * kPageRows)]});
+    }
+    kept[size_t(t)] = {.selected = nullptr, .n = n_selected, .at = at, .ascending = t % 2 == 0, .format = &window,
+                       .runs = runs[size_t(t)], .n_rows = 3 * kPageRows - int(rng() % kPageRows)};
+    SparseAttentionParams& p = ps[size_t(t)];
+    p.head_dim = 64;
+    p.slots = rows[size_t(t)].data();
+    p.packed = packed[size_t(t)].data();
+    p.n_slots = int64_t(rows[size_t(t)].size());
+    p.rows_unshared = true;
+    p.window_ring = &rings[size_t(t)];
+    if (n_selected) p.kept_selection = &kept[size_t(t)];
+  }
+  std::string error;
+  const std::unique_ptr<Backend> threads = make_fast_backend(2, &error);
+  ASSERT_TRUE(threads) << error;
+  SlotGather alone, threaded;
+  alone.gather(ps);
+  threaded.gather(ps, threads.get());
+  ASSERT_EQ(alone.packed_groups().size(), 2u);
+  EXPECT_TRUE(alone.packed_groups()[0].format == window);
+  expect_same_rows(alone, threaded);
+  threaded.gather(std::span(ps).first(34), threads.get());  // a second gather starts over
+  alone.gather(std::span(ps).first(34));
+  expect_same_rows(alone, threaded);
+
+  // Token 45 selects from token 2's pages: one thread places them once, the threads twice; every index still names
+  // the same row.
+  runs[45] = runs[2];
+  kept[45].n_rows = kept[2].n_rows;
+  alone.gather(ps);
+  threaded.gather(ps, threads.get());
+  EXPECT_EQ(threaded.n_rows(), alone.n_rows() + kept[2].n_rows);
+  ASSERT_EQ(alone.n_slots(), threaded.n_slots());
+  for (size_t i = 0; i < alone.slot_rows().size(); ++i) {
+    ASSERT_EQ(row_of(alone, alone.slot_rows()[i]), row_of(threaded, threaded.slot_rows()[i])) << "slot " << i;
+  }
+  ASSERT_EQ(alone.selection_tables().size(), threaded.selection_tables().size());
+  for (size_t i = 0; i < alone.selection_tables().size(); ++i) {
+    ASSERT_EQ(row_of(alone, alone.selection_tables()[i]), row_of(threaded, threaded.selection_tables()[i])) << "table entry " << i;
+  }
 }
 
 TEST(SlotGatherDeathTest, PackedRowOfAnotherWidthIsCaught) {

@@ -58,7 +58,7 @@ void CudaBackend::attend(std::span<const SparseAttentionParams> batch) {
                  "sparse attention: some tokens' q or outputs kept on the device, some not");
   }
   attention_staging_.wait();
-  gather_.gather(batch);
+  gather_.gather(batch, host_.get());
   const int64_t n_slots = gather_.n_slots(), n_float = int64_t(gather_.float_rows().size());
   const int64_t n_rows = gather_.n_rows();
   const std::vector<SlotGather::PackedGroup>& groups = gather_.packed_groups();
