@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/host_copy.h"
 #include "core/status.h"
 
 namespace deepinfer {
@@ -14,6 +15,18 @@ void copy_rows(const float* src, int64_t src_stride, int64_t n_rows, int64_t wid
     float* row = dst + r * dst_stride;
     std::memcpy(row, src + r * src_stride, size_t(width) * 4);
     std::fill(row + width, row + dst_width, 0.0f);
+  }
+}
+
+void copy_rows_on_threads(Backend* threads, const float* src, int64_t src_stride, int64_t n_rows, int64_t width, float* dst,
+                          int64_t dst_stride, int64_t dst_width) {
+  auto copy = [&](int64_t r0, int64_t r1) {
+    copy_rows(src + r0 * src_stride, src_stride, r1 - r0, width, dst + r0 * dst_stride, dst_stride, dst_width);
+  };
+  if (threads && size_t(n_rows * dst_width) * 4 >= kThreadedCopyBytes) {
+    threads->for_rows(n_rows, copy);
+  } else {
+    copy(0, n_rows);
   }
 }
 
@@ -50,24 +63,26 @@ void LinearBatchLayout::plan(std::span<const LinearParams> ps, std::span<const i
   bytes_ = layout.bytes;
 }
 
-void LinearBatchLayout::stage_inputs(std::span<const LinearParams> ps, uint8_t* host) const {
+void LinearBatchLayout::stage_inputs(std::span<const LinearParams> ps, uint8_t* host, Backend* threads) const {
   for (size_t i = 0; i < ps.size(); ++i) {
     const Place& place = places_[i];
     if (place.empty) continue;
     const LinearParams& p = ps[i];
     if (place.upload_x) {
-      copy_rows(p.x, p.x_stride, p.n_tokens, place.k, reinterpret_cast<float*>(host + place.x), place.k_pad, place.k_pad);
+      copy_rows_on_threads(threads, p.x, p.x_stride, p.n_tokens, place.k, reinterpret_cast<float*>(host + place.x), place.k_pad,
+                           place.k_pad);
     }
-    if (p.epilogue == Epilogue::kF32AddBias) std::memcpy(host + place.bias, p.bias, size_t(p.n_tokens * p.n_rows) * 4);
+    if (p.epilogue == Epilogue::kF32AddBias) copy_on_threads(threads, host + place.bias, p.bias, size_t(p.n_tokens * p.n_rows) * 4);
   }
 }
 
-void LinearBatchLayout::scatter_outputs(std::span<const LinearParams> ps, const uint8_t* host) const {
+void LinearBatchLayout::scatter_outputs(std::span<const LinearParams> ps, const uint8_t* host, Backend* threads) const {
   for (size_t i = 0; i < ps.size(); ++i) {
     const Place& place = places_[i];
     if (place.empty) continue;
     const LinearParams& p = ps[i];
-    copy_rows(reinterpret_cast<const float*>(host + place.out), p.n_rows, p.n_tokens, p.n_rows, p.out, p.out_stride, p.n_rows);
+    copy_rows_on_threads(threads, reinterpret_cast<const float*>(host + place.out), p.n_rows, p.n_tokens, p.n_rows, p.out,
+                         p.out_stride, p.n_rows);
   }
 }
 

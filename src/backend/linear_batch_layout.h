@@ -30,6 +30,9 @@ struct ScratchLayout {
 // rows staged for a device that reads them zero-padded, or outputs copied back to their strided place.
 void copy_rows(const float* src, int64_t src_stride, int64_t n_rows, int64_t width, float* dst, int64_t dst_stride,
                int64_t dst_width);
+// The same on `threads` (nullptr: the calling thread) where the rows are large together (host_copy.h).
+void copy_rows_on_threads(Backend* threads, const float* src, int64_t src_stride, int64_t n_rows, int64_t width, float* dst,
+                          int64_t dst_stride, int64_t dst_width);
 
 class LinearBatchLayout {
  public:
@@ -45,10 +48,11 @@ class LinearBatchLayout {
   const std::vector<Place>& places() const { return places_; }
   size_t input_bytes() const { return input_bytes_; }
   size_t bytes() const { return bytes_; }  // inputs and outputs
-  // Writes the inputs into host[0, input_bytes()).
-  void stage_inputs(std::span<const LinearParams> ps, uint8_t* host) const;
+  // Writes the inputs into host[0, input_bytes()); large copies on `threads` where given (a batch-256 step's x and
+  // outputs are MBs an op).
+  void stage_inputs(std::span<const LinearParams> ps, uint8_t* host, Backend* threads = nullptr) const;
   // Copies each op's output from host (the whole layout, outputs in place) to p.out with its stride.
-  void scatter_outputs(std::span<const LinearParams> ps, const uint8_t* host) const;
+  void scatter_outputs(std::span<const LinearParams> ps, const uint8_t* host, Backend* threads = nullptr) const;
 
  private:
   std::vector<Place> places_;

@@ -72,7 +72,7 @@ void CudaBackend::hc_mix(const HcMixParams& p) {
   x_.reserve(x_bytes);
   out_.reserve(out_bytes);
   staging_.reserve(std::max(x_bytes, out_bytes));
-  std::memcpy(staging_.get(), p.x, x_bytes);
+  copy_on_threads(host_.get(), staging_.get(), p.x, x_bytes);
   DI_CUDA_CHECK(cudaMemcpyAsync(x_.get(), staging_.get(), x_bytes, cudaMemcpyHostToDevice, stream_));
   cuda::launch_hc_mix({x_.get<float>(), p.n_tokens, p.width, fn, p.n_mix, p.eps, out_.get<float>()}, stream_);
   DI_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), out_.get(), out_bytes, cudaMemcpyDeviceToHost, stream_));
@@ -99,7 +99,7 @@ void CudaBackend::fetch_kept_arrays(std::span<const KeptFetch> arrays) {
   DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
   at = 0;
   for (const KeptFetch& a : arrays) {
-    std::memcpy(a.host, staging_.get<uint8_t>() + at, size_t(a.n) * 4);
+    copy_on_threads(host_.get(), a.host, staging_.get<uint8_t>() + at, size_t(a.n) * 4);
     at += size_t(a.n) * 4;
   }
 }

@@ -45,6 +45,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weight_cache.h"
 #include "backend/expert_placement.h"
+#include "backend/host_copy.h"
 #include "backend/index_key_arrays.h"
 #include "backend/linear_batch_layout.h"
 #include "backend/row_mirror.h"

@@ -100,14 +100,15 @@ void CudaBackend::attend(std::span<const SparseAttentionParams> batch) {
   });
   float* q_host = rows + n_float * D;  // [T, H, D] after the float rows
   if (!p0.q_kept) {
-    for (int64_t t = 0; t < T; ++t) std::memcpy(q_host + t * H * D, batch[size_t(t)].q, size_t(H * D) * 4);
+    copy_pieces_on_threads(host_.get(), T, size_t(H * D) * 4, [&](int64_t t) { return q_host + t * H * D; },
+                           [&](int64_t t) { return batch[size_t(t)].q; });
   }
   std::memcpy(q_host + T * H * D, p0.sink, size_t(H) * 4);  // then the sink
   auto* packed_host = reinterpret_cast<uint8_t*>(q_host + T * H * D + H);  // then the staged rows' bytes
   for (size_t i = 0; i < groups.size(); ++i) copy_staged_rows(groups[i], uploads_[i], packed_host + uploads_[i].byte_at);
   for (const PackedUpload& u : uploads_) {  // then the arenas' slots (host side possibly unaligned: memcpy)
     if (!u.slots.empty()) {
-      std::memcpy(packed_host + slot_words_at + size_t(u.slot_at) * 8, u.slots.data(), u.slots.size() * 8);
+      copy_on_threads(host_.get(), packed_host + slot_words_at + size_t(u.slot_at) * 8, u.slots.data(), u.slots.size() * 8);
     }
   }
   // The slot rows, then for kept selections each token's words and the tables (keep_selection_slots).
@@ -118,7 +119,7 @@ void CudaBackend::attend(std::span<const SparseAttentionParams> batch) {
                                              : size_t(T * n_slots) * 4;
   slot_host_.reserve(std::max<size_t>(index_bytes, 4));
   int32_t* slot_row = slot_host_.get<int32_t>();
-  std::memcpy(slot_row, gather_.slot_rows().data(), size_t(T * n_slots) * 4);
+  copy_on_threads(host_.get(), slot_row, gather_.slot_rows().data(), size_t(T * n_slots) * 4);
   if (kept_selections) keep_selection_slots(batch, slot_host_.get<uint8_t>() + words_at);
 
   // Device: the float rows and the decoded packed rows, then q, then sink, then the staged packed bytes and the
@@ -187,7 +188,8 @@ void CudaBackend::attend(std::span<const SparseAttentionParams> batch) {
   out_host_.reserve(size_t(T * H * D) * 4);
   DI_CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_.get(), size_t(T * H * D) * 4, cudaMemcpyDeviceToHost, stream_));
   DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (int64_t t = 0; t < T; ++t) std::memcpy(batch[size_t(t)].out, out_host_.get<float>() + t * H * D, size_t(H * D) * 4);
+  copy_pieces_on_threads(host_.get(), T, size_t(H * D) * 4, [&](int64_t t) { return batch[size_t(t)].out; },
+                         [&](int64_t t) { return out_host_.get<float>() + t * H * D; });
 }
 
 void CudaBackend::keep_selection_slots(std::span<const SparseAttentionParams> batch, uint8_t* dst) {
@@ -208,7 +210,7 @@ void CudaBackend::keep_selection_slots(std::span<const SparseAttentionParams> ba
   }
   std::memcpy(dst, words.data(), words.size() * 8);
   const std::vector<int32_t>& tables = gather_.selection_tables();
-  std::memcpy(dst + words.size() * 8, tables.data(), tables.size() * 4);
+  copy_on_threads(host_.get(), dst + words.size() * 8, tables.data(), tables.size() * 4);
 }
 
 void CudaBackend::keep_outputs(std::span<const SparseAttentionParams> batch) {

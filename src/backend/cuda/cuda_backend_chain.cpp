@@ -42,7 +42,7 @@ bool CudaBackend::projection_chain(const ProjectionChainParams& p) {
   enqueue_chain_second(p, second, reinterpret_cast<const float*>(batch_.get<uint8_t>() + layout_.places()[size_t(second.mid_op)].out),
                        mid_norm);
   DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  layout_.scatter_outputs(p.first, staging_.get<uint8_t>());
+  layout_.scatter_outputs(p.first, staging_.get<uint8_t>(), host_.get());
   finish_chain_second(p, second);
   return true;
 }
@@ -87,7 +87,7 @@ bool CudaBackend::mhc_projection_chain(const MhcProjectionParams& p) {
   uint8_t* host = front_host_.get<uint8_t>();
   auto f32 = [&](size_t offset) { return reinterpret_cast<float*>(dev + offset); };
   DI_CHECK_MSG(side_pre || !p.pre_on_backend, "mHC projection chain: a pre on the device, but no collapse_pre");
-  if (!p.h_on_backend) std::memcpy(host + h_at, side.h, size_t(T * HW) * 4);
+  if (!p.h_on_backend) copy_on_threads(host_.get(), host + h_at, side.h, size_t(T * HW) * 4);
   // (a pre on the device is copied over its stale bytes after the upload)
   if (side_pre && !p.pre_on_backend) std::memcpy(host + pre_at, side.collapse_pre, size_t(T * 4) * 4);
   front_launches_.clear();
@@ -494,7 +494,7 @@ void CudaBackend::enqueue_chain_second(const ProjectionChainParams& p, const Cha
 void CudaBackend::finish_chain_second(const ProjectionChainParams& p, const ChainSecond& c) const {
   const int64_t T = p.n_tokens, W = p.mid_width;
   const uint8_t* host = second_host_.get<uint8_t>();
-  std::memcpy(p.mid, host + c.normed_at, size_t(T * W) * 4);
+  copy_on_threads(host_.get(), p.mid, host + c.normed_at, size_t(T * W) * 4);
   copy_rows(reinterpret_cast<const float*>(host + c.mid_q_at), c.k2, T, W, p.mid_q, W, W);
   for (size_t i = 0; i < p.second.size(); ++i) {
     if (kept_output(p, i)) continue;  // it stays on the device

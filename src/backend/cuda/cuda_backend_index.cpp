@@ -121,10 +121,13 @@ void CudaBackend::score(std::span<const IndexScoreParams> batch, std::span<const
   for (int64_t t = 0; t < T; ++t) {
     DI_CHECK_MSG(batch[size_t(t)].q_kept == p0.q_kept, "index scores: some tokens' q kept on the device, some not");
   }
+  if (!p0.q_kept) {
+    copy_pieces_on_threads(host_.get(), T, size_t(H * dim) * 4, [&](int64_t t) { return q_host + t * H * dim; },
+                           [&](int64_t t) { return batch[size_t(t)].q; });
+  }
   int64_t at = 0;
   for (int64_t t = 0; t < T; ++t) {
     const IndexScoreParams& p = batch[size_t(t)];
-    if (!p0.q_kept) std::memcpy(q_host + t * H * dim, p.q, size_t(H * dim) * 4);
     std::memcpy(q_host + T * H * dim + t * H, p.weights, size_t(H) * 4);
     meta_host[t] = p.n_keys;
     meta_host[T + t] = at;

@@ -18,7 +18,7 @@ void CudaBackend::linears(std::span<const LinearParams> ps) {
   if (!host_ops_.empty()) host_->linears(host_ops_);
   if (queued) {
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    layout_.scatter_outputs(on_device, staging_.get<uint8_t>());
+    layout_.scatter_outputs(on_device, staging_.get<uint8_t>(), host_.get());
   }
 }
 
@@ -47,7 +47,7 @@ bool CudaBackend::enqueue_linears(std::span<const LinearParams> ps) {
   staging_.reserve(bytes);
   uint8_t* base = batch_.get<uint8_t>();
   uint8_t* host = staging_.get<uint8_t>();
-  layout_.stage_inputs(ps, host);
+  layout_.stage_inputs(ps, host, host_.get());
   if (in_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(base, host, in_bytes, cudaMemcpyHostToDevice, stream_));
   launches_.clear();
   fp8_launches_.clear();

@@ -176,7 +176,7 @@ void CudaBackend::run_moe(const MoeParams& p, const MoeBlock& block, const MhcSi
   const bool pre_back = has_side && side->p->pre_out && !kept_pre;
   const float* kept_head_h = has_head && head->p->attention.h_kept ? kept_at(head->p->attention.h, T * HW) : nullptr;
   if (has_side) {
-    if (!kept_head_h) std::memcpy(in_host, has_head ? head->p->attention.h : side->p->h, size_t(T * HW) * 4);
+    if (!kept_head_h) copy_on_threads(host_.get(), in_host, has_head ? head->p->attention.h : side->p->h, size_t(T * HW) * 4);
     if (has_head) std::memcpy(in_host + head_coeffs_in, head->p->attention_coeffs, size_t(T * NC) * 4);
     if (side_pre) std::memcpy(in_host + pre_in, side->p->collapse_pre, size_t(T * 4) * 4);
   } else {
@@ -323,10 +323,10 @@ void CudaBackend::run_moe(const MoeParams& p, const MoeBlock& block, const MhcSi
   }
   DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (!has_side) {
-    std::memcpy(p.out, in_host, size_t(T * D) * 4);
+    copy_on_threads(host_.get(), p.out, in_host, size_t(T * D) * 4);
     return;
   }
-  if (!kept_out) std::memcpy(side->p->h_out, in_host, size_t(T * HW) * 4);
+  if (!kept_out) copy_on_threads(host_.get(), side->p->h_out, in_host, size_t(T * HW) * 4);
   if (pre_back) {
     for (int64_t t = 0; t < T; ++t) std::memcpy(side->p->pre_out + t * 4, in_host + T * HW + t * NC, 4 * 4);  // pre: floats 0-3
   }
