@@ -202,8 +202,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   std::vector<float> scores;                 // a block's index scores, token i's at score_at[i]
   std::vector<int64_t> score_at;
   std::vector<IndexQuery> score_queries;
-  std::vector<int64_t> order;
-  std::vector<int64_t> selection, select_at;  // I10 made by the backend: token i's at select_at[i]
+  std::vector<int64_t> selection, select_at;  // I10 (by the backend or on the host's threads): token i's at select_at[i]
   bool selected_on_backend = false;
   bool selection_kept = false;  // and kept there (Backend::keeps_selections): the attention builds its slots there
   std::vector<KeptSelectionSlots> pending_kept;          // the pending tokens' (ratio 4, with selection_kept)
@@ -276,6 +275,21 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
       }
       selected_on_backend = index_keys.select(*backend_, score_queries, IH, ID);
       selection_kept = keep && selected_on_backend;
+      if (!selected_on_backend) {  // I10 here, a token per thread (a batched decode step's 256 top-ks were serial)
+        backend_->for_rows(nb, [&](int64_t i0, int64_t i1) {
+          std::vector<int64_t> order;
+          for (int64_t i = i0; i < i1; ++i) {
+            const float* token_scores = scores.data() + score_at[size_t(i)];
+            order.resize(size_t(score_at[size_t(i + 1)] - score_at[size_t(i)]));  // the visible keys
+            std::iota(order.begin(), order.end(), 0);
+            const int64_t n_fill = select_at[size_t(i + 1)] - select_at[size_t(i)];
+            std::partial_sort(order.begin(), order.begin() + n_fill, order.end(), [&](int64_t a, int64_t b) {
+              return token_scores[a] != token_scores[b] ? token_scores[a] > token_scores[b] : a < b;
+            });  // larger score first, ties lower index first
+            std::copy_n(order.begin(), n_fill, selection.begin() + select_at[size_t(i)]);
+          }
+        });
+      }
     }
 
     // Sparse attention (AT0-AT3) of the block's tokens, run together (Backend::sparse_attentions: a token per
@@ -342,7 +356,7 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
         }
       } else if (ratio == 4) {
         const int64_t n_slots = std::min<int64_t>(c.index_topk, layout / 4), n_fill = index_fill(batch, t);
-        const int64_t* best = selection.data() + select_at[size_t(i)];
+        const int64_t* best = selection.data() + select_at[size_t(i)];  // I10, above
         if (selection_kept) {  // slots [here, here + n_fill) built on the backend from every visible row
           const int64_t n_visible = (pos + 1) / 4;
           if (pending_runs.size() <= pending.size()) pending_runs.resize(pending.size() + 1);
@@ -350,15 +364,6 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
           pending_kept.push_back({.selected = best, .n = n_fill, .at = int64_t(slots.size()) - first_slot, .ascending = false,
                                   .format = &ls.compressor.row_format, .runs = {}, .n_rows = n_visible});
           for (int64_t j = 0; j < n_slots; ++j) slots.push(nullptr);
-        } else if (!selected_on_backend) {
-          const int64_t n_visible = (pos + 1) / 4;
-          const float* token_scores = scores.data() + score_at[size_t(i)];  // I7-I9, above
-          order.resize(size_t(n_visible));
-          std::iota(order.begin(), order.end(), 0);
-          std::partial_sort(order.begin(), order.begin() + n_fill, order.end(), [&](int64_t a, int64_t b) {
-            return token_scores[a] != token_scores[b] ? token_scores[a] > token_scores[b] : a < b;
-          });  // I10: larger score first, ties lower index first
-          best = order.data();
         }
         for (int64_t j = 0; !selection_kept && j < n_slots; ++j) {
           if (j >= n_fill) {
