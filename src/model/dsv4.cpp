@@ -127,17 +127,30 @@ void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk
   }
 }
 
-void split_logits(std::vector<float>&& logits, std::span<const int64_t> counts, int64_t vocab,
-                  std::vector<ChunkOutput>& outputs) {
-  if (outputs.size() == 1) {
-    outputs[0].logits = std::move(logits);
-    return;
-  }
-  int64_t row = 0;
-  for (size_t ci = 0; ci < outputs.size(); ++ci) {
-    outputs[ci].logits.assign(logits.begin() + row * vocab, logits.begin() + (row + counts[ci]) * vocab);
-    row += counts[ci];
-  }
+namespace {
+thread_local std::vector<float> stacked_logits;  // head_logits' buffer where a call has several chunks
+// The most it keeps between calls: a batch-256 decode step's V4 logits are 132 MB; a prompt's all-logits rows may be GBs.
+constexpr size_t kKeptLogitsBytes = size_t(256) << 20;
+}  // namespace
+
+float* head_logits(std::vector<ChunkOutput>& outputs, int64_t n_rows, int64_t vocab) {
+  std::vector<float>& logits = outputs.size() == 1 ? outputs[0].logits : stacked_logits;
+  logits.resize(size_t(n_rows * vocab));
+  return logits.data();
+}
+
+void hand_out_logits(Backend& backend, std::span<const int64_t> counts, int64_t vocab, std::vector<ChunkOutput>& outputs) {
+  if (outputs.size() == 1) return;  // written in place
+  std::vector<int64_t> first_row(outputs.size() + 1, 0);
+  for (size_t ci = 0; ci < outputs.size(); ++ci) first_row[ci + 1] = first_row[ci] + counts[ci];
+  const std::vector<float>& logits = stacked_logits;  // this thread's (the body runs on others too)
+  DI_CHECK(int64_t(logits.size()) == first_row.back() * vocab);
+  backend.for_rows(int64_t(outputs.size()), [&](int64_t c0, int64_t c1) {
+    for (int64_t ci = c0; ci < c1; ++ci) {
+      outputs[size_t(ci)].logits.assign(logits.begin() + first_row[size_t(ci)] * vocab, logits.begin() + first_row[size_t(ci + 1)] * vocab);
+    }
+  });
+  if (stacked_logits.size() * sizeof(float) > kKeptLogitsBytes) std::vector<float>().swap(stacked_logits);
 }
 
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size) {
@@ -168,9 +181,9 @@ void Model::run_head(const HeadWeights& w, const Batch& batch, std::span<const C
   std::vector<int64_t> counts;
   const std::vector<float> hs = stack_logit_rows(batch, chunks, h_all, 4 * D, counts);
   const int64_t n_tokens = int64_t(hs.size()) / (4 * D);
-  std::vector<float> logits(size_t(n_tokens * c.vocab_size));
-  if (n_tokens > 0) run_head_rows(w, hs.data(), n_tokens, logits.data());
-  split_logits(std::move(logits), counts, c.vocab_size, outputs);
+  float* logits = head_logits(outputs, n_tokens, c.vocab_size);
+  if (n_tokens > 0) run_head_rows(w, hs.data(), n_tokens, logits);
+  hand_out_logits(*backend_, counts, c.vocab_size, outputs);
 }
 template void Model::run_head(const HeadWeights&, const Batch&, std::span<const ForwardChunk>, const std::vector<float>&,
                               std::vector<ChunkOutput>&);
@@ -231,6 +244,20 @@ void act_qdq_rows(Backend& backend, float* x, int64_t n_rows, int64_t width, int
   });
 }
 
+void for_each_chunk(Backend& backend, const Model::Batch& batch, const std::function<void(int64_t, int64_t)>& body) {
+  const int64_t n_chunks = int64_t(batch.states.size());
+  std::vector<SequenceState*> states = batch.states;
+  std::sort(states.begin(), states.end());
+  auto chunks = [&](int64_t c0, int64_t c1) {
+    for (int64_t ci = c0; ci < c1; ++ci) body(batch.first_token[size_t(ci)], batch.first_token[size_t(ci)] + batch.n_chunk_tokens[size_t(ci)]);
+  };
+  if (std::adjacent_find(states.begin(), states.end()) == states.end()) {
+    backend.for_rows(n_chunks, chunks);
+  } else {
+    chunks(0, n_chunks);
+  }
+}
+
 void Model::act_qdq_rows(std::vector<float>& x, int64_t n_rows, int64_t width) const {
   deepinfer::act_qdq_rows(*backend_, x.data(), n_rows, width, config_.act_block, config_.is_v41());
 }
@@ -278,12 +305,14 @@ std::vector<ChunkOutput> Model::forward_v4(std::span<const ForwardChunk> chunks)
     DI_CHECK_MSG(batch.ids[size_t(t)] >= 0 && batch.ids[size_t(t)] < c.vocab_size, "token id out of range");
   }
   std::vector<float> h(static_cast<size_t>(T * 4 * D));
-  for (int64_t t = 0; t < T; ++t) {  // E1: the embedding row in all 4 copies
-    const uint16_t* row = weights_.embed + int64_t(batch.ids[size_t(t)]) * D;
-    for (int k = 0; k < 4; ++k) {
-      for (int64_t i = 0; i < D; ++i) h[size_t((t * 4 + k) * D + i)] = bf16_to_float(row[i]);
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {  // E1: the embedding row in all 4 copies
+      const uint16_t* row = weights_.embed + int64_t(batch.ids[size_t(t)]) * D;
+      for (int k = 0; k < 4; ++k) {
+        for (int64_t i = 0; i < D; ++i) h[size_t((t * 4 + k) * D + i)] = bf16_to_float(row[i]);
+      }
     }
-  }
+  });
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
     if (chunks[ci].layer_streams_of_last) chunks[ci].layer_streams_of_last->clear();
   }

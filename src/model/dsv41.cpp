@@ -138,13 +138,15 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     DI_CHECK_MSG(batch.ids[size_t(t)] >= 0 && batch.ids[size_t(t)] < c.vocab_size, "token id out of range");
   }
   std::vector<float> h(static_cast<size_t>(T * 4 * D)), pre_in(static_cast<size_t>(T * 4), 0.0f);
-  for (int64_t t = 0; t < T; ++t) {  // step 1: 4 copies of the embedding; pre_in = (1, 0, 0, 0)
-    const uint16_t* row = weights_.embed + int64_t(batch.ids[size_t(t)]) * D;
-    for (int k = 0; k < 4; ++k) {
-      for (int64_t i = 0; i < D; ++i) h[size_t((t * 4 + k) * D + i)] = bf16_to_float(row[i]);
+  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {  // step 1: 4 copies of the embedding; pre_in = (1, 0, 0, 0)
+      const uint16_t* row = weights_.embed + int64_t(batch.ids[size_t(t)]) * D;
+      for (int k = 0; k < 4; ++k) {
+        for (int64_t i = 0; i < D; ++i) h[size_t((t * 4 + k) * D + i)] = bf16_to_float(row[i]);
+      }
+      pre_in[size_t(t * 4)] = 1.0f;
     }
-    pre_in[size_t(t * 4)] = 1.0f;
-  }
+  });
   V41Scratch scratch;
   scratch.selection.assign(size_t(T), {});
   scratch.candidates.assign(size_t(T), {});
@@ -180,7 +182,8 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     const std::vector<float> hs = stack_logit_rows(batch, chunks, h, 4 * D, counts);
     const std::vector<float> pres = stack_logit_rows(batch, chunks, pre_in, 4, counts);
     const int64_t n_rows = int64_t(pres.size()) / 4;
-    std::vector<float> y(static_cast<size_t>(n_rows * D)), logits(size_t(n_rows * V));
+    std::vector<float> y(static_cast<size_t>(n_rows * D));
+    float* logits = head_logits(outputs, n_rows, V);
     backend_->for_rows(n_rows, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {  // step 43: collapse with the last block's ffn pre, then norm
         hc_collapse(&hs[size_t(r * 4 * D)], &pres[size_t(r * 4)], D, &y[size_t(r * D)]);
@@ -189,9 +192,9 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     });
     if (n_rows > 0) {  // step 44
       backend_->linear({.x = y.data(), .x_stride = D, .n_tokens = n_rows, .weight = &weights_.head_proj, .row_begin = 0,
-                        .n_rows = V, .epilogue = Epilogue::kF32, .bias = nullptr, .out = logits.data(), .out_stride = V});
+                        .n_rows = V, .epilogue = Epilogue::kF32, .bias = nullptr, .out = logits, .out_stride = V});
     }
-    split_logits(std::move(logits), counts, V, outputs);
+    hand_out_logits(*backend_, counts, V, outputs);
   }
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
     const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];

@@ -530,10 +530,11 @@ void Model::attention_v41(int layer, Batch& batch, V41Scratch& scratch, MhcFront
     }
   }
   attend_pending(T);
-  for (int64_t t = 0; t < T; ++t) {
-    LayerState& ls = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)];
-    ls.store_window_row(batch.pos[size_t(t)], &kv[size_t(t * HD)]);
-  }
+  for_each_chunk(*backend_, batch, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)].store_window_row(batch.pos[size_t(t)], &kv[size_t(t * HD)]);
+    }
+  });
   output_projection_v41(w, o, T, back, qkv.q_kept);
 }
 

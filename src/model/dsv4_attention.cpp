@@ -91,16 +91,18 @@ void Model::compressor_update(const CompressorWeights& w, const RopeTable& rope,
                                   bool is_index, const Batch& batch, bool is_mtp, int layer_index,
                                   const CompressorProjections& projected) {
   const ModelConfig& c = config_;
-  const int64_t T = batch.n_tokens(), width = projected.width;
-  for (int64_t t = 0; t < T; ++t) {
-    LayerState& ls = layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index);
-    CompressorState& cs = is_index ? ls.index_compressor : ls.compressor;
-    const int64_t pos = batch.pos[size_t(t)];
-    const int64_t slot = pos % cs.ring_rows();
-    std::copy_n(&projected.kv[size_t(t * width)], width, &cs.kv[size_t(slot * width)]);
-    std::copy_n(&projected.score[size_t(t * width)], width, &cs.score[size_t(slot * width)]);
-    if ((pos + 1) % ratio == 0) pool_group(cs, pos / ratio, d, w.norm, rope, c.rope_head_dim, is_index, double(float(c.norm_eps)));
-  }
+  const int64_t width = projected.width;
+  for_each_chunk(*backend_, batch, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      LayerState& ls = layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index);
+      CompressorState& cs = is_index ? ls.index_compressor : ls.compressor;
+      const int64_t pos = batch.pos[size_t(t)];
+      const int64_t slot = pos % cs.ring_rows();
+      std::copy_n(&projected.kv[size_t(t * width)], width, &cs.kv[size_t(slot * width)]);
+      std::copy_n(&projected.score[size_t(t * width)], width, &cs.score[size_t(slot * width)]);
+      if ((pos + 1) % ratio == 0) pool_group(cs, pos / ratio, d, w.norm, rope, c.rope_head_dim, is_index, double(float(c.norm_eps)));
+    }
+  });
 }
 
 // The query side runs in blocks of kAttentionBlock tokens: a prefill's per-token query rows (H * HD floats,
@@ -419,10 +421,11 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   }
 
   // The window ring takes this call's rows only now: earlier tokens of the call still needed the old ones.
-  for (int64_t t = 0; t < T; ++t) {
-    LayerState& ls = layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index);
-    ls.store_window_row(batch.pos[size_t(t)], &kv[size_t(t * HD)]);
-  }
+  for_each_chunk(*backend_, batch, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      layer_state(batch.states[size_t(batch.chunk[size_t(t)])], is_mtp, layer_index).store_window_row(batch.pos[size_t(t)], &kv[size_t(t * HD)]);
+    }
+  });
 }
 
 }  // namespace deepinfer

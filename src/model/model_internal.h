@@ -80,6 +80,12 @@ constexpr int64_t kHeadRange = 8;      // for_token_ranges over attention heads
 // The activation QDQ of each row's first `width` values in place, in blocks of `block` (V4: qdq_fp8, V4.1:
 // qdq_fp8_v41), on the backend's threads.
 void act_qdq_rows(Backend& backend, float* x, int64_t n_rows, int64_t width, int64_t block, bool v41);
+
+// body(t0, t1) over each chunk's tokens [t0, t1), the chunks on the backend's threads: the per-sequence state a token
+// writes (window ring, compressor ring and rows) is its chunk's alone, and a chunk's tokens stay in position order
+// on one thread (a batched decode step's 256 one-token chunks were one thread's work). Chunks of one sequence, which
+// would share that state, run one after another on the calling thread.
+void for_each_chunk(Backend& backend, const Model::Batch& batch, const std::function<void(int64_t, int64_t)>& body);
 // Decoded KV rows (RowDecodeCache) the pending attention tokens of a call may hold before they run (V4 and
 // V4.1): 32 MB of 512-value rows, about what one chunk of a long prompt decodes anyway, and 25 sequences of
 // a batched decode step.
@@ -88,8 +94,8 @@ constexpr int64_t kPendingDecodedRows = 16384;
 // The head runs once over the logit rows of every chunk, stacked in chunk order: a batch of decode steps then
 // streams the vocab-sized head matrix once instead of once per sequence (at batch 16 that had been 60% of a
 // step). A chunk's logit rows are all of its tokens (all_logits) or its last one. stack_logit_rows copies
-// them from x [T, width] and sets counts[ci] for each chunk; split_logits hands out the head's [total, vocab]
-// logits chunk by chunk. A row's logits do not depend on the other rows of the call (the kernels' sums never
+// them from x [T, width] and sets counts[ci] for each chunk; the head writes its [total, vocab] logits where
+// head_logits says and hand_out_logits gives each chunk its rows. A row's logits do not depend on the other rows of the call (the kernels' sums never
 // depend on the token count).
 template <class Chunk>
 std::vector<float> stack_logit_rows(const Model::Batch& batch, std::span<const Chunk> chunks, const std::vector<float>& x,
@@ -104,8 +110,12 @@ std::vector<float> stack_logit_rows(const Model::Batch& batch, std::span<const C
   }
   return rows;
 }
-void split_logits(std::vector<float>&& logits, std::span<const int64_t> counts, int64_t vocab,
-                  std::vector<ChunkOutput>& outputs);
+// Where the head writes its logits [n_rows, vocab]: the chunk's own output where the call has one chunk, else a buffer
+// the thread keeps from call to call (a batch-256 decode step's 132 MB of V4 logits were a fresh, zero-filled vector
+// each step, then copied chunk by chunk on one thread).
+float* head_logits(std::vector<ChunkOutput>& outputs, int64_t n_rows, int64_t vocab);
+// Gives each chunk its rows of the logits head_logits placed, counts[ci] of them (on the backend's threads).
+void hand_out_logits(Backend& backend, std::span<const int64_t> counts, int64_t vocab, std::vector<ChunkOutput>& outputs);
 
 // The mHC block's per-call buffers (V4's Model::run_block, V4.1's Model::mhc_block_v41), kept by each thread
 // from call to call and resized here; every element is written before it is read. In a long prefill h_next
