@@ -67,68 +67,77 @@ void Model::kv_source_update_v41(int layer, const Batch& batch, V41Scratch& scra
   const int ratio = c.compress_ratio(layer);
   const int64_t T = batch.n_tokens(), HD = c.head_dim, ID = c.index_head_dim, RD = c.rope_head_dim;
   const double eps = c.norm_eps_value();
-  // New latents (pre-RoPE, step 15 / 17) in token order with their chunk and row index.
+  DI_CHECK_MSG(ratio == 1 || ratio == 2, "a V4.1 KV source compresses by 1 or 2");
+  // The tokens that finish a row (every one at ratio 1, the last of each group at ratio 2), in token order: row r is
+  // token row_token[r]'s, row latent_row[r] of its sequence. A chunk's tokens, and so its rows, are consecutive.
+  std::vector<int64_t> row_token, latent_row, token_row(static_cast<size_t>(T), -1);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = batch.pos[size_t(t)];
+    if ((pos + 1) % ratio != 0) continue;
+    token_row[size_t(t)] = int64_t(row_token.size());
+    row_token.push_back(t);
+    latent_row.push_back(pos / ratio);
+  }
+  const int64_t n_new = int64_t(row_token.size());
+  // New latents (pre-RoPE, step 15 / 17), a chunk per thread (its compressor ring is its sequence's).
   std::vector<float> latents;
-  std::vector<int> latent_chunk;
-  std::vector<int64_t> latent_row;
   if (ratio == 1) {  // step 15: every position is its own row
     latents = std::move(projected.kv);
-    for (int64_t t = 0; t < T; ++t) {
-      rmsnorm(&latents[size_t(t * HD)], w.compressor.norm, HD, eps, &latents[size_t(t * HD)]);
-      latent_chunk.push_back(batch.chunk[size_t(t)]);
-      latent_row.push_back(batch.pos[size_t(t)]);
-    }
+    backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) rmsnorm(&latents[size_t(t * HD)], w.compressor.norm, HD, eps, &latents[size_t(t * HD)]);
+    });
   } else {  // steps 16-17: ratio-2 groups pooled per channel with a softmax over the group's scores
+    latents.resize(size_t(n_new * HD));
     const std::vector<float>& ckv = projected.kv;
     const std::vector<float>& csc = projected.score;
-    std::vector<float> pooled(static_cast<size_t>(HD));
-    for (int64_t t = 0; t < T; ++t) {
-      const int ci = batch.chunk[size_t(t)];
-      CompressorState& cs = batch.states[size_t(ci)]->layers[size_t(layer)].compressor;
-      const int64_t pos = batch.pos[size_t(t)], ring = cs.ring_rows(), slot = pos % ring;
-      std::copy_n(&ckv[size_t(t * HD)], HD, &cs.kv[size_t(slot * HD)]);
-      std::copy_n(&csc[size_t(t * HD)], HD, &cs.score[size_t(slot * HD)]);
-      if ((pos + 1) % ratio != 0) continue;
-      const int64_t group_first = pos + 1 - ratio;
-      for (int64_t i = 0; i < HD; ++i) {
-        double smax = -INFINITY;
-        for (int j = 0; j < ratio; ++j) smax = std::max(smax, double(cs.score[size_t(((group_first + j) % ring) * HD + i)]));
-        double num = 0, den = 0;
-        for (int j = 0; j < ratio; ++j) {
-          const int64_t row = (group_first + j) % ring;
-          const double e = std::exp(double(cs.score[size_t(row * HD + i)]) - smax);
-          num += double(cs.kv[size_t(row * HD + i)]) * e;
-          den += e;
+    for_each_chunk(*backend_, batch, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        CompressorState& cs = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)].compressor;
+        const int64_t pos = batch.pos[size_t(t)], ring = cs.ring_rows(), slot = pos % ring;
+        std::copy_n(&ckv[size_t(t * HD)], HD, &cs.kv[size_t(slot * HD)]);
+        std::copy_n(&csc[size_t(t * HD)], HD, &cs.score[size_t(slot * HD)]);
+        if (token_row[size_t(t)] < 0) continue;
+        float* pooled = &latents[size_t(token_row[size_t(t)] * HD)];
+        const int64_t group_first = pos + 1 - ratio;
+        for (int64_t i = 0; i < HD; ++i) {
+          double smax = -INFINITY;
+          for (int j = 0; j < ratio; ++j) smax = std::max(smax, double(cs.score[size_t(((group_first + j) % ring) * HD + i)]));
+          double num = 0, den = 0;
+          for (int j = 0; j < ratio; ++j) {
+            const int64_t row = (group_first + j) % ring;
+            const double e = std::exp(double(cs.score[size_t(row * HD + i)]) - smax);
+            num += double(cs.kv[size_t(row * HD + i)]) * e;
+            den += e;
+          }
+          pooled[i] = round_bf16(num / den);
         }
-        pooled[size_t(i)] = round_bf16(num / den);
+        rmsnorm(pooled, w.compressor.norm, HD, eps, pooled);
       }
-      rmsnorm(pooled.data(), w.compressor.norm, HD, eps, pooled.data());
-      latents.insert(latents.end(), pooled.begin(), pooled.end());
-      latent_chunk.push_back(ci);
-      latent_row.push_back(pos / ratio);
-    }
+    });
   }
-  const int64_t n_new = int64_t(latent_chunk.size());
   if (n_new == 0) return;
-  // Step 19: index keys from the pre-RoPE latent; step 18: the FP4 compressed row.
+  // Step 19: index keys from the pre-RoPE latent; step 18: the FP4 compressed row; appended a chunk per thread.
   std::vector<float> keys(static_cast<size_t>(n_new * ID));
   backend_->linear({.x = latents.data(), .x_stride = HD, .n_tokens = n_new, .weight = &w.index_wk, .row_begin = 0, .n_rows = ID,
                     .epilogue = Epilogue::kBf16, .bias = nullptr, .out = keys.data(), .out_stride = ID});
-  for (int64_t r = 0; r < n_new; ++r) {
-    const int64_t j = latent_row[size_t(r)];
-    float* key = &keys[size_t(r * ID)];
-    rmsnorm(key, w.index_k_norm, ID, eps, key);
-    rope.apply(key + ID - RD, j * ratio, false);
-    qdq_fp4_pow2_v41(key, ID, 32);
-    float* row = &latents[size_t(r * HD)];
-    rope.apply(row + HD - RD, j * ratio, false);
-    qdq_fp4_e4m3_scale(row, HD, 16);
-    SequenceState& seq = *batch.states[size_t(latent_chunk[size_t(r)])];
-    LayerState& ls = seq.layers[size_t(layer)];
-    DI_CHECK(ls.compressor.n_rows() == j && ls.index_compressor.n_rows() == j);
-    ls.compressor.append_row(row);
-    ls.index_compressor.append_row(key);
-  }
+  for_each_chunk(*backend_, batch, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r = token_row[size_t(t)];
+      if (r < 0) continue;
+      const int64_t j = latent_row[size_t(r)];
+      float* key = &keys[size_t(r * ID)];
+      rmsnorm(key, w.index_k_norm, ID, eps, key);
+      rope.apply(key + ID - RD, j * ratio, false);
+      qdq_fp4_pow2_v41(key, ID, 32);
+      float* row = &latents[size_t(r * HD)];
+      rope.apply(row + HD - RD, j * ratio, false);
+      qdq_fp4_e4m3_scale(row, HD, 16);
+      LayerState& ls = batch.states[size_t(batch.chunk[size_t(t)])]->layers[size_t(layer)];
+      DI_CHECK(ls.compressor.n_rows() == j && ls.index_compressor.n_rows() == j);
+      ls.compressor.append_row(row);
+      ls.index_compressor.append_row(key);
+    }
+  });
 }
 
 void Model::project_qkv_v41(const BlockWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
