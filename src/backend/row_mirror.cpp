@@ -97,6 +97,15 @@ void RowMirror::remember_run(const uint64_t* stamps, int64_t n, const int64_t* s
   run.slots.assign(slots, slots + n);
 }
 
+bool RowMirror::update_run(const uint64_t* stamps, int64_t n, const int64_t* slots) {
+  const auto it = runs_.find(stamps);
+  if (it == runs_.end() || int64_t(it->second.stamps.size()) != n) return false;
+  DI_CHECK(std::find(slots, slots + n, int64_t(-1)) == slots + n);
+  std::memcpy(it->second.stamps.data(), stamps, size_t(n) * sizeof(uint64_t));
+  std::memcpy(it->second.slots.data(), slots, size_t(n) * sizeof(int64_t));
+  return true;
+}
+
 void RowMirror::forget_runs() {
   runs_.clear();
   remembered_rows_ = 0;

@@ -51,6 +51,9 @@ class RowMirror {
   int64_t find_run(const uint64_t* stamps, int64_t n, int64_t* slots) const;
   // Remembers the run's slots (every one placed: find or place_missing gave it).
   void remember_run(const uint64_t* stamps, int64_t n, const int64_t* slots);
+  // remember_run where the run is remembered with n rows already (false, nothing done, where not): its stamps and
+  // slots rewritten in place, nothing added, so several threads may update distinct runs at once.
+  bool update_run(const uint64_t* stamps, int64_t n, const int64_t* slots);
   int64_t n_remembered_runs() const { return int64_t(runs_.size()); }
 
  private:

@@ -464,9 +464,23 @@ void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Bac
     mirror.place_missing(g.stamps, slots, by_row, copies);  // only by_row's rows may be missing
     flushed = mirror.n_flushes() != flushes;
   }
+  // The runs not found whole remembered anew: those remembered before (a window ring with its newest row rewritten,
+  // 256 of them in a batch-256 step) updated in place on the threads, the others added here.
+  std::vector<char> updated(g.runs.size(), 0);
+  auto update_runs = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const SlotGather::PackedGroup::Run& run = g.runs[size_t(i)];
+      if (flushed || !whole[size_t(i)]) updated[size_t(i)] = mirror.update_run(run.stamps, run.n, &slots[size_t(run.first)]);
+    }
+  };
+  if (threads && g.runs.size() > 1) {
+    threads->for_rows(int64_t(g.runs.size()), update_runs);
+  } else {
+    update_runs(0, int64_t(g.runs.size()));
+  }
   for (size_t i = 0; i < g.runs.size(); ++i) {
     const SlotGather::PackedGroup::Run& run = g.runs[i];
-    if (flushed || !whole[i]) mirror.remember_run(run.stamps, run.n, &slots[size_t(run.first)]);
+    if ((flushed || !whole[i]) && !updated[i]) mirror.remember_run(run.stamps, run.n, &slots[size_t(run.first)]);
   }
 }
 

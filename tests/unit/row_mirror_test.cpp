@@ -147,7 +147,18 @@ TEST(RowMirror, RemembersARunUntilItsStampsChangeOrTheArenaEmpties) {
   EXPECT_EQ(found, (std::vector<int64_t>{slots[0], -7, slots[2]}));
   page[1] = 22;
   EXPECT_EQ(m.find_run(page.data(), 3, found.data()), 3);
-  place(m, {31, 32, 33, 34}, copies);  // four missing, three free: the arena is emptied
+  // update_run rewrites a run remembered with as many rows, in place, and nothing else.
+  page[2] = 24;
+  const std::vector<int64_t> updated = {slots[0], slots[1], place(m, {24}, copies)[0]};
+  EXPECT_FALSE(m.update_run(page.data(), 2, updated.data())) << "remembered with 3 rows";
+  EXPECT_FALSE(m.update_run(page.data() + 1, 2, updated.data() + 1)) << "not remembered at that address";
+  EXPECT_TRUE(m.update_run(page.data(), 3, updated.data()));
+  EXPECT_EQ(m.find_run(page.data(), 3, found.data()), 3);
+  EXPECT_EQ(found, updated);
+  EXPECT_EQ(m.n_remembered_runs(), 1);
+  page[2] = 23;
+  EXPECT_TRUE(m.update_run(page.data(), 3, slots.data()));
+  place(m, {31, 32, 33, 34}, copies);  // four missing, two free: the arena is emptied
   EXPECT_EQ(m.n_flushes(), 1);
   EXPECT_EQ(m.find_run(page.data(), 3, found.data()), 0) << "its rows are gone from the arena";
   EXPECT_EQ(m.n_remembered_runs(), 0);
