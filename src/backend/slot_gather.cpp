@@ -182,6 +182,7 @@ struct SlotGather::CountSink {
     }
   }
   void ring(const PackedRowRun& ring, const KvRowFormat& format) {
+    check_run(ring, ring.n_rows);
     if (TokenPlan::Format* f = of(format)) {
       f->n_rows += ring.n_rows;
       ++f->n_runs;
@@ -465,12 +466,19 @@ void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Bac
     flushed = mirror.n_flushes() != flushes;
   }
   // The runs not found whole remembered anew: those remembered before (a window ring with its newest row rewritten,
-  // 256 of them in a batch-256 step) updated in place on the threads, the others added here.
+  // 256 of them in a batch-256 step) updated in place on the threads, the others added here. A run the group holds
+  // twice (a gather on threads places a run for each token holding it) is updated once: both would write the same.
   std::vector<char> updated(g.runs.size(), 0);
+  FlatIndex seen(3);
+  seen.reset(std::max<int64_t>(int64_t(g.runs.size()), 1));
+  for (size_t i = 0; i < g.runs.size(); ++i) {
+    const uint64_t key = reinterpret_cast<uintptr_t>(g.runs[i].stamps) | uint64_t(g.runs[i].n) << 48;  // as add_run's
+    if (!seen.try_emplace(key, 0).second) updated[i] = 1;  // a repeat
+  }
   auto update_runs = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const SlotGather::PackedGroup::Run& run = g.runs[size_t(i)];
-      if (flushed || !whole[size_t(i)]) updated[size_t(i)] = mirror.update_run(run.stamps, run.n, &slots[size_t(run.first)]);
+      if ((flushed || !whole[size_t(i)]) && !updated[size_t(i)]) updated[size_t(i)] = mirror.update_run(run.stamps, run.n, &slots[size_t(run.first)]);
     }
   };
   if (threads && g.runs.size() > 1) {

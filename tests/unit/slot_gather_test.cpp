@@ -431,6 +431,24 @@ TEST(SlotGather, BatchOnThreadsGathersAsOnOneThread) {
   for (size_t i = 0; i < alone.selection_tables().size(); ++i) {
     ASSERT_EQ(row_of(alone, alone.selection_tables()[i]), row_of(threaded, threaded.selection_tables()[i])) << "table entry " << i;
   }
+  // In a row mirror (on the threads), the run placed twice gets one slot a row: a second call finds every row and
+  // copies nothing, its token's window row rewritten since is copied alone.
+  RowMirror mirror(1 << 12);
+  std::vector<int64_t> slots, copies;
+  const SlotGather::PackedGroup& g = threaded.packed_groups()[0];
+  mirror_group_slots(mirror, g, threads.get(), slots, copies);
+  for (size_t i = 0; i < g.rows.size(); ++i) {
+    for (size_t k = 0; k < i; ++k) {
+      if (g.stamps[k] == g.stamps[i]) ASSERT_EQ(slots[k], slots[i]) << "rows " << k << " and " << i << " share a stamp";
+    }
+  }
+  stamps[45][0] = next_stamp++;
+  threaded.gather(ps, threads.get());
+  mirror_group_slots(mirror, threaded.packed_groups()[0], threads.get(), slots, copies);
+  EXPECT_EQ(copies.size(), 1u) << "the rewritten ring row alone";
+  threaded.gather(ps, threads.get());
+  mirror_group_slots(mirror, threaded.packed_groups()[0], threads.get(), slots, copies);
+  EXPECT_TRUE(copies.empty());
 }
 
 TEST(SlotGatherDeathTest, PackedRowOfAnotherWidthIsCaught) {
