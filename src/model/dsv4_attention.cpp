@@ -113,9 +113,13 @@ void Model::compressor_update(const CompressorWeights& w, const RopeTable& rope,
 // blocks change no result.
 constexpr int64_t kAttentionBlock = 256;
 
-// Per-block buffers, reused from call to call (thread_local as block_buffers: one model call per thread).
+// Per-block buffers, reused from call to call (thread_local as block_buffers: one model call per thread), and the
+// call's projections of u: fresh vectors were zero-filled in every layer (~6 MB a ratio-4 layer at batch 256), though
+// every element is written before it is read.
 struct AttentionBuffers {
   std::vector<float> q, iq, o, z;
+  std::vector<float> qr, kv, qrq, index_w;  // [T, QL], [T, HD], [T, QL], [T, IH]
+  CompressorProjections compressed, index_compressed;
 };
 
 std::vector<LinearParams> Model::query_projections(const BlockWeights& w, const float* qrq, int64_t n_tokens, float* q,
@@ -140,12 +144,18 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   const std::vector<float>& uq = front.uq();
   // Every projection of u (quantised or not) in one batch, one wait on a GPU: A1, A10, the compressors' C1 and
   // C2, and the indexer's I5 for all the call's tokens.
-  std::vector<float> qr(static_cast<size_t>(T * QL)), kv(size_t(T * HD)), index_w_all;
+  thread_local AttentionBuffers buf;
+  std::vector<float>& qr = buf.qr;
+  std::vector<float>& kv = buf.kv;
+  std::vector<float>& index_w_all = buf.index_w;
+  qr.resize(size_t(T * QL));
+  kv.resize(size_t(T * HD));
   std::vector<LinearParams> projections = {
       {uq.data(), D, T, &w.wq_a, 0, QL, Epilogue::kBf16, nullptr, qr.data(), QL, c.act_block},  // A1
       {uq.data(), D, T, &w.wkv, 0, HD, Epilogue::kBf16, nullptr, kv.data(), HD, c.act_block},   // A10
   };
-  CompressorProjections compressed, index_compressed;
+  CompressorProjections& compressed = buf.compressed;
+  CompressorProjections& index_compressed = buf.index_compressed;
   if (ratio != 0) compressed.add_ops(w.compressor, ratio, HD, batch.pos, u, D, projections);
   if (ratio == 4) {
     index_compressed.add_ops(w.index_compressor, ratio, ID, batch.pos, u, D, projections);
@@ -154,8 +164,8 @@ void Model::attention(const BlockWeights& w, const RopeTable& rope, Batch& batch
   }
   // A2 and qr's QDQ; with A3 (and I1) in the same chain where the call is one query block (a decode step), so a
   // backend that chains them makes one call of it.
-  thread_local AttentionBuffers buf;
-  std::vector<float> qrq(static_cast<size_t>(T * QL));
+  std::vector<float>& qrq = buf.qrq;
+  qrq.resize(size_t(T * QL));
   const bool q_in_chain = T <= kAttentionBlock;
   std::vector<LinearParams> q_ops;
   if (q_in_chain) {
