@@ -97,13 +97,16 @@ void Model::run_block_v41(int layer, Batch& batch, V41Scratch& scratch, std::vec
   if (stream && tap != c.dspark_target_layers.end() && !tapped) stream->fetch(*backend_, h);  // the tap below reads h
   if (tap != c.dspark_target_layers.end() && !tapped) {  // step 5: the layer's input stream, mean over the copies
     scratch.fetch_taps(*backend_);  // (the other taps, where the backend keeps them; from now on all here)
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t d = 0; d < D; ++d) {
-        double sum = 0;
-        for (int k = 0; k < 4; ++k) sum += h[size_t((t * 4 + k) * D + d)];
-        scratch.taps[size_t((t * n_taps + i_tap) * D + d)] = round_bf16(sum / 4.0);
+    std::vector<float>& taps = scratch.taps;
+    backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        for (int64_t d = 0; d < D; ++d) {
+          double sum = 0;
+          for (int k = 0; k < 4; ++k) sum += h[size_t((t * 4 + k) * D + d)];
+          taps[size_t((t * n_taps + i_tap) * D + d)] = round_bf16(sum / 4.0);
+        }
       }
-    }
+    });
   }
   mhc_block_v41(w, batch, h, pre_in, [&](MhcFront& front, MhcBack& back) {
     attention_v41(layer, batch, scratch, front, back);
