@@ -179,7 +179,9 @@ void Model::run_head(const HeadWeights& w, const Batch& batch, std::span<const C
   const ModelConfig& c = config_;
   const int64_t D = c.dim;
   std::vector<int64_t> counts;
-  const std::vector<float> hs = stack_logit_rows(batch, chunks, h_all, 4 * D, counts);
+  thread_local std::vector<float> stacked_h;  // (16 MB at batch 256: kept, not zero-filled each step)
+  std::vector<float>& hs = stacked_h;         // (this thread's, wherever it is read)
+  stack_logit_rows(*backend_, batch, chunks, h_all, 4 * D, counts, hs);
   const int64_t n_tokens = int64_t(hs.size()) / (4 * D);
   float* logits = head_logits(outputs, n_tokens, c.vocab_size);
   if (n_tokens > 0) run_head_rows(w, hs.data(), n_tokens, logits);

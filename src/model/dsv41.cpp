@@ -182,8 +182,11 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
   const int64_t n_taps_width = int64_t(c.dspark_target_layers.size()) * D;
   {  // steps 43-44 on the logit rows of every chunk at once (stack_logit_rows)
     std::vector<int64_t> counts;
-    const std::vector<float> hs = stack_logit_rows(batch, chunks, h, 4 * D, counts);
-    const std::vector<float> pres = stack_logit_rows(batch, chunks, pre_in, 4, counts);
+    thread_local std::vector<float> stacked_h, stacked_pre;  // (20 MB at batch 256: kept, not zero-filled each step)
+    std::vector<float>& hs = stacked_h;  // this thread's: the body below runs on other threads too
+    std::vector<float>& pres = stacked_pre;
+    stack_logit_rows(*backend_, batch, chunks, h, 4 * D, counts, hs);
+    stack_logit_rows(*backend_, batch, chunks, pre_in, 4, counts, pres);
     const int64_t n_rows = int64_t(pres.size()) / 4;
     std::vector<float> y(static_cast<size_t>(n_rows * D));
     float* logits = head_logits(outputs, n_rows, V);

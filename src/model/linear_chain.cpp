@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/host_copy.h"
 #include "model/model_internal.h"
 #include "model/ops.h"
 
@@ -21,7 +22,7 @@ void projection_chain_on_backend(Backend& backend, const ProjectionChainParams& 
       rmsnorm(row, p.mid_norm, p.mid_width, p.eps, row);
     }
   });
-  std::copy_n(p.mid, p.n_tokens * p.mid_width, p.mid_q);
+  copy_on_threads(&backend, p.mid_q, p.mid, size_t(p.n_tokens * p.mid_width) * sizeof(float));
   act_qdq_rows(backend, p.mid_q, p.n_tokens, p.mid_width, p.qdq_block, p.v41);
   if (!p.second.empty()) backend.linears(p.second);
 }

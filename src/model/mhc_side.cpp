@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/host_copy.h"
 #include "core/status.h"
 #include "model/linear_chain.h"
 #include "model/model_internal.h"
@@ -62,7 +63,7 @@ bool MhcFront::run_with(const ProjectionChainParams& chain) {
     return true;
   }
   run();
-  std::copy(scratch_.u.begin(), scratch_.u.end(), scratch_.uq.begin());
+  copy_on_threads(&backend_, scratch_.uq.data(), scratch_.u.data(), scratch_.u.size() * sizeof(float));
   act_qdq_rows(backend_, scratch_.uq.data(), p_.n_tokens, p_.dim, chain.qdq_block, chain.v41);
   return run_projection_chain(backend_, chain);
 }

@@ -94,21 +94,25 @@ constexpr int64_t kPendingDecodedRows = 16384;
 // The head runs once over the logit rows of every chunk, stacked in chunk order: a batch of decode steps then
 // streams the vocab-sized head matrix once instead of once per sequence (at batch 16 that had been 60% of a
 // step). A chunk's logit rows are all of its tokens (all_logits) or its last one. stack_logit_rows copies
-// them from x [T, width] and sets counts[ci] for each chunk; the head writes its [total, vocab] logits where
-// head_logits says and hand_out_logits gives each chunk its rows. A row's logits do not depend on the other rows of the call (the kernels' sums never
-// depend on the token count).
+// them from x [T, width] into rows (on the backend's threads) and sets counts[ci] for each chunk; the head writes
+// its [total, vocab] logits where head_logits says and hand_out_logits gives each chunk its rows. A row's logits do
+// not depend on the other rows of the call (the kernels' sums never depend on the token count).
 template <class Chunk>
-std::vector<float> stack_logit_rows(const Model::Batch& batch, std::span<const Chunk> chunks, const std::vector<float>& x,
-                                    int64_t width, std::vector<int64_t>& counts) {
-  std::vector<float> rows;
+void stack_logit_rows(Backend& backend, const Model::Batch& batch, std::span<const Chunk> chunks, const std::vector<float>& x,
+                      int64_t width, std::vector<int64_t>& counts, std::vector<float>& rows) {
   counts.assign(chunks.size(), 0);
+  std::vector<int64_t> at(chunks.size() + 1, 0);  // each chunk's first stacked row
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
-    const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];
-    counts[ci] = chunks[ci].all_logits ? n : std::min<int64_t>(n, 1);
-    const int64_t row0 = first + n - counts[ci];
-    rows.insert(rows.end(), x.begin() + row0 * width, x.begin() + (row0 + counts[ci]) * width);
+    counts[ci] = chunks[ci].all_logits ? batch.n_chunk_tokens[ci] : std::min<int64_t>(batch.n_chunk_tokens[ci], 1);
+    at[ci + 1] = at[ci] + counts[ci];
   }
-  return rows;
+  rows.resize(size_t(at.back() * width));  // (every element written below: a buffer kept by the caller is not cleared)
+  backend.for_rows(int64_t(chunks.size()), [&](int64_t c0, int64_t c1) {  // (a batch-256 step's 16 MB of V4 streams)
+    for (int64_t ci = c0; ci < c1; ++ci) {
+      const int64_t row0 = batch.first_token[size_t(ci)] + batch.n_chunk_tokens[size_t(ci)] - counts[size_t(ci)];
+      std::copy_n(x.begin() + row0 * width, counts[size_t(ci)] * width, rows.begin() + at[size_t(ci)] * width);
+    }
+  });
 }
 // Where the head writes its logits [n_rows, vocab]: the chunk's own output where the call has one chunk, else a buffer
 // the thread keeps from call to call (a batch-256 decode step's 132 MB of V4 logits were a fresh, zero-filled vector

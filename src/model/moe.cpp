@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/host_copy.h"
 #include "core/dtypes.h"
 #include "model/model_internal.h"
 #include "model/moe.h"
@@ -41,7 +42,8 @@ void moe_on_backend(Backend& backend, const MoeParams& p) {
   // once).
   thread_local MoeBuffers buf;
   std::vector<float>& uq = buf.uq;
-  uq.assign(p.u, p.u + T * D);
+  uq.resize(size_t(T * D));
+  copy_on_threads(&backend, uq.data(), p.u, size_t(T * D) * sizeof(float));
   act_qdq(uq, T, D);
 
   // M1 with the shared expert's w1 / w3 (M7), which read the same token rows and nothing the routing
