@@ -129,8 +129,6 @@ void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk
 
 namespace {
 thread_local std::vector<float> stacked_logits;  // head_logits' buffer where a call has several chunks
-// The most it keeps between calls: a batch-256 decode step's V4 logits are 132 MB; a prompt's all-logits rows may be GBs.
-constexpr size_t kKeptLogitsBytes = size_t(256) << 20;
 }  // namespace
 
 float* head_logits(std::vector<ChunkOutput>& outputs, int64_t n_rows, int64_t vocab) {
@@ -150,7 +148,7 @@ void hand_out_logits(Backend& backend, std::span<const int64_t> counts, int64_t 
       outputs[size_t(ci)].logits.assign(logits.begin() + first_row[size_t(ci)] * vocab, logits.begin() + first_row[size_t(ci + 1)] * vocab);
     }
   });
-  if (stacked_logits.size() * sizeof(float) > kKeptLogitsBytes) std::vector<float>().swap(stacked_logits);
+  release_if_large(stacked_logits);
 }
 
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size) {
@@ -186,6 +184,7 @@ void Model::run_head(const HeadWeights& w, const Batch& batch, std::span<const C
   float* logits = head_logits(outputs, n_tokens, c.vocab_size);
   if (n_tokens > 0) run_head_rows(w, hs.data(), n_tokens, logits);
   hand_out_logits(*backend_, counts, c.vocab_size, outputs);
+  release_if_large(hs);
 }
 template void Model::run_head(const HeadWeights&, const Batch&, std::span<const ForwardChunk>, const std::vector<float>&,
                               std::vector<ChunkOutput>&);

@@ -201,6 +201,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
                         .n_rows = V, .epilogue = Epilogue::kF32, .bias = nullptr, .out = logits, .out_stride = V});
     }
     hand_out_logits(*backend_, counts, V, outputs);
+    release_if_large(hs);
   }
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
     const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];

@@ -97,6 +97,12 @@ constexpr int64_t kPendingDecodedRows = 16384;
 // them from x [T, width] into rows (on the backend's threads) and sets counts[ci] for each chunk; the head writes
 // its [total, vocab] logits where head_logits says and hand_out_logits gives each chunk its rows. A row's logits do
 // not depend on the other rows of the call (the kernels' sums never depend on the token count).
+// A buffer kept from call to call (thread_local) let go once a call has grown it past `max_bytes`: a batch-256 decode
+// step's V4 logits are 132 MB, a long prompt's all-logits rows GBs.
+inline void release_if_large(std::vector<float>& buffer, size_t max_bytes = size_t(256) << 20) {
+  if (buffer.size() * sizeof(float) > max_bytes) std::vector<float>().swap(buffer);
+}
+
 template <class Chunk>
 void stack_logit_rows(Backend& backend, const Model::Batch& batch, std::span<const Chunk> chunks, const std::vector<float>& x,
                       int64_t width, std::vector<int64_t>& counts, std::vector<float>& rows) {
