@@ -20,6 +20,8 @@ class Sampler {
   double next_uniform();  // [0, 1)
 
  private:
+  int32_t sample_head(const SamplingParams& params);
+  int32_t draw(size_t n, float min_p, float top_p);
   uint64_t state_[4];
   std::vector<std::pair<float, int32_t>> candidates_;
   std::vector<double> probs_;

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 namespace deepinfer {
@@ -89,6 +91,67 @@ TEST(Sampler, SameSeedSameDraws) {
     p.top_p = top_p;
     Sampler a(42), b(42);
     for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits.data(), 1000, p), b.sample(logits.data(), 1000, p));
+  }
+}
+
+// The draw the sampler made before it sorted only the head of the order: every candidate sorted, the softmax summed in
+// that order, min-p then top-p, one uniform.
+int32_t full_sort_draw(const std::vector<float>& logits, const SamplingParams& p, Sampler& rng) {
+  std::vector<std::pair<float, int32_t>> c;
+  for (size_t i = 0; i < logits.size(); ++i) c.emplace_back(logits[i] / p.temperature, int32_t(i));
+  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  std::vector<double> probs(c.size());
+  double total = 0;
+  for (size_t i = 0; i < c.size(); ++i) total += probs[i] = std::exp(double(c[i].first) - double(c[0].first));
+  for (double& v : probs) v /= total;
+  size_t n = c.size();
+  if (p.min_p > 0.0f) {
+    while (n > 1 && probs[n - 1] < p.min_p * probs[0]) --n;
+  }
+  if (p.top_p < 1.0f) {
+    double cumulative = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cumulative += probs[i];
+      if (cumulative >= p.top_p) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  double mass = 0;
+  for (size_t i = 0; i < n; ++i) mass += probs[i];
+  double r = rng.next_uniform() * mass;
+  for (size_t i = 0; i < n; ++i) {
+    r -= probs[i];
+    if (r < 0) return c[i].second;
+  }
+  while (n > 1 && probs[n - 1] == 0.0) --n;
+  return c[n - 1].second;
+}
+
+// Top-p and min-p sort only the head of the order, as far as the cuts need: the full sort's draws, over a flat
+// distribution (the cuts far past the first 256 candidates), a peaked one (within them), ties, and a vocabulary
+// smaller than the first head.
+TEST(Sampler, TopPAndMinPDrawAsAFullSort) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> distributions(4);
+  for (int i = 0; i < 20000; ++i) distributions[0].push_back(3.0f * normal(gen));                    // flat
+  for (int i = 0; i < 20000; ++i) distributions[1].push_back(2.0f * normal(gen) + (i % 997 == 0 ? 14.0f : 0.0f));  // peaked
+  for (int i = 0; i < 5000; ++i) distributions[2].push_back(float(i % 7));                           // ties
+  for (int i = 0; i < 100; ++i) distributions[3].push_back(normal(gen));                             // < 256
+  for (size_t d = 0; d < distributions.size(); ++d) {
+    for (const auto& [top_p, min_p] : {std::pair{0.9f, 0.0f}, {1.0f, 0.05f}, {0.95f, 0.01f}, {0.5f, 0.0f}}) {
+      SamplingParams p;
+      p.temperature = 0.8f;
+      p.top_p = top_p;
+      p.min_p = min_p;
+      Sampler head(11), full(11);
+      for (int i = 0; i < 100; ++i) {
+        ASSERT_EQ(head.sample(distributions[d].data(), int64_t(distributions[d].size()), p), full_sort_draw(distributions[d], p, full))
+            << "distribution " << d << ", top_p " << top_p << ", min_p " << min_p << ", draw " << i;
+      }
+    }
   }
 }
 
