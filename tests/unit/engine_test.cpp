@@ -322,6 +322,12 @@ TEST(Engine, ConcurrentRequestsGiveTheirSoloOutputs) {
       r.sampling.top_p = 0.9f;
       r.sampling.seed = 100 + uint64_t(i);
     }
+    if (i % 3 == 2) {  // penalties and log-probabilities: scratch of the thread that draws (Engine's draw_next)
+      r.sampling.presence_penalty = 0.5f;
+      r.sampling.repetition_penalty = 1.2f;
+      r.sampling.logprobs = true;
+      r.sampling.top_logprobs = 3;
+    }
     requests.push_back(r);
   }
   std::vector<Outcome> solo;
