@@ -541,14 +541,9 @@ void Engine::Impl::step() {
     Sequence& s = *chunk_seqs[i];
     s.n_computed += int64_t(chunks[i].ids.size());
     DI_CHECK(s.state->n_tokens == s.n_computed);
-    if (prefix_cache && s.n_computed <= s.n_prompt && s.n_computed > 0) {
-      const bool at_boundary = (sched_config.snapshot_interval > 0 && s.n_computed % sched_config.snapshot_interval == 0) ||
-                               s.n_computed == s.n_prompt - 1 || s.n_computed == s.n_prompt ||
-                               s.n_computed == s.shared_prefix_tokens;
-      if (at_boundary) snapshot(s);
-    }
     if (s.n_computed == int64_t(s.tokens.size())) drawing.push_back(i);
   }
+  const Clock::time_point drawn_at = Clock::now();  // (a first token's time: before its draw, as it was)
   std::vector<Drawn> drawn(drawing.size());
   model->backend().for_rows(int64_t(drawing.size()), [&](int64_t k0, int64_t k1) {
     thread_local DrawScratch scratch;  // each thread's own
@@ -558,9 +553,16 @@ void Engine::Impl::step() {
     }
   });
   bool any_finished = false;
-  for (size_t i = 0, k = 0; i < chunk_seqs.size(); ++i) {
+  for (size_t i = 0, k = 0; i < chunk_seqs.size(); ++i) {  // in order: snapshots, tokens and events as one by one
     Sequence& s = *chunk_seqs[i];
+    if (prefix_cache && s.n_computed <= s.n_prompt && s.n_computed > 0) {
+      const bool at_boundary = (sched_config.snapshot_interval > 0 && s.n_computed % sched_config.snapshot_interval == 0) ||
+                               s.n_computed == s.n_prompt - 1 || s.n_computed == s.n_prompt ||
+                               s.n_computed == s.shared_prefix_tokens;
+      if (at_boundary) snapshot(s);
+    }
     if (k < drawing.size() && drawing[k] == i) {
+      if (s.n_generated() == 0) s.first_token_at = drawn_at;
       commit_next(s, std::move(drawn[k++]));
       any_finished = any_finished || s.done;
     }
@@ -617,7 +619,6 @@ Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, std::vector<float>& log
 void Engine::Impl::commit_next(Sequence& s, Drawn drawn) {
   const int32_t id = drawn.id;
   const bool json_complete_eos = drawn.json_complete_eos;
-  if (s.n_generated() == 0) s.first_token_at = Clock::now();
   const bool constrained = (s.json || s.json_schema) && s.json_active;
   if (constrained) {
     if (!json_complete_eos) DI_CHECK(s.json ? s.json->feed(json_table->token(id)) : s.json_schema->feed(json_table->token(id)));
