@@ -553,7 +553,7 @@ void Engine::Impl::step() {
     }
   });
   bool any_finished = false;
-  for (size_t i = 0, k = 0; i < chunk_seqs.size(); ++i) {  // in order: snapshots, tokens and events as one by one
+  for (size_t i = 0, k = 0; i < chunk_seqs.size(); ++i) {  // in chunk order, as before: snapshot, token, events
     Sequence& s = *chunk_seqs[i];
     if (prefix_cache && s.n_computed <= s.n_prompt && s.n_computed > 0) {
       const bool at_boundary = (sched_config.snapshot_interval > 0 && s.n_computed % sched_config.snapshot_interval == 0) ||
