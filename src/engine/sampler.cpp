@@ -13,6 +13,21 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// The candidates' order: larger logit first, ties to the lower id.
+bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first != b.first ? a.first > b.first : a.second < b.second;
+}
+
+// The fewest of probs[0, n) whose sum reaches top_p (top-p's cut), or 0 where all n together do not.
+size_t top_p_count(const std::vector<double>& probs, size_t n, float top_p) {
+  double cumulative = 0;
+  for (size_t i = 0; i < n; ++i) {
+    cumulative += probs[i];
+    if (cumulative >= top_p) return i + 1;
+  }
+  return 0;
+}
 }  // namespace
 
 Sampler::Sampler(uint64_t seed) {
@@ -39,7 +54,6 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams
   }
   candidates_.clear();
   for (int64_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i] / p.temperature, int32_t(i));
-  auto by_logit = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
   size_t keep = candidates_.size();
   const bool needs_order = p.top_p < 1.0f || p.min_p > 0.0f || p.top_k > 0;
   if (p.top_k > 0 && size_t(p.top_k) < keep) {
@@ -66,7 +80,6 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams
 // within its first few hundred tokens. The draws are the full sort's but where the sum's order moves a boundary (its
 // last bits).
 int32_t Sampler::sample_head(const SamplingParams& p) {
-  auto by_logit = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
   const size_t n_all = candidates_.size();
   const double max_logit = std::min_element(candidates_.begin(), candidates_.end(), by_logit)->first;
   double total = 0;
@@ -95,14 +108,9 @@ int32_t Sampler::sample_head(const SamplingParams& p) {
       }
     }
     if (p.top_p < 1.0f) {
-      double cumulative = 0;
-      for (size_t i = 0; i < n; ++i) {
-        cumulative += probs_[i];
-        if (cumulative >= p.top_p) {
-          n = i + 1;
-          decided = true;
-          break;
-        }
+      if (const size_t reached = top_p_count(probs_, n, p.top_p)) {
+        n = reached;
+        decided = true;
       }
     }
     if (decided) return draw(n, 0.0f, 1.0f);  // the cuts are made: n candidates, none cut again
@@ -115,11 +123,7 @@ int32_t Sampler::draw(size_t n, float min_p, float top_p) {
     while (n > 1 && probs_[n - 1] < min_p * probs_[0]) --n;
   }
   if (top_p < 1.0f) {
-    double cumulative = 0;
-    for (size_t i = 0; i < n; ++i) {
-      cumulative += probs_[i];
-      if (cumulative >= top_p) { n = i + 1; break; }
-    }
+    if (const size_t reached = top_p_count(probs_, n, top_p)) n = reached;
   }
   double mass = 0;
   for (size_t i = 0; i < n; ++i) mass += probs_[i];
