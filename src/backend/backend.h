@@ -468,6 +468,16 @@ class Backend {
   }
 };
 
+// body(begin, end) over [0, n) on `threads` (Backend::for_rows), or on the calling thread where threads is nullptr
+// (the host-side helpers of a device backend take their threads as an optional argument).
+inline void for_rows_on(Backend* threads, int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+  if (threads) {
+    threads->for_rows(n, body);
+  } else {
+    body(0, n);
+  }
+}
+
 std::unique_ptr<Backend> make_reference_backend();
 // n_threads <= 0: one per hardware thread. The kernel families are the CPU's best (best_simd_level for
 // generated tokens, best_prompt_simd_level for a prompt's linear ops) unless the environment variable

@@ -18,17 +18,15 @@ inline constexpr size_t kThreadedCopyBytes = size_t(1) << 20;
 // memcpy(dst, src, bytes), in pieces on `threads` (nullptr: the calling thread) where it is large.
 void copy_on_threads(Backend* threads, void* dst, const void* src, size_t bytes);
 
+// `threads` for a copy of `bytes` in all: nullptr (the calling thread) below kThreadedCopyBytes.
+inline Backend* threads_for_copy(Backend* threads, size_t bytes) { return bytes >= kThreadedCopyBytes ? threads : nullptr; }
+
 // n copies of `bytes` each, from src(i) to dst(i) (pointers), on `threads` where they are large together.
 template <class Dst, class Src>
 void copy_pieces_on_threads(Backend* threads, int64_t n, size_t bytes, Dst dst, Src src) {
-  auto copy = [&](int64_t i0, int64_t i1) {
+  for_rows_on(threads_for_copy(threads, size_t(n) * bytes), n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) std::memcpy(dst(i), src(i), bytes);
-  };
-  if (threads && size_t(n) * bytes >= kThreadedCopyBytes) {
-    threads->for_rows(n, copy);
-  } else {
-    copy(0, n);
-  }
+  });
 }
 
 }  // namespace deepinfer

@@ -20,14 +20,9 @@ void copy_rows(const float* src, int64_t src_stride, int64_t n_rows, int64_t wid
 
 void copy_rows_on_threads(Backend* threads, const float* src, int64_t src_stride, int64_t n_rows, int64_t width, float* dst,
                           int64_t dst_stride, int64_t dst_width) {
-  auto copy = [&](int64_t r0, int64_t r1) {
+  for_rows_on(threads_for_copy(threads, size_t(n_rows * dst_width) * 4), n_rows, [&](int64_t r0, int64_t r1) {
     copy_rows(src + r0 * src_stride, src_stride, r1 - r0, width, dst + r0 * dst_stride, dst_stride, dst_width);
-  };
-  if (threads && size_t(n_rows * dst_width) * 4 >= kThreadedCopyBytes) {
-    threads->for_rows(n_rows, copy);
-  } else {
-    copy(0, n_rows);
-  }
+  });
 }
 
 void LinearBatchLayout::plan(std::span<const LinearParams> ps, std::span<const int64_t> k, std::span<const int64_t> k_pad) {

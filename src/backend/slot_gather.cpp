@@ -53,6 +53,11 @@ void check_run(const PackedRowRun& run, int64_t n) {
                "sparse attention: a kept selection's row without a write stamp");
 }
 
+// A page run's key in a FlatIndex: an address of the run (its rows or its stamps) and its length (< 2^16, check_run).
+uint64_t run_key(const void* address, int64_t n) {
+  return reinterpret_cast<uintptr_t>(address) | uint64_t(n) << 48;  // user-space addresses are < 2^48
+}
+
 void check_width(const KvRowFormat& format, int64_t head_dim) {
   DI_CHECK_MSG(format.n_values == head_dim, "packed attention slot: a row of " + std::to_string(format.n_values) +
                                                 " values for head_dim " + std::to_string(head_dim));
@@ -349,8 +354,7 @@ int32_t SlotGather::place_ring(const PackedRowRun& ring, const KvRowFormat& form
 // the place of the run's first row there. Its rows follow one another, and its stamps are recorded as a run of the
 // group (PackedGroup::runs).
 std::pair<int32_t, int32_t> SlotGather::add_run(const PackedRowRun& run, int64_t n, const KvRowFormat& format, int64_t head_dim) {
-  const uint64_t key = reinterpret_cast<uintptr_t>(run.rows) | uint64_t(n) << 48;  // user-space addresses are < 2^48
-  const auto [placed, inserted] = run_index_.try_emplace(key, int32_t(placed_runs_.size()));
+  const auto [placed, inserted] = run_index_.try_emplace(run_key(run.rows, n), int32_t(placed_runs_.size()));
   if (!inserted) return placed_runs_[size_t(placed)];
   check_run(run, n);
   const int32_t group = group_of(&format, head_dim);
@@ -424,11 +428,7 @@ void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Bac
       whole[size_t(i)] = mirror.find_run(run.stamps, run.n, &slots[size_t(run.first)]) == run.n;
     }
   };
-  if (threads && g.runs.size() > 1) {
-    threads->for_rows(int64_t(g.runs.size()), find_runs);
-  } else {
-    find_runs(0, int64_t(g.runs.size()));
-  }
+  for_rows_on(threads, int64_t(g.runs.size()), find_runs);
   std::vector<RowMirror::RowRange> by_row;  // ranges with rows to look up
   next = 0;
   for (size_t i = 0; i < g.runs.size(); ++i) {
@@ -453,11 +453,7 @@ void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Bac
     }
     if (any) missing = true;
   };
-  if (threads) {
-    threads->for_rows(n, look_up);
-  } else {
-    look_up(0, n);
-  }
+  for_rows_on(threads, n, look_up);
   copies.clear();
   bool flushed = false;  // every run's slots are new then, and none is remembered
   if (missing) {
@@ -468,27 +464,21 @@ void mirror_group_slots(RowMirror& mirror, const SlotGather::PackedGroup& g, Bac
   // The runs not found whole remembered anew: those remembered before (a window ring with its newest row rewritten,
   // 256 of them in a batch-256 step) updated in place on the threads, the others added here. A run the group holds
   // twice (a gather on threads places a run for each token holding it) is updated once: both would write the same.
-  std::vector<char> updated(g.runs.size(), 0);
+  std::vector<char> handled(g.runs.size(), 0);  // a repeat, or updated in place
   FlatIndex seen(3);
   seen.reset(std::max<int64_t>(int64_t(g.runs.size()), 1));
   for (size_t i = 0; i < g.runs.size(); ++i) {
-    const uint64_t key = reinterpret_cast<uintptr_t>(g.runs[i].stamps) | uint64_t(g.runs[i].n) << 48;  // as add_run's
-    if (!seen.try_emplace(key, 0).second) updated[i] = 1;  // a repeat
+    if (!seen.try_emplace(run_key(g.runs[i].stamps, g.runs[i].n), 0).second) handled[i] = 1;
   }
-  auto update_runs = [&](int64_t i0, int64_t i1) {
+  for_rows_on(threads, int64_t(g.runs.size()), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const SlotGather::PackedGroup::Run& run = g.runs[size_t(i)];
-      if ((flushed || !whole[size_t(i)]) && !updated[size_t(i)]) updated[size_t(i)] = mirror.update_run(run.stamps, run.n, &slots[size_t(run.first)]);
+      if ((flushed || !whole[size_t(i)]) && !handled[size_t(i)]) handled[size_t(i)] = mirror.update_run(run.stamps, run.n, &slots[size_t(run.first)]);
     }
-  };
-  if (threads && g.runs.size() > 1) {
-    threads->for_rows(int64_t(g.runs.size()), update_runs);
-  } else {
-    update_runs(0, int64_t(g.runs.size()));
-  }
+  });
   for (size_t i = 0; i < g.runs.size(); ++i) {
     const SlotGather::PackedGroup::Run& run = g.runs[i];
-    if ((flushed || !whole[i]) && !updated[i]) mirror.remember_run(run.stamps, run.n, &slots[size_t(run.first)]);
+    if ((flushed || !whole[i]) && !handled[i]) mirror.remember_run(run.stamps, run.n, &slots[size_t(run.first)]);
   }
 }
 

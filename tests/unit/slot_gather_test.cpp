@@ -439,7 +439,9 @@ TEST(SlotGather, BatchOnThreadsGathersAsOnOneThread) {
   mirror_group_slots(mirror, g, threads.get(), slots, copies);
   for (size_t i = 0; i < g.rows.size(); ++i) {
     for (size_t k = 0; k < i; ++k) {
-      if (g.stamps[k] == g.stamps[i]) ASSERT_EQ(slots[k], slots[i]) << "rows " << k << " and " << i << " share a stamp";
+      if (g.stamps[k] == g.stamps[i]) {
+        ASSERT_EQ(slots[k], slots[i]) << "rows " << k << " and " << i << " share a stamp";
+      }
     }
   }
   stamps[45][0] = next_stamp++;
