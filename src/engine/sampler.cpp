@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/ops.h"
+
 namespace deepinfer {
 
 namespace {
@@ -28,6 +30,21 @@ size_t top_p_count(const std::vector<double>& probs, size_t n, float top_p) {
   }
   return 0;
 }
+
+// The largest of x[0, n), in 8 lanes so that the loop is a vector one. A NaN never compares larger, so one in x[0] is
+// the answer.
+float largest(const float* x, int64_t n) {
+  float lanes[8];
+  std::fill(lanes, lanes + 8, x[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lanes[j] = std::max(lanes[j], x[i + j]);
+  }
+  for (; i < n; ++i) lanes[0] = std::max(lanes[0], x[i]);
+  float best = lanes[0];
+  for (const float v : lanes) best = std::max(best, v);
+  return best;
+}
 }  // namespace
 
 Sampler::Sampler(uint64_t seed) {
@@ -47,31 +64,38 @@ double Sampler::next_uniform() {
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
-  if (p.temperature <= 0.0f) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i) if (logits[i] > logits[best]) best = i;
-    return int32_t(best);
+  if (p.temperature <= 0.0f) {  // argmax, ties to the lower id: the largest value, then the first id that has it
+    const float best = largest(logits, vocab);
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (logits[i] == best) return int32_t(i);
+    }
+    return 0;  // logits[0] is NaN: no value compared larger
   }
-  candidates_.clear();
-  for (int64_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i] / p.temperature, int32_t(i));
-  size_t keep = candidates_.size();
-  const bool needs_order = p.top_p < 1.0f || p.min_p > 0.0f || p.top_k > 0;
-  if (p.top_k > 0 && size_t(p.top_k) < keep) {
-    keep = size_t(p.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + long(keep), candidates_.end(), by_logit);
-  } else if (needs_order) {
-    return sample_head(p);
-  } else {  // plain temperature: only the maximum has to come first (the draw walks the list in any fixed order)
-    std::iter_swap(candidates_.begin(), std::min_element(candidates_.begin(), candidates_.end(), by_logit));
+  thread_local Scratch scratch;
+  if (p.top_k > 0 && p.top_k < vocab) {
+    const size_t keep = size_t(p.top_k);
+    auto& candidates = scratch.candidates;
+    candidates.clear();
+    for (int64_t i = 0; i < vocab; ++i) candidates.emplace_back(logits[i] / p.temperature, int32_t(i));
+    std::partial_sort(candidates.begin(), candidates.begin() + long(keep), candidates.end(), by_logit);
+    // Softmax over the survivors (relative to the max), then min-p and top-p cut the tail.
+    const double max_logit = candidates[0].first;
+    auto& probs = scratch.probs;
+    probs.resize(keep);
+    double total = 0;
+    for (size_t i = 0; i < keep; ++i) total += probs[i] = exp_fixed(double(candidates[i].first) - max_logit);
+    for (double& v : probs) v /= total;
+    return draw(keep, p.min_p, p.top_p, scratch);
   }
-  candidates_.resize(keep);
-  // Softmax over the survivors (relative to the max), then min-p and top-p cut the tail.
-  const double max_logit = candidates_[0].first;
-  probs_.resize(keep);
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += probs_[i] = std::exp(double(candidates_[i].first) - max_logit);
-  for (auto& v : probs_) v /= total;
-  return draw(keep, p.min_p, p.top_p);
+  auto& scaled = scratch.scaled;
+  scaled.resize(size_t(vocab));
+  for (int64_t i = 0; i < vocab; ++i) scaled[size_t(i)] = logits[i] / p.temperature;
+  const float max_scaled = largest(scaled.data(), vocab);
+  if (p.top_p < 1.0f || p.min_p > 0.0f) return sample_head(p, max_scaled, scratch);
+  // Plain temperature: the draw walks the unnormalised weights in id order.
+  scratch.weights.resize(size_t(vocab));
+  const double total = exp_fixed_sum(scaled.data(), vocab, max_scaled, scratch.weights.data());
+  return int32_t(pick(scratch.weights.data(), size_t(vocab), total));
 }
 
 // Top-p or min-p over the whole vocabulary: the softmax's sum over every candidate (in id order), but only the head of
@@ -79,62 +103,80 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams
 // candidates took ~14 ms a draw, so a batch-256 step spent seconds there; a model's distribution is mostly decided
 // within its first few hundred tokens. The draws are the full sort's but where the sum's order moves a boundary (its
 // last bits).
-int32_t Sampler::sample_head(const SamplingParams& p) {
-  const size_t n_all = candidates_.size();
-  const double max_logit = std::min_element(candidates_.begin(), candidates_.end(), by_logit)->first;
-  double total = 0;
-  for (const auto& c : candidates_) total += std::exp(double(c.first) - max_logit);
-  probs_.clear();
+int32_t Sampler::sample_head(const SamplingParams& p, double max_logit, Scratch& scratch) {
+  auto& scaled = scratch.scaled;
+  auto& candidates = scratch.candidates;
+  auto& probs = scratch.probs;
+  const size_t n_all = scaled.size();
+  auto& weights = scratch.weights;  // by id: a head candidate's probability is its weight over the total
+  weights.resize(n_all);
+  const double total = exp_fixed_sum(scaled.data(), int64_t(n_all), max_logit, weights.data());
+  candidates.clear();
+  for (size_t i = 0; i < n_all; ++i) candidates.emplace_back(scaled[i], int32_t(i));
+  probs.clear();
   for (size_t sorted = 0, head = std::min<size_t>(256, n_all);; sorted = head, head = std::min(2 * head, n_all)) {
     // [0, sorted) is the order's head already; [sorted, head) the next candidates, found, then sorted (the first 256 by
     // one heap pass, which the peaked case makes cheapest; later ones by nth_element over what is left).
     if (sorted == 0) {
-      std::partial_sort(candidates_.begin(), candidates_.begin() + long(head), candidates_.end(), by_logit);
+      std::partial_sort(candidates.begin(), candidates.begin() + long(head), candidates.end(), by_logit);
     } else {
-      if (head < n_all) std::nth_element(candidates_.begin() + long(sorted), candidates_.begin() + long(head), candidates_.end(), by_logit);
-      std::sort(candidates_.begin() + long(sorted), candidates_.begin() + long(head), by_logit);
+      if (head < n_all) std::nth_element(candidates.begin() + long(sorted), candidates.begin() + long(head), candidates.end(), by_logit);
+      std::sort(candidates.begin() + long(sorted), candidates.begin() + long(head), by_logit);
     }
-    for (size_t i = sorted; i < head; ++i) probs_.push_back(std::exp(double(candidates_[i].first) - max_logit) / total);
+    for (size_t i = sorted; i < head; ++i) probs.push_back(weights[size_t(candidates[i].second)] / total);
     // The cuts of draw(): min-p keeps the candidates at least min_p times the best one's probability, top-p the
     // fewest whose probabilities reach top_p. Decided within the head, or the head is everything.
     size_t n = head;
     bool decided = head == n_all;
     if (p.min_p > 0.0f) {
       size_t kept = 1;
-      while (kept < head && probs_[kept] >= p.min_p * probs_[0]) ++kept;
+      while (kept < head && probs[kept] >= p.min_p * probs[0]) ++kept;
       if (kept < head) {
         n = kept;
         decided = true;
       }
     }
     if (p.top_p < 1.0f) {
-      if (const size_t reached = top_p_count(probs_, n, p.top_p)) {
+      if (const size_t reached = top_p_count(probs, n, p.top_p)) {
         n = reached;
         decided = true;
       }
     }
-    if (decided) return draw(n, 0.0f, 1.0f);  // the cuts are made: n candidates, none cut again
+    if (decided) return draw(n, 0.0f, 1.0f, scratch);  // the cuts are made: n candidates, none cut again
   }
 }
 
-// The draw from candidates [0, n) with probabilities probs_[0, n), after min-p and top-p cut the tail.
-int32_t Sampler::draw(size_t n, float min_p, float top_p) {
+// The draw from candidates [0, n) with probabilities probs[0, n), after min-p and top-p cut the tail.
+int32_t Sampler::draw(size_t n, float min_p, float top_p, Scratch& scratch) {
+  const auto& probs = scratch.probs;
   if (min_p > 0.0f) {
-    while (n > 1 && probs_[n - 1] < min_p * probs_[0]) --n;
+    while (n > 1 && probs[n - 1] < min_p * probs[0]) --n;
   }
   if (top_p < 1.0f) {
-    if (const size_t reached = top_p_count(probs_, n, top_p)) n = reached;
+    if (const size_t reached = top_p_count(probs, n, top_p)) n = reached;
   }
   double mass = 0;
-  for (size_t i = 0; i < n; ++i) mass += probs_[i];
+  for (size_t i = 0; i < n; ++i) mass += probs[i];
+  return scratch.candidates[pick(probs.data(), n, mass)].second;
+}
+
+// The first i whose running sum of weights[0, i] passes a uniform times mass (their sum); where rounding leaves none,
+// the last with any weight (a masked token has none). Eight weights at a time while the uniform lies past their sum:
+// one dependent subtraction for eight, which a plain-temperature draw over the vocabulary otherwise waits on.
+size_t Sampler::pick(const double* weights, size_t n, double mass) {
   double r = next_uniform() * mass;
-  for (size_t i = 0; i < n; ++i) {
-    r -= probs_[i];
-    if (r < 0) return candidates_[i].second;
+  size_t i = 0;
+  for (const double* w = weights; i + 8 <= n; i += 8, w += 8) {
+    const double eight = ((w[0] + w[1]) + (w[2] + w[3])) + ((w[4] + w[5]) + (w[6] + w[7]));
+    if (r - eight < 0) break;
+    r -= eight;
   }
-  // Rounding left r >= 0: take the last candidate with any probability (a masked token has none).
-  while (n > 1 && probs_[n - 1] == 0.0) --n;
-  return candidates_[n - 1].second;
+  for (; i < n; ++i) {
+    r -= weights[i];
+    if (r < 0) return i;
+  }
+  while (n > 1 && weights[n - 1] == 0.0) --n;
+  return n - 1;
 }
 
 bool has_penalties(const SamplingParams& p) {
@@ -180,9 +222,7 @@ void apply_penalties(float* logits, int64_t vocab, const SamplingParams& p, std:
 void token_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n, TokenLogprob& out) {
   float max_logit = logits[0];
   for (int64_t i = 1; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max_logit);
-  const double log_z = double(max_logit) + std::log(sum);
+  const double log_z = double(max_logit) + std::log(exp_fixed_sum(logits, vocab, max_logit, nullptr));
   out.id = chosen;
   out.logprob = float(double(logits[chosen]) - log_z);
   out.top.clear();

@@ -2,7 +2,8 @@
 // top-k, top-p and min-p filtering followed by a draw from a seeded xoshiro256** stream, so a request
 // with a seed is reproducible whatever else runs. Also the logit penalties (presence, frequency, repetition)
 // and log-probabilities, as free functions over a logits row. SamplingParams is the public one (types.h).
-// Invariant: after warm-up nothing here allocates per token (scratch buffers are members / arguments).
+// Invariant: after warm-up nothing here allocates per token (the draws' buffers are each thread's own, the penalties'
+// an argument). The softmax's e^x is exp_fixed (model/ops.h), so a seed draws the same tokens on every machine.
 #pragma once
 
 #include <cstdint>
@@ -20,11 +21,18 @@ class Sampler {
   double next_uniform();  // [0, 1)
 
  private:
-  int32_t sample_head(const SamplingParams& params);
-  int32_t draw(size_t n, float min_p, float top_p);
+  // A draw's buffers, a thread's own: a batch's sequences are drawn on many threads, and a buffer per sequence would
+  // be ~3.5 MB each at V4's vocabulary, cold in cache at every draw.
+  struct Scratch {
+    std::vector<float> scaled;                             // logits / temperature, in id order
+    std::vector<std::pair<float, int32_t>> candidates;     // (scaled logit, id), the order's head sorted
+    std::vector<double> weights;                           // e^(scaled - max), by id
+    std::vector<double> probs;                             // by candidate
+  };
+  int32_t sample_head(const SamplingParams& params, double max_logit, Scratch& scratch);
+  int32_t draw(size_t n, float min_p, float top_p, Scratch& scratch);
+  size_t pick(const double* weights, size_t n, double mass);
   uint64_t state_[4];
-  std::vector<std::pair<float, int32_t>> candidates_;
-  std::vector<double> probs_;
 };
 
 // Scratch for apply_penalties: per-token counts, all zero between calls.

@@ -21,6 +21,19 @@ double exp_fixed(double x) {
   return std::ldexp(p, int(n));  // exact: p in [0.7, 1.5] and |n| <= 1010 keep the result normal
 }
 
+double exp_fixed_sum(const float* x, int64_t n, double shift, double* e) {
+  double sums[8] = {};
+  int64_t i = ops_avx512_available() ? exp_fixed_sum_avx512(x, n, shift, e, sums) : 0;
+  for (; i < n; ++i) {
+    const double v = exp_fixed(double(x[i]) - shift);
+    if (e) e[i] = v;
+    sums[i % 8] += v;
+  }
+  double total = 0;
+  for (const double s : sums) total += s;
+  return total;
+}
+
 void swiglu(const float* a, const float* b, int64_t n, double limit, double weight, float* out) {
   int64_t i = ops_avx512_available() ? swiglu_avx512(a, b, n, limit, weight, out) : 0;
   for (; i < n; ++i) {

@@ -39,6 +39,10 @@ void qdq_fp4_e4m3_scale(float* x, int64_t n, int64_t block);
 // versions anyway). SwiGLU, the mHC coefficients (hc_split_sinkhorn, hc_head_pre) and the Engram gate take their e^x
 // from it.
 double exp_fixed(double x);
+// e[i] = exp_fixed(double(x[i]) - shift) for i < n (e may be null), and their sum: element i added into the i % 8-th
+// of 8 running sums, which are then added in order. The same bits with or without AVX-512 (8 lanes at a time), so a
+// seeded sampler draws the same tokens on every machine. The sampler's softmax over the vocabulary.
+double exp_fixed_sum(const float* x, int64_t n, double shift, double* e);
 // The MoE's SwiGLU (spec M5 / M7): out[i] = bf16(silu(min(a[i], limit)) * clamp(b[i], -limit, limit) * weight),
 // silu(v) = v / (1 + e^-v) in double (exp_fixed). limit = infinity clamps nothing, weight = 1 scales nothing
 // (v * 1 == v). out may be a.

@@ -107,6 +107,20 @@ inline __mmask8 tail_mask(int64_t left) { return left >= 8 ? __mmask8(0xFF) : __
 inline __m512d load_pd(const float* p, __mmask8 m) { return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, p)); }
 inline void store_ps(float* p, __mmask8 m, __m512d v) { _mm256_mask_storeu_ps(p, m, _mm512_cvtpd_ps(v)); }
 
+// exp_fixed (ops.h) of 8 lanes: its operations where every |x| <= kExpFixedMaxArg, else the scalar function per lane.
+inline __m512d exp_fixed_pd(__m512d x) {
+  if (_mm512_cmp_pd_mask(_mm512_abs_pd(x), _mm512_set1_pd(kExpFixedMaxArg), _CMP_LE_OQ) != 0xFF) {
+    return each_lane(x, [](double v) { return exp_fixed(v); });
+  }
+  const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(kLog2e)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // nearbyint
+  __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Hi), x);
+  r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Lo), r);
+  __m512d p = _mm512_set1_pd(kExpTaylor[13]);
+  for (int j = 12; j >= 0; --j) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kExpTaylor[j]));
+  return _mm512_scalef_pd(p, k);
+}
+
 }  // namespace
 
 void hc_expand_columns_avx512(const float* h, const float* x, const HcCoefficients& c, int64_t n, int64_t i0, int64_t i1,
@@ -235,7 +249,7 @@ int64_t rope_rotate_avx512(float* x, int64_t n_heads, int64_t stride, const floa
 
 int64_t swiglu_avx512(const float* a, const float* b, int64_t n, double limit, double weight, float* out) {
   const __m512d lim = _mm512_set1_pd(limit), neg_lim = _mm512_set1_pd(-limit), w = _mm512_set1_pd(weight);
-  const __m512d one = _mm512_set1_pd(1.0), max_arg = _mm512_set1_pd(kExpFixedMaxArg);
+  const __m512d one = _mm512_set1_pd(1.0);
   const int64_t n8 = n / 8 * 8;
   for (int64_t i = 0; i < n8; i += 8) {
     // min_pd(x, y) is x < y ? x : y, std::min(v, limit) is limit < v ? limit : v: the same, NaN included.
@@ -243,21 +257,23 @@ int64_t swiglu_avx512(const float* a, const float* b, int64_t n, double limit, d
     const __m512d bv = _mm512_min_pd(lim, _mm512_max_pd(neg_lim, load_pd(b + i, 0xFF)));  // std::clamp's order
     const __m512d x =  // -av: the sign bit flipped
         _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(av), _mm512_set1_epi64(INT64_MIN)));
-    __m512d e;
-    if (_mm512_cmp_pd_mask(_mm512_abs_pd(x), max_arg, _CMP_LE_OQ) == 0xFF) {  // exp_fixed's operations
-      const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(kLog2e)),
-                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // nearbyint
-      __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Hi), x);
-      r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Lo), r);
-      __m512d p = _mm512_set1_pd(kExpTaylor[13]);
-      for (int j = 12; j >= 0; --j) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kExpTaylor[j]));
-      e = _mm512_scalef_pd(p, k);
-    } else {
-      e = each_lane(x, [](double v) { return exp_fixed(v); });
-    }
+    const __m512d e = exp_fixed_pd(x);
     const __m512d y = _mm512_mul_pd(_mm512_mul_pd(_mm512_div_pd(av, _mm512_add_pd(one, e)), bv), w);
     store_ps(out + i, 0xFF, round_bf16_pd(y));
   }
+  return n8;
+}
+
+int64_t exp_fixed_sum_avx512(const float* x, int64_t n, double shift, double* e, double* sums) {
+  const __m512d s = _mm512_set1_pd(shift);
+  __m512d acc = _mm512_loadu_pd(sums);
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t i = 0; i < n8; i += 8) {
+    const __m512d v = exp_fixed_pd(_mm512_sub_pd(load_pd(x + i, 0xFF), s));
+    if (e) _mm512_storeu_pd(e + i, v);
+    acc = _mm512_add_pd(acc, v);
+  }
+  _mm512_storeu_pd(sums, acc);
   return n8;
 }
 

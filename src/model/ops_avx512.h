@@ -36,6 +36,9 @@ int64_t swiglu_avx512(const float* a, const float* b, int64_t n, double limit, d
 void qdq_fp4_block_avx512(float* x, int64_t n, double s);
 // hadamard_128 (ops.h).
 void hadamard_128_avx512(float* x);
+// exp_fixed_sum (ops.h) over the first n / 8 * 8 elements: e[i] written where e is not null, element i added into
+// sums[i % 8] (8 doubles, added to as they are); returns how many.
+int64_t exp_fixed_sum_avx512(const float* x, int64_t n, double shift, double* e, double* sums);
 // The largest |x[i]| of n floats, NaNs skipped; 0 when there is none.
 float abs_max_avx512(const float* x, int64_t n);
 // The elementwise part of qdq_fp8 for one block with scale s: x[i] = f32(e4m3_round(x[i] / s) * s).

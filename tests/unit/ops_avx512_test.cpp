@@ -441,5 +441,54 @@ TEST_F(OpsAvx512, SwigluMatchesTheContract) {
   EXPECT_GT(compared, 100000);
 }
 
+// The sampler's softmax: exp_fixed of each logit less the shift, element i into the i % 8-th running sum. Logits drawn
+// as a model's (a spread of tens), with the wild values (infinities, zeros, huge magnitudes) that take the lane-by-lane
+// fallback, a NaN, and odd lengths for the scalar tail (many short ones: a tail summed into the wrong lanes shows in
+// the total's last bits).
+TEST_F(OpsAvx512, ExpFixedSumMatchesTheContract) {
+  std::mt19937 rng(17);
+  for (double wild : {0.0, 0.2}) {
+    for (int64_t n : {1000, 1003, 5, 15}) {
+      for (int rep = 0; rep < (n == 15 ? 300 : 1); ++rep) {
+        std::vector<float> x = draw(rng, n, wild);
+        for (float& v : x) v *= 8.0f;
+        if (wild > 0 && n > 20) x[11] = NAN;
+        const double shift = 17.5;
+        std::vector<double> e(static_cast<size_t>(n), -1.0), want(static_cast<size_t>(n));
+        double sums[8] = {}, want_sums[8] = {};
+        const int64_t done = exp_fixed_sum_avx512(x.data(), n, shift, e.data(), sums);
+        ASSERT_EQ(done, n / 8 * 8);
+        for (int64_t i = 0; i < done; ++i) {
+          want[size_t(i)] = exp_fixed(double(x[size_t(i)]) - shift);
+          want_sums[i % 8] += want[size_t(i)];
+          if (std::isnan(want[size_t(i)])) {
+            ASSERT_TRUE(std::isnan(e[size_t(i)])) << "element " << i;
+          } else {
+            ASSERT_EQ(e[size_t(i)], want[size_t(i)]) << "x " << x[size_t(i)];
+          }
+        }
+        for (int lane = 0; lane < 8; ++lane) {
+          if (std::isnan(want_sums[lane])) {
+            EXPECT_TRUE(std::isnan(sums[lane])) << "lane " << lane;
+          } else {
+            EXPECT_EQ(sums[lane], want_sums[lane]) << "lane " << lane;
+          }
+        }
+        // The public function, no values written: the lanes' sums added in order, the tail included.
+        double total = 0;
+        for (int64_t i = done; i < n; ++i) want_sums[i % 8] += exp_fixed(double(x[size_t(i)]) - shift);
+        for (double s : want_sums) total += s;
+        const double got = exp_fixed_sum(x.data(), n, shift, nullptr);
+        if (std::isnan(total)) {
+          EXPECT_TRUE(std::isnan(got));
+        } else {
+          EXPECT_EQ(got, total) << "n " << n;
+          EXPECT_GT(total, 0.0);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "model/ops.h"
+
 namespace deepinfer {
 namespace {
 
@@ -102,7 +104,7 @@ int32_t full_sort_draw(const std::vector<float>& logits, const SamplingParams& p
   std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
   std::vector<double> probs(c.size());
   double total = 0;
-  for (size_t i = 0; i < c.size(); ++i) total += probs[i] = std::exp(double(c[i].first) - double(c[0].first));
+  for (size_t i = 0; i < c.size(); ++i) total += probs[i] = exp_fixed(double(c[i].first) - double(c[0].first));
   for (double& v : probs) v /= total;
   size_t n = c.size();
   if (p.min_p > 0.0f) {
@@ -153,6 +155,39 @@ TEST(Sampler, TopPAndMinPDrawAsAFullSort) {
       }
     }
   }
+}
+
+// Past 8 tokens the softmax runs 8 lanes at a time (AVX-512 where the CPU has it) and the last few on their own: the
+// draws still follow the distribution, a token of the tail included.
+TEST(Sampler, PlainTemperatureOverAVocabularyFollowsTheDistribution) {
+  std::vector<float> logits(1003, 0.0f);
+  for (size_t i = 7; i < logits.size(); i += 100) logits[i] = std::log(50.0f);  // 10 heavy tokens
+  logits[1001] = std::log(50.0f);                                             // and one in the tail
+  SamplingParams p;
+  p.temperature = 1.0f;
+  Sampler s(9);
+  constexpr int kDraws = 8000;
+  int heavy = 0, tail = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    const int32_t id = s.sample(logits.data(), int64_t(logits.size()), p);
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, 1003);
+    heavy += logits[size_t(id)] > 0.0f;
+    tail += id == 1001;
+  }
+  EXPECT_NEAR(heavy / double(kDraws), 550.0 / 1542.0, 0.025);  // 11 tokens of weight 50 beside 992 of weight 1
+  EXPECT_NEAR(tail, kDraws * 50.0 / 1542.0, 80.0);
+}
+
+// A top-k that keeps the whole vocabulary cuts nothing: the plain temperature's draws.
+TEST(Sampler, TopKOfTheWholeVocabularyIsPlainTemperature) {
+  std::vector<float> logits(500);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(std::cos(double(i) * 0.37) * 4.0);
+  SamplingParams plain, top_k;
+  plain.temperature = top_k.temperature = 0.7f;
+  top_k.top_k = 600;
+  Sampler a(21), b(21);
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(a.sample(logits.data(), 500, plain), b.sample(logits.data(), 500, top_k)) << "draw " << i;
 }
 
 TEST(Sampler, PlainTemperatureFollowsTheDistribution) {
