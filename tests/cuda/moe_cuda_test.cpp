@@ -56,6 +56,17 @@ TEST(MoeCuda, DeviceMoeEqualsTheHostPathBitForBit) {
   expect_device_moe_equals_host_path(MoeShape{.v41 = true, .n_experts = 8, .top_k = 1}, 3, seed++);
 }
 
+// A hash row that names an expert twice (the loader allows it): each choice is a row of its own, as on the host; a
+// rank shared by the two choices left one of the token's rows unwritten.
+TEST(MoeCuda, HashRowsThatRepeatAnExpertRouteAsOnTheHost) {
+  DI_SKIP_WITHOUT_CUDA();
+  const ScopedCudaPaths linear("mma");
+  uint32_t seed = 40;
+  for (int64_t n : {5, 24}) {  // tokens whose ids have repeating rows among them (the seeds' ids)
+    expect_device_moe_equals_host_path(MoeShape{.hash = true, .hash_repeats = true, .n_experts = 12, .top_k = 3}, n, seed++);
+  }
+}
+
 // The staged and split tensor-core kernels (64 tokens and more) take the routed rows where one expert has many.
 TEST(MoeCuda, DeviceMoeOnTheStagedKernels) {
   DI_SKIP_WITHOUT_CUDA();

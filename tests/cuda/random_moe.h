@@ -39,6 +39,7 @@ class ScopedTailPaths {
 struct MoeShape {
   bool v41 = false;
   bool hash = false;
+  bool hash_repeats = false;  // every third token's hash row names its first expert twice
   int64_t n_experts = 16, top_k = 4, dim = 256, inter = 64, shared_inter = 128;
 };
 
@@ -76,6 +77,7 @@ struct RandomMoe {
       for (int64_t t = 0; t < vocab; ++t) {
         std::iota(experts.begin(), experts.end(), 0);
         std::shuffle(experts.begin(), experts.end(), rng);
+        if (s.hash_repeats && t % 3 == 0 && K > 1) experts[size_t(K - 1)] = experts[0];
         tid2eid.insert(tid2eid.end(), experts.begin(), experts.begin() + K);
       }
       w.tid2eid = tid2eid.data();

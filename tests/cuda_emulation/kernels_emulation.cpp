@@ -515,7 +515,7 @@ void launch_moe_route(const MoeRouteLaunch& p, cudaStream_t stream) {
         for (int64_t i = 0; i < K; ++i) {
           if (chosen[size_t(t * K + i)] != e) continue;
           int64_t rank = 0;
-          for (int64_t k = 0; k < K; ++k) rank += chosen[size_t(t * K + k)] < e;
+          for (int64_t k = 0; k < K; ++k) rank += chosen[size_t(t * K + k)] < e || (chosen[size_t(t * K + k)] == e && k < i);
           p.row_token[row] = int32_t(t);
           p.row_weight[row] = float(weight[size_t(t * K + i)]);
           p.token_rows[t * K + rank] = int32_t(row);

@@ -8,10 +8,12 @@
 // block's keys are not all bf16 values (the decoded FP4 keys always are: e2m1 codes times a power of two). So
 // every product is exact and each dot product is summed in fp32, 16 dimensions an mma. The rest is
 // index_scores_kernel's: bf16(relu(bf16(dot)) * w_h) added over the heads in its order (lane h, then h + 32, then
-// the warp's butterfly), rounded to bf16. Where the dot products come out the same as its FMA chains (an exact
-// sum, as for FP4 q and keys whose block scales are not far apart) the scores are its bits; elsewhere they differ
-// in the last bits of a dot product, within the reference's bound. A key's score never depends on the other keys
-// of its block or on the token count (each mma output depends only on its own row and column).
+// the warp's butterfly), rounded to bf16. Where the dot products come out the same as its FMA chains the scores are
+// its bits: mostly so where every partial sum is exact (FP4 q and keys whose block scales are not far apart), but
+// not always, as the tensor cores align a step's products to the largest and truncate (a sum that cancels a large
+// product may lose a small one's low bits). Elsewhere they differ in the last bits of a dot product, within the
+// reference's bound; no test expects the FMA kernel's bits from this one. A key's score never depends on the other
+// keys of its block or on the token count (each mma output depends only on its own row and column).
 //
 // Layout: 4 warps; warp w computes keys 16 w .. 16 w + 15 (two n8 tiles) against all heads (up to four m16 tiles)
 // over the dimension in 32-wide chunks, lane (g, tig) taking dims 8 tig .. 8 tig + 7 of a chunk (the K

@@ -213,8 +213,10 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const MoeRoute
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t i = 0; i < K; ++i) {
         if (chosen[t * K + i] != e) continue;
-        int32_t rank = 0;  // the token's experts below e: its rows' order is the experts'
-        for (int64_t k = 0; k < K; ++k) rank += chosen[t * K + k] < e;
+        // The token's choices before this one in (expert, choice) order: its rows' order is the experts'. A hash row
+        // may name an expert twice (the checkpoint allows it); each choice is then a row of its own, as on the host.
+        int32_t rank = 0;
+        for (int64_t k = 0; k < K; ++k) rank += chosen[t * K + k] < e || (chosen[t * K + k] == e && k < i);
         p.row_token[row] = int32_t(t);
         p.row_weight[row] = weight[t * K + i];
         p.token_rows[t * K + rank] = row;
