@@ -51,6 +51,9 @@ namespace {
 // 5-10 us to the small kernels of the first run). Where capture fails (a library call that refuses it), the
 // same launches run directly on the stream.
 double median_ms(const std::function<void(int, cudaStream_t)>& run, int reps = 30, int per_replay = 20) {
+  // The inputs went up by cudaMemcpy from pageable memory, which may return before its DMA lands, and the launches
+  // below run on a non-blocking stream, which does not wait for the legacy stream's work.
+  DI_CUDA_CHECK(cudaDeviceSynchronize());
   cudaStream_t stream;
   DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (int i = 0; i < per_replay; ++i) run(i, stream);  // warm-up: module load, handle set-up

@@ -125,7 +125,16 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge: return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
   }
   return "unknown error";
 }
@@ -254,6 +263,9 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size
                               cudaMemcpyKind kind, cudaStream_t stream) {
   if (width > dst_pitch || width > src_pitch) return cudaErrorInvalidValue;
   std::lock_guard lock(state().mutex);
+  // Whether a capture takes a zero-byte copy is not documented (HIP's refused zero-byte memsets), so the backend must
+  // not queue one there: refused here.
+  if (resolve(stream)->capturing && width * height == 0) return cudaErrorInvalidValue;
   if (resolve(stream)->capturing && ((kind == cudaMemcpyHostToDevice && !is_pinned(src)) ||
                                      (kind == cudaMemcpyDeviceToHost && !is_pinned(dst)))) {
     return cudaErrorStreamCaptureUnsupported;

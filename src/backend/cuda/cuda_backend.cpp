@@ -132,6 +132,29 @@ const float* CudaBackend::kept_at(const float* host, int64_t n) {
   return nullptr;
 }
 
+namespace {
+// The errors of a capture or instantiation the runtime declines (graphs then go off for good and the work runs as
+// plain launches): the capture rules, graphs unsupported, no memory for the executable graph.
+bool graph_capture_refused(cudaError_t err) {
+  switch (err) {
+    case cudaErrorNotSupported:
+    case cudaErrorMemoryAllocation:
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureInvalidated:
+    case cudaErrorStreamCaptureMerge:
+    case cudaErrorStreamCaptureUnmatched:
+    case cudaErrorStreamCaptureUnjoined:
+    case cudaErrorStreamCaptureIsolation:
+    case cudaErrorStreamCaptureImplicit:
+    case cudaErrorCapturedEvent:
+    case cudaErrorStreamCaptureWrongThread:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 void CudaBackend::run_as_graph(const GraphKey& key, std::vector<const void*> buffers, const std::function<void()>& enqueue) {
   auto it = graphs_by_key_.find(key);
   if (it != graphs_by_key_.end() && it->second.buffers == buffers) {
@@ -154,6 +177,9 @@ void CudaBackend::run_as_graph(const GraphKey& key, std::vector<const void*> buf
   if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
   if (graph) cudaGraphDestroy(graph);
   if (err != cudaSuccess) {
+    // Only a capture the runtime refused turns the graphs off; any other error is the device's (a fault in work a
+    // call did not wait for surfaces at the next call), reported as itself rather than blamed on the graphs.
+    if (!graph_capture_refused(err)) DI_CUDA_CHECK(err);
     (void)cudaGetLastError();
     std::fprintf(stderr, "%s: CUDA graph capture failed (%s); running without graphs\n", name_.c_str(), cudaGetErrorString(err));
     graphs_ = false;

@@ -122,7 +122,9 @@ bool CudaBackend::mhc_projection_chain(const MhcProjectionParams& p) {
   // with them.
   const bool second_stays = !chain.mid_back && all_second_outputs_kept(chain);
   auto enqueue_first = [&] {
-    DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
+    // Nothing to copy where h is kept and nothing precedes it (no pre, no bias): a zero-byte copy is not left to a
+    // capture to accept.
+    if (in_bytes) DI_CUDA_CHECK(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream_));
     if (h_in) DI_CUDA_CHECK(cudaMemcpyAsync(f32(h_at), h_in, size_t(T * HW) * 4, cudaMemcpyDeviceToDevice, stream_));
     if (pre_in) DI_CUDA_CHECK(cudaMemcpyAsync(f32(pre_at), pre_in, size_t(T * 4) * 4, cudaMemcpyDeviceToDevice, stream_));
     if (kept_h) DI_CUDA_CHECK(cudaMemcpyAsync(kept_h, f32(h_at), size_t(T * HW) * 4, cudaMemcpyDeviceToDevice, stream_));

@@ -52,9 +52,14 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
   // Grows to at least `bytes` (contents are not kept). The wait for the queued work that may read the old memory is
   // checked here, so that a device fault in that work is reported by this call rather than dropped by the destructor.
+  // The old memory is freed before the new is allocated, so that growing needs no room for both.
   void reserve(size_t bytes) {
     if (bytes <= bytes_) return;
-    if (ptr_) DI_CUDA_CHECK(cudaDeviceSynchronize());
+    if (ptr_) {
+      DI_CUDA_CHECK(cudaDeviceSynchronize());
+      DI_CUDA_CHECK(cudaFree(std::exchange(ptr_, nullptr)));
+      bytes_ = 0;
+    }
     *this = DeviceBuffer(bytes + bytes / 4);
   }
 
