@@ -285,6 +285,17 @@ void combine_shfl_xor(LaneIo* lanes, uint32_t mask) {
   }
 }
 
+void combine_match_any(LaneIo* lanes, uint32_t mask) {
+  for (int l = 0; l < 32; ++l) {
+    if (!(mask >> l & 1u)) continue;
+    uint64_t same = 0;
+    for (int m = 0; m < 32; ++m) {
+      if ((mask >> m & 1u) && lanes[m].in[0] == lanes[l].in[0]) same |= uint64_t(1) << m;
+    }
+    lanes[l].out[0] = same;
+  }
+}
+
 void* dynamic_shared(size_t* bytes) {
   Block& b = block();
   if (bytes) *bytes = b.dynamic_bytes;

@@ -40,6 +40,7 @@ using Combine = void (*)(LaneIo* lanes, uint32_t mask);
 void warp_collective(const char* op, uint32_t mask, LaneIo& io, Combine combine, const char* file, int line);
 void combine_any(LaneIo* lanes, uint32_t mask);
 void combine_shfl_xor(LaneIo* lanes, uint32_t mask);
+void combine_match_any(LaneIo* lanes, uint32_t mask);
 
 // The running block's dynamic shared memory (the launch's bytes, filled with 0xff before the block).
 void* dynamic_shared(size_t* bytes);

@@ -68,6 +68,16 @@ inline bool __any_sync(unsigned mask, bool predicate, const char* file = __built
   DEVEMU_COMPILER_FENCE();
   return io.out[0] != 0;
 }
+// The lanes of the mask whose value equals this lane's.
+inline unsigned __match_any_sync(unsigned mask, unsigned value, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  DEVEMU_COMPILER_FENCE();
+  ::deepinfer::device_emulation::LaneIo io{};
+  io.in[0] = value;
+  ::deepinfer::device_emulation::warp_collective("__match_any_sync", mask, io, ::deepinfer::device_emulation::combine_match_any,
+                                                 file, line);
+  DEVEMU_COMPILER_FENCE();
+  return unsigned(io.out[0]);
+}
 // width 32 only (all the kernels use); the source lane must be in the mask.
 template <class T>
 inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32, const char* file = __builtin_FILE(),
@@ -98,6 +108,8 @@ inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline unsigned int atomicAdd(unsigned int* p, unsigned int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 inline unsigned int atomicOr(unsigned int* p, unsigned int v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
 inline float __fdiv_rn(float a, float b) { return a / b; }  // IEEE division: round to nearest even
+inline int __popc(unsigned int v) { return std::popcount(v); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
 inline unsigned int __float_as_uint(float v) { return std::bit_cast<unsigned int>(v); }
 inline float __uint_as_float(unsigned int v) { return std::bit_cast<float>(v); }
 inline float __int_as_float(int v) { return std::bit_cast<float>(v); }

@@ -1,5 +1,5 @@
 // The device emulation checked on its own: mma.sync against the PTX ISA's per-element fragment formulas, the
-// e4m3 and bf16 conversions against their definitions, and the rules it enforces (shared memory starts as
+// e4m3 and bf16 conversions against their definitions, __match_any_sync, and the rules it enforces (shared memory starts as
 // NaN, cp.async lands at the wait, a skipped barrier or shuffle fails loudly).
 #include <gtest/gtest.h>
 
@@ -172,6 +172,26 @@ TEST(DeviceEmulation, SharedMemoryStartsAsNanAndCpAsyncLandsAtTheWait) {
     EXPECT_TRUE(std::isnan(out[size_t(t * 4 + 2)]));
     EXPECT_EQ(out[size_t(t * 4 + 3)], float((t + 1) % 32));
   }
+}
+
+// __match_any_sync: each lane gets the lanes holding its value (lane l holds l % 3, lane 31 a value of its own).
+__global__ void match_any_kernel(uint32_t* out) {
+  const unsigned lane = threadIdx.x;
+  out[lane] = __match_any_sync(0xffffffffu, lane == 31 ? 99u : lane % 3);
+}
+
+TEST(DeviceEmulation, MatchAnyGivesTheLanesOfEqualValues) {
+  std::vector<uint32_t> out(32);
+  launch_kernel(match_any_kernel, dim3(1), dim3(32), 0, nullptr, out.data());
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  for (unsigned l = 0; l < 32; ++l) {
+    uint32_t want = 0;
+    for (unsigned m = 0; m < 31; ++m) want |= l != 31 && m % 3 == l % 3 ? 1u << m : 0u;
+    if (l == 31) want = 1u << 31;
+    EXPECT_EQ(out[l], want) << "lane " << l;
+  }
+  EXPECT_EQ(__popc(out[0]), 11);  // lanes 0, 3, ..., 30
+  EXPECT_EQ(__ffs(int(out[1])) - 1, 1);
 }
 
 // cp.async groups: wait_group 1 lands the older group only, wait_group 0 the newer too.

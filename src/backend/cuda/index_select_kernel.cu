@@ -42,7 +42,16 @@ __device__ __forceinline__ void find_bin(const uint32_t* hist, int64_t want, uin
   *above = seen;
 }
 
-__global__ void __launch_bounds__(kThreads) index_select_kernel(const IndexSelectLaunch p) {
+// One count in hist[bin] for each lane of the warp that has a bin (valid), by one atomic per distinct bin. The keys
+// crowd into few bins (the first pass's are a score's sign and binary exponent; every masked key is in the -inf
+// one), where an atomic per key would serialise the block on one shared address, ~n_keys in a row. Every lane of
+// the warp calls it.
+__device__ __forceinline__ void count_by_warp(uint32_t* hist, uint32_t bin, bool valid) {
+  const unsigned same = __match_any_sync(0xffffffffu, valid ? bin : 0xffffffffu);
+  if (valid && int(threadIdx.x & 31) == __ffs(int(same)) - 1) atomicAdd(&hist[bin], uint32_t(__popc(same)));
+}
+
+__global__ void __launch_bounds__(kThreads, 2) index_select_kernel(const IndexSelectLaunch p) {
   DI_DYNAMIC_SHARED(uint32_t, kept);  // [kept_words] bit b: candidate block b is kept
   __shared__ uint32_t hist[256];
   __shared__ uint64_t entries[kIndexSelectMax];  // (key << 32) | (0xffffffff - index)
@@ -70,7 +79,10 @@ __global__ void __launch_bounds__(kThreads) index_select_kernel(const IndexSelec
   // The high byte of the k-th largest key, then its low byte.
   for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
   __syncthreads();
-  for (int64_t j = threadIdx.x; j < n; j += kThreads) atomicAdd(&hist[key_of(j) >> 8], 1u);
+  for (int64_t base = 0; base < n; base += kThreads) {  // every thread the same rounds: whole warps count
+    const int64_t j = base + threadIdx.x;
+    count_by_warp(hist, j < n ? key_of(j) >> 8 : 0, j < n);
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     uint32_t high = 0;
@@ -85,9 +97,10 @@ __global__ void __launch_bounds__(kThreads) index_select_kernel(const IndexSelec
   __syncthreads();
   for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
   __syncthreads();
-  for (int64_t j = threadIdx.x; j < n; j += kThreads) {
-    const uint32_t key = key_of(j);
-    if ((key >> 8) == high) atomicAdd(&hist[key & 255u], 1u);
+  for (int64_t base = 0; base < n; base += kThreads) {
+    const int64_t j = base + threadIdx.x;
+    const uint32_t key = j < n ? key_of(j) : 0;
+    count_by_warp(hist, key & 255u, j < n && (key >> 8) == high);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
