@@ -22,14 +22,16 @@ class Sampler {
 
  private:
   // A draw's buffers, a thread's own: a batch's sequences are drawn on many threads, and a buffer per sequence would
-  // be ~3.5 MB each at V4's vocabulary, cold in cache at every draw.
+  // be ~4 MB each at V4's vocabulary, cold in cache at every draw.
   struct Scratch {
     std::vector<float> scaled;                             // logits / temperature, in id order
-    std::vector<std::pair<float, int32_t>> candidates;     // (scaled logit, id), the order's head sorted
+    std::vector<std::pair<float, int32_t>> candidates;     // (scaled logit, id): top-k's head, or a bucket's members
     std::vector<double> weights;                           // e^(scaled - max), by id
     std::vector<double> probs;                             // by candidate
+    std::vector<uint16_t> bucket;                          // sample_cut's bucket of each id
+    std::vector<double> bucket_weights;                    // and the weights in each bucket
   };
-  int32_t sample_head(const SamplingParams& params, double max_logit, Scratch& scratch);
+  int32_t sample_cut(const SamplingParams& params, double max_logit, Scratch& scratch);
   int32_t draw(size_t n, float min_p, float top_p, Scratch& scratch);
   size_t pick(const double* weights, size_t n, double mass);
   uint64_t state_[4];

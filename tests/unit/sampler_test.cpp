@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -131,17 +132,24 @@ int32_t full_sort_draw(const std::vector<float>& logits, const SamplingParams& p
   return c[n - 1].second;
 }
 
-// Top-p and min-p sort only the head of the order, as far as the cuts need: the full sort's draws, over a flat
-// distribution (the cuts far past the first 256 candidates), a peaked one (within them), ties, and a vocabulary
-// smaller than the first head.
+// Top-p and min-p sort only the members of the buckets the cuts and the draw end in: the full sort's draws, over a
+// flat distribution (a nucleus of most candidates), a peaked one, ties (many in one bucket), a small vocabulary, and a
+// Zipf-like one with masked tokens and tokens far below the rest.
 TEST(Sampler, TopPAndMinPDrawAsAFullSort) {
   std::mt19937 gen(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<std::vector<float>> distributions(4);
+  std::vector<std::vector<float>> distributions(5);
   for (int i = 0; i < 20000; ++i) distributions[0].push_back(3.0f * normal(gen));                    // flat
   for (int i = 0; i < 20000; ++i) distributions[1].push_back(2.0f * normal(gen) + (i % 997 == 0 ? 14.0f : 0.0f));  // peaked
   for (int i = 0; i < 5000; ++i) distributions[2].push_back(float(i % 7));                           // ties
   for (int i = 0; i < 100; ++i) distributions[3].push_back(normal(gen));                             // < 256
+  // Zipf-like (the nucleus most of the vocabulary), some tokens masked and some far below the rest (the last bucket).
+  std::vector<int> rank(20000);
+  std::iota(rank.begin(), rank.end(), 1);
+  std::shuffle(rank.begin(), rank.end(), gen);
+  for (int i = 0; i < 20000; ++i) {
+    distributions[4].push_back(i % 501 == 0 ? -INFINITY : i % 333 == 0 ? -90.0f : -float(std::log(double(rank[size_t(i)]))));
+  }
   for (size_t d = 0; d < distributions.size(); ++d) {
     for (const auto& [top_p, min_p] : {std::pair{0.9f, 0.0f}, {1.0f, 0.05f}, {0.95f, 0.01f}, {0.5f, 0.0f}}) {
       SamplingParams p;
