@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "model/ops.h"
+
 namespace deepinfer {
 
 namespace {
@@ -23,7 +25,7 @@ std::vector<std::pair<int32_t, double>> distribution(const float* logits, int64_
   if (p.top_k > 0 && size_t(p.top_k) < dist.size()) dist.resize(size_t(p.top_k));
   const double max_logit = dist[0].second;
   double total = 0;
-  for (auto& d : dist) total += d.second = std::exp(d.second - max_logit);
+  for (auto& d : dist) total += d.second = exp_fixed(d.second - max_logit);  // the sampler's e^x
   for (auto& d : dist) d.second /= total;
   size_t n = dist.size();
   if (p.min_p > 0.0f) {

@@ -31,11 +31,10 @@ size_t top_p_count(const std::vector<double>& probs, size_t n, float top_p) {
   return 0;
 }
 
-// The largest of x[0, n), in 8 lanes so that the loop is a vector one. A NaN never compares larger, so one in x[0] is
-// the answer.
+// The largest of x[0, n), in 8 lanes so that the loop is a vector one; NaNs are passed over (-inf if every value is one).
 float largest(const float* x, int64_t n) {
   float lanes[8];
-  std::fill(lanes, lanes + 8, x[0]);
+  std::fill(lanes, lanes + 8, -INFINITY);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     for (int j = 0; j < 8; ++j) lanes[j] = std::max(lanes[j], x[i + j]);
@@ -44,6 +43,20 @@ float largest(const float* x, int64_t n) {
   float best = lanes[0];
   for (const float v : lanes) best = std::max(best, v);
   return best;
+}
+// Greedy: the largest logit, ties to the lower id (NaNs passed over; 0 where every logit is NaN).
+int32_t greedy_token(const float* logits, int64_t vocab) {
+  const float best = largest(logits, vocab);
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (logits[i] == best) return int32_t(i);
+  }
+  return 0;
+}
+
+// A logit over the temperature; a NaN as -inf (never drawn), so that every comparison below orders the candidates.
+float scaled_logit(float logit, float temperature) {
+  const float v = logit / temperature;
+  return v == v ? v : -INFINITY;
 }
 }  // namespace
 
@@ -64,20 +77,15 @@ double Sampler::next_uniform() {
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
-  if (p.temperature <= 0.0f) {  // argmax, ties to the lower id: the largest value, then the first id that has it
-    const float best = largest(logits, vocab);
-    for (int64_t i = 0; i < vocab; ++i) {
-      if (logits[i] == best) return int32_t(i);
-    }
-    return 0;  // logits[0] is NaN: no value compared larger
-  }
+  if (p.temperature <= 0.0f) return greedy_token(logits, vocab);
   thread_local Scratch scratch;
   if (p.top_k > 0 && p.top_k < vocab) {
     const size_t keep = size_t(p.top_k);
     auto& candidates = scratch.candidates;
     candidates.clear();
-    for (int64_t i = 0; i < vocab; ++i) candidates.emplace_back(logits[i] / p.temperature, int32_t(i));
+    for (int64_t i = 0; i < vocab; ++i) candidates.emplace_back(scaled_logit(logits[i], p.temperature), int32_t(i));
     std::partial_sort(candidates.begin(), candidates.begin() + long(keep), candidates.end(), by_logit);
+    if (!std::isfinite(candidates[0].first)) return greedy_token(logits, vocab);  // a temperature too small for the logits
     // Softmax over the survivors (relative to the max), then min-p and top-p cut the tail.
     const double max_logit = candidates[0].first;
     auto& probs = scratch.probs;
@@ -89,8 +97,9 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams
   }
   auto& scaled = scratch.scaled;
   scaled.resize(size_t(vocab));
-  for (int64_t i = 0; i < vocab; ++i) scaled[size_t(i)] = logits[i] / p.temperature;
+  for (int64_t i = 0; i < vocab; ++i) scaled[size_t(i)] = scaled_logit(logits[i], p.temperature);
   const float max_scaled = largest(scaled.data(), vocab);
+  if (!std::isfinite(max_scaled)) return greedy_token(logits, vocab);  // a temperature too small for the logits, or none finite
   if (p.top_p < 1.0f || p.min_p > 0.0f) return sample_cut(p, max_scaled, scratch);
   // Plain temperature: the draw walks the unnormalised weights in id order.
   scratch.weights.resize(size_t(vocab));
@@ -152,14 +161,12 @@ int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& 
         ++count;
         if (walked >= target) break;
       }
-      if (walked >= target) {
-        cut_bucket = b;
-        cut_count = count;
-        mass = walked;
-        break;
-      }
+      cut_bucket = b;  // (where the members' own sum fell short of the bucket's by rounding: all of them)
+      cut_count = count;
+      mass = walked;
+      break;
     }
-    mass += bucket_weights[b];  // (also where the members' own sum fell short of the bucket's by rounding)
+    mass += bucket_weights[b];
   }
   // The draw: the first candidate, best first, whose running weight passes a uniform times the kept mass; whole
   // buckets are passed by their sums.

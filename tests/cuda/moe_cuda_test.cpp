@@ -65,6 +65,18 @@ TEST(MoeCuda, HashRowsThatRepeatAnExpertRouteAsOnTheHost) {
   for (int64_t n : {5, 24}) {  // tokens whose ids have repeating rows among them (the seeds' ids)
     expect_device_moe_equals_host_path(MoeShape{.hash = true, .hash_repeats = true, .n_experts = 12, .top_k = 3}, n, seed++);
   }
+  // Every token the same id, whose row repeats an expert: that expert gets twice as many rows as there are tokens,
+  // past the tokens' own tiles (8 tokens a tile in decode, 32 past 8 tokens).
+  for (int64_t n : {5, 40}) {
+    SCOPED_TRACE(std::to_string(n) + " tokens of one id");
+    const MoeShape s{.hash = true, .hash_repeats = true, .n_experts = 12, .top_k = 3};
+    RandomMoe moe(s, n, seed++);
+    std::fill(moe.ids.begin(), moe.ids.end(), 0);  // id 0's row repeats (every third id's does)
+    ASSERT_EQ(moe.tid2eid[0], moe.tid2eid[2]);
+    const ScopedMoePath path("device");
+    DI_MAKE_CUDA_BACKEND(gpu);
+    expect_whole_equals_host_path(*gpu, moe, s);
+  }
 }
 
 // The staged and split tensor-core kernels (64 tokens and more) take the routed rows where one expert has many.

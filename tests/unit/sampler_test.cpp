@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -185,6 +186,77 @@ TEST(Sampler, PlainTemperatureOverAVocabularyFollowsTheDistribution) {
   }
   EXPECT_NEAR(heavy / double(kDraws), 550.0 / 1542.0, 0.025);  // 11 tokens of weight 50 beside 992 of weight 1
   EXPECT_NEAR(tail, kDraws * 50.0 / 1542.0, 80.0);
+}
+
+// Edge cases on every path (plain temperature, top-p, min-p, top-k): each draw is a token the cuts allow. A single
+// finite logit among masked ones is always drawn; a NaN logit never is; a vocabulary under 8; min-p 1 keeps only the
+// best (here two tied, +0 and -0); a temperature so small that the logits scale to infinity draws greedily.
+TEST(Sampler, EdgeCasesDrawOnlyAllowedTokens) {
+  struct Case {
+    std::vector<float> logits;
+    float temperature;
+    std::vector<int32_t> allowed;  // for every parameter set below but min_p 1 ...
+    std::vector<int32_t> best;     // ... which keeps only these
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> one_finite(300, -inf);
+  one_finite[123] = 2.0f;
+  std::vector<float> with_nan(300);
+  for (size_t i = 0; i < with_nan.size(); ++i) with_nan[i] = float(std::sin(double(i)));
+  with_nan[7] = nan;
+  with_nan[250] = nan;
+  std::vector<int32_t> all_but_nan;
+  for (int32_t i = 0; i < 300; ++i) {
+    if (i != 7 && i != 250) all_but_nan.push_back(i);
+  }
+  int32_t best_of_nan = 0;
+  for (int32_t i : all_but_nan) best_of_nan = with_nan[size_t(i)] > with_nan[size_t(best_of_nan)] ? i : best_of_nan;
+  const std::vector<Case> cases = {
+      {{0.5f, 1.5f, -1.0f, 1.5f, 0.0f}, 1.0f, {0, 1, 2, 3, 4}, {1, 3}},  // under 8 tokens, a tie at the top
+      {one_finite, 0.7f, {123}, {123}},
+      {with_nan, 0.9f, all_but_nan, {best_of_nan}},
+      {{5.0f, 0.1f, -3.0f, 4.0f}, 1e-38f, {0}, {0}},  // scaled to +-inf: greedy
+      {{0.0f, -0.0f, -1.0f, -2.0f, -40.0f, -90.0f, 0.0f, -0.5f, -0.25f}, 1.0f, {0, 1, 2, 3, 4, 5, 6, 7, 8}, {0, 1, 6}},
+  };
+  std::vector<SamplingParams> params(6);
+  params[1].top_p = 0.9f;
+  params[2].min_p = 0.3f;
+  params[3].top_p = 0.99999994f;
+  params[4].top_k = 3;
+  params[5].min_p = 1.0f;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (size_t k = 0; k < params.size(); ++k) {
+      SamplingParams p = params[k];
+      p.temperature = cases[c].temperature;
+      const std::vector<int32_t>& allowed = k == 5 ? cases[c].best : cases[c].allowed;
+      Sampler s(31);
+      for (int i = 0; i < 50; ++i) {
+        const int32_t id = s.sample(cases[c].logits.data(), int64_t(cases[c].logits.size()), p);
+        ASSERT_TRUE(std::find(allowed.begin(), allowed.end(), id) != allowed.end())
+            << "case " << c << ", parameters " << k << ": drew " << id;
+      }
+    }
+  }
+}
+
+// A NaN logit is a masked one: the same draws as with -inf in its place, on every path.
+TEST(Sampler, NanLogitsDrawAsMaskedOnes) {
+  std::vector<float> with_nan(300), masked;
+  for (size_t i = 0; i < with_nan.size(); ++i) with_nan[i] = float(std::sin(double(i)) * 3.0);
+  with_nan[7] = with_nan[250] = std::numeric_limits<float>::quiet_NaN();
+  masked = with_nan;
+  masked[7] = masked[250] = -std::numeric_limits<float>::infinity();
+  std::vector<SamplingParams> params(4);
+  params[1].top_p = 0.9f;
+  params[2].min_p = 0.1f;
+  params[3].top_k = 20;
+  for (size_t k = 0; k < params.size(); ++k) {
+    params[k].temperature = 0.8f;
+    Sampler a(8), b(8);
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_EQ(a.sample(with_nan.data(), 300, params[k]), b.sample(masked.data(), 300, params[k])) << "parameters " << k << ", draw " << i;
+    }
+  }
 }
 
 // A top-k that keeps the whole vocabulary cuts nothing: the plain temperature's draws.

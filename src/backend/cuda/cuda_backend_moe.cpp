@@ -1,5 +1,7 @@
 // The CUDA backend's MoE (CudaBackend, cuda_backend.h): a block's whole MoE, its FFN side with the mHC around it,
 // and a block's tail, each one call replayed as a CUDA graph.
+#include <algorithm>
+
 #include "backend/cuda/cuda_backend.h"
 
 namespace deepinfer {
@@ -183,11 +185,17 @@ void CudaBackend::run_moe(const MoeParams& p, const MoeBlock& block, const MhcSi
     copy_rows(p.u, D, T, D, in_host, kx, kx);
   }
   auto* hash_host = reinterpret_cast<int32_t*>(in_host + in_floats);
+  // The most rows an expert can get: one a token, but a hash row may name an expert more than once (the checkpoint
+  // allows it), and each choice is a row. The grouped launches cover that many rows an op.
+  int64_t repeats = 1;
   if (w.hash_routed) {
     for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = 0; i < K; ++i) hash_host[t * K + i] = int32_t(w.tid2eid[int64_t(p.token_ids[t]) * K + i]);
+      int32_t* row = hash_host + t * K;
+      for (int64_t i = 0; i < K; ++i) row[i] = int32_t(w.tid2eid[int64_t(p.token_ids[t]) * K + i]);
+      for (int64_t i = 0; i < K; ++i) repeats = std::max<int64_t>(repeats, std::count(row, row + K, row[i]));
     }
   }
+  const int64_t expert_rows = T * repeats;
 
   // The launches, all set up here: nothing below allocates or uploads, so that it can be captured.
   int64_t partial_floats = 0;
@@ -279,9 +287,9 @@ void CudaBackend::run_moe(const MoeParams& p, const MoeBlock& block, const MhcSi
     launch_lone_mma(shared_w2);
     cuda::launch_moe_route(route, stream_);
     cuda::launch_gather_rows(f32(uq_at), kx, i32(row_token_at), R, kx, f32(x_at), kx, stream_);
-    cuda::launch_linear_mma_grouped(ops(w13_at), int(2 * n_slots), block.expert_kind, kx, I, T, stream_, mma_choice_);
+    cuda::launch_linear_mma_grouped(ops(w13_at), int(2 * n_slots), block.expert_kind, kx, I, expert_rows, stream_, mma_choice_);
     cuda::launch_swiglu_qdq(routed_swiglu, stream_);
-    cuda::launch_linear_mma_grouped(ops(w2_at), int(n_slots), block.expert_kind, k2, D, T, stream_, mma_choice_);
+    cuda::launch_linear_mma_grouped(ops(w2_at), int(n_slots), block.expert_kind, k2, D, expert_rows, stream_, mma_choice_);
     cuda::launch_moe_combine(combine, stream_);
     if (has_side) {  // P2, then h_out and the coefficients back
       cuda::launch_hc_post(post, stream_);
@@ -299,12 +307,12 @@ void CudaBackend::run_moe(const MoeParams& p, const MoeBlock& block, const MhcSi
       DI_CUDA_CHECK(cudaMemcpyAsync(in_host, f32(out_at), size_t(T * D) * 4, cudaMemcpyDeviceToHost, stream_));
     }
   };
-  // Keyed by what the captured work depends on besides the buffers: the block, the token count, the rules and
-  // constants its launches hold (the QDQ's, the SwiGLU's limit, the route scale), the side, and the head's output
-  // chain (whose scratch and staging are the chain's).
-  GraphKey key = {has_head ? kTailGraph : kMoeGraph, word(&w), T, word(kept_head_h != nullptr), word(kept_out != nullptr),
-                  word(pre_back), word(kept_pre != nullptr), word(p.v41), p.act_block, word(p.swiglu_limit),
-                  word(p.route_scale)};
+  // Keyed by what the captured work depends on besides the buffers: the block, the token count and the most rows of
+  // an expert, the rules and constants its launches hold (the QDQ's, the SwiGLU's limit, the route scale), the side,
+  // and the head's output chain (whose scratch and staging are the chain's).
+  GraphKey key = {has_head ? kTailGraph : kMoeGraph, word(&w), T, expert_rows, word(kept_head_h != nullptr),
+                  word(kept_out != nullptr), word(pre_back), word(kept_pre != nullptr), word(p.v41), p.act_block,
+                  word(p.swiglu_limit), word(p.route_scale)};
   if (has_side) add_side_words(*side->p, key);
   if (has_head) add_output_chain_words(head->p->output, key);
   if (graphs_) {
