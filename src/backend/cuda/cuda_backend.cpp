@@ -177,10 +177,11 @@ void CudaBackend::run_as_graph(const GraphKey& key, std::vector<const void*> buf
   if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
   if (graph) cudaGraphDestroy(graph);
   if (err != cudaSuccess) {
-    // Only a capture the runtime refused turns the graphs off; any other error is the device's (a fault in work a
-    // call did not wait for surfaces at the next call), reported as itself rather than blamed on the graphs.
-    if (!graph_capture_refused(err)) DI_CUDA_CHECK(err);
+    // A capture the runtime refused turns the graphs off. Another error may be the device's: a fault in work a call
+    // did not wait for surfaces at the next call and stays, so the stream's wait reports it as itself rather than
+    // blamed on the graphs; where the stream is sound, the graphs go off as well.
     (void)cudaGetLastError();
+    if (!graph_capture_refused(err)) DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::fprintf(stderr, "%s: CUDA graph capture failed (%s); running without graphs\n", name_.c_str(), cudaGetErrorString(err));
     graphs_ = false;
     enqueue();
