@@ -130,7 +130,7 @@ int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& 
   bucket.resize(n_all);
   bucket_weights.assign(kLast + 1, 0.0);
   for (size_t i = 0; i < n_all; ++i) {
-    const double below = max_logit - double(scaled[i]);  // >= 0; NaN goes to the last bucket
+    const double below = max_logit - double(scaled[i]);  // >= 0; a masked token's inf goes to the last bucket
     uint16_t b = below < kUnits ? uint16_t(below * kPerUnit) : uint16_t(kLast);
     if (weights[i] < min_weight) b = kCutByMinP;
     bucket[i] = b;
@@ -186,8 +186,8 @@ int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& 
       if (r < 0) return m[j].second;
     }
   }
-  // Rounding left none: the last kept candidate with any weight (a masked token has none); the best one where no
-  // candidate has any (NaN logits).
+  // Rounding left none: the last kept candidate with any weight (a masked token has none). The best one has weight 1,
+  // so the last line is only a guard.
   if (last_weighted >= 0) {
     const auto& m = members(last_weighted);
     for (size_t j = last_weighted == cut_bucket ? cut_count : m.size(); j > 0; --j) {

@@ -107,18 +107,21 @@ inline __mmask8 tail_mask(int64_t left) { return left >= 8 ? __mmask8(0xFF) : __
 inline __m512d load_pd(const float* p, __mmask8 m) { return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, p)); }
 inline void store_ps(float* p, __mmask8 m, __m512d v) { _mm256_mask_storeu_ps(p, m, _mm512_cvtpd_ps(v)); }
 
-// exp_fixed (ops.h) of 8 lanes: its operations where every |x| <= kExpFixedMaxArg, else the scalar function per lane.
+// exp_fixed (ops.h) of 8 lanes: its operations where every |x| <= kExpFixedMaxArg, and +0 (std::exp's) for a lane of
+// -inf (a masked logit: a constrained draw has mostly those); else the scalar function per lane.
 inline __m512d exp_fixed_pd(__m512d x) {
-  if (_mm512_cmp_pd_mask(_mm512_abs_pd(x), _mm512_set1_pd(kExpFixedMaxArg), _CMP_LE_OQ) != 0xFF) {
+  const __mmask8 minus_inf = _mm512_cmp_pd_mask(x, _mm512_set1_pd(-INFINITY), _CMP_EQ_OQ);
+  if (__mmask8(_mm512_cmp_pd_mask(_mm512_abs_pd(x), _mm512_set1_pd(kExpFixedMaxArg), _CMP_LE_OQ) | minus_inf) != 0xFF) {
     return each_lane(x, [](double v) { return exp_fixed(v); });
   }
+  x = _mm512_mask_mov_pd(x, minus_inf, _mm512_setzero_pd());  // computed as e^0, then zeroed
   const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(kLog2e)),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // nearbyint
   __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Hi), x);
   r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Lo), r);
   __m512d p = _mm512_set1_pd(kExpTaylor[13]);
   for (int j = 12; j >= 0; --j) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kExpTaylor[j]));
-  return _mm512_scalef_pd(p, k);
+  return _mm512_maskz_mov_pd(__mmask8(~minus_inf), _mm512_scalef_pd(p, k));
 }
 
 }  // namespace

@@ -443,15 +443,16 @@ TEST_F(OpsAvx512, SwigluMatchesTheContract) {
 
 // The sampler's softmax: exp_fixed of each logit less the shift, element i into the i % 8-th running sum. Logits drawn
 // as a model's (a spread of tens), with the wild values (infinities, zeros, huge magnitudes) that take the lane-by-lane
-// fallback, a NaN, and odd lengths for the scalar tail (many short ones: a tail summed into the wrong lanes shows in
-// the total's last bits).
+// fallback, a NaN, -inf in a third of the lanes (masked logits: the fast path's zeros), and odd lengths for the scalar
+// tail (many short ones: a tail summed into the wrong lanes shows in the total's last bits).
 TEST_F(OpsAvx512, ExpFixedSumMatchesTheContract) {
   std::mt19937 rng(17);
   for (double wild : {0.0, 0.2}) {
-    for (int64_t n : {1000, 1003, 5, 15}) {
+    for (int64_t n : {1000, 1003, 5, 15, 1001}) {
       for (int rep = 0; rep < (n == 15 ? 300 : 1); ++rep) {
         std::vector<float> x = draw(rng, n, wild);
         for (float& v : x) v *= 8.0f;
+        for (int64_t i = 0; n == 1001 && i < n; i += 3) x[size_t(i)] = -INFINITY;  // masked logits among the others
         if (wild > 0 && n > 20) x[11] = NAN;
         const double shift = 17.5;
         std::vector<double> e(static_cast<size_t>(n), -1.0), want(static_cast<size_t>(n));
