@@ -4,44 +4,13 @@
 #include <chrono>
 #include <cmath>
 
-#include "model/ops.h"
-
 namespace deepinfer {
 
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The distribution Sampler::sample draws from, as (id, probability) pairs: greedy gives the argmax with
-// probability 1; otherwise temperature, then top-k, min-p and top-p as in Sampler::sample.
-// TODO(sampler): move into Sampler once its penalties/logprobs rework lands, so the filter lives once.
-std::vector<std::pair<int32_t, double>> distribution(const float* logits, int64_t vocab, const SamplingParams& p) {
-  std::vector<std::pair<int32_t, double>> dist;
-  int64_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i) if (logits[i] > logits[best]) best = i;
-  if (p.temperature <= 0.0f) return {{int32_t(best), 1.0}};
-  for (int64_t i = 0; i < vocab; ++i) dist.emplace_back(int32_t(i), double(logits[i] / p.temperature));
-  std::sort(dist.begin(), dist.end(), [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
-  if (p.top_k > 0 && size_t(p.top_k) < dist.size()) dist.resize(size_t(p.top_k));
-  const double max_logit = dist[0].second;
-  double total = 0;
-  for (auto& d : dist) total += d.second = exp_fixed(d.second - max_logit);  // the sampler's e^x
-  for (auto& d : dist) d.second /= total;
-  size_t n = dist.size();
-  if (p.min_p > 0.0f) {
-    while (n > 1 && dist[n - 1].second < p.min_p * dist[0].second) --n;
-  }
-  if (p.top_p < 1.0f) {
-    double cumulative = 0;
-    for (size_t i = 0; i < n; ++i) {
-      cumulative += dist[i].second;
-      if (cumulative >= p.top_p) { n = i + 1; break; }
-    }
-  }
-  dist.resize(n);
-  return dist;
-}
-
+// The draw from (id, probability) pairs, in their order.
 int32_t draw(Sampler& sampler, const std::vector<std::pair<int32_t, double>>& weighted) {
   double mass = 0;
   for (const auto& w : weighted) mass += w.second;
@@ -53,6 +22,20 @@ int32_t draw(Sampler& sampler, const std::vector<std::pair<int32_t, double>>& we
   return weighted.back().first;
 }
 }  // namespace
+
+int32_t verify_draft(Sampler& sampler, const float* logits, int64_t vocab, const SamplingParams& params, int32_t draft,
+                     bool& accepted) {
+  thread_local std::vector<std::pair<int32_t, double>> dist;
+  sampler.distribution(logits, vocab, params, dist);
+  double p_draft = 0;
+  for (const auto& [id, prob] : dist) {
+    if (id == draft) p_draft = prob;
+  }
+  accepted = params.temperature <= 0.0f ? dist[0].first == draft : sampler.next_uniform() < p_draft;
+  if (accepted) return draft;
+  std::erase_if(dist, [&](const auto& e) { return e.first == draft; });
+  return dist.empty() ? draft : draw(sampler, dist);
+}
 
 GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerationOptions& options) {
   const ModelConfig& c = model.config();
@@ -104,13 +87,10 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
     for (; k < m; ++k) {
       const float* row = &out[0].logits[size_t(k * V)];
       const int32_t d = fed[size_t(k + 1)];
-      auto dist = distribution(row, V, options.sampling);
-      double p_d = 0;
-      for (const auto& [id, prob] : dist) if (id == d) p_d = prob;
-      const bool accept = options.sampling.temperature <= 0.0f ? dist[0].first == d : sampler.next_uniform() < p_d;
-      if (!accept) {
-        std::erase_if(dist, [&](const auto& e) { return e.first == d; });
-        after = draw(sampler, dist);
+      bool accepted = false;
+      const int32_t token = verify_draft(sampler, row, V, options.sampling, d, accepted);
+      if (!accepted) {
+        after = token;
         break;
       }
       ++result.n_accepted;

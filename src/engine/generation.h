@@ -1,8 +1,8 @@
 // Single-sequence generation over the Model: plain decoding (one token per forward) and V4.1 DSpark
 // speculative decoding (draft block_size tokens, verify them in one forward, roll back the rejected
 // ones). Greedy speculative output is token-for-token the plain greedy output; sampled speculative
-// output follows the target distribution exactly (speculative sampling with a deterministic draft:
-// accept draft d with probability p(d), otherwise draw from p without d).
+// output follows the target distribution exactly (speculative sampling with a deterministic draft: accept draft d
+// with probability p(d), otherwise draw from p without d, p the sampler's distribution after its cuts).
 #pragma once
 
 #include <cstdint>
@@ -32,5 +32,12 @@ struct GenerationResult {
 };
 
 GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerationOptions& options);
+
+// Speculative sampling's step for one drafted token, the target's logits given: the draft is accepted with its
+// probability under the sampler's distribution (Sampler::distribution, after the cuts), greedy: where it is the best
+// token; otherwise the token is drawn from that distribution without the draft. So the token follows the distribution
+// Sampler::sample draws from. Returns the token emitted; `accepted` says whether it is the draft.
+int32_t verify_draft(Sampler& sampler, const float* logits, int64_t vocab, const SamplingParams& params, int32_t draft,
+                     bool& accepted);
 
 }  // namespace deepinfer

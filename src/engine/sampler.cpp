@@ -76,35 +76,108 @@ double Sampler::next_uniform() {
   return double(result >> 11) * 0x1p-53;
 }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
-  if (p.temperature <= 0.0f) return greedy_token(logits, vocab);
+Sampler::Scratch& Sampler::thread_scratch() {
   thread_local Scratch scratch;
-  if (p.top_k > 0 && p.top_k < vocab) {
-    const size_t keep = size_t(p.top_k);
-    auto& candidates = scratch.candidates;
-    candidates.clear();
-    for (int64_t i = 0; i < vocab; ++i) candidates.emplace_back(scaled_logit(logits[i], p.temperature), int32_t(i));
-    std::partial_sort(candidates.begin(), candidates.begin() + long(keep), candidates.end(), by_logit);
-    if (!std::isfinite(candidates[0].first)) return greedy_token(logits, vocab);  // a temperature too small for the logits
-    // Softmax over the survivors (relative to the max), then min-p and top-p cut the tail.
-    const double max_logit = candidates[0].first;
-    auto& probs = scratch.probs;
-    probs.resize(keep);
-    double total = 0;
-    for (size_t i = 0; i < keep; ++i) total += probs[i] = exp_fixed(double(candidates[i].first) - max_logit);
-    for (double& v : probs) v /= total;
-    return draw(keep, p.min_p, p.top_p, scratch);
-  }
+  return scratch;
+}
+
+bool Sampler::scale(const float* logits, int64_t vocab, float temperature, Scratch& scratch, float& max_scaled) {
   auto& scaled = scratch.scaled;
   scaled.resize(size_t(vocab));
-  for (int64_t i = 0; i < vocab; ++i) scaled[size_t(i)] = scaled_logit(logits[i], p.temperature);
-  const float max_scaled = largest(scaled.data(), vocab);
-  if (!std::isfinite(max_scaled)) return greedy_token(logits, vocab);  // a temperature too small for the logits, or none finite
+  for (int64_t i = 0; i < vocab; ++i) scaled[size_t(i)] = scaled_logit(logits[i], temperature);
+  max_scaled = largest(scaled.data(), vocab);
+  return std::isfinite(max_scaled);  // else a temperature too small for the logits, or none finite
+}
+
+// Top-k: the best top_k candidates (scratch.candidates) and their softmax relative to the best (scratch.probs), then
+// min-p and top-p cut the tail. 0 where the best one's scaled logit is not finite (the draw is then greedy).
+size_t Sampler::top_k_cut(const float* logits, int64_t vocab, const SamplingParams& p, Scratch& scratch) {
+  const size_t keep = size_t(p.top_k);
+  auto& candidates = scratch.candidates;
+  candidates.clear();
+  for (int64_t i = 0; i < vocab; ++i) candidates.emplace_back(scaled_logit(logits[i], p.temperature), int32_t(i));
+  std::partial_sort(candidates.begin(), candidates.begin() + long(keep), candidates.end(), by_logit);
+  if (!std::isfinite(candidates[0].first)) return 0;
+  const double max_logit = candidates[0].first;
+  auto& probs = scratch.probs;
+  probs.resize(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += probs[i] = exp_fixed(double(candidates[i].first) - max_logit);
+  for (double& v : probs) v /= total;
+  size_t n = keep;
+  if (p.min_p > 0.0f) {
+    while (n > 1 && probs[n - 1] < p.min_p * probs[0]) --n;
+  }
+  if (p.top_p < 1.0f) {
+    if (const size_t reached = top_p_count(probs, n, p.top_p)) n = reached;
+  }
+  return n;
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
+  if (p.temperature <= 0.0f) return greedy_token(logits, vocab);
+  Scratch& scratch = thread_scratch();
+  if (p.top_k > 0 && p.top_k < vocab) {
+    const size_t n = top_k_cut(logits, vocab, p, scratch);
+    if (n == 0) return greedy_token(logits, vocab);
+    double mass = 0;
+    for (size_t i = 0; i < n; ++i) mass += scratch.probs[i];
+    return scratch.candidates[pick(scratch.probs.data(), n, mass)].second;
+  }
+  float max_scaled = 0;
+  if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) return greedy_token(logits, vocab);
   if (p.top_p < 1.0f || p.min_p > 0.0f) return sample_cut(p, max_scaled, scratch);
   // Plain temperature: the draw walks the unnormalised weights in id order.
   scratch.weights.resize(size_t(vocab));
-  const double total = exp_fixed_sum(scaled.data(), vocab, max_scaled, scratch.weights.data());
+  const double total = exp_fixed_sum(scratch.scaled.data(), vocab, max_scaled, scratch.weights.data());
   return int32_t(pick(scratch.weights.data(), size_t(vocab), total));
+}
+
+void Sampler::distribution(const float* logits, int64_t vocab, const SamplingParams& p,
+                           std::vector<std::pair<int32_t, double>>& out) {
+  out.clear();
+  if (p.temperature <= 0.0f) {
+    out.emplace_back(greedy_token(logits, vocab), 1.0);
+    return;
+  }
+  Scratch& scratch = thread_scratch();
+  if (p.top_k > 0 && p.top_k < vocab) {
+    const size_t n = top_k_cut(logits, vocab, p, scratch);
+    if (n == 0) {
+      out.emplace_back(greedy_token(logits, vocab), 1.0);
+      return;
+    }
+    double mass = 0;
+    for (size_t i = 0; i < n; ++i) mass += scratch.probs[i];
+    for (size_t i = 0; i < n; ++i) {
+      if (scratch.probs[i] > 0.0) out.emplace_back(scratch.candidates[i].second, scratch.probs[i] / mass);
+    }
+    return;
+  }
+  float max_scaled = 0;
+  if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) {
+    out.emplace_back(greedy_token(logits, vocab), 1.0);
+    return;
+  }
+  const auto& weights = scratch.weights;
+  if (p.top_p < 1.0f || p.min_p > 0.0f) {
+    const Cut cut = find_cut(p, max_scaled, scratch);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (scratch.bucket[i] < cut.bucket && weights[i] > 0.0) out.emplace_back(int32_t(i), weights[i] / cut.mass);
+    }
+    if (cut.bucket <= kLastBucket) {
+      const auto& m = bucket_members(cut.bucket, scratch);
+      for (size_t j = 0; j < cut.count; ++j) {
+        if (weights[size_t(m[j].second)] > 0.0) out.emplace_back(m[j].second, weights[size_t(m[j].second)] / cut.mass);
+      }
+    }
+    return;
+  }
+  scratch.weights.resize(size_t(vocab));
+  const double total = exp_fixed_sum(scratch.scaled.data(), vocab, max_scaled, scratch.weights.data());
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (weights[size_t(i)] > 0.0) out.emplace_back(int32_t(i), weights[size_t(i)] / total);
+  }
 }
 
 // Top-p or min-p over the whole vocabulary, without sorting it. The candidates fall into buckets by how far their
@@ -114,9 +187,8 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams
 // then top-p); the sums are taken bucket by bucket, so a draw can differ from a full sort's only where that moves a
 // boundary in its last bits. A full sort took ~13 ms a draw over V4's vocabulary, and so did sorting only the order's
 // head where the nucleus holds most of it (a flat or Zipf-like distribution).
-int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& scratch) {
-  constexpr int kPerUnit = 64, kUnits = 64, kLast = kPerUnit * kUnits;  // buckets [0, kLast]
-  constexpr uint16_t kCutByMinP = kLast + 1;
+Sampler::Cut Sampler::find_cut(const SamplingParams& p, double max_logit, Scratch& scratch) {
+  constexpr uint16_t kCutByMinP = kLastBucket + 1;
   const auto& scaled = scratch.scaled;
   auto& weights = scratch.weights;
   auto& bucket = scratch.bucket;
@@ -128,60 +200,63 @@ int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& 
   // of the order, so the others are left out of every bucket.
   const double min_weight = p.min_p > 0.0f ? double(p.min_p) : 0.0;
   bucket.resize(n_all);
-  bucket_weights.assign(kLast + 1, 0.0);
+  bucket_weights.assign(kLastBucket + 1, 0.0);
   for (size_t i = 0; i < n_all; ++i) {
     const double below = max_logit - double(scaled[i]);  // >= 0; a masked token's inf goes to the last bucket
-    uint16_t b = below < kUnits ? uint16_t(below * kPerUnit) : uint16_t(kLast);
+    uint16_t b = below < kBucketUnits ? uint16_t(below * kBucketsPerUnit) : uint16_t(kLastBucket);
     if (weights[i] < min_weight) b = kCutByMinP;
     bucket[i] = b;
-    if (b <= kLast) bucket_weights[b] += weights[i];
+    if (b <= kLastBucket) bucket_weights[b] += weights[i];
   }
-  // Bucket b's members, best first, in scratch.candidates.
-  auto members = [&](int b) -> const std::vector<std::pair<float, int32_t>>& {
-    auto& m = scratch.candidates;
-    m.clear();
-    for (size_t i = 0; i < n_all; ++i) {
-      if (bucket[i] == b) m.emplace_back(scaled[i], int32_t(i));
-    }
-    std::sort(m.begin(), m.end(), by_logit);
-    return m;
-  };
-  // Top-p: the fewest best candidates whose weights reach top_p of the total. They are the buckets before cut_bucket
-  // and its first cut_count members; where no prefix reaches it, every candidate min-p left.
-  int cut_bucket = kLast + 1;
-  size_t cut_count = 0;
-  double mass = 0;
+  // Top-p: the fewest best candidates whose weights reach top_p of the total; where no prefix reaches it, every
+  // candidate min-p left.
+  Cut cut{kLastBucket + 1, 0, 0.0};
   const double target = p.top_p < 1.0f ? double(p.top_p) * total : INFINITY;
-  for (int b = 0; b <= kLast && cut_bucket > kLast; ++b) {
-    if (mass + bucket_weights[b] >= target) {  // the cut falls in this bucket: its members one by one
-      double walked = mass;
+  for (int b = 0; b <= kLastBucket; ++b) {
+    if (cut.mass + bucket_weights[b] >= target) {  // the cut falls in this bucket: its members one by one
+      double walked = cut.mass;
       size_t count = 0;
-      for (const auto& [logit, id] : members(b)) {
+      for (const auto& [logit, id] : bucket_members(b, scratch)) {
         walked += weights[size_t(id)];
         ++count;
         if (walked >= target) break;
       }
-      cut_bucket = b;  // (where the members' own sum fell short of the bucket's by rounding: all of them)
-      cut_count = count;
-      mass = walked;
-      break;
+      return {b, count, walked};  // (where the members' own sum fell short of the bucket's by rounding: all of them)
     }
-    mass += bucket_weights[b];
+    cut.mass += bucket_weights[b];
   }
+  return cut;
+}
+
+// Bucket b's members (find_cut's buckets), best first, in scratch.candidates.
+const std::vector<std::pair<float, int32_t>>& Sampler::bucket_members(int b, Scratch& scratch) {
+  auto& m = scratch.candidates;
+  m.clear();
+  for (size_t i = 0; i < scratch.bucket.size(); ++i) {
+    if (scratch.bucket[i] == b) m.emplace_back(scratch.scaled[i], int32_t(i));
+  }
+  std::sort(m.begin(), m.end(), by_logit);
+  return m;
+}
+
+int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& scratch) {
+  const Cut cut = find_cut(p, max_logit, scratch);
+  const auto& weights = scratch.weights;
+  const auto& bucket_weights = scratch.bucket_weights;
   // The draw: the first candidate, best first, whose running weight passes a uniform times the kept mass; whole
   // buckets are passed by their sums.
-  double r = next_uniform() * mass;
+  double r = next_uniform() * cut.mass;
   int last_weighted = -1;  // the last bucket with kept weight
-  for (int b = 0; b <= std::min(cut_bucket, kLast); ++b) {
-    const bool whole = b < cut_bucket;
+  for (int b = 0; b <= std::min(cut.bucket, kLastBucket); ++b) {
+    const bool whole = b < cut.bucket;
     if (whole && bucket_weights[b] == 0.0) continue;
     last_weighted = b;
     if (whole && r - bucket_weights[b] >= 0) {
       r -= bucket_weights[b];
       continue;
     }
-    const auto& m = members(b);
-    for (size_t j = 0, n = whole ? m.size() : cut_count; j < n; ++j) {
+    const auto& m = bucket_members(b, scratch);
+    for (size_t j = 0, n = whole ? m.size() : cut.count; j < n; ++j) {
       r -= weights[size_t(m[j].second)];
       if (r < 0) return m[j].second;
     }
@@ -189,26 +264,12 @@ int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& 
   // Rounding left none: the last kept candidate with any weight (a masked token has none). The best one has weight 1,
   // so the last line is only a guard.
   if (last_weighted >= 0) {
-    const auto& m = members(last_weighted);
-    for (size_t j = last_weighted == cut_bucket ? cut_count : m.size(); j > 0; --j) {
+    const auto& m = bucket_members(last_weighted, scratch);
+    for (size_t j = last_weighted == cut.bucket ? cut.count : m.size(); j > 0; --j) {
       if (weights[size_t(m[j - 1].second)] > 0.0) return m[j - 1].second;
     }
   }
-  return int32_t(std::max_element(scaled.begin(), scaled.end()) - scaled.begin());
-}
-
-// The draw from candidates [0, n) with probabilities probs[0, n), after min-p and top-p cut the tail.
-int32_t Sampler::draw(size_t n, float min_p, float top_p, Scratch& scratch) {
-  const auto& probs = scratch.probs;
-  if (min_p > 0.0f) {
-    while (n > 1 && probs[n - 1] < min_p * probs[0]) --n;
-  }
-  if (top_p < 1.0f) {
-    if (const size_t reached = top_p_count(probs, n, top_p)) n = reached;
-  }
-  double mass = 0;
-  for (size_t i = 0; i < n; ++i) mass += probs[i];
-  return scratch.candidates[pick(probs.data(), n, mass)].second;
+  return int32_t(std::max_element(scratch.scaled.begin(), scratch.scaled.end()) - scratch.scaled.begin());
 }
 
 // The first i whose running sum of weights[0, i] passes a uniform times mass (their sum); where rounding leaves none,

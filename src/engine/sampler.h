@@ -18,6 +18,11 @@ class Sampler {
  public:
   explicit Sampler(uint64_t seed);
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params);
+  // The distribution sample() draws from, after its cuts: (id, probability) pairs whose probabilities sum to 1 (greedy:
+  // the best token alone; tokens of no probability left out), in a fixed order. For speculative decoding's acceptance
+  // test and the draw that follows a rejection. Draws nothing from the stream.
+  void distribution(const float* logits, int64_t vocab, const SamplingParams& params,
+                    std::vector<std::pair<int32_t, double>>& out);
   double next_uniform();  // [0, 1)
 
  private:
@@ -31,8 +36,22 @@ class Sampler {
     std::vector<uint16_t> bucket;                          // sample_cut's bucket of each id
     std::vector<double> bucket_weights;                    // and the weights in each bucket
   };
+  // Top-p and min-p's cut (sample_cut): the candidates kept are the buckets before `bucket` and its first `count`
+  // members; `mass` their weight.
+  struct Cut {
+    int bucket = 0;
+    size_t count = 0;
+    double mass = 0;
+  };
+  static constexpr int kBucketsPerUnit = 64, kBucketUnits = 64, kLastBucket = kBucketsPerUnit * kBucketUnits;
+  static Scratch& thread_scratch();
+  // The scaled logits and their largest: false where the largest is not finite (the draw is then greedy).
+  static bool scale(const float* logits, int64_t vocab, float temperature, Scratch& scratch, float& max_scaled);
+  // top-k's candidates, their probabilities and its cuts: how many are kept.
+  static size_t top_k_cut(const float* logits, int64_t vocab, const SamplingParams& params, Scratch& scratch);
+  static Cut find_cut(const SamplingParams& params, double max_logit, Scratch& scratch);
+  static const std::vector<std::pair<float, int32_t>>& bucket_members(int bucket, Scratch& scratch);
   int32_t sample_cut(const SamplingParams& params, double max_logit, Scratch& scratch);
-  int32_t draw(size_t n, float min_p, float top_p, Scratch& scratch);
   size_t pick(const double* weights, size_t n, double mass);
   uint64_t state_[4];
 };
