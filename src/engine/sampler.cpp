@@ -31,28 +31,6 @@ size_t top_p_count(const std::vector<double>& probs, size_t n, float top_p) {
   return 0;
 }
 
-// The largest of x[0, n), in 8 lanes so that the loop is a vector one; NaNs are passed over (-inf if every value is one).
-float largest(const float* x, int64_t n) {
-  float lanes[8];
-  std::fill(lanes, lanes + 8, -INFINITY);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) lanes[j] = std::max(lanes[j], x[i + j]);
-  }
-  for (; i < n; ++i) lanes[0] = std::max(lanes[0], x[i]);
-  float best = lanes[0];
-  for (const float v : lanes) best = std::max(best, v);
-  return best;
-}
-// Greedy: the largest logit, ties to the lower id (NaNs passed over; 0 where every logit is NaN).
-int32_t greedy_token(const float* logits, int64_t vocab) {
-  const float best = largest(logits, vocab);
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (logits[i] == best) return int32_t(i);
-  }
-  return 0;
-}
-
 // A logit over the temperature; a NaN as -inf (never drawn), so that every comparison below orders the candidates.
 float scaled_logit(float logit, float temperature) {
   const float v = logit / temperature;
@@ -85,7 +63,7 @@ bool Sampler::scale(const float* logits, int64_t vocab, float temperature, Scrat
   auto& scaled = scratch.scaled;
   scaled.resize(size_t(vocab));
   for (int64_t i = 0; i < vocab; ++i) scaled[size_t(i)] = scaled_logit(logits[i], temperature);
-  max_scaled = largest(scaled.data(), vocab);
+  max_scaled = max_value(scaled.data(), vocab);
   return std::isfinite(max_scaled);  // else a temperature too small for the logits, or none finite
 }
 
@@ -115,17 +93,17 @@ size_t Sampler::top_k_cut(const float* logits, int64_t vocab, const SamplingPara
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
-  if (p.temperature <= 0.0f) return greedy_token(logits, vocab);
+  if (p.temperature <= 0.0f) return int32_t(argmax(logits, vocab));
   Scratch& scratch = thread_scratch();
   if (p.top_k > 0 && p.top_k < vocab) {
     const size_t n = top_k_cut(logits, vocab, p, scratch);
-    if (n == 0) return greedy_token(logits, vocab);
+    if (n == 0) return int32_t(argmax(logits, vocab));
     double mass = 0;
     for (size_t i = 0; i < n; ++i) mass += scratch.probs[i];
     return scratch.candidates[pick(scratch.probs.data(), n, mass)].second;
   }
   float max_scaled = 0;
-  if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) return greedy_token(logits, vocab);
+  if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) return int32_t(argmax(logits, vocab));
   if (p.top_p < 1.0f || p.min_p > 0.0f) return sample_cut(p, max_scaled, scratch);
   // Plain temperature: the draw walks the unnormalised weights in id order.
   scratch.weights.resize(size_t(vocab));
@@ -137,14 +115,14 @@ void Sampler::distribution(const float* logits, int64_t vocab, const SamplingPar
                            std::vector<std::pair<int32_t, double>>& out) {
   out.clear();
   if (p.temperature <= 0.0f) {
-    out.emplace_back(greedy_token(logits, vocab), 1.0);
+    out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
     return;
   }
   Scratch& scratch = thread_scratch();
   if (p.top_k > 0 && p.top_k < vocab) {
     const size_t n = top_k_cut(logits, vocab, p, scratch);
     if (n == 0) {
-      out.emplace_back(greedy_token(logits, vocab), 1.0);
+      out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
       return;
     }
     double mass = 0;
@@ -156,7 +134,7 @@ void Sampler::distribution(const float* logits, int64_t vocab, const SamplingPar
   }
   float max_scaled = 0;
   if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) {
-    out.emplace_back(greedy_token(logits, vocab), 1.0);
+    out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
     return;
   }
   const auto& weights = scratch.weights;
@@ -332,8 +310,7 @@ void apply_penalties(float* logits, int64_t vocab, const SamplingParams& p, std:
 }
 
 void token_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n, TokenLogprob& out) {
-  float max_logit = logits[0];
-  for (int64_t i = 1; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  const float max_logit = max_value(logits, vocab);
   const double log_z = double(max_logit) + std::log(exp_fixed_sum(logits, vocab, max_logit, nullptr));
   out.id = chosen;
   out.logprob = float(double(logits[chosen]) - log_z);

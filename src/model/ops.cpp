@@ -333,10 +333,25 @@ void hc_expand_columns(const float* h, const float* x, const HcCoefficients& c, 
   }
 }
 
-int64_t argmax(const float* x, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) if (x[i] > x[best]) best = i;
+float max_value(const float* x, int64_t n) {
+  float lanes[8];
+  std::fill(lanes, lanes + 8, -INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lanes[j] = std::max(lanes[j], x[i + j]);
+  }
+  for (; i < n; ++i) lanes[0] = std::max(lanes[0], x[i]);
+  float best = lanes[0];
+  for (const float v : lanes) best = std::max(best, v);
   return best;
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  const float best = max_value(x, n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] == best) return i;
+  }
+  return 0;
 }
 
 }  // namespace deepinfer

@@ -104,7 +104,11 @@ void hc_expand_columns(const float* h, const float* x, const HcCoefficients& c, 
 double engram_gate(float* h, const uint16_t* q_weight, const uint16_t* k_weight, const float* key, const float* val,
                    int64_t n, double eps);
 
-// Index of the max value; ties go to the lower index.
+// The largest of x[0, n), NaNs passed over (-inf where every value is one): the largest of 8 lanes, so that the loop is a
+// vector one (a greedy draw over V4's vocabulary took 0.11 ms one element after the other).
+float max_value(const float* x, int64_t n);
+// Index of the max value (max_value, then the first index holding it); ties go to the lower index, NaNs are passed over
+// (0 where every value is NaN).
 int64_t argmax(const float* x, int64_t n);
 
 }  // namespace deepinfer

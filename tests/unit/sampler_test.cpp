@@ -239,6 +239,26 @@ TEST(Sampler, EdgeCasesDrawOnlyAllowedTokens) {
   }
 }
 
+// Greedy (argmax, model/ops.h, over 8 lanes): the first of the largest, past a vector's worth and in the tail, -0 and
+// +0 alike; NaNs passed over, one at index 0 included; 0 where every logit is NaN.
+TEST(Sampler, GreedyTakesTheFirstLargestAndPassesOverNaNs) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> logits(21, -1.0f);
+  logits[13] = logits[19] = 2.0f;
+  SamplingParams greedy;
+  Sampler s(1);
+  EXPECT_EQ(s.sample(logits.data(), 21, greedy), 13);
+  logits[0] = nan;
+  logits[13] = nan;
+  EXPECT_EQ(s.sample(logits.data(), 21, greedy), 19);
+  EXPECT_EQ(argmax(logits.data(), 12), 1);  // all -1 past the NaN: the first of them
+  const std::vector<float> zeros = {-1.0f, -0.0f, 0.0f};
+  EXPECT_EQ(argmax(zeros.data(), 3), 1);
+  const std::vector<float> all_nan(10, nan);
+  EXPECT_EQ(argmax(all_nan.data(), 10), 0);
+  EXPECT_EQ(max_value(all_nan.data(), 10), -std::numeric_limits<float>::infinity());
+}
+
 // A NaN logit is a masked one: the same draws as with -inf in its place, on every path.
 TEST(Sampler, NanLogitsDrawAsMaskedOnes) {
   std::vector<float> with_nan(300), masked;
