@@ -245,6 +245,19 @@ void act_qdq_rows(Backend& backend, float* x, int64_t n_rows, int64_t width, int
   });
 }
 
+void embed_streams(Backend& backend, const uint16_t* embed, const std::vector<int32_t>& ids, int64_t dim, std::vector<float>& h) {
+  const int64_t T = int64_t(ids.size());
+  h.resize(size_t(T * 4 * dim));
+  backend.for_rows(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const uint16_t* row = embed + int64_t(ids[size_t(t)]) * dim;
+      for (int k = 0; k < 4; ++k) {
+        for (int64_t i = 0; i < dim; ++i) h[size_t((t * 4 + k) * dim + i)] = bf16_to_float(row[i]);
+      }
+    }
+  });
+}
+
 void for_each_chunk(Backend& backend, const Model::Batch& batch, const std::function<void(int64_t, int64_t)>& body) {
   const int64_t n_chunks = int64_t(batch.states.size());
   std::vector<SequenceState*> states = batch.states;
@@ -305,15 +318,8 @@ std::vector<ChunkOutput> Model::forward_v4(std::span<const ForwardChunk> chunks)
   for (int64_t t = 0; t < T; ++t) {
     DI_CHECK_MSG(batch.ids[size_t(t)] >= 0 && batch.ids[size_t(t)] < c.vocab_size, "token id out of range");
   }
-  std::vector<float> h(static_cast<size_t>(T * 4 * D));
-  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {  // E1: the embedding row in all 4 copies
-      const uint16_t* row = weights_.embed + int64_t(batch.ids[size_t(t)]) * D;
-      for (int k = 0; k < 4; ++k) {
-        for (int64_t i = 0; i < D; ++i) h[size_t((t * 4 + k) * D + i)] = bf16_to_float(row[i]);
-      }
-    }
-  });
+  std::vector<float> h;
+  embed_streams(*backend_, weights_.embed, batch.ids, D, h);  // E1
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
     if (chunks[ci].layer_streams_of_last) chunks[ci].layer_streams_of_last->clear();
   }

@@ -140,16 +140,9 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
   for (int64_t t = 0; t < T; ++t) {
     DI_CHECK_MSG(batch.ids[size_t(t)] >= 0 && batch.ids[size_t(t)] < c.vocab_size, "token id out of range");
   }
-  std::vector<float> h(static_cast<size_t>(T * 4 * D)), pre_in(static_cast<size_t>(T * 4), 0.0f);
-  backend_->for_rows(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {  // step 1: 4 copies of the embedding; pre_in = (1, 0, 0, 0)
-      const uint16_t* row = weights_.embed + int64_t(batch.ids[size_t(t)]) * D;
-      for (int k = 0; k < 4; ++k) {
-        for (int64_t i = 0; i < D; ++i) h[size_t((t * 4 + k) * D + i)] = bf16_to_float(row[i]);
-      }
-      pre_in[size_t(t * 4)] = 1.0f;
-    }
-  });
+  std::vector<float> h, pre_in(static_cast<size_t>(T * 4), 0.0f);
+  embed_streams(*backend_, weights_.embed, batch.ids, D, h);  // step 1: 4 copies of the embedding
+  for (int64_t t = 0; t < T; ++t) pre_in[size_t(t * 4)] = 1.0f;  // pre_in = (1, 0, 0, 0)
   V41Scratch scratch;
   scratch.selection.assign(size_t(T), {});
   scratch.candidates.assign(size_t(T), {});

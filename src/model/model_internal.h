@@ -81,6 +81,10 @@ constexpr int64_t kHeadRange = 8;      // for_token_ranges over attention heads
 // qdq_fp8_v41), on the backend's threads.
 void act_qdq_rows(Backend& backend, float* x, int64_t n_rows, int64_t width, int64_t block, bool v41);
 
+// E1 / V4.1 step 1: h [T, 4, D] = each token's embedding row (bf16) in all 4 copies of the stream, on the backend's
+// threads.
+void embed_streams(Backend& backend, const uint16_t* embed, const std::vector<int32_t>& ids, int64_t dim, std::vector<float>& h);
+
 // body(t0, t1) over each chunk's tokens [t0, t1), the chunks on the backend's threads: the per-sequence state a token
 // writes (window ring, compressor ring and rows) is its chunk's alone, and a chunk's tokens stay in position order
 // on one thread (a batched decode step's 256 one-token chunks were one thread's work). Chunks of one sequence, which
