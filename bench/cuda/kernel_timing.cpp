@@ -660,6 +660,20 @@ void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, MoeT
 // wgate, the indexer's weights_proj), qr's norm and QDQ, and the projections of qr (wq_b, the indexer's wq_b): as the
 // model's steps (hc_mix, then two linears() calls) and as one call (Backend::mhc_projection_chain,
 // DEEPINFER_CUDA_LINEAR_CHAIN=device). Median wall time per front from the host; GB/s of the weights it reads.
+// A greedy step's draws (launch_row_argmax): each of n_rows logits rows of V4's vocabulary read once (GB/s of them),
+// as Backend::linear_argmax runs it after the head.
+Row time_row_argmax(int64_t n_rows) {
+  const int64_t vocab = 129280;
+  std::mt19937 rng(11);
+  DeviceBuffer logits = upload_random_floats(size_t(n_rows * vocab), rng, 4.0f);
+  DeviceBuffer ids(size_t(n_rows) * 4);
+  const double ms = median_ms([&](int, cudaStream_t st) {
+    launch_row_argmax(logits.get<float>(), n_rows, vocab, vocab, ids.get<int32_t>(), st);
+  });
+  const double bytes = double(n_rows) * double(vocab) * 4.0;
+  return {"row argmax " + std::to_string(n_rows) + " x 129280", ms * 1e3, bytes / (ms * 1e-3) / 1e9, 0.0, -1.0};
+}
+
 void time_attention_front(const std::vector<int64_t>& token_counts, std::vector<Row>& rows) {
   const int64_t D = 4096, QL = 1024, HD = 512, H = 64, C = 2 * HD, IH = 64, ID = 128;
   RandomWeights random(11);
@@ -789,6 +803,8 @@ int run() {
   // The V4-Flash output head (bf16, 129280 x 4096: 1.06 GB, the largest single read of a decode step).
   rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1));
   rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1, mma));
+  rows.push_back(time_row_argmax(1));  // then a greedy draw's argmax, at batch 1 and 256
+  rows.push_back(time_row_argmax(256));
   rows.push_back(time_attention(64, 512, 640, true));
   rows.push_back(time_attention(64, 512, 640, false));
   // The split pair (DEEPINFER_CUDA_ATTENTION=split), then the V4.1 decode shape (128 window + 1024 top-k).

@@ -455,6 +455,14 @@ class Backend {
   // The Engram update where the backend keeps the stream (EngramGateParams); false: it did nothing, and the model
   // fetches the stream and updates it on the host.
   virtual bool engram_gate(const EngramGateParams& /*p*/) { return false; }
+  // A linear op whose rows' argmax is all the caller needs for some tokens (the head of a greedy draw): the op as
+  // linear() computes it, argmax[t] = model/ops.h's argmax over token t's outputs for every token, and the outputs of
+  // only the tokens with keep_out[t] != 0 written to p.out; the others' rows there are left as they were. false: it
+  // did nothing, and the caller runs linear() and takes the argmax itself (the CPU backends always). The CUDA backend
+  // brings back the kept rows and one id a token instead of every token's outputs (V4's head: 517 KB a token).
+  virtual bool linear_argmax(const LinearParams& /*p*/, std::span<const uint8_t> /*keep_out*/, int32_t* /*argmax*/) {
+    return false;
+  }
   // True where the backend can keep arrays between calls (HeadRope, ProjectionChainParams::q_rope and the kept
   // arrays below): the model then hands it the work that keeps them.
   virtual bool keeps_arrays() const { return false; }

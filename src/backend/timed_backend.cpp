@@ -173,6 +173,12 @@ bool TimedBackend::engram_gate(const EngramGateParams& p) {
   ++(*times_)[size_t(OpKind::kLinear)].stream_updates;
   return true;
 }
+bool TimedBackend::linear_argmax(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!inner_->linear_argmax(p, keep_out, argmax)) return false;
+  record_chain({&p, 1}, {}, seconds_since(t0));
+  return true;
+}
 void TimedBackend::record_chain(std::span<const LinearParams> first, std::span<const LinearParams> second, double seconds) {
   std::vector<LinearParams> ops(first.begin(), first.end());
   ops.insert(ops.end(), second.begin(), second.end());

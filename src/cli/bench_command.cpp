@@ -180,6 +180,13 @@ Runner add_bench_command(CLI::App& app) {
     };
     const int64_t layer_macs = traffic.decode_macs_per_token - traffic.head_macs;
 
+    // Every forward here draws greedily, as a greedy server's do (ForwardChunk::argmax_only): the bench has no use for
+    // the logits, and a GPU backend then sends one id a token back instead of the vocabulary's logits.
+    auto greedy = [](SequenceState* seq, std::span<const int32_t> ids, int64_t prompt_len) {
+      ForwardChunk fc{seq, ids, prompt_len};
+      fc.argmax_only = true;
+      return fc;
+    };
     // Warm-up, not timed: faults the weights in, and grows the heap to a prefill's working set. The longest
     // prompt, twice: after one warm-up forward of the same length the first timed prefill still page-faulted in
     // fresh heap (V4.1 shapes, 1024 tokens: host time 360-380 ms in the first timed prefill, 80-100 ms in the next
@@ -189,7 +196,7 @@ Runner add_bench_command(CLI::App& app) {
       for (int i = 0; i < 2; ++i) {
         SequenceState seq = m.new_sequence();
         const auto ids = random_ids(rng, longest, c.vocab_size);
-        ForwardChunk fc{&seq, ids, int64_t(ids.size())};
+        const ForwardChunk fc = greedy(&seq, ids, int64_t(ids.size()));
         m.forward(std::span<const ForwardChunk>(&fc, 1));
       }
     }
@@ -205,7 +212,7 @@ Runner add_bench_command(CLI::App& app) {
       prefault();
       SequenceState seq = m.new_sequence();
       const auto ids = random_ids(rng, len, c.vocab_size);
-      ForwardChunk fc{&seq, ids, len};
+      const ForwardChunk fc = greedy(&seq, ids, len);
       const MachineCeiling peak_before = args->paired_peak ? measure_arithmetic_peak(args->threads) : MachineCeiling{};
       phase_start();
       const auto t0 = Clock::now();
@@ -247,7 +254,7 @@ Runner add_bench_command(CLI::App& app) {
       // setup of a large batch take longer than its timed steps.
       for (int b0 = 0; b0 < batch; b0 += 64) {
         std::vector<ForwardChunk> chunks;
-        for (int b = b0; b < std::min(batch, b0 + 64); ++b) chunks.push_back(ForwardChunk{&seqs[size_t(b)], prompts[size_t(b)], args->context});
+        for (int b = b0; b < std::min(batch, b0 + 64); ++b) chunks.push_back(greedy(&seqs[size_t(b)], prompts[size_t(b)], args->context));
         m.forward(chunks);
       }
       double macs = 0;
@@ -260,7 +267,7 @@ Runner add_bench_command(CLI::App& app) {
       for (int step = 0; step < args->decode_steps; ++step) {
         std::vector<ForwardChunk> chunks;
         for (int b = 0; b < batch; ++b) {
-          chunks.push_back(ForwardChunk{&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)][size_t(step)], 1), 0});
+          chunks.push_back(greedy(&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)][size_t(step)], 1), 0));
         }
         const auto t0 = Clock::now();
         m.forward(chunks);

@@ -111,7 +111,12 @@ struct Engine::Impl {
     bool json_complete_eos = false;  // the JSON answer is complete and the draw ends it
     TokenLogprob logprob;
   };
-  Drawn draw_next(Sequence& seq, std::vector<float>& logits, DrawScratch& scratch) const;
+  Drawn draw_next(Sequence& seq, ChunkOutput& output, DrawScratch& scratch) const;
+  // A plain greedy draw, the argmax of the model's logits as they are (no penalty, JSON mask or log-probability):
+  // the forward then brings back the argmax alone (ForwardChunk::argmax_only), drawn on the device by a GPU backend.
+  static bool draws_plain_argmax(const Sequence& s) {
+    return s.sampling.temperature <= 0.0f && !has_penalties(s.sampling) && !s.sampling.logprobs && !s.json && !s.json_schema;
+  }
   void commit_next(Sequence& seq, Drawn drawn);
   void snapshot(const Sequence& seq);
   int64_t prompt_layout_class(int64_t n_prompt) const {
@@ -530,6 +535,9 @@ void Engine::Impl::step() {
     const bool is_prompt = s->n_computed < s->n_prompt;
     DI_CHECK(!is_prompt || s->n_computed + n <= s->n_prompt);
     fc.prompt_len = is_prompt && options.prefill_layout == PrefillLayout::kPrompt ? s->n_prompt : 0;
+    // A chunk that draws nothing (a prompt's chunk before its last) needs no logits either.
+    const bool draws = s->n_computed + n == int64_t(s->tokens.size());
+    fc.argmax_only = !draws || draws_plain_argmax(*s);
     chunks.push_back(fc);
     chunk_seqs.push_back(s);
   }
@@ -549,7 +557,7 @@ void Engine::Impl::step() {
     thread_local DrawScratch scratch;  // each thread's own
     for (int64_t k = k0; k < k1; ++k) {
       const size_t i = drawing[size_t(k)];
-      drawn[size_t(k)] = draw_next(*chunk_seqs[i], outputs[i].logits, scratch);
+      drawn[size_t(k)] = draw_next(*chunk_seqs[i], outputs[i], scratch);
     }
   });
   bool any_finished = false;
@@ -580,9 +588,15 @@ void Engine::Impl::snapshot(const Sequence& seq) {
   prefix_cache->insert(std::span<const int32_t>(seq.tokens.data(), size_t(seq.n_computed)), seq.layout, *seq.state);
 }
 
-Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, std::vector<float>& logits, DrawScratch& scratch) const {
+Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, ChunkOutput& output, DrawScratch& scratch) const {
+  Drawn drawn;
+  if (output.logits.empty()) {  // argmax_only: the forward drew it
+    DI_CHECK(draws_plain_argmax(s) && output.argmax >= 0);
+    drawn.id = output.argmax;
+    return drawn;
+  }
   const int64_t vocab = model->config().vocab_size;
-  float* row = logits.data();
+  float* row = output.logits.data();
   const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.n_prompt));
   const std::span<const int32_t> generated(s.tokens.data() + s.n_prompt, size_t(s.n_generated()));
   const float* raw = row;  // logprobs are over the model's logits, before penalties and temperature
@@ -606,7 +620,6 @@ Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, std::vector<float>& log
     const int32_t eos_id = model->config().eos_token_id;
     if (eos_id >= 0 && eos_id < vocab) row[eos_id] = -std::numeric_limits<float>::infinity();
   }
-  Drawn drawn;
   drawn.id = s.sampler.sample(row, vocab, s.sampling);
   if (constrained) {
     DI_CHECK(scratch.json_allowed[size_t(drawn.id)]);

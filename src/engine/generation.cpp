@@ -46,13 +46,17 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
   Sampler sampler(options.sampling.seed);
   SequenceState seq = model.new_sequence();
   auto t0 = Clock::now();
+  // Greedy: the forward brings back each draw alone (ForwardChunk::argmax_only; a GPU draws it on the device).
+  const bool greedy = options.sampling.temperature <= 0.0f;
+  auto draw_from = [&](ChunkOutput& o) { return greedy ? o.argmax : sampler.sample(o.logits.data(), V, options.sampling); };
   ForwardChunk prefill{&seq, prompt, P};
   prefill.keep_hidden = speculative;
+  prefill.argmax_only = greedy;
   auto out = model.forward(std::span<const ForwardChunk>(&prefill, 1));
   if (speculative) model.dspark_seed(seq, out[0].hidden_first_token, out[0].hidden);  // > 0: an SWA replay's tail
   result.prefill_seconds = seconds_since(t0);
   t0 = Clock::now();
-  int32_t next = sampler.sample(out[0].logits.data(), V, options.sampling);
+  int32_t next = draw_from(out[0]);
   // emit() appends a token; false once generation must stop.
   auto emit = [&](int32_t token) {
     result.tokens.push_back(token);
@@ -63,9 +67,10 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
     const int64_t pos = seq.n_tokens - 1;  // the last position the model has processed
     if (!speculative) {
       ForwardChunk step{&seq, std::span<const int32_t>(&next, 1), 0};
+      step.argmax_only = greedy;
       out = model.forward(std::span<const ForwardChunk>(&step, 1));
       ++result.n_forwards;
-      next = sampler.sample(out[0].logits.data(), V, options.sampling);
+      next = draw_from(out[0]);
       continue;
     }
     // Draft after pos with `next` as the anchor, then feed [next, d1 .. dm] in one forward.

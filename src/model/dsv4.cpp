@@ -128,23 +128,51 @@ void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk
 }
 
 namespace {
-thread_local std::vector<float> stacked_logits;  // head_logits' buffer where a call has several chunks
+thread_local std::vector<float> stacked_logits;  // head_outputs' buffer where a call has several chunks or draws
 }  // namespace
 
-float* head_logits(std::vector<ChunkOutput>& outputs, int64_t n_rows, int64_t vocab) {
-  std::vector<float>& logits = outputs.size() == 1 ? outputs[0].logits : stacked_logits;
-  logits.resize(size_t(n_rows * vocab));
-  return logits.data();
-}
-
-void hand_out_logits(Backend& backend, std::span<const int64_t> counts, int64_t vocab, std::vector<ChunkOutput>& outputs) {
-  if (outputs.size() == 1) return;  // written in place
+void head_outputs(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
+                  std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs) {
+  const int64_t vocab = head.n_out;
   std::vector<int64_t> first_row(outputs.size() + 1, 0);
   for (size_t ci = 0; ci < outputs.size(); ++ci) first_row[ci + 1] = first_row[ci] + counts[ci];
-  const std::vector<float>& logits = stacked_logits;  // this thread's (the body runs on others too)
-  DI_CHECK(int64_t(logits.size()) == first_row.back() * vocab);
+  const int64_t n_rows = first_row.back();
+  auto draws_only = [&](size_t ci) { return argmax_only[ci] != 0; };
+  bool any_draw = false;
+  for (size_t ci = 0; ci < outputs.size(); ++ci) any_draw = any_draw || draws_only(ci);
+  const bool in_place = outputs.size() == 1 && !any_draw;
+  std::vector<float>& logits = in_place ? outputs[0].logits : stacked_logits;  // (this thread's, wherever it is read)
+  logits.resize(size_t(n_rows * vocab));
+  if (n_rows > 0) {
+    const LinearParams p{y, dim, n_rows, &head, 0, vocab, Epilogue::kF32, nullptr, logits.data(), vocab};
+    if (!any_draw) {
+      backend.linear(p);
+    } else {
+      std::vector<uint8_t> keep_out(size_t(n_rows), 1);
+      std::vector<size_t> drawing;  // the chunks whose row's argmax is all they want
+      for (size_t ci = 0; ci < outputs.size(); ++ci) {
+        if (!draws_only(ci) || counts[ci] == 0) continue;
+        DI_CHECK(counts[ci] == 1);
+        keep_out[size_t(first_row[ci])] = 0;
+        drawing.push_back(ci);
+      }
+      std::vector<int32_t> ids(size_t(n_rows), -1);
+      if (!backend.linear_argmax(p, keep_out, ids.data())) {
+        backend.linear(p);
+        backend.for_rows(int64_t(drawing.size()), [&](int64_t k0, int64_t k1) {
+          for (int64_t k = k0; k < k1; ++k) {
+            const int64_t row = first_row[drawing[size_t(k)]];
+            ids[size_t(row)] = int32_t(argmax(&logits[size_t(row * vocab)], vocab));
+          }
+        });
+      }
+      for (size_t ci : drawing) outputs[ci].argmax = ids[size_t(first_row[ci])];
+    }
+  }
+  if (in_place) return;
   backend.for_rows(int64_t(outputs.size()), [&](int64_t c0, int64_t c1) {
     for (int64_t ci = c0; ci < c1; ++ci) {
+      if (draws_only(size_t(ci))) continue;
       outputs[size_t(ci)].logits.assign(logits.begin() + first_row[size_t(ci)] * vocab, logits.begin() + first_row[size_t(ci + 1)] * vocab);
     }
   });
@@ -181,9 +209,9 @@ void Model::run_head(const HeadWeights& w, const Batch& batch, std::span<const C
   std::vector<float>& hs = stacked_h;         // (this thread's, wherever it is read)
   stack_logit_rows(*backend_, batch, chunks, h_all, 4 * D, counts, hs);
   const int64_t n_tokens = int64_t(hs.size()) / (4 * D);
-  float* logits = head_logits(outputs, n_tokens, c.vocab_size);
-  if (n_tokens > 0) run_head_rows(w, hs.data(), n_tokens, logits);
-  hand_out_logits(*backend_, counts, c.vocab_size, outputs);
+  std::vector<float> y;
+  if (n_tokens > 0) head_norm_rows(w, hs.data(), n_tokens, y);  // H1-H4
+  head_outputs(*backend_, weights_.head_proj, y.data(), D, counts, argmax_only_of(chunks), outputs);  // H5: fp32 logits
   release_if_large(hs);
 }
 template void Model::run_head(const HeadWeights&, const Batch&, std::span<const ForwardChunk>, const std::vector<float>&,
@@ -191,11 +219,12 @@ template void Model::run_head(const HeadWeights&, const Batch&, std::span<const 
 template void Model::run_head(const HeadWeights&, const Batch&, std::span<const MtpChunk>, const std::vector<float>&,
                               std::vector<ChunkOutput>&);
 
-void Model::run_head_rows(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits) {
+void Model::head_norm_rows(const HeadWeights& w, const float* h, int64_t n_tokens, std::vector<float>& y) {
   const ModelConfig& c = config_;
   const int64_t D = c.dim;
   const double eps = double(float(c.norm_eps)), hc_eps = double(float(c.hc_eps));
-  std::vector<float> mixes(static_cast<size_t>(n_tokens * 4)), y(size_t(n_tokens * D));
+  std::vector<float> mixes(static_cast<size_t>(n_tokens * 4));
+  y.resize(size_t(n_tokens * D));
   backend_->hc_mix({h, n_tokens, 4 * D, w.hc_fn, 4, eps, mixes.data()});  // H1
   backend_->for_rows(n_tokens, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -205,8 +234,6 @@ void Model::run_head_rows(const HeadWeights& w, const float* h, int64_t n_tokens
       rmsnorm(&y[size_t(t * D)], w.norm, D, eps, &y[size_t(t * D)]);          // H4
     }
   });
-  const LinearWeight& head = weights_.head_proj;  // H5: fp32 logits
-  backend_->linear({y.data(), D, n_tokens, &head, 0, head.n_out, Epilogue::kF32, nullptr, logits, head.n_out});
 }
 
 void Model::rollback(SequenceState& seq, int64_t n_tokens) const {

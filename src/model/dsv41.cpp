@@ -134,7 +134,7 @@ void Model::mhc_block_v41(const BlockWeights& w, Batch& batch, std::vector<float
 
 std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks) {
   const ModelConfig& c = config_;
-  const int64_t D = c.dim, V = c.vocab_size;
+  const int64_t D = c.dim;
   Batch batch = make_forward_batch(chunks, c.window_size);
   const int64_t T = batch.n_tokens();
   for (int64_t t = 0; t < T; ++t) {
@@ -182,18 +182,13 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     stack_logit_rows(*backend_, batch, chunks, pre_in, 4, counts, pres);
     const int64_t n_rows = int64_t(pres.size()) / 4;
     std::vector<float> y(static_cast<size_t>(n_rows * D));
-    float* logits = head_logits(outputs, n_rows, V);
     backend_->for_rows(n_rows, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {  // step 43: collapse with the last block's ffn pre, then norm
         hc_collapse(&hs[size_t(r * 4 * D)], &pres[size_t(r * 4)], D, &y[size_t(r * D)]);
         rmsnorm(&y[size_t(r * D)], weights_.head.norm, D, eps, &y[size_t(r * D)]);
       }
     });
-    if (n_rows > 0) {  // step 44
-      backend_->linear({.x = y.data(), .x_stride = D, .n_tokens = n_rows, .weight = &weights_.head_proj, .row_begin = 0,
-                        .n_rows = V, .epilogue = Epilogue::kF32, .bias = nullptr, .out = logits, .out_stride = V});
-    }
-    hand_out_logits(*backend_, counts, V, outputs);
+    head_outputs(*backend_, weights_.head_proj, y.data(), D, counts, argmax_only_of(chunks), outputs);  // step 44
     release_if_large(hs);
   }
   for (size_t ci = 0; ci < chunks.size(); ++ci) {

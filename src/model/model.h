@@ -58,6 +58,9 @@ struct ForwardChunk {
   // the golden contract: window part min(P, window) slots, compressed part sized from P); 0: decode.
   int64_t prompt_len = 0;
   bool all_logits = false;  // logits for every token, else for the last one only
+  // Only the last token's greedy draw, not its logits: ChunkOutput::argmax, drawn on the backend where it can
+  // (Backend::linear_argmax: a GPU then sends one id back instead of the vocabulary's logits). Not with all_logits.
+  bool argmax_only = false;
   bool keep_hidden = false; // return the final 4-copy stream of every token (the MTP input)
   // Debugging / golden checks: receives [n_layers, hc_mult, dim], the stream of the chunk's last token
   // after every main layer.
@@ -74,7 +77,8 @@ struct MtpChunk {
 };
 
 struct ChunkOutput {
-  std::vector<float> logits;   // [n_rows, vocab]: every token or just the last
+  std::vector<float> logits;   // [n_rows, vocab]: every token or just the last (empty with argmax_only)
+  int32_t argmax = -1;         // argmax_only: model/ops.h's argmax of the last token's logits (-1: the chunk had no tokens)
   std::vector<float> hidden;   // [n, hc_mult, dim] when keep_hidden (V4.1: [n, n_taps * dim] DSpark taps)
   // The chunk token that hidden's first row belongs to: 0, except after an SWA bounded replay, whose
   // hidden holds only the tail's rows (the skipped tokens never reach the tap layers).
@@ -197,12 +201,12 @@ class Model {
                      const std::function<void(MhcFront& front, MhcBack& back)>& attention, KeptStream* stream = nullptr);
   void run_block(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  std::vector<float>& h, KeptStream* stream = nullptr);
-  // H1-H5 over the logit rows of every chunk in one head call (stack_logit_rows); run_head_rows on n_tokens rows
-  // of h [n_tokens, 4, dim] into logits [n_tokens, vocab].
+  // H1-H5 over the logit rows of every chunk in one head call (stack_logit_rows); head_norm_rows: H1-H4 on n_tokens
+  // rows of h [n_tokens, 4, dim] into y [n_tokens, dim], the head's input.
   template <class Chunk>
   void run_head(const HeadWeights& w, const Batch& batch, std::span<const Chunk> chunks, const std::vector<float>& h,
                 std::vector<ChunkOutput>& outputs);
-  void run_head_rows(const HeadWeights& w, const float* h, int64_t n_tokens, float* logits);
+  void head_norm_rows(const HeadWeights& w, const float* h, int64_t n_tokens, std::vector<float>& y);
   void attention(const BlockWeights& w, const RopeTable& rope, Batch& batch, bool is_mtp, int layer_index,
                  MhcFront& front, MhcBack& back);
   // A3 of n_tokens rows of qrq into q, with the indexer's I1 into iq where iq is not nullptr (both read qrq).

@@ -98,8 +98,8 @@ constexpr int64_t kPendingDecodedRows = 16384;
 // The head runs once over the logit rows of every chunk, stacked in chunk order: a batch of decode steps then
 // streams the vocab-sized head matrix once instead of once per sequence (at batch 16 that had been 60% of a
 // step). A chunk's logit rows are all of its tokens (all_logits) or its last one. stack_logit_rows copies
-// them from x [T, width] into rows (on the backend's threads) and sets counts[ci] for each chunk; the head writes
-// its [total, vocab] logits where head_logits says and hand_out_logits gives each chunk its rows. A row's logits do
+// them from x [T, width] into rows (on the backend's threads) and sets counts[ci] for each chunk; head_outputs runs
+// the head over them and gives each chunk its rows. A row's logits do
 // not depend on the other rows of the call (the kernels' sums never depend on the token count).
 // A buffer kept from call to call (thread_local) let go once a call has grown it past `max_bytes`: a batch-256 decode
 // step's V4 logits are 132 MB, a long prompt's all-logits rows GBs.
@@ -124,12 +124,26 @@ void stack_logit_rows(Backend& backend, const Model::Batch& batch, std::span<con
     }
   });
 }
-// Where the head writes its logits [n_rows, vocab]: the chunk's own output where the call has one chunk, else a buffer
-// the thread keeps from call to call (a batch-256 decode step's 132 MB of V4 logits were a fresh, zero-filled vector
-// each step, then copied chunk by chunk on one thread).
-float* head_logits(std::vector<ChunkOutput>& outputs, int64_t n_rows, int64_t vocab);
-// Gives each chunk its rows of the logits head_logits placed, counts[ci] of them (on the backend's threads).
-void hand_out_logits(Backend& backend, std::span<const int64_t> counts, int64_t vocab, std::vector<ChunkOutput>& outputs);
+// Each chunk's ForwardChunk::argmax_only (MTP chunks have none: all 0).
+template <class Chunk>
+std::vector<uint8_t> argmax_only_of(std::span<const Chunk> chunks) {
+  std::vector<uint8_t> flags(chunks.size(), 0);
+  if constexpr (requires(const Chunk& ch) { ch.argmax_only; }) {
+    for (size_t ci = 0; ci < chunks.size(); ++ci) {
+      DI_CHECK_MSG(!chunks[ci].argmax_only || !chunks[ci].all_logits, "a chunk asks for argmax_only and all_logits");
+      flags[ci] = chunks[ci].argmax_only;
+    }
+  }
+  return flags;
+}
+// The head (V4's H5, V4.1's step 44) over y [n_rows, dim], the stacked logit rows (counts[ci] of chunk ci), into the
+// chunks' outputs: their logits rows, or where argmax_only[ci], the argmax of the chunk's row alone (ChunkOutput::argmax),
+// drawn by the backend where it can (Backend::linear_argmax), else on the host's threads from the logits. The logits
+// go straight into the chunk's own output where the call has one chunk, else into a buffer the thread keeps from call
+// to call (a batch-256 decode step's 132 MB of V4 logits were a fresh, zero-filled vector each step, then copied chunk
+// by chunk on one thread) and out to the chunks on the backend's threads.
+void head_outputs(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
+                  std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs);
 
 // The mHC block's per-call buffers (V4's Model::run_block, V4.1's Model::mhc_block_v41), kept by each thread
 // from call to call and resized here; every element is written before it is read. In a long prefill h_next

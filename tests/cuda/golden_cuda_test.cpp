@@ -10,6 +10,7 @@
 #include "cuda/cuda_util.h"
 #include "cuda/random_moe.h"
 #include "model/golden_util.h"
+#include "model/ops.h"
 #include "model/teacher_forcing.h"
 #include "model/weight_traffic.h"
 
@@ -352,7 +353,9 @@ TEST(GoldenCudaKeptSelections, EqualTheSelectionsBroughtBackBitForBit) {
 // selections kept, the chains, the device MoE and the tails): each sequence's logits equal its run alone bit for bit,
 // through a batched prefill, decode steps of all sequences in one call (each token alone in its chunk, its rows placed
 // without lookups: SparseAttentionParams::rows_unshared) and a late sequence whose prefill shares a forward with the
-// others' decode steps. The kernels never mix tokens inside a sum, so no result depends on its batch.
+// others' decode steps. The kernels never mix tokens inside a sum, so no result depends on its batch. Each sequence has
+// a twin in the same calls that asks for its greedy draw alone (ForwardChunk::argmax_only: Backend::linear_argmax, the
+// head's argmax on the device): the argmax of the sequence's logits row.
 void expect_batched_sequences_match_each_alone(const std::string& family, const std::string& model_name) {
   const std::string dir = testing::golden_dir() + "/" + family + "/" + model_name;
   if (!std::filesystem::exists(dir + "/case-3.safetensors")) GTEST_SKIP() << "golden data not found: " << dir;
@@ -375,8 +378,12 @@ void expect_batched_sequences_match_each_alone(const std::string& family, const 
     std::vector<int32_t> continuation(gc.continuation.begin(), gc.continuation.begin() + long(n_decode));
     alone.push_back(run_teacher_forced(*model.value(), gc.prompt, continuation, {}).logits);
   }
-  std::vector<SequenceState> states;
-  for (size_t i = 0; i < cases.size(); ++i) states.push_back(model.value()->new_sequence());
+  std::vector<SequenceState> states, twins;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    states.push_back(model.value()->new_sequence());
+    twins.push_back(model.value()->new_sequence());
+  }
+  int64_t n_draws = 0;
   std::vector<std::vector<float>> batched(cases.size());
   std::vector<size_t> step(cases.size(), 0);  // 0: the prefill is next
   for (size_t round = 0; round < n_decode + 3; ++round) {
@@ -388,12 +395,24 @@ void expect_batched_sequences_match_each_alone(const std::string& family, const 
       which.push_back(i);
     }
     if (chunks.empty()) break;
+    const size_t n_seqs = chunks.size();
+    for (size_t k = 0; k < n_seqs; ++k) {
+      chunks.push_back(testing::golden_step_chunk(twins[which[k]], cases[which[k]], step[which[k]]));
+      chunks.back().argmax_only = true;
+    }
     const std::vector<ChunkOutput> out = model.value()->forward(chunks);
-    for (size_t k = 0; k < which.size(); ++k) {
+    for (size_t k = 0; k < n_seqs; ++k) {
       batched[which[k]].insert(batched[which[k]].end(), out[k].logits.begin(), out[k].logits.end());
       ++step[which[k]];
+      const ChunkOutput& twin = out[n_seqs + k];
+      ASSERT_GE(out[k].logits.size(), size_t(V));
+      EXPECT_TRUE(twin.logits.empty());
+      EXPECT_EQ(twin.argmax, int32_t(argmax(out[k].logits.data() + out[k].logits.size() - size_t(V), V)))
+          << "sequence " << which[k] << ", step " << step[which[k]] - 1;
+      ++n_draws;
     }
   }
+  EXPECT_GT(n_draws, 0);
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_EQ(alone[i].size(), (n_decode + 1) * size_t(V));
     EXPECT_EQ(alone[i], batched[i]) << "sequence " << i;

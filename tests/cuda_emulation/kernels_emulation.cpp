@@ -605,4 +605,12 @@ void launch_candidate_blocks(const CandidateBlocksLaunch& p, cudaStream_t stream
 }
 #endif
 
+#ifndef DEEPINFER_REAL_KERNELS_ROW_ARGMAX_KERNEL  // row_argmax_kernel.cu: the host's argmax
+void launch_row_argmax(const float* x, int64_t n_rows, int64_t width, int64_t stride, int32_t* out, cudaStream_t stream) {
+  enqueue(stream, [=] {
+    for (int64_t r = 0; r < n_rows; ++r) out[r] = int32_t(argmax(x + r * stride, width));
+  });
+}
+#endif
+
 }  // namespace deepinfer::cuda

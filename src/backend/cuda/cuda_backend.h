@@ -215,6 +215,11 @@ class CudaBackend final : public Backend {
   // memory blocks the host, per op.
   void linears(std::span<const LinearParams> ps) override;
 
+  // The op as linears() runs it, then each token's argmax on the device (row_argmax_kernel.cu): the ids and the kept
+  // tokens' rows come back, in one wait. Declines (the model then runs linear() and its own argmax) for a weight whose
+  // op runs on the host's kernels.
+  bool linear_argmax(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) override;
+
   void hc_mix(const HcMixParams& p) override;
 
   void sparse_attention(const SparseAttentionParams& p) override { sparse_attentions({&p, 1}); }
@@ -492,8 +497,9 @@ class CudaBackend final : public Backend {
   void run_as_graph(const GraphKey& key, std::vector<const void*> buffers, const std::function<void()>& enqueue);
   void drop_graphs();
 
-  // Queues a linears() batch on the stream up to its outputs' copy back to staging; false when it has no work.
-  bool enqueue_linears(std::span<const LinearParams> ps);
+  // Queues a linears() batch on the stream up to its outputs' copy back to staging (without copy_outputs: up to its
+  // last launch, the outputs left in batch_); false when it has no work.
+  bool enqueue_linears(std::span<const LinearParams> ps, bool copy_outputs = true);
 
   static bool same_mma_shape(const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
     return a.kind == b.kind && a.k_pad == b.k_pad;
@@ -629,6 +635,8 @@ class CudaBackend final : public Backend {
   LinearBatchLayout layout_;
   DeviceBuffer batch_;
   cuda::PinnedBuffer staging_;  // batch_'s host mirror (and hc_mix's x, then its output)
+  DeviceBuffer argmax_dev_;      // linear_argmax(): the tokens' ids
+  cuda::PinnedBuffer argmax_host_;
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches
   DeviceBuffer descriptors_;                  // and their descriptors, on the device
   // Its FP8-operand launches (launch_fp8_groups): per launch the byte offset of its x's codes in fp8_scratch_

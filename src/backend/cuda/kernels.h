@@ -301,6 +301,10 @@ void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream);
 // and arena 4-byte aligned.
 void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
                          cudaStream_t stream);
+// out[r] = the argmax of row r of x [n_rows, width] (rows `stride` floats apart), as model/ops.h's argmax gives it:
+// the first index holding the row's largest value, NaNs passed over, 0 where the row is all NaN
+// (row_argmax_kernel.cu: the head's greedy draws, Backend::linear_argmax).
+void launch_row_argmax(const float* x, int64_t n_rows, int64_t width, int64_t stride, int32_t* out, cudaStream_t stream);
 
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
 // n_tokens query tokens score against keys, token t against token_keys[t] rows from row token_keys_at[t]
