@@ -206,6 +206,7 @@ Runner add_bench_command(CLI::App& app) {
     // The cache bytes sequences really hold (packed formats, SequenceState::cache_bytes) beside the plan's.
     const int64_t fresh_bytes = m.new_sequence().fixed_bytes();
     const CacheFootprint footprint = cache_footprint_of(c, fresh_bytes, kDefaultPageBytes);
+    std::printf("Every forward draws greedily (ForwardChunk::argmax_only): no logits come back\n");
     std::printf("KV cache: %.1f B/token global (compressed rows + index keys, in %lld-byte pool pages), %.3f MB fixed per "
                 "sequence (window rings, compressor state)\n", footprint.bytes_per_token(), (long long)kDefaultPageBytes, fresh_bytes / 1e6);
     for (int64_t len : args->prefill_lens) {

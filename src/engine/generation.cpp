@@ -42,6 +42,7 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
   const int64_t V = c.vocab_size, P = int64_t(prompt.size());
   const bool speculative = options.speculative && c.is_v41() && c.dspark_block_size > 0;
   DI_CHECK_MSG(!options.speculative || speculative, "speculative decoding needs a V4.1 checkpoint with DSpark");
+  DI_CHECK_MSG(P > 0, "generate needs a prompt of at least one token");
   GenerationResult result;
   Sampler sampler(options.sampling.seed);
   SequenceState seq = model.new_sequence();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "core/dtypes.h"
 #include "model/model_internal.h"
@@ -128,7 +129,28 @@ void append_last_streams(const Model::Batch& batch, std::span<const ForwardChunk
 }
 
 namespace {
-thread_local std::vector<float> stacked_logits;  // head_outputs' buffer where a call has several chunks or draws
+// head_outputs' buffer where a call has several chunks or draws, kept by each thread from call to call up to 256 MB.
+// Never value-initialised: where a GPU draws a batch's tokens it writes none of their rows, whose pages then are
+// never touched (a zero-filled vector past 256 MB would be faulted in and cleared every step for nothing).
+struct StackedLogits {
+  std::unique_ptr<float[]> data;
+  size_t capacity = 0;
+  float* reserve(size_t n) {
+    if (n > capacity) {
+      data.reset();
+      data.reset(new float[n]);
+      capacity = n;
+    }
+    return data.get();
+  }
+  void release_if_large(size_t max_bytes = size_t(256) << 20) {
+    if (capacity * sizeof(float) > max_bytes) {
+      data.reset();
+      capacity = 0;
+    }
+  }
+};
+thread_local StackedLogits stacked_logits;
 }  // namespace
 
 void head_outputs(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
@@ -141,10 +163,10 @@ void head_outputs(Backend& backend, const LinearWeight& head, const float* y, in
   bool any_draw = false;
   for (size_t ci = 0; ci < outputs.size(); ++ci) any_draw = any_draw || draws_only(ci);
   const bool in_place = outputs.size() == 1 && !any_draw;
-  std::vector<float>& logits = in_place ? outputs[0].logits : stacked_logits;  // (this thread's, wherever it is read)
-  logits.resize(size_t(n_rows * vocab));
+  if (in_place) outputs[0].logits.resize(size_t(n_rows * vocab));
+  float* logits = in_place ? outputs[0].logits.data() : stacked_logits.reserve(size_t(n_rows * vocab));  // (this thread's)
   if (n_rows > 0) {
-    const LinearParams p{y, dim, n_rows, &head, 0, vocab, Epilogue::kF32, nullptr, logits.data(), vocab};
+    const LinearParams p{y, dim, n_rows, &head, 0, vocab, Epilogue::kF32, nullptr, logits, vocab};
     if (!any_draw) {
       backend.linear(p);
     } else {
@@ -162,7 +184,7 @@ void head_outputs(Backend& backend, const LinearWeight& head, const float* y, in
         backend.for_rows(int64_t(drawing.size()), [&](int64_t k0, int64_t k1) {
           for (int64_t k = k0; k < k1; ++k) {
             const int64_t row = first_row[drawing[size_t(k)]];
-            ids[size_t(row)] = int32_t(argmax(&logits[size_t(row * vocab)], vocab));
+            ids[size_t(row)] = int32_t(argmax(logits + row * vocab, vocab));
           }
         });
       }
@@ -173,10 +195,10 @@ void head_outputs(Backend& backend, const LinearWeight& head, const float* y, in
   backend.for_rows(int64_t(outputs.size()), [&](int64_t c0, int64_t c1) {
     for (int64_t ci = c0; ci < c1; ++ci) {
       if (draws_only(size_t(ci))) continue;
-      outputs[size_t(ci)].logits.assign(logits.begin() + first_row[size_t(ci)] * vocab, logits.begin() + first_row[size_t(ci + 1)] * vocab);
+      outputs[size_t(ci)].logits.assign(logits + first_row[size_t(ci)] * vocab, logits + first_row[size_t(ci + 1)] * vocab);
     }
   });
-  release_if_large(stacked_logits);
+  stacked_logits.release_if_large();
 }
 
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size) {
@@ -327,6 +349,7 @@ std::vector<ChunkOutput> forward_by_token_kind(Backend& backend, std::span<const
 }
 
 std::vector<ChunkOutput> Model::forward(std::span<const ForwardChunk> chunks) {
+  for (const ForwardChunk& ch : chunks) DI_CHECK_MSG(!ch.argmax_only || !ch.all_logits, "a chunk asks for argmax_only and all_logits");
   return forward_by_token_kind(*backend_, chunks, [this](std::span<const ForwardChunk> group) {
     return config_.is_v41() ? forward_v41(group) : forward_v4(group);
   });

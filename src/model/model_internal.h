@@ -129,10 +129,7 @@ template <class Chunk>
 std::vector<uint8_t> argmax_only_of(std::span<const Chunk> chunks) {
   std::vector<uint8_t> flags(chunks.size(), 0);
   if constexpr (requires(const Chunk& ch) { ch.argmax_only; }) {
-    for (size_t ci = 0; ci < chunks.size(); ++ci) {
-      DI_CHECK_MSG(!chunks[ci].argmax_only || !chunks[ci].all_logits, "a chunk asks for argmax_only and all_logits");
-      flags[ci] = chunks[ci].argmax_only;
-    }
+    for (size_t ci = 0; ci < chunks.size(); ++ci) flags[ci] = chunks[ci].argmax_only;  // (Model::forward checked all_logits)
   }
   return flags;
 }

@@ -33,6 +33,10 @@ void expect_draws_of_linear(Backend& gpu, const LinearWeight& w, const std::vect
   const int64_t V = w.n_out, K = w.n_in, out_stride = V + 3;
   std::vector<float> all(size_t(n_tokens * V));
   gpu.linear({x.data(), K, n_tokens, &w, 0, V, Epilogue::kF32, nullptr, all.data(), V});
+  // The same op on other inputs, so that the backend's staging holds other outputs in the places linear_argmax uses.
+  std::vector<float> other_x(x.size()), other_out(all.size());
+  for (size_t i = 0; i < x.size(); ++i) other_x[i] = -2.0f * x[i];
+  gpu.linear({other_x.data(), K, n_tokens, &w, 0, V, Epilogue::kF32, nullptr, other_out.data(), V});
   std::vector<float> out(size_t(n_tokens * out_stride), -7.0f);
   std::vector<uint8_t> keep_out(static_cast<size_t>(n_tokens));
   for (int64_t t = 0; t < n_tokens; ++t) keep_out[size_t(t)] = keep(t);
@@ -74,6 +78,8 @@ void expect_draws(const std::string& linear_path) {
   set_weight(w, 2000, 5, kNan);  // a NaN output in every token
   for (int64_t k = 0; k < K; ++k) x[size_t(2 * K + k)] = kNan;  // token 2: every output NaN
   expect_draws_of_linear(*gpu, w.w, x, T, [](int64_t t) { return t % 3 == 1; }, {777, 10, 0});
+  expect_draws_of_linear(*gpu, w.w, x, T, [](int64_t t) { return t % 3 != 0; }, {777, 10, 0});  // runs of 2 kept rows
+  expect_draws_of_linear(*gpu, w.w, x, T, [](int64_t t) { return t < 5; }, {777, 10, 0});
   expect_draws_of_linear(*gpu, w.w, x, T, [](int64_t) { return false; }, {777, 10, 0});
   expect_draws_of_linear(*gpu, w.w, x, 1, [](int64_t) { return true; }, {777});
 
