@@ -12,7 +12,7 @@
 #      unsplit and split over K, not yet run); the FP8-operand prompt linear (LinearFp8Cuda, GoldenCudaFp8Prompt,
 #      not yet run; its wgmma kernel too: the LinearFp8Cuda.Wgmma* tests and GoldenCudaWgmmaPrompt);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
-#   4. compute-sanitizer memcheck over the tensor-core linear, attention, index, MoE, chain and kept-array tests
+#   4. compute-sanitizer memcheck over the tensor-core linear, attention, index, MoE, chain, kept-array and greedy-draw tests
 #      (SANITIZE=0 skips it);
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
 #      --op-times on the 4-layer benchmark model: the defaults, decode batch 256 and decode at 2048 tokens of
@@ -24,7 +24,7 @@
 #      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
 #      (DEEPINFER_CUDA_INDEX_SELECT=device), and kept there for the attention (kept; also at 16384 tokens of
 #      context) (E2E=0 skips it);
-#   6. compute-sanitizer racecheck over the attention, index and kept-array tests, with the time left (RACECHECK=0
+#   6. compute-sanitizer racecheck over the attention, index, kept-array and greedy-draw tests, with the time left (RACECHECK=0
 #      skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
@@ -146,7 +146,7 @@ sanitize() {
 }
 sanitizer_rc=skipped
 if [ "${SANITIZE:-1}" = 1 ]; then
-  sanitize memcheck 150 sanitizer.log 'Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.*:LinearChainCuda.Device*:KeptArraysCuda.*:KeptSelectionsCuda.*'
+  sanitize memcheck 150 sanitizer.log 'Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.*:LinearChainCuda.Device*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearArgmaxCuda.*'
   sanitizer_rc=$sanitize_rc
 fi
 
@@ -265,11 +265,11 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
 fi
 
 # Shared-memory races (compute-sanitizer's racecheck) in the kernels that share rows, scores or fragments between
-# a block's threads: both attention paths, the index scores and top-k, the head work of the kept arrays. Last, with
+# a block's threads: both attention paths, the index scores and top-k, the head work of the kept arrays, the greedy draws' argmax. Last, with
 # what time is left (RACECHECK=0 skips it).
 racecheck_rc=skipped
 if [ "${RACECHECK:-1}" = 1 ]; then
-  sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*:KeptSelectionsCuda.*'
+  sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearArgmaxCuda.*'
   racecheck_rc=$sanitize_rc
 fi
 
