@@ -265,8 +265,8 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
 fi
 
 # Shared-memory races (compute-sanitizer's racecheck) in the kernels that share rows, scores or fragments between
-# a block's threads: both attention paths, the index scores and top-k, the head work of the kept arrays, the greedy draws' argmax. Last, with
-# what time is left (RACECHECK=0 skips it).
+# a block's threads: both attention paths, the index scores and top-k, the head work of the kept arrays, the greedy
+# draws' argmax. Last, with what time is left (RACECHECK=0 skips it).
 racecheck_rc=skipped
 if [ "${RACECHECK:-1}" = 1 ]; then
   sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearArgmaxCuda.*'
