@@ -255,7 +255,9 @@ Runner add_bench_command(CLI::App& app) {
       // setup of a large batch take longer than its timed steps.
       for (int b0 = 0; b0 < batch; b0 += 64) {
         std::vector<ForwardChunk> chunks;
-        for (int b = b0; b < std::min(batch, b0 + 64); ++b) chunks.push_back(greedy(&seqs[size_t(b)], prompts[size_t(b)], args->context));
+        for (int b = b0; b < std::min(batch, b0 + 64); ++b) {
+          chunks.push_back(greedy(&seqs[size_t(b)], prompts[size_t(b)], args->context));
+        }
         m.forward(chunks);
       }
       double macs = 0;

@@ -349,7 +349,9 @@ std::vector<ChunkOutput> forward_by_token_kind(Backend& backend, std::span<const
 }
 
 std::vector<ChunkOutput> Model::forward(std::span<const ForwardChunk> chunks) {
-  for (const ForwardChunk& ch : chunks) DI_CHECK_MSG(!ch.argmax_only || !ch.all_logits, "a chunk asks for argmax_only and all_logits");
+  for (const ForwardChunk& ch : chunks) {
+    DI_CHECK_MSG(!ch.argmax_only || !ch.all_logits, "a chunk asks for argmax_only and all_logits");
+  }
   return forward_by_token_kind(*backend_, chunks, [this](std::span<const ForwardChunk> group) {
     return config_.is_v41() ? forward_v41(group) : forward_v4(group);
   });

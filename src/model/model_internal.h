@@ -99,8 +99,8 @@ constexpr int64_t kPendingDecodedRows = 16384;
 // streams the vocab-sized head matrix once instead of once per sequence (at batch 16 that had been 60% of a
 // step). A chunk's logit rows are all of its tokens (all_logits) or its last one. stack_logit_rows copies
 // them from x [T, width] into rows (on the backend's threads) and sets counts[ci] for each chunk; head_outputs runs
-// the head over them and gives each chunk its rows. A row's logits do
-// not depend on the other rows of the call (the kernels' sums never depend on the token count).
+// the head over them and gives each chunk its rows. A row's logits do not depend on the other rows of the call (the
+// kernels' sums never depend on the token count).
 // A buffer kept from call to call (thread_local) let go once a call has grown it past `max_bytes`: a batch-256 decode
 // step's V4 logits are 132 MB, a long prompt's all-logits rows GBs.
 inline void release_if_large(std::vector<float>& buffer, size_t max_bytes = size_t(256) << 20) {

@@ -69,7 +69,9 @@ bool CudaBackend::enqueue_linears(std::span<const LinearParams> ps, bool copy_ou
   }
   launch_mma_groups(launches_, descriptors_host_, descriptors_);
   launch_fp8_groups();
-  if (copy_outputs) DI_CUDA_CHECK(cudaMemcpyAsync(host + in_bytes, base + in_bytes, bytes - in_bytes, cudaMemcpyDeviceToHost, stream_));
+  if (copy_outputs) {
+    DI_CUDA_CHECK(cudaMemcpyAsync(host + in_bytes, base + in_bytes, bytes - in_bytes, cudaMemcpyDeviceToHost, stream_));
+  }
   return true;
 }
 
@@ -84,9 +86,10 @@ bool CudaBackend::linear_argmax(const LinearParams& p, std::span<const uint8_t> 
   uint8_t* out_host = staging_.get<uint8_t>() + at.out;
   argmax_dev_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
   argmax_host_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
-  cuda::launch_row_argmax(reinterpret_cast<const float*>(out_dev), p.n_tokens, p.n_rows, p.n_rows, argmax_dev_.get<int32_t>(), stream_);
-  DI_CUDA_CHECK(cudaMemcpyAsync(argmax_host_.get(), argmax_dev_.get(), size_t(p.n_tokens) * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                stream_));
+  cuda::launch_row_argmax(reinterpret_cast<const float*>(out_dev), p.n_tokens, p.n_rows, p.n_rows, argmax_dev_.get<int32_t>(),
+                          stream_);
+  DI_CUDA_CHECK(cudaMemcpyAsync(argmax_host_.get(), argmax_dev_.get(), size_t(p.n_tokens) * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, stream_));
   // The kept tokens' rows, a run of consecutive ones a copy, to their places in the staging mirror.
   std::vector<std::pair<int64_t, int64_t>> runs;  // [first, end)
   for (int64_t t = 0; t < p.n_tokens; ++t) {
@@ -95,8 +98,8 @@ bool CudaBackend::linear_argmax(const LinearParams& p, std::span<const uint8_t> 
     else runs.emplace_back(t, t + 1);
   }
   for (const auto& [t0, t1] : runs) {
-    DI_CUDA_CHECK(cudaMemcpyAsync(out_host + size_t(t0) * row_bytes, out_dev + size_t(t0) * row_bytes, size_t(t1 - t0) * row_bytes,
-                                  cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(out_host + size_t(t0) * row_bytes, out_dev + size_t(t0) * row_bytes,
+                                  size_t(t1 - t0) * row_bytes, cudaMemcpyDeviceToHost, stream_));
   }
   DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
   std::memcpy(argmax, argmax_host_.get(), size_t(p.n_tokens) * sizeof(int32_t));
