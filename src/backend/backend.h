@@ -331,6 +331,24 @@ struct StreamTapParams {
   bool out_array_kept = false;       // an earlier tap of the pass left the array on the backend: it must still be there
 };
 
+// The head's input where the backend keeps the stream (BlockTailParams::keep_h_out: the last block's tail left it
+// there): y[r] for each logit row r, from the stream's row of token rows[r], as the model's host steps give it. V4
+// (hc_fn set): H1 (hc_mix with hc_fn, eps), H2 (hc_head_pre with hc_scale, hc_base, hc_eps), H3 (hc_collapse), H4
+// (rmsnorm with norm, eps). V4.1 (pre set): step 43, hc_collapse with the kept pre's row of the token, then rmsnorm.
+struct HeadRowsParams {
+  const float* h = nullptr;         // [n_stream_tokens, 4, dim]: the kept stream, named by its host address
+  int64_t n_stream_tokens = 0;
+  int64_t dim = 0;
+  std::span<const int64_t> rows;    // [n_rows]: the token of each logit row
+  const float* hc_fn = nullptr;     // V4: [4, 4 * dim]
+  const float* hc_scale = nullptr;  // V4: [1]
+  const float* hc_base = nullptr;   // V4: [4]
+  double hc_eps = 0;
+  const float* pre = nullptr;       // V4.1: [n_stream_tokens, 4], kept too, named by its host address
+  const uint16_t* norm = nullptr;   // [dim] bf16
+  double eps = 0;
+};
+
 // V4.1's Engram steps 3-4 (spec §7.6) on a stream the backend keeps (BlockTailParams::keep_h_out), for a backend
 // that keeps arrays: x[t] = token t's table rows' values (engram_table_row of rows[t, 0 .. rows_per_token), side by
 // side), then the activation QDQ (qdq_fp8_v41 in blocks of qdq_block, as Model::act_qdq_rows); kv = the linear op
@@ -461,6 +479,15 @@ class Backend {
   // did nothing, and the caller runs linear() and takes the argmax itself (the CPU backends always). The CUDA backend
   // brings back the kept rows and one id a token instead of every token's outputs (V4's head: 517 KB a token).
   virtual bool linear_argmax(const LinearParams& /*p*/, std::span<const uint8_t> /*keep_out*/, int32_t* /*argmax*/) {
+    return false;
+  }
+  // The head (linear_argmax's op `head`, its x the rows' y: head.x is not read) on the head's input rows where the
+  // backend keeps the stream (HeadRowsParams): the outputs of the tokens with keep_out[t] != 0 written to head.out, and
+  // where argmax is not nullptr every token's argmax there. false: it did nothing, and the model fetches the stream
+  // and runs the host's steps. The CUDA backend runs it whole with one wait: nothing but the kept rows and the ids
+  // cross (with the host's steps the stream came back, hc_mix's input went out again, and each waited).
+  virtual bool head_on_kept_stream(const HeadRowsParams& /*rows*/, const LinearParams& /*head*/,
+                                   std::span<const uint8_t> /*keep_out*/, int32_t* /*argmax*/) {
     return false;
   }
   // True where the backend can keep arrays between calls (HeadRope, ProjectionChainParams::q_rope and the kept

@@ -179,6 +179,14 @@ bool TimedBackend::linear_argmax(const LinearParams& p, std::span<const uint8_t>
   record_chain({&p, 1}, {}, seconds_since(t0));
   return true;
 }
+bool TimedBackend::head_on_kept_stream(const HeadRowsParams& rows, const LinearParams& head, std::span<const uint8_t> keep_out,
+                                       int32_t* argmax) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!inner_->head_on_kept_stream(rows, head, keep_out, argmax)) return false;
+  record_chain({&head, 1}, {}, seconds_since(t0));
+  ++(*times_)[size_t(OpKind::kLinear)].heads_on_kept_stream;
+  return true;
+}
 void TimedBackend::record_chain(std::span<const LinearParams> first, std::span<const LinearParams> second, double seconds) {
   std::vector<LinearParams> ops(first.begin(), first.end());
   ops.insert(ops.end(), second.begin(), second.end());

@@ -30,12 +30,15 @@ struct OpTime {
   int64_t kept_selections = 0;
   // linear: V4.1's Engram updates the backend made on the stream it keeps (Backend::engram_gate), one per layer and call.
   int64_t stream_updates = 0;
+  // linear: heads run on the stream the backend keeps (Backend::head_on_kept_stream), one per call.
+  int64_t heads_on_kept_stream = 0;
   OpTime& operator-=(const OpTime& o) {
     calls -= o.calls;
     entries -= o.entries;
     seconds -= o.seconds;
     kept_selections -= o.kept_selections;
     stream_updates -= o.stream_updates;
+    heads_on_kept_stream -= o.heads_on_kept_stream;
     return *this;
   }
 };
@@ -96,6 +99,9 @@ class TimedBackend final : public Backend {
   bool mhc_projection_chain(const MhcProjectionParams& p) override;  // as its chain (its mixes are no hc_mix call)
   bool engram_gate(const EngramGateParams& p) override;  // as its linear op (its gate is no row work)
   bool linear_argmax(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) override;  // as linear
+  // As its linear op; counted in OpTime::heads_on_kept_stream.
+  bool head_on_kept_stream(const HeadRowsParams& rows, const LinearParams& head, std::span<const uint8_t> keep_out,
+                           int32_t* argmax) override;
   bool keeps_arrays() const override { return inner_->keeps_arrays(); }
   bool keeps_selections() const override { return inner_->keeps_selections(); }
   int64_t kept_selection_extra_rows() const override { return inner_->kept_selection_extra_rows(); }

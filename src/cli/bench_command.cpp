@@ -378,6 +378,11 @@ Runner add_bench_command(CLI::App& app) {
         const int64_t updates = r.ops[size_t(OpKind::kLinear)].stream_updates;
         if (updates > 0) std::printf("%-18s Engram updates on the kept stream per step: %.1f\n", r.phase.c_str(), double(updates) / r.steps);
       }
+      // Heads run where the backend keeps the stream (Backend::head_on_kept_stream), where any were.
+      for (const Row& r : rows) {
+        const int64_t heads = r.ops[size_t(OpKind::kLinear)].heads_on_kept_stream;
+        if (heads > 0) std::printf("%-18s heads on the kept stream per step: %.1f\n", r.phase.c_str(), double(heads) / r.steps);
+      }
       // The linear time again, by the weights' storage type, with the rate their bytes stream at: in decode
       // it shows which weights fall short of the read bandwidth.
       std::vector<int> types;  // the weight types any phase used

@@ -153,8 +153,8 @@ struct StackedLogits {
 thread_local StackedLogits stacked_logits;
 }  // namespace
 
-void head_outputs(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
-                  std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs) {
+bool head_outputs_with(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
+                       std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs, const HeadRun& run) {
   const int64_t vocab = head.n_out;
   std::vector<int64_t> first_row(outputs.size() + 1, 0);
   for (size_t ci = 0; ci < outputs.size(); ++ci) first_row[ci + 1] = first_row[ci] + counts[ci];
@@ -166,32 +166,20 @@ void head_outputs(Backend& backend, const LinearWeight& head, const float* y, in
   if (in_place) outputs[0].logits.resize(size_t(n_rows * vocab));
   float* logits = in_place ? outputs[0].logits.data() : stacked_logits.reserve(size_t(n_rows * vocab));  // (this thread's)
   if (n_rows > 0) {
-    const LinearParams p{y, dim, n_rows, &head, 0, vocab, Epilogue::kF32, nullptr, logits, vocab};
-    if (!any_draw) {
-      backend.linear(p);
-    } else {
-      std::vector<uint8_t> keep_out(size_t(n_rows), 1);
-      std::vector<size_t> drawing;  // the chunks whose row's argmax is all they want
-      for (size_t ci = 0; ci < outputs.size(); ++ci) {
-        if (!draws_only(ci) || counts[ci] == 0) continue;
-        DI_CHECK(counts[ci] == 1);
-        keep_out[size_t(first_row[ci])] = 0;
-        drawing.push_back(ci);
-      }
-      std::vector<int32_t> ids(size_t(n_rows), -1);
-      if (!backend.linear_argmax(p, keep_out, ids.data())) {
-        backend.linear(p);
-        backend.for_rows(int64_t(drawing.size()), [&](int64_t k0, int64_t k1) {
-          for (int64_t k = k0; k < k1; ++k) {
-            const int64_t row = first_row[drawing[size_t(k)]];
-            ids[size_t(row)] = int32_t(argmax(logits + row * vocab, vocab));
-          }
-        });
-      }
-      for (size_t ci : drawing) outputs[ci].argmax = ids[size_t(first_row[ci])];
+    std::vector<uint8_t> keep_out(size_t(n_rows), 1);
+    std::vector<size_t> drawing;  // the chunks whose row's argmax is all they want
+    for (size_t ci = 0; ci < outputs.size(); ++ci) {
+      if (!draws_only(ci) || counts[ci] == 0) continue;
+      DI_CHECK(counts[ci] == 1);
+      keep_out[size_t(first_row[ci])] = 0;
+      drawing.push_back(ci);
     }
+    std::vector<int32_t> ids(size_t(n_rows), -1);
+    const LinearParams p{y, dim, n_rows, &head, 0, vocab, Epilogue::kF32, nullptr, logits, vocab};
+    if (!run(p, keep_out, any_draw ? ids.data() : nullptr)) return false;
+    for (size_t ci : drawing) outputs[ci].argmax = ids[size_t(first_row[ci])];
   }
-  if (in_place) return;
+  if (in_place) return true;
   backend.for_rows(int64_t(outputs.size()), [&](int64_t c0, int64_t c1) {
     for (int64_t ci = c0; ci < c1; ++ci) {
       if (draws_only(size_t(ci))) continue;
@@ -199,6 +187,25 @@ void head_outputs(Backend& backend, const LinearWeight& head, const float* y, in
     }
   });
   stacked_logits.release_if_large();
+  return true;
+}
+
+void head_outputs(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
+                  std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs) {
+  head_outputs_with(backend, head, y, dim, counts, argmax_only, outputs,
+                    [&](const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) {
+                      if (!argmax) {
+                        backend.linear(p);
+                      } else if (!backend.linear_argmax(p, keep_out, argmax)) {
+                        backend.linear(p);
+                        backend.for_rows(p.n_tokens, [&](int64_t r0, int64_t r1) {  // the drawn rows' argmax
+                          for (int64_t r = r0; r < r1; ++r) {
+                            if (!keep_out[size_t(r)]) argmax[r] = int32_t(deepinfer::argmax(p.out + r * p.out_stride, p.n_rows));
+                          }
+                        });
+                      }
+                      return true;
+                    });
 }
 
 Model::Batch make_forward_batch(std::span<const ForwardChunk> chunks, int window_size) {
@@ -383,10 +390,16 @@ std::vector<ChunkOutput> Model::forward_v4(std::span<const ForwardChunk> chunks)
     if (streams_read) stream.fetch(*backend_, h);
     append_last_streams(batch, chunks, h, D);
   }
-  stream.fetch(*backend_, h);
 
   std::vector<ChunkOutput> outputs(chunks.size());
-  run_head(weights_.head, batch, chunks, h, outputs);
+  const HeadWeights& hw = weights_.head;  // H1-H5 where the stream is, else on the host
+  const HeadRowsParams rows{.h = h.data(), .n_stream_tokens = batch.n_tokens(), .dim = D, .hc_fn = hw.hc_fn,
+                            .hc_scale = hw.hc_scale, .hc_base = hw.hc_base, .hc_eps = double(float(c.hc_eps)),
+                            .norm = hw.norm, .eps = double(float(c.norm_eps))};
+  if (!head_outputs_on_kept_stream(*backend_, weights_.head_proj, rows, stream, batch, chunks, outputs)) {
+    stream.fetch(*backend_, h);
+    run_head(weights_.head, batch, chunks, h, outputs);
+  }
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
     const int64_t first = batch.first_token[ci], n = batch.n_chunk_tokens[ci];
     if (chunks[ci].keep_hidden) {

@@ -169,11 +169,17 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
     if (streams_read) stream.fetch(*backend_, h);
     append_last_streams(batch, chunks, h, D);
   }
-  fetch_all();
   std::vector<ChunkOutput> outputs(chunks.size());
   const double eps = c.norm_eps_value();
   const int64_t n_taps_width = int64_t(c.dspark_target_layers.size()) * D;
-  {  // steps 43-44 on the logit rows of every chunk at once (stack_logit_rows)
+  // Steps 43-44 where the stream and the pre are (no chunk then keeps its taps), else on the host.
+  // (An SWA bounded replay left only the tails' tokens in the batch, the stream and the pre.)
+  const HeadRowsParams rows{.h = h.data(), .n_stream_tokens = batch.n_tokens(), .dim = D, .pre = pre_in.data(),
+                            .norm = weights_.head.norm, .eps = eps};
+  const bool head_done = stream.pre.at == pre_in.data() &&
+                         head_outputs_on_kept_stream(*backend_, weights_.head_proj, rows, stream, batch, chunks, outputs);
+  if (!head_done) {  // steps 43-44 on the logit rows of every chunk at once (stack_logit_rows)
+    fetch_all();
     std::vector<int64_t> counts;
     thread_local std::vector<float> stacked_h, stacked_pre;  // (20 MB at batch 256: kept, not zero-filled each step)
     std::vector<float>& hs = stacked_h;  // this thread's: the body below runs on other threads too

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -108,12 +109,28 @@ inline void release_if_large(std::vector<float>& buffer, size_t max_bytes = size
 }
 
 template <class Chunk>
+int64_t logit_row_count(const Model::Batch& batch, const Chunk& chunk, size_t ci) {
+  return chunk.all_logits ? batch.n_chunk_tokens[ci] : std::min<int64_t>(batch.n_chunk_tokens[ci], 1);
+}
+// The tokens stack_logit_rows stacks, in its order, and its counts.
+template <class Chunk>
+void logit_row_tokens(const Model::Batch& batch, std::span<const Chunk> chunks, std::vector<int64_t>& counts,
+                      std::vector<int64_t>& tokens) {
+  counts.assign(chunks.size(), 0);
+  tokens.clear();
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    counts[ci] = logit_row_count(batch, chunks[ci], ci);
+    const int64_t end = batch.first_token[ci] + batch.n_chunk_tokens[ci];
+    for (int64_t t = end - counts[ci]; t < end; ++t) tokens.push_back(t);
+  }
+}
+template <class Chunk>
 void stack_logit_rows(Backend& backend, const Model::Batch& batch, std::span<const Chunk> chunks, const std::vector<float>& x,
                       int64_t width, std::vector<int64_t>& counts, std::vector<float>& rows) {
   counts.assign(chunks.size(), 0);
   std::vector<int64_t> at(chunks.size() + 1, 0);  // each chunk's first stacked row
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
-    counts[ci] = chunks[ci].all_logits ? batch.n_chunk_tokens[ci] : std::min<int64_t>(batch.n_chunk_tokens[ci], 1);
+    counts[ci] = logit_row_count(batch, chunks[ci], ci);
     at[ci + 1] = at[ci] + counts[ci];
   }
   rows.resize(size_t(at.back() * width));  // (every element written below: a buffer kept by the caller is not cleared)
@@ -133,14 +150,38 @@ std::vector<uint8_t> argmax_only_of(std::span<const Chunk> chunks) {
   }
   return flags;
 }
-// The head (V4's H5, V4.1's step 44) over y [n_rows, dim], the stacked logit rows (counts[ci] of chunk ci), into the
-// chunks' outputs: their logits rows, or where argmax_only[ci], the argmax of the chunk's row alone (ChunkOutput::argmax),
-// drawn by the backend where it can (Backend::linear_argmax), else on the host's threads from the logits. The logits
+// The head (V4's H5, V4.1's step 44) over the stacked logit rows (counts[ci] of chunk ci) into the chunks' outputs:
+// their logits rows, or where argmax_only[ci], the argmax of the chunk's row alone (ChunkOutput::argmax). The logits
 // go straight into the chunk's own output where the call has one chunk, else into a buffer the thread keeps from call
 // to call (a batch-256 decode step's 132 MB of V4 logits were a fresh, zero-filled vector each step, then copied chunk
-// by chunk on one thread) and out to the chunks on the backend's threads.
+// by chunk on one thread) and out to the chunks on the backend's threads. run(p, keep_out, argmax) computes the head
+// op p (p.out: the logits, one row a logit row), writing the rows where keep_out[r] != 0 and, unless argmax is nullptr
+// (no chunk draws), every row's argmax; false: it did nothing, and neither does head_outputs_with.
+using HeadRun = std::function<bool(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax)>;
+bool head_outputs_with(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
+                       std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs, const HeadRun& run);
+// head_outputs_with on y [n_rows, dim] on the host: the backend draws where it can (Backend::linear_argmax), else the
+// host's threads take the argmax of the logits.
 void head_outputs(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
                   std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs);
+// head_outputs_with where the backend keeps the stream and runs the head's steps on it (Backend::head_on_kept_stream;
+// `rows` without its rows, which this sets): false where it declines, or where a chunk keeps its hidden stream or the
+// stream is not kept (the caller then fetches the stream and runs its host steps and head_outputs).
+template <class Chunk>
+bool head_outputs_on_kept_stream(Backend& backend, const LinearWeight& head, HeadRowsParams rows, const KeptStream& stream,
+                                 const Model::Batch& batch, std::span<const Chunk> chunks, std::vector<ChunkOutput>& outputs) {
+  if (!stream.on_backend) return false;
+  for (const Chunk& ch : chunks) {
+    if (ch.keep_hidden) return false;
+  }
+  std::vector<int64_t> counts, tokens;
+  logit_row_tokens(batch, chunks, counts, tokens);
+  rows.rows = tokens;
+  return head_outputs_with(backend, head, nullptr, rows.dim, counts, argmax_only_of(chunks), outputs,
+                           [&](const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) {
+                             return backend.head_on_kept_stream(rows, p, keep_out, argmax);
+                           });
+}
 
 // The mHC block's per-call buffers (V4's Model::run_block, V4.1's Model::mhc_block_v41), kept by each thread
 // from call to call and resized here; every element is written before it is read. In a long prefill h_next

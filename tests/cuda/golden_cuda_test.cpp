@@ -148,9 +148,10 @@ struct CudaRun {
   OpTimes times{};
   bool v41 = false;
 };
-void run_teacher_forced_on_cuda(const testing::GoldenCaseParam& param, const GoldenCase& gc, CudaRun& run) {
+// side_heads false: no MTP or DSpark run, so no forward keeps its hidden stream (the main logits alone).
+void run_teacher_forced_on_cuda(const testing::GoldenCaseParam& param, const GoldenCase& gc, CudaRun& run, bool side_heads = true) {
   const bool v41 = param.family == "v41-flash";
-  TeacherForcedOptions tf{.prefill_chunk = param.prefill_chunk, .mtp = !v41, .dspark = v41};
+  TeacherForcedOptions tf{.prefill_chunk = param.prefill_chunk, .mtp = !v41 && side_heads, .dspark = v41 && side_heads};
   if (v41) {
     tf.forced_dspark_anchor = &gc.dspark_anchor;
     tf.forced_dspark_tokens = &gc.dspark_tokens;
@@ -296,6 +297,75 @@ TEST(GoldenCudaBlockTail, EqualsTheModelStepsBitForBit) {
                                  (long long)runs[0].times[size_t(OpKind::kLinear)].entries,
                                  (long long)runs[1].times[size_t(OpKind::kLinear)].entries, (long long)updates);
                    });
+}
+
+// The head on the kept stream (Backend::head_on_kept_stream) end to end: with a block's tail in one call the stream (and
+// V4.1's pre) stays on the device after the last block, and where no chunk keeps its hidden stream (no MTP or DSpark
+// here) the head's steps run there too, with the host steps' bits: the logits equal the host chain's (DEEPINFER_CUDA_
+// LINEAR_CHAIN=host, every step on the host) bit for bit. V4 also in 128-token prompt chunks, whose prefill keeps the
+// stream; the last prompt chunk fetches it for the layer streams and runs the host's head.
+TEST(GoldenCudaHeadOnKeptStream, EqualsTheHostStepsBitForBit) {
+  DI_SKIP_WITHOUT_CUDA();
+  const testing::ScopedMoePath moe("device");
+  for (const testing::GoldenCaseParam& param : std::vector<testing::GoldenCaseParam>{
+           {"v4-flash", "flash-tiny", 3, "mma", "fused", "mirror", 128}, {"v4-flash", "pro-tiny", 2, "mma"},
+           {"v41-flash", "tiny-a", 1, "mma", "fused", "mirror"}}) {
+    if (!std::filesystem::exists(param.case_path())) GTEST_SKIP() << "golden case not found: " << param.case_path();
+    SCOPED_TRACE(param.case_path());
+    auto gc = load_golden_case(param.case_path());
+    ASSERT_TRUE(gc.ok()) << gc.status().message();
+    CudaRun runs[2];
+    const char* chain[2] = {"host", "device"};
+    for (int i = 0; i < 2; ++i) {
+      const testing::ScopedCudaPaths paths(param.linear_path, param.attention_path, param.kv_path);
+      const testing::ScopedEnv chains("DEEPINFER_CUDA_LINEAR_CHAIN", chain[i]);
+      run_teacher_forced_on_cuda(param, gc.value(), runs[i], /*side_heads=*/false);
+    }
+    EXPECT_FALSE(runs[0].logits.empty());
+    EXPECT_EQ(runs[0].logits, runs[1].logits);
+    EXPECT_EQ(runs[0].layer_streams, runs[1].layer_streams);
+    const int64_t heads = runs[1].times[size_t(OpKind::kLinear)].heads_on_kept_stream;
+    EXPECT_EQ(runs[0].times[size_t(OpKind::kLinear)].heads_on_kept_stream, 0);
+    // Every decode step's head, and every prompt chunk's but the last (which fetches the stream for the layer streams).
+    const int64_t P = int64_t(gc.value().prompt.size()), chunk = param.prefill_chunk > 0 ? param.prefill_chunk : P;
+    EXPECT_EQ(heads, int64_t(gc.value().continuation.size()) + (P + chunk - 1) / chunk - 1);
+  }
+}
+
+// The same after V4.1's SWA bounded replay (ModelOptions::swa_bounded_replay), which leaves only the tails' tokens in
+// the pass from its decoder layers on: a 300-token prompt in one forward (no layer streams read, so its head runs on
+// the kept stream of the tail's tokens), then two decode steps, each equal to every step on the host bit for bit.
+TEST(GoldenCudaHeadOnKeptStream, AfterAnSwaReplayEqualsTheHostSteps) {
+  DI_SKIP_WITHOUT_CUDA();
+  const std::string dir = testing::golden_dir() + "/v41-flash/tiny-a";
+  if (!std::filesystem::exists(dir + "/case-1.safetensors")) GTEST_SKIP() << "golden data not found: " << dir;
+  auto gc = load_golden_case(dir + "/case-1.safetensors");
+  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  const testing::ScopedMoePath moe("device");
+  const testing::ScopedCudaPaths paths("mma", "fused", "mirror");
+  std::vector<float> logits[2];
+  OpTimes times[2]{};
+  const char* chain[2] = {"host", "device"};
+  for (int i = 0; i < 2; ++i) {
+    const testing::ScopedEnv chains("DEEPINFER_CUDA_LINEAR_CHAIN", chain[i]);
+    ModelOptions options{.exact = false, .swa_bounded_replay = true, .cuda = true};
+    options.wrap_backend = [&](std::unique_ptr<Backend> inner) { return std::make_unique<TimedBackend>(std::move(inner), &times[i]); };
+    auto model = Model::open(dir, options);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    SequenceState seq = model.value()->new_sequence();
+    const std::vector<int32_t>& prompt = gc.value().prompt;
+    ForwardChunk prefill{&seq, prompt, int64_t(prompt.size())};
+    logits[i] = model.value()->forward(std::span<const ForwardChunk>(&prefill, 1))[0].logits;
+    for (int step = 0; step < 2; ++step) {
+      ForwardChunk decode{&seq, std::span<const int32_t>(&gc.value().continuation[size_t(step)], 1), 0};
+      const std::vector<float> out = model.value()->forward(std::span<const ForwardChunk>(&decode, 1))[0].logits;
+      logits[i].insert(logits[i].end(), out.begin(), out.end());
+    }
+  }
+  EXPECT_FALSE(logits[0].empty());
+  EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(times[0][size_t(OpKind::kLinear)].heads_on_kept_stream, 0);
+  EXPECT_EQ(times[1][size_t(OpKind::kLinear)].heads_on_kept_stream, 3) << "the replayed prefill's head and both steps'";
 }
 
 // DEEPINFER_CUDA_WAIT end to end, with a block's tail in one call (the stream, and V4.1's pre, kept on the device

@@ -291,8 +291,13 @@ void launch_hc_pre(const HcPreLaunch& p, cudaStream_t stream) {
     const int64_t D = p.dim;
     const std::vector<uint16_t> norm = p.norm ? bf16_bits(p.norm, D) : std::vector<uint16_t>{};
     for (int64_t t = 0; t < p.n_tokens; ++t) {
-      const HcCoefficients c = hc_split_sinkhorn(p.mixes + t * kHcCoefficientFloats, p.scale, p.base, p.sinkhorn_iters, p.hc_eps);
-      std::memcpy(p.coeffs + t * kHcCoefficientFloats, &c, sizeof(c));
+      HcCoefficients c{};
+      if (p.head_pre) {
+        hc_head_pre(p.mixes + t * 4, p.scale, p.base, p.hc_eps, c.pre);
+      } else if (p.mixes) {
+        c = hc_split_sinkhorn(p.mixes + t * kHcCoefficientFloats, p.scale, p.base, p.sinkhorn_iters, p.hc_eps);
+      }
+      if (p.coeffs) std::memcpy(p.coeffs + t * kHcCoefficientFloats, &c, sizeof(c));
       float* u = p.u + t * p.u_stride;
       hc_collapse(p.h + t * 4 * D, p.collapse_pre ? p.collapse_pre + t * 4 : c.pre, D, u);
       rmsnorm(u, p.norm ? norm.data() : nullptr, D, p.eps, u);
@@ -446,6 +451,13 @@ void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, 
   DI_CHECK_MSG(row_bytes % 4 == 0, "launch_scatter_rows: rows must be whole 4-byte words");
   enqueue(stream, [=] {
     for (int64_t i = 0; i < n_rows; ++i) std::memcpy(arena + slots[i] * row_bytes, src + i * row_bytes, size_t(row_bytes));
+  });
+}
+
+void launch_gather_rows(const float* src, int64_t row_floats, const int64_t* rows, int64_t n_rows, float* dst,
+                        cudaStream_t stream) {
+  enqueue(stream, [=] {
+    for (int64_t i = 0; i < n_rows; ++i) std::memcpy(dst + i * row_floats, src + rows[i] * row_floats, size_t(row_floats) * 4);
   });
 }
 #endif

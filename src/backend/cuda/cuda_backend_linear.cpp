@@ -75,41 +75,6 @@ bool CudaBackend::enqueue_linears(std::span<const LinearParams> ps, bool copy_ou
   return true;
 }
 
-bool CudaBackend::linear_argmax(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) {
-  DI_CHECK(int64_t(keep_out.size()) == p.n_tokens);
-  if (p.n_tokens == 0 || p.n_rows == 0 || host_experts_.count(p.weight->data)) return false;
-  bind_device();
-  DI_CHECK(enqueue_linears({&p, 1}, /*copy_outputs=*/false));
-  const LinearBatchLayout::Place& at = layout_.places()[0];
-  const size_t row_bytes = size_t(p.n_rows) * sizeof(float);
-  uint8_t* out_dev = batch_.get<uint8_t>() + at.out;
-  uint8_t* out_host = staging_.get<uint8_t>() + at.out;
-  argmax_dev_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
-  argmax_host_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
-  cuda::launch_row_argmax(reinterpret_cast<const float*>(out_dev), p.n_tokens, p.n_rows, p.n_rows, argmax_dev_.get<int32_t>(),
-                          stream_);
-  DI_CUDA_CHECK(cudaMemcpyAsync(argmax_host_.get(), argmax_dev_.get(), size_t(p.n_tokens) * sizeof(int32_t),
-                                cudaMemcpyDeviceToHost, stream_));
-  // The kept tokens' rows, a run of consecutive ones a copy, to their places in the staging mirror.
-  std::vector<std::pair<int64_t, int64_t>> runs;  // [first, end)
-  for (int64_t t = 0; t < p.n_tokens; ++t) {
-    if (!keep_out[size_t(t)]) continue;
-    if (!runs.empty() && runs.back().second == t) ++runs.back().second;
-    else runs.emplace_back(t, t + 1);
-  }
-  for (const auto& [t0, t1] : runs) {
-    DI_CUDA_CHECK(cudaMemcpyAsync(out_host + size_t(t0) * row_bytes, out_dev + size_t(t0) * row_bytes,
-                                  size_t(t1 - t0) * row_bytes, cudaMemcpyDeviceToHost, stream_));
-  }
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  std::memcpy(argmax, argmax_host_.get(), size_t(p.n_tokens) * sizeof(int32_t));
-  for (const auto& [t0, t1] : runs) {
-    copy_rows_on_threads(host_.get(), reinterpret_cast<const float*>(out_host) + t0 * p.n_rows, p.n_rows, t1 - t0, p.n_rows,
-                         p.out + t0 * p.out_stride, p.out_stride, p.n_rows);
-  }
-  return true;
-}
-
 void CudaBackend::sort_by_mma_shape(std::vector<cuda::LinearLaunch>& launches) {
   std::stable_sort(launches.begin(), launches.end(), [](const cuda::LinearLaunch& a, const cuda::LinearLaunch& b) {
     return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.k_pad < b.k_pad;

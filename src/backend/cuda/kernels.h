@@ -150,19 +150,22 @@ void launch_hc_mix(const HcMixLaunch& p, cudaStream_t stream);
 // HcCoefficients are laid out: pre[4], post[4], comb[4][4].
 constexpr int64_t kHcCoefficientFloats = 24;
 // B2-B8 (hc_split_sinkhorn, hc_collapse, rmsnorm), one block per token, its u row in shared memory: dim at most
-// kHcPreMaxDim (32 KB; V4-Pro's dim is 7168).
+// kHcPreMaxDim (32 KB; V4-Pro's dim is 7168). The head's input the same way: V4's H2-H4 (head_pre: hc_head_pre's
+// pre from 4 mixes, then the collapse and the norm) and V4.1's step 43 (mixes nullptr: the collapse with
+// collapse_pre, then the norm).
 inline constexpr int64_t kHcPreMaxDim = 8192;
 struct HcPreLaunch {
   const float* h = nullptr;             // [n_tokens, 4 * dim]
-  const float* mixes = nullptr;         // [n_tokens, 24]
+  const float* mixes = nullptr;         // [n_tokens, 24] ([n_tokens, 4] with head_pre), or nullptr with collapse_pre
   int64_t n_tokens = 0, dim = 0;
-  const float* scale = nullptr;         // [3]
-  const float* base = nullptr;          // [24]
+  const float* scale = nullptr;         // [3] ([1] with head_pre)
+  const float* base = nullptr;          // [24] ([4] with head_pre)
   const float* norm = nullptr;          // [dim] the bf16 norm weights' values, or nullptr (no weight)
   const float* collapse_pre = nullptr;  // [n_tokens, 4] the pre B7 takes, or nullptr: the token's own
   int sinkhorn_iters = 0;
   double eps = 0, hc_eps = 0;
-  float* coeffs = nullptr;              // [n_tokens, kHcCoefficientFloats]
+  bool head_pre = false;                // the mixes are the head's 4 (H2): the pre alone, no coefficients
+  float* coeffs = nullptr;              // [n_tokens, kHcCoefficientFloats], or nullptr (not written)
   float* u = nullptr;                   // [n_tokens, u_stride]; columns dim..u_stride-1 are set to 0
   int64_t u_stride = 0;
 };
@@ -305,6 +308,10 @@ void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, 
 // the first index holding the row's largest value, NaNs passed over, 0 where the row is all NaN
 // (row_argmax_kernel.cu: the head's greedy draws, Backend::linear_argmax).
 void launch_row_argmax(const float* x, int64_t n_rows, int64_t width, int64_t stride, int32_t* out, cudaStream_t stream);
+// dst[i] = src[rows[i]] for i < n_rows, rows of row_floats floats (4-byte words): the head's logit rows of the kept
+// stream, and their pre.
+void launch_gather_rows(const float* src, int64_t row_floats, const int64_t* rows, int64_t n_rows, float* dst,
+                        cudaStream_t stream);
 
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
 // n_tokens query tokens score against keys, token t against token_keys[t] rows from row token_keys_at[t]

@@ -75,16 +75,29 @@ __device__ void hc_coefficients(const HcPreLaunch& p, const float* mixes, float*
   }
 }
 
-// One block per token: the coefficients (warp 0), u = bf16(sum_k pre_k h_k) into shared memory (all threads),
-// u's sum of squares in sum_squares_32_lanes's order (warp 0), then u's norm out (all threads).
+// The head's H2 (model/ops.h's hc_head_pre), lane k < 4 into c[k]: the same expression as B2's.
+__device__ void head_pre(const HcPreLaunch& p, const float* mixes, float* c) {
+  const int lane = threadIdx.x & 31;
+  if (lane < 4) c[lane] = float(__dadd_rn(sigmoid(scaled_mix(mixes, p.base, lane, p.scale[0])), p.hc_eps));
+}
+
+// One block per token: the coefficients (warp 0; the head's pre alone, or none with collapse_pre), u = bf16(sum_k
+// pre_k h_k) into shared memory (all threads), u's sum of squares in sum_squares_32_lanes's order (warp 0), then
+// u's norm out (all threads).
 __global__ void __launch_bounds__(kPreThreads) hc_pre_kernel(const HcPreLaunch p) {
   DI_DYNAMIC_SHARED(float, u_row);  // [dim]
   __shared__ float c[kHcCoefficientFloats];
   __shared__ double r_shared;
   const int64_t t = blockIdx.x, D = p.dim;
-  if (threadIdx.x < 32) hc_coefficients(p, p.mixes + t * kHcCoefficientFloats, c);
+  if (threadIdx.x < 32 && p.mixes) {
+    if (p.head_pre) {
+      head_pre(p, p.mixes + t * 4, c);
+    } else {
+      hc_coefficients(p, p.mixes + t * kHcCoefficientFloats, c);
+    }
+  }
   __syncthreads();
-  if (threadIdx.x < kHcCoefficientFloats) p.coeffs[t * kHcCoefficientFloats + threadIdx.x] = c[threadIdx.x];
+  if (p.coeffs && threadIdx.x < kHcCoefficientFloats) p.coeffs[t * kHcCoefficientFloats + threadIdx.x] = c[threadIdx.x];
   const float* pre = p.collapse_pre ? p.collapse_pre + t * 4 : c;
   const float* h = p.h + t * 4 * D;
   for (int64_t i = threadIdx.x; i < D; i += kPreThreads) {  // B7, from +0 as the host's sum
@@ -196,6 +209,8 @@ void launch_engram_gate(const EngramGateLaunch& p, cudaStream_t stream) {
 void launch_hc_pre(const HcPreLaunch& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
   DI_CHECK_MSG(p.dim > 0 && p.dim <= kHcPreMaxDim && p.u_stride >= p.dim, "hc_pre: the row does not fit the kernel");
+  DI_CHECK_MSG(p.mixes || (p.collapse_pre && !p.coeffs), "hc_pre: no mixes, so a pre to collapse with and no coefficients");
+  DI_CHECK_MSG(!p.head_pre || (p.mixes && !p.coeffs), "hc_pre: the head's pre takes its mixes and has no coefficients");
   DI_CHECK_MSG(p.n_tokens < (int64_t(1) << 31), "hc_pre: too many tokens for one launch");
   launch_kernel(hc_pre_kernel, dim3(unsigned(p.n_tokens)), kPreThreads, size_t(p.dim) * 4, stream, p);
   DI_CUDA_CHECK_LAUNCH();

@@ -1,0 +1,108 @@
+// The CUDA backend's head calls (CudaBackend, cuda_backend.h): the head linear with its argmax on the device
+// (greedy draws bring back one id a token), and the whole head where the stream stayed on the device.
+#include "backend/cuda/cuda_backend.h"
+
+namespace deepinfer {
+
+bool CudaBackend::linear_argmax(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) {
+  DI_CHECK(int64_t(keep_out.size()) == p.n_tokens);
+  if (p.n_tokens == 0 || p.n_rows == 0 || host_experts_.count(p.weight->data)) return false;
+  bind_device();
+  DI_CHECK(enqueue_linears({&p, 1}, /*copy_outputs=*/false));
+  const LinearBatchLayout::Place& at = layout_.places()[0];
+  bring_back_head(p, reinterpret_cast<const float*>(batch_.get<uint8_t>() + at.out), staging_.get<uint8_t>() + at.out,
+                  keep_out, argmax);
+  return true;
+}
+
+bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParams& head, std::span<const uint8_t> keep_out,
+                                      int32_t* argmax) {
+  const int64_t T = int64_t(r.rows.size()), D = r.dim;
+  DI_CHECK(int64_t(keep_out.size()) == T && head.n_tokens == T);
+  // (A lone linear launch takes at most 8 x 65535 tokens.)
+  if (!device_chain_ || T == 0 || T > 8 * int64_t(kMaxGridYZ) || D > cuda::kHcPreMaxDim || host_experts_.count(head.weight->data)) {
+    return false;
+  }
+  bind_device();
+  const cuda::DeviceWeight& w = weights_.get(*head.weight, stream_);
+  if (takes_fp8_path(head, w)) return false;
+  DI_CHECK_MSG(w.n_in == D && head.row_begin == 0 && head.n_rows == w.n_out && head.epilogue == Epilogue::kF32,
+               "head on the kept stream: the op is not the head's fp32 linear over dim");
+  DI_CHECK_MSG((r.hc_fn != nullptr) != (r.pre != nullptr), "head on the kept stream: V4's mixes or V4.1's pre, one of them");
+  for (const int64_t t : r.rows) DI_CHECK_MSG(t >= 0 && t < r.n_stream_tokens, "head on the kept stream: a row outside the stream");
+  const float* h = kept_at(r.h, r.n_stream_tokens * 4 * D);
+  const float* pre = r.pre ? kept_at(r.pre, r.n_stream_tokens * 4) : nullptr;
+  const float* norm = weights_.bf16_constant(r.norm, D, stream_);
+  // Scratch: the rows' tokens, their streams, their pre (V4.1) or mixes (V4), y [T, k_pad], the outputs [T, n_out].
+  ScratchLayout layout;
+  const size_t at_rows = layout.take(size_t(T) * 8), at_h = layout.take(size_t(T * 4 * D) * 4),
+               at_mix = layout.take(size_t(T) * 4 * 4), at_y = layout.take(size_t(T * w.k_pad) * 4),
+               at_out = layout.take(size_t(T * w.n_out) * 4);
+  head_scratch_.reserve(layout.bytes);
+  head_rows_host_.reserve(size_t(T) * 8);
+  staging_.reserve(size_t(T * w.n_out) * 4);
+  uint8_t* base = head_scratch_.get<uint8_t>();
+  auto* rows = reinterpret_cast<int64_t*>(base + at_rows);
+  auto* h_rows = reinterpret_cast<float*>(base + at_h);
+  auto* mix_rows = reinterpret_cast<float*>(base + at_mix);  // V4: the mixes; V4.1: the pre
+  auto* y = reinterpret_cast<float*>(base + at_y);
+  auto* out = reinterpret_cast<float*>(base + at_out);
+  std::memcpy(head_rows_host_.get(), r.rows.data(), size_t(T) * 8);
+  DI_CUDA_CHECK(cudaMemcpyAsync(rows, head_rows_host_.get(), size_t(T) * 8, cudaMemcpyHostToDevice, stream_));
+  cuda::launch_gather_rows(h, 4 * D, rows, T, h_rows, stream_);
+  cuda::HcPreLaunch hp{.h = h_rows, .n_tokens = T, .dim = D, .norm = norm, .eps = r.eps, .hc_eps = r.hc_eps, .u = y,
+                       .u_stride = w.k_pad};
+  if (r.hc_fn) {  // V4: H1, then H2-H4
+    const float* fn = weights_.constant(r.hc_fn, 4 * 4 * D, stream_);
+    cuda::launch_hc_mix({h_rows, T, 4 * D, fn, 4, r.eps, mix_rows}, stream_);
+    hp.mixes = mix_rows;
+    hp.head_pre = true;
+    hp.scale = weights_.constant(r.hc_scale, 1, stream_);
+    hp.base = weights_.constant(r.hc_base, 4, stream_);
+  } else {  // V4.1: step 43 with the kept pre
+    cuda::launch_gather_rows(pre, 4, rows, T, mix_rows, stream_);
+    hp.collapse_pre = mix_rows;
+  }
+  cuda::launch_hc_pre(hp, stream_);
+  const cuda::LinearLaunch l = launch_of(w, head, y, out);
+  if (tensor_core_linear_ && w.mma_exact) {
+    partials_.reserve(size_t(cuda::linear_mma_partial_floats(l, mma_choice_)) * 4);
+    launch_lone_mma(l);
+  } else {
+    cuda::launch_linear(l, stream_);
+  }
+  bring_back_head(head, out, staging_.get<uint8_t>(), keep_out, argmax);
+  return true;
+}
+
+void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
+                                  int32_t* argmax) {
+  const size_t row_bytes = size_t(p.n_rows) * sizeof(float);
+  const auto* out_bytes = reinterpret_cast<const uint8_t*>(out_dev);
+  if (argmax) {
+    argmax_dev_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
+    argmax_host_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
+    cuda::launch_row_argmax(out_dev, p.n_tokens, p.n_rows, p.n_rows, argmax_dev_.get<int32_t>(), stream_);
+    DI_CUDA_CHECK(cudaMemcpyAsync(argmax_host_.get(), argmax_dev_.get(), size_t(p.n_tokens) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, stream_));
+  }
+  // The kept tokens' rows, a run of consecutive ones a copy, to their places in the pinned mirror.
+  std::vector<std::pair<int64_t, int64_t>> runs;  // [first, end)
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    if (!keep_out[size_t(t)]) continue;
+    if (!runs.empty() && runs.back().second == t) ++runs.back().second;
+    else runs.emplace_back(t, t + 1);
+  }
+  for (const auto& [t0, t1] : runs) {
+    DI_CUDA_CHECK(cudaMemcpyAsync(out_host + size_t(t0) * row_bytes, out_bytes + size_t(t0) * row_bytes,
+                                  size_t(t1 - t0) * row_bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (argmax) std::memcpy(argmax, argmax_host_.get(), size_t(p.n_tokens) * sizeof(int32_t));
+  for (const auto& [t0, t1] : runs) {
+    copy_rows_on_threads(host_.get(), reinterpret_cast<const float*>(out_host) + t0 * p.n_rows, p.n_rows, t1 - t0, p.n_rows,
+                         p.out + t0 * p.out_stride, p.out_stride, p.n_rows);
+  }
+}
+
+}  // namespace deepinfer
