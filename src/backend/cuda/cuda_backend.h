@@ -647,7 +647,7 @@ class CudaBackend final : public Backend {
   cuda::PinnedBuffer staging_;  // batch_'s host mirror (and hc_mix's x, then its output)
   DeviceBuffer argmax_dev_;      // linear_argmax(), head_on_kept_stream(): the tokens' ids
   cuda::PinnedBuffer argmax_host_;
-  DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, streams, mixes or pre, y and outputs
+  DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, gathered streams and pre, mixes and y (outputs in batch_)
   cuda::PinnedBuffer head_rows_host_;
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches
   DeviceBuffer descriptors_;                  // and their descriptors, on the device

@@ -33,35 +33,49 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
   const float* h = kept_at(r.h, r.n_stream_tokens * 4 * D);
   const float* pre = r.pre ? kept_at(r.pre, r.n_stream_tokens * 4) : nullptr;
   const float* norm = weights_.bf16_constant(r.norm, D, stream_);
-  // Scratch: the rows' tokens, their streams, their pre (V4.1) or mixes (V4), y [T, k_pad], the outputs [T, n_out].
+  // Scratch: the rows' tokens, their streams and pre (where the rows are not one run of the stream's tokens: a decode
+  // step's are, every token of the pass in order), V4's mixes, y [T, k_pad]; the outputs [T, n_out] in batch_, which
+  // linears() grows to that size too (the host's head path).
+  bool one_run = true;
+  for (int64_t i = 1; i < T; ++i) one_run = one_run && r.rows[size_t(i)] == r.rows[0] + i;
   ScratchLayout layout;
-  const size_t at_rows = layout.take(size_t(T) * 8), at_h = layout.take(size_t(T * 4 * D) * 4),
-               at_mix = layout.take(size_t(T) * 4 * 4), at_y = layout.take(size_t(T * w.k_pad) * 4),
-               at_out = layout.take(size_t(T * w.n_out) * 4);
+  const size_t at_rows = layout.take(one_run ? 0 : size_t(T) * 8), at_h = layout.take(one_run ? 0 : size_t(T * 4 * D) * 4),
+               at_pre = layout.take(one_run || !pre ? 0 : size_t(T) * 4 * 4), at_mix = layout.take(size_t(T) * 4 * 4),
+               at_y = layout.take(size_t(T * w.k_pad) * 4);
   head_scratch_.reserve(layout.bytes);
-  head_rows_host_.reserve(size_t(T) * 8);
+  batch_.reserve(size_t(T * w.n_out) * 4);
   staging_.reserve(size_t(T * w.n_out) * 4);
   uint8_t* base = head_scratch_.get<uint8_t>();
-  auto* rows = reinterpret_cast<int64_t*>(base + at_rows);
-  auto* h_rows = reinterpret_cast<float*>(base + at_h);
-  auto* mix_rows = reinterpret_cast<float*>(base + at_mix);  // V4: the mixes; V4.1: the pre
+  const float* h_rows = h + r.rows[0] * 4 * D;
+  const float* pre_rows = pre ? pre + r.rows[0] * 4 : nullptr;
+  if (!one_run) {
+    auto* rows = reinterpret_cast<int64_t*>(base + at_rows);
+    head_rows_host_.reserve(size_t(T) * 8);
+    std::memcpy(head_rows_host_.get(), r.rows.data(), size_t(T) * 8);
+    DI_CUDA_CHECK(cudaMemcpyAsync(rows, head_rows_host_.get(), size_t(T) * 8, cudaMemcpyHostToDevice, stream_));
+    auto* gathered_h = reinterpret_cast<float*>(base + at_h);
+    cuda::launch_gather_rows(h, 4 * D, rows, T, gathered_h, stream_);
+    h_rows = gathered_h;
+    if (pre) {
+      auto* gathered_pre = reinterpret_cast<float*>(base + at_pre);
+      cuda::launch_gather_rows(pre, 4, rows, T, gathered_pre, stream_);
+      pre_rows = gathered_pre;
+    }
+  }
+  auto* mixes = reinterpret_cast<float*>(base + at_mix);
   auto* y = reinterpret_cast<float*>(base + at_y);
-  auto* out = reinterpret_cast<float*>(base + at_out);
-  std::memcpy(head_rows_host_.get(), r.rows.data(), size_t(T) * 8);
-  DI_CUDA_CHECK(cudaMemcpyAsync(rows, head_rows_host_.get(), size_t(T) * 8, cudaMemcpyHostToDevice, stream_));
-  cuda::launch_gather_rows(h, 4 * D, rows, T, h_rows, stream_);
+  float* out = batch_.get<float>();
   cuda::HcPreLaunch hp{.h = h_rows, .n_tokens = T, .dim = D, .norm = norm, .eps = r.eps, .hc_eps = r.hc_eps, .u = y,
                        .u_stride = w.k_pad};
   if (r.hc_fn) {  // V4: H1, then H2-H4
     const float* fn = weights_.constant(r.hc_fn, 4 * 4 * D, stream_);
-    cuda::launch_hc_mix({h_rows, T, 4 * D, fn, 4, r.eps, mix_rows}, stream_);
-    hp.mixes = mix_rows;
+    cuda::launch_hc_mix({h_rows, T, 4 * D, fn, 4, r.eps, mixes}, stream_);
+    hp.mixes = mixes;
     hp.head_pre = true;
     hp.scale = weights_.constant(r.hc_scale, 1, stream_);
     hp.base = weights_.constant(r.hc_base, 4, stream_);
   } else {  // V4.1: step 43 with the kept pre
-    cuda::launch_gather_rows(pre, 4, rows, T, mix_rows, stream_);
-    hp.collapse_pre = mix_rows;
+    hp.collapse_pre = pre_rows;
   }
   cuda::launch_hc_pre(hp, stream_);
   const cuda::LinearLaunch l = launch_of(w, head, y, out);
