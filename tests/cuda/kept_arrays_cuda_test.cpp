@@ -467,62 +467,57 @@ TEST(KeptArraysCuda, HeadOnTheKeptStreamGivesTheHostStepsBits) {
   std::vector<uint16_t> norm(static_cast<size_t>(dim));
   for (uint16_t& b : norm) b = bf16_of(random_bf16_values(rng, 1, 0.5f)[0] + 1.0f);
   const double eps = 1e-6, hc_eps = 1e-3;  // apart, so that one taken for the other fails
-  for (int64_t n : {1, 3}) {
-    for (const bool every_token : {false, true}) {
-      for (const bool v41 : {false, true}) {
-        SCOPED_TRACE(std::to_string(n) + " tokens" + (every_token ? ", every token's row" : ", the last token's row") +
-                     (v41 ? ", V4.1" : ", V4"));
-        KeptStreamStandIn s(n, rng);
-        ASSERT_TRUE(s.gpu && s.host_chain);
-        Backend &gpu = *s.gpu, &host_chain = *s.host_chain;
-        std::vector<int64_t> rows = {n - 1};
-        if (every_token) {
-          rows.clear();
-          for (int64_t t = n - 1; t >= 0; --t) rows.push_back(t);
-        }
-        const int64_t R = int64_t(rows.size());
-        HeadRowsParams hp{.h = s.device.q.data(), .n_stream_tokens = n, .dim = dim, .rows = rows, .hc_fn = hc_fn.data(),
-                          .hc_scale = hc_scale.data(), .hc_base = hc_base.data(), .hc_eps = hc_eps, .norm = norm.data(), .eps = eps};
-        if (v41) {
-          hp.hc_fn = hp.hc_scale = hp.hc_base = nullptr;
-          hp.pre = s.device.q.data();
-        }
-        std::vector<float> got(size_t(R * vocab), -7.0f);
-        const LinearParams op{nullptr, dim, R, &head.w, 0, vocab, Epilogue::kF32, nullptr, got.data(), vocab};
-        std::vector<uint8_t> keep_out(static_cast<size_t>(R), 1);
-        keep_out[0] = 0;  // the first row drawn only
-        std::vector<int32_t> ids(static_cast<size_t>(R), -1);
-        EXPECT_FALSE(host_chain.head_on_kept_stream(hp, op, keep_out, ids.data())) << "a backend without the device chains";
-        ASSERT_TRUE(gpu.head_on_kept_stream(hp, op, keep_out, ids.data()));
-        EXPECT_TRUE(all_untouched(s.device.q)) << "the stream's host array written";
-        gpu.fetch_kept(s.device.q.data(), int64_t(s.device.q.size()));
-        // The host's steps (Model::head_norm_rows, then H5) on the stacked rows of the fetched stream.
-        std::vector<float> hs(size_t(R * 4 * dim)), mixes(size_t(R * 4)), y(size_t(R * dim)), want(size_t(R * vocab));
-        for (int64_t r = 0; r < R; ++r) {
-          std::copy_n(&s.device.q[size_t(rows[size_t(r)] * 4 * dim)], 4 * dim, &hs[size_t(r * 4 * dim)]);
-        }
-        if (!v41) gpu.hc_mix({hs.data(), R, 4 * dim, hc_fn.data(), 4, eps, mixes.data()});
-        for (int64_t r = 0; r < R; ++r) {
-          float pre[4];
-          if (v41) {
-            std::copy_n(&s.device.q[size_t(rows[size_t(r)] * 4)], 4, pre);
-          } else {
-            hc_head_pre(&mixes[size_t(r * 4)], hc_scale.data(), hc_base.data(), hc_eps, pre);
-          }
-          hc_collapse(&hs[size_t(r * 4 * dim)], pre, dim, &y[size_t(r * dim)]);
-          rmsnorm(&y[size_t(r * dim)], norm.data(), dim, eps, &y[size_t(r * dim)]);
-        }
-        gpu.linear({y.data(), dim, R, &head.w, 0, vocab, Epilogue::kF32, nullptr, want.data(), vocab});
-        int64_t n_differ = 0;
-        for (int64_t r = 0; r < R; ++r) {
-          EXPECT_EQ(ids[size_t(r)], int32_t(argmax(&want[size_t(r * vocab)], vocab))) << "row " << r;
-          for (int64_t v = 0; v < vocab; ++v) {
-            const float expect = keep_out[size_t(r)] ? want[size_t(r * vocab + v)] : -7.0f;
-            n_differ += std::memcmp(&got[size_t(r * vocab + v)], &expect, 4) != 0;
-          }
-        }
-        EXPECT_EQ(n_differ, 0) << "of " << R * vocab << " outputs";
+  // The stacked rows: the last token's (one run), every token's scrambled (gathered), a run past the first token.
+  const std::vector<std::pair<int64_t, std::vector<int64_t>>> cases = {{1, {0}}, {3, {2}}, {3, {2, 1, 0}}, {3, {1, 2}}};
+  for (const auto& [n, rows] : cases) {
+    for (const bool v41 : {false, true}) {
+      SCOPED_TRACE(std::to_string(n) + " tokens, rows from " + std::to_string(rows[0]) + " (" + std::to_string(rows.size()) +
+                   ")" + (v41 ? ", V4.1" : ", V4"));
+      KeptStreamStandIn s(n, rng);
+      ASSERT_TRUE(s.gpu && s.host_chain);
+      Backend &gpu = *s.gpu, &host_chain = *s.host_chain;
+      const int64_t R = int64_t(rows.size());
+      HeadRowsParams hp{.h = s.device.q.data(), .n_stream_tokens = n, .dim = dim, .rows = rows, .hc_fn = hc_fn.data(),
+                        .hc_scale = hc_scale.data(), .hc_base = hc_base.data(), .hc_eps = hc_eps, .norm = norm.data(), .eps = eps};
+      if (v41) {
+        hp.hc_fn = hp.hc_scale = hp.hc_base = nullptr;
+        hp.pre = s.device.q.data();
       }
+      std::vector<float> got(size_t(R * vocab), -7.0f);
+      const LinearParams op{nullptr, dim, R, &head.w, 0, vocab, Epilogue::kF32, nullptr, got.data(), vocab};
+      std::vector<uint8_t> keep_out(static_cast<size_t>(R), 1);
+      keep_out[0] = 0;  // the first row drawn only
+      std::vector<int32_t> ids(static_cast<size_t>(R), -1);
+      EXPECT_FALSE(host_chain.head_on_kept_stream(hp, op, keep_out, ids.data())) << "a backend without the device chains";
+      ASSERT_TRUE(gpu.head_on_kept_stream(hp, op, keep_out, ids.data()));
+      EXPECT_TRUE(all_untouched(s.device.q)) << "the stream's host array written";
+      gpu.fetch_kept(s.device.q.data(), int64_t(s.device.q.size()));
+      // The host's steps (Model::head_norm_rows, then H5) on the stacked rows of the fetched stream.
+      std::vector<float> hs(size_t(R * 4 * dim)), mixes(size_t(R * 4)), y(size_t(R * dim)), want(size_t(R * vocab));
+      for (int64_t r = 0; r < R; ++r) {
+        std::copy_n(&s.device.q[size_t(rows[size_t(r)] * 4 * dim)], 4 * dim, &hs[size_t(r * 4 * dim)]);
+      }
+      if (!v41) gpu.hc_mix({hs.data(), R, 4 * dim, hc_fn.data(), 4, eps, mixes.data()});
+      for (int64_t r = 0; r < R; ++r) {
+        float pre[4];
+        if (v41) {
+          std::copy_n(&s.device.q[size_t(rows[size_t(r)] * 4)], 4, pre);
+        } else {
+          hc_head_pre(&mixes[size_t(r * 4)], hc_scale.data(), hc_base.data(), hc_eps, pre);
+        }
+        hc_collapse(&hs[size_t(r * 4 * dim)], pre, dim, &y[size_t(r * dim)]);
+        rmsnorm(&y[size_t(r * dim)], norm.data(), dim, eps, &y[size_t(r * dim)]);
+      }
+      gpu.linear({y.data(), dim, R, &head.w, 0, vocab, Epilogue::kF32, nullptr, want.data(), vocab});
+      int64_t n_differ = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        EXPECT_EQ(ids[size_t(r)], int32_t(argmax(&want[size_t(r * vocab)], vocab))) << "row " << r;
+        for (int64_t v = 0; v < vocab; ++v) {
+          const float expect = keep_out[size_t(r)] ? want[size_t(r * vocab + v)] : -7.0f;
+          n_differ += std::memcmp(&got[size_t(r * vocab + v)], &expect, 4) != 0;
+        }
+      }
+      EXPECT_EQ(n_differ, 0) << "of " << R * vocab << " outputs";
     }
   }
 }

@@ -40,8 +40,8 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
   for (int64_t i = 1; i < T; ++i) one_run = one_run && r.rows[size_t(i)] == r.rows[0] + i;
   ScratchLayout layout;
   const size_t at_rows = layout.take(one_run ? 0 : size_t(T) * 8), at_h = layout.take(one_run ? 0 : size_t(T * 4 * D) * 4),
-               at_pre = layout.take(one_run || !pre ? 0 : size_t(T) * 4 * 4), at_mix = layout.take(size_t(T) * 4 * 4),
-               at_y = layout.take(size_t(T * w.k_pad) * 4);
+               at_pre = layout.take(one_run || !pre ? 0 : size_t(T) * 4 * 4),
+               at_mix = layout.take(r.hc_fn ? size_t(T) * 4 * 4 : 0), at_y = layout.take(size_t(T * w.k_pad) * 4);
   head_scratch_.reserve(layout.bytes);
   batch_.reserve(size_t(T * w.n_out) * 4);
   staging_.reserve(size_t(T * w.n_out) * 4);
@@ -65,6 +65,9 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
   auto* mixes = reinterpret_cast<float*>(base + at_mix);
   auto* y = reinterpret_cast<float*>(base + at_y);
   float* out = batch_.get<float>();
+  const cuda::LinearLaunch l = launch_of(w, head, y, out);
+  const bool mma = tensor_core_linear_ && w.mma_exact;
+  if (mma) partials_.reserve(size_t(cuda::linear_mma_partial_floats(l, mma_choice_)) * 4);  // (before any work is queued)
   cuda::HcPreLaunch hp{.h = h_rows, .n_tokens = T, .dim = D, .norm = norm, .eps = r.eps, .hc_eps = r.hc_eps, .u = y,
                        .u_stride = w.k_pad};
   if (r.hc_fn) {  // V4: H1, then H2-H4
@@ -78,9 +81,7 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
     hp.collapse_pre = pre_rows;
   }
   cuda::launch_hc_pre(hp, stream_);
-  const cuda::LinearLaunch l = launch_of(w, head, y, out);
-  if (tensor_core_linear_ && w.mma_exact) {
-    partials_.reserve(size_t(cuda::linear_mma_partial_floats(l, mma_choice_)) * 4);
+  if (mma) {
     launch_lone_mma(l);
   } else {
     cuda::launch_linear(l, stream_);
