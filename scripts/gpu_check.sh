@@ -23,7 +23,7 @@
 #      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device; with both, each block's tail is one call), the
 #      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
 #      (DEEPINFER_CUDA_INDEX_SELECT=device), and kept there for the attention (kept; also at 16384 tokens of
-#      context) (E2E=0 skips it);
+#      context), and last decode batch 64 with every device path (the head on the kept stream) (E2E=0 skips it);
 #   6. compute-sanitizer racecheck over the attention, index, kept-array and greedy-draw tests, with the time left (RACECHECK=0
 #      skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
@@ -256,6 +256,11 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     bench_run "DEEPINFER_CUDA_PROMPT_LINEAR=wgmma" 100 DEEPINFER_CUDA_PROMPT_LINEAR=wgmma -- --prefill 128,512 --batch 1 --decode-steps 4
     bench_run "DEEPINFER_CUDA_ATTENTION=split" 100 DEEPINFER_CUDA_ATTENTION=split -- --prefill 128,512 --batch 1,8 --decode-steps 8
     bench_run "DEEPINFER_CUDA_LINEAR=fma" 100 DEEPINFER_CUDA_LINEAR=fma -- --prefill 128 --batch 1,8 --decode-steps 8
+    # Batched decode with every device path (stop 55, not yet run on a GPU): each step's head on the stream the last tail
+    # kept and its 64 greedy draws on the device (--op-times counts the heads on the kept stream), with the time left.
+    bench_run "decode batch 64, every device path" 60 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=kept \
+      DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device DEEPINFER_CUDA_ATTENTION_ROWS=packed \
+      DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 64 --context 256 --decode-steps 8
   else
     e2e_rc=failed
     cp "$LOG_DIR/build_cli.log" "$LOG_DIR/make_model.log" "$OUT_DIR/" 2>/dev/null
