@@ -453,13 +453,6 @@ void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, 
     for (int64_t i = 0; i < n_rows; ++i) std::memcpy(arena + slots[i] * row_bytes, src + i * row_bytes, size_t(row_bytes));
   });
 }
-
-void launch_gather_rows(const float* src, int64_t row_floats, const int64_t* rows, int64_t n_rows, float* dst,
-                        cudaStream_t stream) {
-  enqueue(stream, [=] {
-    for (int64_t i = 0; i < n_rows; ++i) std::memcpy(dst + i * row_floats, src + rows[i] * row_floats, size_t(row_floats) * 4);
-  });
-}
 #endif
 
 #ifndef DEEPINFER_REAL_KERNELS_MOE_KERNELS  // moe_kernels.cu: the model's own host code for each step

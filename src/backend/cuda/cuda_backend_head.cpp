@@ -29,6 +29,7 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
   DI_CHECK_MSG(w.n_in == D && head.row_begin == 0 && head.n_rows == w.n_out && head.epilogue == Epilogue::kF32,
                "head on the kept stream: the op is not the head's fp32 linear over dim");
   DI_CHECK_MSG((r.hc_fn != nullptr) != (r.pre != nullptr), "head on the kept stream: V4's mixes or V4.1's pre, one of them");
+  DI_CHECK(r.n_stream_tokens < (int64_t(1) << 31));
   for (const int64_t t : r.rows) DI_CHECK_MSG(t >= 0 && t < r.n_stream_tokens, "head on the kept stream: a row outside the stream");
   const float* h = kept_at(r.h, r.n_stream_tokens * 4 * D);
   const float* pre = r.pre ? kept_at(r.pre, r.n_stream_tokens * 4) : nullptr;
@@ -38,8 +39,9 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
   // linears() grows to that size too (the host's head path).
   bool one_run = true;
   for (int64_t i = 1; i < T; ++i) one_run = one_run && r.rows[size_t(i)] == r.rows[0] + i;
+  if (!one_run && T > int64_t(kMaxGridYZ)) return false;  // (the gather's launch takes a row a grid row)
   ScratchLayout layout;
-  const size_t at_rows = layout.take(one_run ? 0 : size_t(T) * 8), at_h = layout.take(one_run ? 0 : size_t(T * 4 * D) * 4),
+  const size_t at_rows = layout.take(one_run ? 0 : size_t(T) * 4), at_h = layout.take(one_run ? 0 : size_t(T * 4 * D) * 4),
                at_pre = layout.take(one_run || !pre ? 0 : size_t(T) * 4 * 4),
                at_mix = layout.take(r.hc_fn ? size_t(T) * 4 * 4 : 0), at_y = layout.take(size_t(T * w.k_pad) * 4);
   head_scratch_.reserve(layout.bytes);
@@ -48,17 +50,18 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
   uint8_t* base = head_scratch_.get<uint8_t>();
   const float* h_rows = h + r.rows[0] * 4 * D;
   const float* pre_rows = pre ? pre + r.rows[0] * 4 : nullptr;
-  if (!one_run) {
-    auto* rows = reinterpret_cast<int64_t*>(base + at_rows);
-    head_rows_host_.reserve(size_t(T) * 8);
-    std::memcpy(head_rows_host_.get(), r.rows.data(), size_t(T) * 8);
-    DI_CUDA_CHECK(cudaMemcpyAsync(rows, head_rows_host_.get(), size_t(T) * 8, cudaMemcpyHostToDevice, stream_));
+  if (!one_run) {  // the MoE's row gather (moe_kernels.cu), by 32-bit indices: the stream's tokens
+    auto* rows = reinterpret_cast<int32_t*>(base + at_rows);
+    head_rows_host_.reserve(size_t(T) * 4);
+    auto* rows_host = head_rows_host_.get<int32_t>();
+    for (int64_t i = 0; i < T; ++i) rows_host[i] = int32_t(r.rows[size_t(i)]);
+    DI_CUDA_CHECK(cudaMemcpyAsync(rows, rows_host, size_t(T) * 4, cudaMemcpyHostToDevice, stream_));
     auto* gathered_h = reinterpret_cast<float*>(base + at_h);
-    cuda::launch_gather_rows(h, 4 * D, rows, T, gathered_h, stream_);
+    cuda::launch_gather_rows(h, 4 * D, rows, T, 4 * D, gathered_h, 4 * D, stream_);
     h_rows = gathered_h;
     if (pre) {
       auto* gathered_pre = reinterpret_cast<float*>(base + at_pre);
-      cuda::launch_gather_rows(pre, 4, rows, T, gathered_pre, stream_);
+      cuda::launch_gather_rows(pre, 4, rows, T, 4, gathered_pre, 4, stream_);
       pre_rows = gathered_pre;
     }
   }

@@ -308,10 +308,6 @@ void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, 
 // the first index holding the row's largest value, NaNs passed over, 0 where the row is all NaN
 // (row_argmax_kernel.cu: the head's greedy draws, Backend::linear_argmax).
 void launch_row_argmax(const float* x, int64_t n_rows, int64_t width, int64_t stride, int32_t* out, cudaStream_t stream);
-// dst[i] = src[rows[i]] for i < n_rows, rows of row_floats floats (4-byte words): the head's logit rows of the kept
-// stream, and their pre.
-void launch_gather_rows(const float* src, int64_t row_floats, const int64_t* rows, int64_t n_rows, float* dst,
-                        cudaStream_t stream);
 
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
 // n_tokens query tokens score against keys, token t against token_keys[t] rows from row token_keys_at[t]
@@ -492,7 +488,8 @@ inline DI_HOST_DEVICE void set_moe_slot(const MoeRouteLaunch& p, int64_t j, int6
 inline constexpr int64_t kMoeMaxRows = 4096;
 void launch_moe_route(const MoeRouteLaunch& p, cudaStream_t stream);
 
-// dst[r, 0 .. width) = src[index[r], 0 .. width) for r < n_rows (the routed rows' inputs).
+// dst[r, 0 .. width) = src[index[r], 0 .. width) for r < n_rows (the routed rows' inputs; the head's logit rows of the
+// kept stream, and their pre).
 void launch_gather_rows(const float* src, int64_t src_stride, const int32_t* index, int64_t n_rows, int64_t width,
                         float* dst, int64_t dst_stride, cudaStream_t stream);
 

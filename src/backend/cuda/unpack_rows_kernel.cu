@@ -1,7 +1,6 @@
 // Packed cache rows decoded on the device (kernels.h: launch_unpack_rows): the same products as the CPU's
 // unpack_kv_row (model/kv_format.cpp; packed_rows.cuh), so the attention reads the same floats whether the
-// host or the device decoded a row. And rows moved whole: a mirror's new rows scattered into its arena, the head's
-// rows gathered from the kept stream.
+// host or the device decoded a row.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
@@ -33,23 +32,7 @@ __global__ void __launch_bounds__(kThreads) scatter_rows_kernel(const uint8_t* s
   for (int64_t i = threadIdx.x; i < row_bytes / 4; i += kThreads) to[i] = from[i];
 }
 
-// One block per row.
-__global__ void __launch_bounds__(kThreads) gather_rows_kernel(const float* src, int64_t row_floats, const int64_t* rows,
-                                                               float* dst) {
-  const float* from = src + rows[blockIdx.x] * row_floats;
-  float* to = dst + int64_t(blockIdx.x) * row_floats;
-  for (int64_t i = threadIdx.x; i < row_floats; i += kThreads) to[i] = from[i];
-}
-
 }  // namespace
-
-void launch_gather_rows(const float* src, int64_t row_floats, const int64_t* rows, int64_t n_rows, float* dst,
-                        cudaStream_t stream) {
-  if (n_rows == 0) return;
-  DI_CHECK(row_floats > 0 && n_rows <= 0x7fffffff);
-  launch_kernel(gather_rows_kernel, unsigned(n_rows), kThreads, 0, stream, src, row_floats, rows, dst);
-  DI_CUDA_CHECK_LAUNCH();
-}
 
 void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
                          cudaStream_t stream) {
