@@ -247,7 +247,7 @@ int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& 
       if (weights[size_t(m[j - 1].second)] > 0.0) return m[j - 1].second;
     }
   }
-  return int32_t(std::max_element(scratch.scaled.begin(), scratch.scaled.end()) - scratch.scaled.begin());
+  return int32_t(argmax(scratch.scaled.data(), int64_t(scratch.scaled.size())));
 }
 
 // The first i whose running sum of weights[0, i] passes a uniform times mass (their sum); where rounding leaves none,
