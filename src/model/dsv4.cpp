@@ -143,8 +143,8 @@ struct StackedLogits {
     }
     return data.get();
   }
-  void release_if_large(size_t max_bytes = size_t(256) << 20) {
-    if (capacity * sizeof(float) > max_bytes) {
+  void release_if_large() {  // as model_internal.h's release_if_large
+    if (capacity * sizeof(float) > kKeptBufferMaxBytes) {
       data.reset();
       capacity = 0;
     }

@@ -104,7 +104,8 @@ constexpr int64_t kPendingDecodedRows = 16384;
 // kernels' sums never depend on the token count).
 // A buffer kept from call to call (thread_local) let go once a call has grown it past `max_bytes`: a batch-256 decode
 // step's V4 logits are 132 MB, a long prompt's all-logits rows GBs.
-inline void release_if_large(std::vector<float>& buffer, size_t max_bytes = size_t(256) << 20) {
+inline constexpr size_t kKeptBufferMaxBytes = size_t(256) << 20;
+inline void release_if_large(std::vector<float>& buffer, size_t max_bytes = kKeptBufferMaxBytes) {
   if (buffer.size() * sizeof(float) > max_bytes) std::vector<float>().swap(buffer);
 }
 
