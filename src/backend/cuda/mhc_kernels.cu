@@ -28,6 +28,11 @@ __device__ __forceinline__ double scaled_mix(const float* mixes, const float* ba
   return __dadd_rn(__dmul_rn(double(mixes[m]), double(scale)), double(base[m]));
 }
 
+// B2's pre_k, and the head's H2 (model/ops.h's hc_head_pre), the same expression.
+__device__ __forceinline__ float pre_coefficient(const HcPreLaunch& p, const float* mixes, int k) {
+  return float(__dadd_rn(sigmoid(scaled_mix(mixes, p.base, k, p.scale[0])), p.hc_eps));
+}
+
 // B2-B6 of one token by its block's first warp, into c[24] (shared, HcCoefficients' layout): lane l < 16 owns
 // comb[l / 4][l % 4], lanes 16-19 pre and 20-23 post. A Sinkhorn step has each lane sum its row or column in the
 // host's order from shared memory, then all write their new values together, as the host's loops (whose sums
@@ -36,8 +41,7 @@ __device__ void hc_coefficients(const HcPreLaunch& p, const float* mixes, float*
   const int lane = threadIdx.x & 31;
   const double hc_eps = p.hc_eps;
   if (lane >= 16 && lane < 20) {  // B2
-    const int k = lane - 16;
-    c[k] = float(__dadd_rn(sigmoid(scaled_mix(mixes, p.base, k, p.scale[0])), hc_eps));
+    c[lane - 16] = pre_coefficient(p, mixes, lane - 16);
   } else if (lane >= 20 && lane < 24) {  // B3
     const int k = lane - 20;
     c[4 + k] = float(__dmul_rn(2.0, sigmoid(scaled_mix(mixes, p.base, 4 + k, p.scale[1]))));
@@ -75,12 +79,6 @@ __device__ void hc_coefficients(const HcPreLaunch& p, const float* mixes, float*
   }
 }
 
-// The head's H2 (model/ops.h's hc_head_pre), lane k < 4 into c[k]: the same expression as B2's.
-__device__ void head_pre(const HcPreLaunch& p, const float* mixes, float* c) {
-  const int lane = threadIdx.x & 31;
-  if (lane < 4) c[lane] = float(__dadd_rn(sigmoid(scaled_mix(mixes, p.base, lane, p.scale[0])), p.hc_eps));
-}
-
 // One block per token: the coefficients (warp 0; the head's pre alone, or none with collapse_pre), u = bf16(sum_k
 // pre_k h_k) into shared memory (all threads), u's sum of squares in sum_squares_32_lanes's order (warp 0), then
 // u's norm out (all threads).
@@ -90,8 +88,8 @@ __global__ void __launch_bounds__(kPreThreads) hc_pre_kernel(const HcPreLaunch p
   __shared__ double r_shared;
   const int64_t t = blockIdx.x, D = p.dim;
   if (threadIdx.x < 32 && p.mixes) {
-    if (p.head_pre) {
-      head_pre(p, p.mixes + t * 4, c);
+    if (p.head_pre) {  // the head's H2: lane k < 4's pre_k
+      if (threadIdx.x < 4) c[threadIdx.x] = pre_coefficient(p, p.mixes + t * 4, int(threadIdx.x));
     } else {
       hc_coefficients(p, p.mixes + t * kHcCoefficientFloats, c);
     }
