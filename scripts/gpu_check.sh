@@ -146,7 +146,7 @@ sanitize() {
 }
 sanitizer_rc=skipped
 if [ "${SANITIZE:-1}" = 1 ]; then
-  sanitize memcheck 150 sanitizer.log 'Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.*:LinearChainCuda.Device*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearArgmaxCuda.*'
+  sanitize memcheck 150 sanitizer.log 'Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.*:LinearChainCuda.Device*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearDrawsCuda.*'
   sanitizer_rc=$sanitize_rc
 fi
 
@@ -274,7 +274,7 @@ fi
 # draws' argmax. Last, with what time is left (RACECHECK=0 skips it).
 racecheck_rc=skipped
 if [ "${RACECHECK:-1}" = 1 ]; then
-  sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearArgmaxCuda.*'
+  sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearDrawsCuda.*'
   racecheck_rc=$sanitize_rc
 fi
 

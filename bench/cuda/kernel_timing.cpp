@@ -655,25 +655,32 @@ void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, MoeT
   }
 }
 
+// A step's draws (launch_row_draws) of n_rows logits rows of V4's vocabulary, greedy (each row read once) or at
+// temperature 1 (read twice: the largest, then the weights), as Backend::linear_draws runs them after the head. GB/s of
+// the rows' bytes once.
+Row time_row_draws(int64_t n_rows, bool sampled) {
+  const int64_t vocab = 129280;
+  std::mt19937 rng(11);
+  DeviceBuffer logits = upload_random_floats(size_t(n_rows * vocab), rng, 4.0f);
+  DeviceBuffer ids(size_t(n_rows) * 4);
+  std::vector<DeviceTokenDraw> host_draws(static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) host_draws[size_t(r)] = {.uniform = double(r % 100) / 100.0, .temperature = 1.0f};
+  DeviceBuffer draws(host_draws.size() * sizeof(DeviceTokenDraw));
+  DI_CUDA_CHECK(cudaMemcpy(draws.get(), host_draws.data(), host_draws.size() * sizeof(DeviceTokenDraw), cudaMemcpyHostToDevice));
+  const double ms = median_ms([&](int, cudaStream_t st) {
+    launch_row_draws(logits.get<float>(), n_rows, vocab, vocab, sampled ? draws.get<DeviceTokenDraw>() : nullptr,
+                     ids.get<int32_t>(), st);
+  });
+  const double bytes = double(n_rows) * double(vocab) * 4.0;
+  return {std::string(sampled ? "row draw at T=1 " : "row argmax ") + std::to_string(n_rows) + " x 129280", ms * 1e3,
+          bytes / (ms * 1e-3) / 1e9, 0.0, -1.0};
+}
+
 // A V4-Flash ratio-4 layer's attention front through the backend: the mHC side's first half (mixes of the 4 x
 // 4096 stream, coefficients, u and its norm), u's QDQ, the projections of u (wq_a, wkv, the compressor's wkv and
 // wgate, the indexer's weights_proj), qr's norm and QDQ, and the projections of qr (wq_b, the indexer's wq_b): as the
 // model's steps (hc_mix, then two linears() calls) and as one call (Backend::mhc_projection_chain,
 // DEEPINFER_CUDA_LINEAR_CHAIN=device). Median wall time per front from the host; GB/s of the weights it reads.
-// A greedy step's draws (launch_row_argmax): each of n_rows logits rows of V4's vocabulary read once (GB/s of them),
-// as Backend::linear_argmax runs it after the head.
-Row time_row_argmax(int64_t n_rows) {
-  const int64_t vocab = 129280;
-  std::mt19937 rng(11);
-  DeviceBuffer logits = upload_random_floats(size_t(n_rows * vocab), rng, 4.0f);
-  DeviceBuffer ids(size_t(n_rows) * 4);
-  const double ms = median_ms([&](int, cudaStream_t st) {
-    launch_row_argmax(logits.get<float>(), n_rows, vocab, vocab, ids.get<int32_t>(), st);
-  });
-  const double bytes = double(n_rows) * double(vocab) * 4.0;
-  return {"row argmax " + std::to_string(n_rows) + " x 129280", ms * 1e3, bytes / (ms * 1e-3) / 1e9, 0.0, -1.0};
-}
-
 void time_attention_front(const std::vector<int64_t>& token_counts, std::vector<Row>& rows) {
   const int64_t D = 4096, QL = 1024, HD = 512, H = 64, C = 2 * HD, IH = 64, ID = 128;
   RandomWeights random(11);
@@ -803,8 +810,10 @@ int run() {
   // The V4-Flash output head (bf16, 129280 x 4096: 1.06 GB, the largest single read of a decode step).
   rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1));
   rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1, mma));
-  rows.push_back(time_row_argmax(1));  // then a greedy draw's argmax, at batch 1 and 256
-  rows.push_back(time_row_argmax(256));
+  for (const bool sampled : {false, true}) {  // then a step's draws, greedy and at a temperature, at batch 1 and 256
+    rows.push_back(time_row_draws(1, sampled));
+    rows.push_back(time_row_draws(256, sampled));
+  }
   rows.push_back(time_attention(64, 512, 640, true));
   rows.push_back(time_attention(64, 512, 640, false));
   // The split pair (DEEPINFER_CUDA_ATTENTION=split), then the V4.1 decode shape (128 window + 1024 top-k).

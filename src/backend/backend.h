@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "model/token_draw.h"
 #include "model/weights.h"
 
 namespace deepinfer {
@@ -339,7 +340,7 @@ struct HeadRowsParams {
   const float* h = nullptr;         // [n_stream_tokens, 4, dim]: the kept stream, named by its host address
   int64_t n_stream_tokens = 0;
   int64_t dim = 0;
-  std::span<const int64_t> rows;    // [n_rows]: the token of each logit row
+  std::span<const int64_t> rows = {};  // [n_rows]: the token of each logit row
   const float* hc_fn = nullptr;     // V4: [4, 4 * dim]
   const float* hc_scale = nullptr;  // V4: [1]
   const float* hc_base = nullptr;   // V4: [4]
@@ -473,21 +474,25 @@ class Backend {
   // The Engram update where the backend keeps the stream (EngramGateParams); false: it did nothing, and the model
   // fetches the stream and updates it on the host.
   virtual bool engram_gate(const EngramGateParams& /*p*/) { return false; }
-  // A linear op whose rows' argmax is all the caller needs for some tokens (the head of a greedy draw): the op as
-  // linear() computes it, argmax[t] = model/ops.h's argmax over token t's outputs for every token, and the outputs of
-  // only the tokens with keep_out[t] != 0 written to p.out; the others' rows there are left as they were. false: it
-  // did nothing, and the caller runs linear() and takes the argmax itself (the CPU backends always). The CUDA backend
-  // brings back the kept rows and one id a token instead of every token's outputs (V4's head: 517 KB a token).
-  virtual bool linear_argmax(const LinearParams& /*p*/, std::span<const uint8_t> /*keep_out*/, int32_t* /*argmax*/) {
+  // A linear op whose rows' draws are all the caller needs for some tokens (the head of a greedy or plain temperature
+  // draw): the op as linear() computes it, drawn[t] = model/token_draw.h's draw_token(token t's outputs, draws[t]) for
+  // every token (draws: one a token), and the outputs of only the tokens with keep_out[t] != 0 written to p.out; the
+  // others' rows there are left as they were. false: it did nothing, and the caller runs linear() and draws itself
+  // (the CPU backends always). The CUDA backend brings back the kept rows and one id a token instead of every token's
+  // outputs (V4's head: 517 KB a token).
+  virtual bool linear_draws(const LinearParams& /*p*/, std::span<const uint8_t> /*keep_out*/,
+                            std::span<const TokenDraw> /*draws*/, int32_t* /*drawn*/) {
     return false;
   }
-  // The head (linear_argmax's op `head`, its x the rows' y: head.x is not read) on the head's input rows where the
+  // The head (linear_draws's op `head`, its x the rows' y: head.x is not read) on the head's input rows where the
   // backend keeps the stream (HeadRowsParams): the outputs of the tokens with keep_out[t] != 0 written to head.out, and
-  // where argmax is not nullptr every token's argmax there. false: it did nothing, and the model fetches the stream
-  // and runs the host's steps. The CUDA backend runs it whole with one wait: nothing but the kept rows and the ids
-  // cross (with the host's steps the stream came back, hc_mix's input went out again, and each waited).
+  // where drawn is not nullptr every token's draw (draws, as linear_draws's) there. false: it did nothing, and the
+  // model fetches the stream and runs the host's steps. The CUDA backend runs it whole with one wait: nothing but the
+  // kept rows and the ids cross (with the host's steps the stream came back, hc_mix's input went out again, and each
+  // waited).
   virtual bool head_on_kept_stream(const HeadRowsParams& /*rows*/, const LinearParams& /*head*/,
-                                   std::span<const uint8_t> /*keep_out*/, int32_t* /*argmax*/) {
+                                   std::span<const uint8_t> /*keep_out*/, std::span<const TokenDraw> /*draws*/,
+                                   int32_t* /*drawn*/) {
     return false;
   }
   // True where the backend can keep arrays between calls (HeadRope, ProjectionChainParams::q_rope and the kept

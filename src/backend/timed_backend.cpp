@@ -173,16 +173,17 @@ bool TimedBackend::engram_gate(const EngramGateParams& p) {
   ++(*times_)[size_t(OpKind::kLinear)].stream_updates;
   return true;
 }
-bool TimedBackend::linear_argmax(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) {
+bool TimedBackend::linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
+                                int32_t* drawn) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (!inner_->linear_argmax(p, keep_out, argmax)) return false;
+  if (!inner_->linear_draws(p, keep_out, draws, drawn)) return false;
   record_chain({&p, 1}, {}, seconds_since(t0));
   return true;
 }
 bool TimedBackend::head_on_kept_stream(const HeadRowsParams& rows, const LinearParams& head, std::span<const uint8_t> keep_out,
-                                       int32_t* argmax) {
+                                       std::span<const TokenDraw> draws, int32_t* drawn) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (!inner_->head_on_kept_stream(rows, head, keep_out, argmax)) return false;
+  if (!inner_->head_on_kept_stream(rows, head, keep_out, draws, drawn)) return false;
   record_chain({&head, 1}, {}, seconds_since(t0));
   ++(*times_)[size_t(OpKind::kLinear)].heads_on_kept_stream;
   return true;

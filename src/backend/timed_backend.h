@@ -98,10 +98,11 @@ class TimedBackend final : public Backend {
   bool projection_chain(const ProjectionChainParams& p) override;  // as linear_chain
   bool mhc_projection_chain(const MhcProjectionParams& p) override;  // as its chain (its mixes are no hc_mix call)
   bool engram_gate(const EngramGateParams& p) override;  // as its linear op (its gate is no row work)
-  bool linear_argmax(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) override;  // as linear
+  bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
+                    int32_t* drawn) override;  // as linear
   // As its linear op; counted in OpTime::heads_on_kept_stream.
   bool head_on_kept_stream(const HeadRowsParams& rows, const LinearParams& head, std::span<const uint8_t> keep_out,
-                           int32_t* argmax) override;
+                           std::span<const TokenDraw> draws, int32_t* drawn) override;
   bool keeps_arrays() const override { return inner_->keeps_arrays(); }
   bool keeps_selections() const override { return inner_->keeps_selections(); }
   int64_t kept_selection_extra_rows() const override { return inner_->kept_selection_extra_rows(); }

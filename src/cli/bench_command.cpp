@@ -61,6 +61,7 @@ Runner add_bench_command(CLI::App& app) {
     std::vector<int64_t> prefill_lens{512};
     std::vector<int> batches{1, 4, 16};
     int decode_steps = 16, threads = 0, context = 16, speculative_tokens = 32;
+    float temperature = 0.0f;
     bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false, swa_replay = false, mlock = false;
     bool paired_reads = false, paired_peak = false, op_times = false;
   };
@@ -75,6 +76,9 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--context", args->context, "prompt tokens of each sequence before its timed decode steps")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", args->threads, "threads (0 = all)");
+  cmd->add_option("--temperature", args->temperature,
+                  "every forward's draw at this plain temperature (no top-k/top-p/min-p cut; 0 = greedy)")
+      ->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("--speculative-tokens", args->speculative_tokens,
                   "V4.1: greedy tokens generated with and without DSpark speculation (0 = skip)")
       ->check(CLI::Range(0, 100000));
@@ -180,11 +184,16 @@ Runner add_bench_command(CLI::App& app) {
     };
     const int64_t layer_macs = traffic.decode_macs_per_token - traffic.head_macs;
 
-    // Every forward here draws greedily, as a greedy server's do (ForwardChunk::argmax_only): the bench has no use for
-    // the logits, and a GPU backend then sends one id a token back instead of the vocabulary's logits.
-    auto greedy = [](SequenceState* seq, std::span<const int32_t> ids, int64_t prompt_len) {
+    // Every forward here draws its token itself, greedily or at --temperature, as a server's forwards do for such
+    // requests (ForwardChunk::draw_only): the bench has no use for the logits, and a GPU backend then sends one id a
+    // token back instead of the vocabulary's logits.
+    Sampler sampler(1);
+    SamplingParams sampling;
+    sampling.temperature = args->temperature;
+    auto drawing_chunk = [&](SequenceState* seq, std::span<const int32_t> ids, int64_t prompt_len) {
       ForwardChunk fc{seq, ids, prompt_len};
-      fc.argmax_only = true;
+      fc.draw_only = true;
+      fc.draw = *sampler.plain_draw(sampling, c.vocab_size);
       return fc;
     };
     // Warm-up, not timed: faults the weights in, and grows the heap to a prefill's working set. The longest
@@ -196,7 +205,7 @@ Runner add_bench_command(CLI::App& app) {
       for (int i = 0; i < 2; ++i) {
         SequenceState seq = m.new_sequence();
         const auto ids = random_ids(rng, longest, c.vocab_size);
-        const ForwardChunk fc = greedy(&seq, ids, int64_t(ids.size()));
+        const ForwardChunk fc = drawing_chunk(&seq, ids, int64_t(ids.size()));
         m.forward(std::span<const ForwardChunk>(&fc, 1));
       }
     }
@@ -206,14 +215,18 @@ Runner add_bench_command(CLI::App& app) {
     // The cache bytes sequences really hold (packed formats, SequenceState::cache_bytes) beside the plan's.
     const int64_t fresh_bytes = m.new_sequence().fixed_bytes();
     const CacheFootprint footprint = cache_footprint_of(c, fresh_bytes, kDefaultPageBytes);
-    std::printf("Every forward draws greedily (ForwardChunk::argmax_only): no logits come back\n");
+    if (args->temperature > 0.0f) {
+      std::printf("Every forward draws at temperature %g (ForwardChunk::draw_only): no logits come back\n", args->temperature);
+    } else {
+      std::printf("Every forward draws greedily (ForwardChunk::draw_only): no logits come back\n");
+    }
     std::printf("KV cache: %.1f B/token global (compressed rows + index keys, in %lld-byte pool pages), %.3f MB fixed per "
                 "sequence (window rings, compressor state)\n", footprint.bytes_per_token(), (long long)kDefaultPageBytes, fresh_bytes / 1e6);
     for (int64_t len : args->prefill_lens) {
       prefault();
       SequenceState seq = m.new_sequence();
       const auto ids = random_ids(rng, len, c.vocab_size);
-      const ForwardChunk fc = greedy(&seq, ids, len);
+      const ForwardChunk fc = drawing_chunk(&seq, ids, len);
       const MachineCeiling peak_before = args->paired_peak ? measure_arithmetic_peak(args->threads) : MachineCeiling{};
       phase_start();
       const auto t0 = Clock::now();
@@ -256,7 +269,7 @@ Runner add_bench_command(CLI::App& app) {
       for (int b0 = 0; b0 < batch; b0 += 64) {
         std::vector<ForwardChunk> chunks;
         for (int b = b0; b < std::min(batch, b0 + 64); ++b) {
-          chunks.push_back(greedy(&seqs[size_t(b)], prompts[size_t(b)], args->context));
+          chunks.push_back(drawing_chunk(&seqs[size_t(b)], prompts[size_t(b)], args->context));
         }
         m.forward(chunks);
       }
@@ -270,7 +283,7 @@ Runner add_bench_command(CLI::App& app) {
       for (int step = 0; step < args->decode_steps; ++step) {
         std::vector<ForwardChunk> chunks;
         for (int b = 0; b < batch; ++b) {
-          chunks.push_back(greedy(&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)][size_t(step)], 1), 0));
+          chunks.push_back(drawing_chunk(&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)][size_t(step)], 1), 0));
         }
         const auto t0 = Clock::now();
         m.forward(chunks);

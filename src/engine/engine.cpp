@@ -112,10 +112,12 @@ struct Engine::Impl {
     TokenLogprob logprob;
   };
   Drawn draw_next(Sequence& seq, ChunkOutput& output, DrawScratch& scratch) const;
-  // A plain greedy draw, the argmax of the model's logits as they are (no penalty, JSON mask or log-probability):
-  // the forward then brings back the argmax alone (ForwardChunk::argmax_only), drawn on the device by a GPU backend.
-  static bool draws_plain_argmax(const Sequence& s) {
-    return s.sampling.temperature <= 0.0f && !has_penalties(s.sampling) && !s.sampling.logprobs && !s.json && !s.json_schema;
+  // A draw from the model's logits as they are (no penalty, JSON mask or log-probability), greedy or at a plain
+  // temperature (Sampler::draws_plainly): the forward then brings back the drawn id alone (ForwardChunk::draw_only),
+  // drawn on the device by a GPU backend.
+  bool draws_on_forward(const Sequence& s) const {
+    return Sampler::draws_plainly(s.sampling, model->config().vocab_size) && !has_penalties(s.sampling) &&
+           !s.sampling.logprobs && !s.json && !s.json_schema;
   }
   void commit_next(Sequence& seq, Drawn drawn);
   void snapshot(const Sequence& seq);
@@ -535,9 +537,11 @@ void Engine::Impl::step() {
     const bool is_prompt = s->n_computed < s->n_prompt;
     DI_CHECK(!is_prompt || s->n_computed + n <= s->n_prompt);
     fc.prompt_len = is_prompt && options.prefill_layout == PrefillLayout::kPrompt ? s->n_prompt : 0;
-    // A chunk that draws nothing (a prompt's chunk before its last) needs no logits either.
+    // A chunk that draws nothing (a prompt's chunk before its last) needs no logits either (and draws greedily, taking
+    // nothing from the sampler's stream). One that draws takes its uniform from the stream now, as sample() would.
     const bool draws = s->n_computed + n == int64_t(s->tokens.size());
-    fc.argmax_only = !draws || draws_plain_argmax(*s);
+    fc.draw_only = !draws || draws_on_forward(*s);
+    if (draws && fc.draw_only) fc.draw = *s->sampler.plain_draw(s->sampling, model->config().vocab_size);
     chunks.push_back(fc);
     chunk_seqs.push_back(s);
   }
@@ -590,9 +594,9 @@ void Engine::Impl::snapshot(const Sequence& seq) {
 
 Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, ChunkOutput& output, DrawScratch& scratch) const {
   Drawn drawn;
-  if (output.logits.empty()) {  // argmax_only: the forward drew it
-    DI_CHECK(draws_plain_argmax(s) && output.argmax >= 0);
-    drawn.id = output.argmax;
+  if (output.logits.empty()) {  // draw_only: the forward drew it
+    DI_CHECK(draws_on_forward(s) && output.drawn >= 0);
+    drawn.id = output.drawn;
     return drawn;
   }
   const int64_t vocab = model->config().vocab_size;

@@ -47,12 +47,17 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
   Sampler sampler(options.sampling.seed);
   SequenceState seq = model.new_sequence();
   auto t0 = Clock::now();
-  // Greedy: the forward brings back each draw alone (ForwardChunk::argmax_only; a GPU draws it on the device).
-  const bool greedy = options.sampling.temperature <= 0.0f;
-  auto draw_from = [&](ChunkOutput& o) { return greedy ? o.argmax : sampler.sample(o.logits.data(), V, options.sampling); };
+  // Greedy or at a plain temperature: the forward brings back each draw alone (ForwardChunk::draw_only; a GPU draws it
+  // on the device), its uniform taken from the stream as the forward is set up (as sample() takes it, one a draw).
+  const bool plain = Sampler::draws_plainly(options.sampling, V);
+  auto draw_only = [&](ForwardChunk& fc) {
+    fc.draw_only = plain;
+    if (plain) fc.draw = *sampler.plain_draw(options.sampling, V);
+  };
+  auto draw_from = [&](ChunkOutput& o) { return plain ? o.drawn : sampler.sample(o.logits.data(), V, options.sampling); };
   ForwardChunk prefill{&seq, prompt, P};
   prefill.keep_hidden = speculative;
-  prefill.argmax_only = greedy;
+  draw_only(prefill);
   auto out = model.forward(std::span<const ForwardChunk>(&prefill, 1));
   if (speculative) model.dspark_seed(seq, out[0].hidden_first_token, out[0].hidden);  // > 0: an SWA replay's tail
   result.prefill_seconds = seconds_since(t0);
@@ -68,7 +73,7 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
     const int64_t pos = seq.n_tokens - 1;  // the last position the model has processed
     if (!speculative) {
       ForwardChunk step{&seq, std::span<const int32_t>(&next, 1), 0};
-      step.argmax_only = greedy;
+      draw_only(step);
       out = model.forward(std::span<const ForwardChunk>(&step, 1));
       ++result.n_forwards;
       next = draw_from(out[0]);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/ops.h"
+#include "model/token_draw.h"
 
 namespace deepinfer {
 
@@ -92,8 +93,18 @@ size_t Sampler::top_k_cut(const float* logits, int64_t vocab, const SamplingPara
   return n;
 }
 
+bool Sampler::draws_plainly(const SamplingParams& p, int64_t vocab) {
+  return p.temperature <= 0.0f || (!(p.top_k > 0 && p.top_k < vocab) && !(p.top_p < 1.0f) && !(p.min_p > 0.0f));
+}
+
+std::optional<TokenDraw> Sampler::plain_draw(const SamplingParams& p, int64_t vocab) {
+  if (!draws_plainly(p, vocab)) return std::nullopt;
+  if (p.temperature <= 0.0f) return TokenDraw{};
+  return TokenDraw{.temperature = p.temperature, .uniform = next_uniform()};
+}
+
 int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
-  if (p.temperature <= 0.0f) return int32_t(argmax(logits, vocab));
+  if (draws_plainly(p, vocab)) return draw_token(logits, vocab, *plain_draw(p, vocab));
   Scratch& scratch = thread_scratch();
   if (p.top_k > 0 && p.top_k < vocab) {
     const size_t n = top_k_cut(logits, vocab, p, scratch);
@@ -104,11 +115,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams
   }
   float max_scaled = 0;
   if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) return int32_t(argmax(logits, vocab));
-  if (p.top_p < 1.0f || p.min_p > 0.0f) return sample_cut(p, max_scaled, scratch);
-  // Plain temperature: the draw walks the unnormalised weights in id order.
-  scratch.weights.resize(size_t(vocab));
-  const double total = exp_fixed_sum(scratch.scaled.data(), vocab, max_scaled, scratch.weights.data());
-  return int32_t(pick(scratch.weights.data(), size_t(vocab), total));
+  return sample_cut(p, max_scaled, scratch);  // top-p or min-p
 }
 
 void Sampler::distribution(const float* logits, int64_t vocab, const SamplingParams& p,
@@ -132,29 +139,32 @@ void Sampler::distribution(const float* logits, int64_t vocab, const SamplingPar
     }
     return;
   }
+  if (draws_plainly(p, vocab)) {  // (the temperature's: greedy returned above)
+    if (!scratch.plain.weigh(logits, vocab, p.temperature)) {
+      out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
+      return;
+    }
+    const std::vector<double>& w = scratch.plain.weights();
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (w[size_t(i)] > 0.0) out.emplace_back(int32_t(i), w[size_t(i)] / scratch.plain.total());
+    }
+    return;
+  }
   float max_scaled = 0;
   if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) {
     out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
     return;
   }
-  const auto& weights = scratch.weights;
-  if (p.top_p < 1.0f || p.min_p > 0.0f) {
-    const Cut cut = find_cut(p, max_scaled, scratch);
-    for (size_t i = 0; i < weights.size(); ++i) {
-      if (scratch.bucket[i] < cut.bucket && weights[i] > 0.0) out.emplace_back(int32_t(i), weights[i] / cut.mass);
-    }
-    if (cut.bucket <= kLastBucket) {
-      const auto& m = bucket_members(cut.bucket, scratch);
-      for (size_t j = 0; j < cut.count; ++j) {
-        if (weights[size_t(m[j].second)] > 0.0) out.emplace_back(m[j].second, weights[size_t(m[j].second)] / cut.mass);
-      }
-    }
-    return;
+  const auto& weights = scratch.weights;  // top-p or min-p
+  const Cut cut = find_cut(p, max_scaled, scratch);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (scratch.bucket[i] < cut.bucket && weights[i] > 0.0) out.emplace_back(int32_t(i), weights[i] / cut.mass);
   }
-  scratch.weights.resize(size_t(vocab));
-  const double total = exp_fixed_sum(scratch.scaled.data(), vocab, max_scaled, scratch.weights.data());
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (weights[size_t(i)] > 0.0) out.emplace_back(int32_t(i), weights[size_t(i)] / total);
+  if (cut.bucket <= kLastBucket) {
+    const auto& m = bucket_members(cut.bucket, scratch);
+    for (size_t j = 0; j < cut.count; ++j) {
+      if (weights[size_t(m[j].second)] > 0.0) out.emplace_back(m[j].second, weights[size_t(m[j].second)] / cut.mass);
+    }
   }
 }
 
@@ -252,7 +262,7 @@ int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& 
 
 // The first i whose running sum of weights[0, i] passes a uniform times mass (their sum); where rounding leaves none,
 // the last with any weight (a masked token has none). Eight weights at a time while the uniform lies past their sum:
-// one dependent subtraction for eight, which a plain-temperature draw over the vocabulary otherwise waits on.
+// one dependent subtraction for eight (top-k's candidates; a plain temperature draw walks TemperatureWeights).
 size_t Sampler::pick(const double* weights, size_t n, double mass) {
   double r = next_uniform() * mass;
   size_t i = 0;

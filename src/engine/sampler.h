@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "deepinfer/types.h"
+#include "model/token_draw.h"
 
 namespace deepinfer {
 
@@ -18,6 +20,13 @@ class Sampler {
  public:
   explicit Sampler(uint64_t seed);
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params);
+  // Whether sample() draws greedily or at a plain temperature (no top-k, top-p or min-p cut): then its draw is
+  // model/token_draw.h's draw_token of the logits with plain_draw(), which a forward can take itself (a GPU on the
+  // device: ForwardChunk::draw_only).
+  static bool draws_plainly(const SamplingParams& params, int64_t vocab);
+  // That draw, taking its uniform from the stream now (the temperature's: one, as sample() takes); nullopt (and
+  // nothing taken) where the draw is not plain.
+  std::optional<TokenDraw> plain_draw(const SamplingParams& params, int64_t vocab);
   // The distribution sample() draws from, after its cuts: (id, probability) pairs whose probabilities sum to 1 (greedy:
   // the best token alone; tokens of no probability left out), in a fixed order. For speculative decoding's acceptance
   // test and the draw that follows a rejection. Draws nothing from the stream.
@@ -35,6 +44,7 @@ class Sampler {
     std::vector<double> probs;                             // by candidate
     std::vector<uint16_t> bucket;                          // sample_cut's bucket of each id
     std::vector<double> bucket_weights;                    // and the weights in each bucket
+    TemperatureWeights plain;                              // distribution()'s plain temperature weights
   };
   // Top-p and min-p's cut (sample_cut): the candidates kept are the buckets before `bucket` and its first `count`
   // members; `mass` their weight.

@@ -154,12 +154,12 @@ thread_local StackedLogits stacked_logits;
 }  // namespace
 
 bool head_outputs_with(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
-                       std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs, const HeadRun& run) {
+                       std::span<const std::optional<TokenDraw>> draws, std::vector<ChunkOutput>& outputs, const HeadRun& run) {
   const int64_t vocab = head.n_out;
   std::vector<int64_t> first_row(outputs.size() + 1, 0);
   for (size_t ci = 0; ci < outputs.size(); ++ci) first_row[ci + 1] = first_row[ci] + counts[ci];
   const int64_t n_rows = first_row.back();
-  auto draws_only = [&](size_t ci) { return argmax_only[ci] != 0; };
+  auto draws_only = [&](size_t ci) { return draws[ci].has_value(); };
   bool any_draw = false;
   for (size_t ci = 0; ci < outputs.size(); ++ci) any_draw = any_draw || draws_only(ci);
   const bool in_place = outputs.size() == 1 && !any_draw;
@@ -167,17 +167,19 @@ bool head_outputs_with(Backend& backend, const LinearWeight& head, const float* 
   float* logits = in_place ? outputs[0].logits.data() : stacked_logits.reserve(size_t(n_rows * vocab));  // (this thread's)
   if (n_rows > 0) {
     std::vector<uint8_t> keep_out(size_t(n_rows), 1);
-    std::vector<size_t> drawing;  // the chunks whose row's argmax is all they want
+    std::vector<TokenDraw> row_draws(size_t(any_draw ? n_rows : 0));  // (greedy for the kept rows: never read)
+    std::vector<size_t> drawing;  // the chunks whose row's draw is all they want
     for (size_t ci = 0; ci < outputs.size(); ++ci) {
       if (!draws_only(ci) || counts[ci] == 0) continue;
       DI_CHECK(counts[ci] == 1);
       keep_out[size_t(first_row[ci])] = 0;
+      row_draws[size_t(first_row[ci])] = *draws[ci];
       drawing.push_back(ci);
     }
     std::vector<int32_t> ids(size_t(n_rows), -1);
     const LinearParams p{y, dim, n_rows, &head, 0, vocab, Epilogue::kF32, nullptr, logits, vocab};
-    if (!run(p, keep_out, any_draw ? ids.data() : nullptr)) return false;
-    for (size_t ci : drawing) outputs[ci].argmax = ids[size_t(first_row[ci])];
+    if (!run(p, keep_out, row_draws, any_draw ? ids.data() : nullptr)) return false;
+    for (size_t ci : drawing) outputs[ci].drawn = ids[size_t(first_row[ci])];
   }
   if (in_place) return true;
   backend.for_rows(int64_t(outputs.size()), [&](int64_t c0, int64_t c1) {
@@ -191,16 +193,17 @@ bool head_outputs_with(Backend& backend, const LinearWeight& head, const float* 
 }
 
 void head_outputs(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
-                  std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs) {
-  head_outputs_with(backend, head, y, dim, counts, argmax_only, outputs,
-                    [&](const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) {
-                      if (!argmax) {
+                  std::span<const std::optional<TokenDraw>> draws, std::vector<ChunkOutput>& outputs) {
+  head_outputs_with(backend, head, y, dim, counts, draws, outputs,
+                    [&](const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> row_draws,
+                        int32_t* drawn) {
+                      if (!drawn) {
                         backend.linear(p);
-                      } else if (!backend.linear_argmax(p, keep_out, argmax)) {
+                      } else if (!backend.linear_draws(p, keep_out, row_draws, drawn)) {
                         backend.linear(p);
-                        backend.for_rows(p.n_tokens, [&](int64_t r0, int64_t r1) {  // the drawn rows' argmax
+                        backend.for_rows(p.n_tokens, [&](int64_t r0, int64_t r1) {  // the drawing rows' draws
                           for (int64_t r = r0; r < r1; ++r) {
-                            if (!keep_out[size_t(r)]) argmax[r] = int32_t(deepinfer::argmax(p.out + r * p.out_stride, p.n_rows));
+                            if (!keep_out[size_t(r)]) drawn[r] = draw_token(p.out + r * p.out_stride, p.n_rows, row_draws[size_t(r)]);
                           }
                         });
                       }
@@ -240,7 +243,7 @@ void Model::run_head(const HeadWeights& w, const Batch& batch, std::span<const C
   const int64_t n_tokens = int64_t(hs.size()) / (4 * D);
   std::vector<float> y;
   if (n_tokens > 0) head_norm_rows(w, hs.data(), n_tokens, y);  // H1-H4
-  head_outputs(*backend_, weights_.head_proj, y.data(), D, counts, argmax_only_of(chunks), outputs);  // H5: fp32 logits
+  head_outputs(*backend_, weights_.head_proj, y.data(), D, counts, draws_of(chunks), outputs);  // H5: fp32 logits
   release_if_large(hs);
 }
 template void Model::run_head(const HeadWeights&, const Batch&, std::span<const ForwardChunk>, const std::vector<float>&,
@@ -357,7 +360,7 @@ std::vector<ChunkOutput> forward_by_token_kind(Backend& backend, std::span<const
 
 std::vector<ChunkOutput> Model::forward(std::span<const ForwardChunk> chunks) {
   for (const ForwardChunk& ch : chunks) {
-    DI_CHECK_MSG(!ch.argmax_only || !ch.all_logits, "a chunk asks for argmax_only and all_logits");
+    DI_CHECK_MSG(!ch.draw_only || !ch.all_logits, "a chunk asks for draw_only and all_logits");
   }
   return forward_by_token_kind(*backend_, chunks, [this](std::span<const ForwardChunk> group) {
     return config_.is_v41() ? forward_v41(group) : forward_v4(group);

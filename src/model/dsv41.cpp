@@ -194,7 +194,7 @@ std::vector<ChunkOutput> Model::forward_v41(std::span<const ForwardChunk> chunks
         rmsnorm(&y[size_t(r * D)], weights_.head.norm, D, eps, &y[size_t(r * D)]);
       }
     });
-    head_outputs(*backend_, weights_.head_proj, y.data(), D, counts, argmax_only_of(chunks), outputs);  // step 44
+    head_outputs(*backend_, weights_.head_proj, y.data(), D, counts, draws_of(chunks), outputs);  // step 44
     release_if_large(hs);
   }
   for (size_t ci = 0; ci < chunks.size(); ++ci) {

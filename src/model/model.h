@@ -19,6 +19,7 @@
 #include "model/engram.h"
 #include "model/ops.h"
 #include "model/sequence_state.h"
+#include "model/token_draw.h"
 #include "model/swa_replay.h"
 #include "model/weights.h"
 
@@ -58,9 +59,11 @@ struct ForwardChunk {
   // the golden contract: window part min(P, window) slots, compressed part sized from P); 0: decode.
   int64_t prompt_len = 0;
   bool all_logits = false;  // logits for every token, else for the last one only
-  // Only the last token's greedy draw, not its logits: ChunkOutput::argmax, drawn on the backend where it can
-  // (Backend::linear_argmax: a GPU then sends one id back instead of the vocabulary's logits). Not with all_logits.
-  bool argmax_only = false;
+  // Only the last token's draw (`draw`: greedy or at a plain temperature), not its logits: ChunkOutput::drawn, drawn
+  // on the backend where it can (Backend::linear_draws: a GPU then sends one id back instead of the vocabulary's
+  // logits). Not with all_logits.
+  bool draw_only = false;
+  TokenDraw draw = {};
   bool keep_hidden = false; // return the final 4-copy stream of every token (the MTP input)
   // Debugging / golden checks: receives [n_layers, hc_mult, dim], the stream of the chunk's last token
   // after every main layer.
@@ -77,8 +80,8 @@ struct MtpChunk {
 };
 
 struct ChunkOutput {
-  std::vector<float> logits;   // [n_rows, vocab]: every token or just the last (empty with argmax_only)
-  int32_t argmax = -1;         // argmax_only: model/ops.h's argmax of the last token's logits (-1: the chunk had no tokens)
+  std::vector<float> logits;   // [n_rows, vocab]: every token or just the last (empty with draw_only)
+  int32_t drawn = -1;          // draw_only: draw_token of the last token's logits (-1: the chunk had no tokens)
   std::vector<float> hidden;   // [n, hc_mult, dim] when keep_hidden (V4.1: [n, n_taps * dim] DSpark taps)
   // The chunk token that hidden's first row belongs to: 0, except after an SWA bounded replay, whose
   // hidden holds only the tail's rows (the skipped tokens never reach the tap layers).

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -142,29 +143,33 @@ void stack_logit_rows(Backend& backend, const Model::Batch& batch, std::span<con
     }
   });
 }
-// Each chunk's ForwardChunk::argmax_only (MTP chunks have none: all 0).
+// Each chunk's draw where ForwardChunk::draw_only, else nullopt (MTP chunks have none: all nullopt).
 template <class Chunk>
-std::vector<uint8_t> argmax_only_of(std::span<const Chunk> chunks) {
-  std::vector<uint8_t> flags(chunks.size(), 0);
-  if constexpr (requires(const Chunk& ch) { ch.argmax_only; }) {
-    for (size_t ci = 0; ci < chunks.size(); ++ci) flags[ci] = chunks[ci].argmax_only;  // (Model::forward checked all_logits)
+std::vector<std::optional<TokenDraw>> draws_of(std::span<const Chunk> chunks) {
+  std::vector<std::optional<TokenDraw>> draws(chunks.size());
+  if constexpr (requires(const Chunk& ch) { ch.draw_only; }) {
+    for (size_t ci = 0; ci < chunks.size(); ++ci) {
+      if (chunks[ci].draw_only) draws[ci] = chunks[ci].draw;  // (Model::forward checked all_logits)
+    }
   }
-  return flags;
+  return draws;
 }
 // The head (V4's H5, V4.1's step 44) over the stacked logit rows (counts[ci] of chunk ci) into the chunks' outputs:
-// their logits rows, or where argmax_only[ci], the argmax of the chunk's row alone (ChunkOutput::argmax). The logits
+// their logits rows, or where draws[ci] is set, the draw of the chunk's row alone (ChunkOutput::drawn). The logits
 // go straight into the chunk's own output where the call has one chunk, else into a buffer the thread keeps from call
 // to call (a batch-256 decode step's 132 MB of V4 logits were a fresh, zero-filled vector each step, then copied chunk
-// by chunk on one thread) and out to the chunks on the backend's threads. run(p, keep_out, argmax) computes the head
-// op p (p.out: the logits, one row a logit row), writing the rows where keep_out[r] != 0 and, unless argmax is nullptr
-// (no chunk draws), every row's argmax; false: it did nothing, and neither does head_outputs_with.
-using HeadRun = std::function<bool(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax)>;
+// by chunk on one thread) and out to the chunks on the backend's threads. run(p, keep_out, row_draws, drawn) computes
+// the head op p (p.out: the logits, one row a logit row), writing the rows where keep_out[r] != 0 and, unless drawn is
+// nullptr (no chunk draws), the draws row_draws[r] (one a row) of the rows where keep_out[r] == 0 into drawn[r];
+// false: it did nothing, and neither does head_outputs_with.
+using HeadRun = std::function<bool(const LinearParams& p, std::span<const uint8_t> keep_out,
+                                   std::span<const TokenDraw> row_draws, int32_t* drawn)>;
 bool head_outputs_with(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
-                       std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs, const HeadRun& run);
-// head_outputs_with on y [n_rows, dim] on the host: the backend draws where it can (Backend::linear_argmax), else the
-// host's threads take the argmax of the logits.
+                       std::span<const std::optional<TokenDraw>> draws, std::vector<ChunkOutput>& outputs, const HeadRun& run);
+// head_outputs_with on y [n_rows, dim] on the host: the backend draws where it can (Backend::linear_draws), else the
+// host's threads draw from the logits (draw_token).
 void head_outputs(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
-                  std::span<const uint8_t> argmax_only, std::vector<ChunkOutput>& outputs);
+                  std::span<const std::optional<TokenDraw>> draws, std::vector<ChunkOutput>& outputs);
 // head_outputs_with where the backend keeps the stream and runs the head's steps on it (Backend::head_on_kept_stream;
 // `rows` without its rows, which this sets): false where it declines, or where a chunk keeps its hidden stream or the
 // stream is not kept (the caller then fetches the stream and runs its host steps and head_outputs).
@@ -178,10 +183,9 @@ bool head_outputs_on_kept_stream(Backend& backend, const LinearWeight& head, Hea
   std::vector<int64_t> counts, tokens;
   logit_row_tokens(batch, chunks, counts, tokens);
   rows.rows = tokens;
-  return head_outputs_with(backend, head, nullptr, rows.dim, counts, argmax_only_of(chunks), outputs,
-                           [&](const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) {
-                             return backend.head_on_kept_stream(rows, p, keep_out, argmax);
-                           });
+  return head_outputs_with(backend, head, nullptr, rows.dim, counts, draws_of(chunks), outputs,
+                           [&](const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> row_draws,
+                               int32_t* drawn) { return backend.head_on_kept_stream(rows, p, keep_out, row_draws, drawn); });
 }
 
 // The mHC block's per-call buffers (V4's Model::run_block, V4.1's Model::mhc_block_v41), kept by each thread

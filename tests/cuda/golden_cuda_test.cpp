@@ -424,8 +424,8 @@ TEST(GoldenCudaKeptSelections, EqualTheSelectionsBroughtBackBitForBit) {
 // through a batched prefill, decode steps of all sequences in one call (each token alone in its chunk, its rows placed
 // without lookups: SparseAttentionParams::rows_unshared) and a late sequence whose prefill shares a forward with the
 // others' decode steps. The kernels never mix tokens inside a sum, so no result depends on its batch. Each sequence has
-// a twin in the same calls that asks for its greedy draw alone (ForwardChunk::argmax_only: Backend::linear_argmax, the
-// head's argmax on the device): the argmax of the sequence's logits row.
+// a twin in the same calls that asks for its draw alone (ForwardChunk::draw_only: Backend::linear_draws, the head's
+// draws on the device; greedy, or at a temperature for the second sequence): draw_token of the sequence's logits row.
 void expect_batched_sequences_match_each_alone(const std::string& family, const std::string& model_name) {
   const std::string dir = testing::golden_dir() + "/" + family + "/" + model_name;
   if (!std::filesystem::exists(dir + "/case-3.safetensors")) GTEST_SKIP() << "golden data not found: " << dir;
@@ -454,6 +454,7 @@ void expect_batched_sequences_match_each_alone(const std::string& family, const 
     twins.push_back(model.value()->new_sequence());
   }
   int64_t n_draws = 0;
+  auto twin_draw = [](size_t round) { return TokenDraw{.temperature = 1.0f, .uniform = double((round * 37 + 11) % 100) / 100.0}; };
   std::vector<std::vector<float>> batched(cases.size());
   std::vector<size_t> step(cases.size(), 0);  // 0: the prefill is next
   for (size_t round = 0; round < n_decode + 3; ++round) {
@@ -468,7 +469,8 @@ void expect_batched_sequences_match_each_alone(const std::string& family, const 
     const size_t n_seqs = chunks.size();
     for (size_t k = 0; k < n_seqs; ++k) {
       chunks.push_back(testing::golden_step_chunk(twins[which[k]], cases[which[k]], step[which[k]]));
-      chunks.back().argmax_only = true;
+      chunks.back().draw_only = true;
+      if (which[k] == 1) chunks.back().draw = twin_draw(round);
     }
     const std::vector<ChunkOutput> out = model.value()->forward(chunks);
     for (size_t k = 0; k < n_seqs; ++k) {
@@ -477,7 +479,7 @@ void expect_batched_sequences_match_each_alone(const std::string& family, const 
       const ChunkOutput& twin = out[n_seqs + k];
       ASSERT_GE(out[k].logits.size(), size_t(V));
       EXPECT_TRUE(twin.logits.empty());
-      EXPECT_EQ(twin.argmax, int32_t(argmax(out[k].logits.data() + out[k].logits.size() - size_t(V), V)))
+      EXPECT_EQ(twin.drawn, draw_token(out[k].logits.data() + out[k].logits.size() - size_t(V), V, chunks[n_seqs + k].draw))
           << "sequence " << which[k] << ", step " << step[which[k]] - 1;
       ++n_draws;
     }

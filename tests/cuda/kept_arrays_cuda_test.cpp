@@ -453,7 +453,7 @@ TEST(KeptArraysCuda, StreamTapOfTheKeptStreamStaysOnTheDevice) {
 
 // The head on a kept stream (Backend::head_on_kept_stream, on a KeptStreamStandIn) over the stacked rows (the last
 // token's, or every token's in a scrambled order) and the head linear, with the rows kept or drawn, gives the host's
-// steps bit for bit, and their argmax: V4's H1-H4 (model/dsv4.cpp: hc_mix and the linear on the same backend,
+// steps bit for bit, and their draws (greedy, and the first row's at a temperature): V4's H1-H4 (model/dsv4.cpp: hc_mix and the linear on the same backend,
 // hc_head_pre, hc_collapse and rmsnorm on the host over the fetched stream) and V4.1's step 43 (the collapse with a
 // kept pre: here the stream's first floats stand for it, n x 4 of them). The stream's host array untouched; a backend
 // without the device chains declines.
@@ -488,8 +488,10 @@ TEST(KeptArraysCuda, HeadOnTheKeptStreamGivesTheHostStepsBits) {
       std::vector<uint8_t> keep_out(static_cast<size_t>(R), 1);
       keep_out[0] = 0;  // the first row drawn only
       std::vector<int32_t> ids(static_cast<size_t>(R), -1);
-      EXPECT_FALSE(host_chain.head_on_kept_stream(hp, op, keep_out, ids.data())) << "a backend without the device chains";
-      ASSERT_TRUE(gpu.head_on_kept_stream(hp, op, keep_out, ids.data()));
+      std::vector<TokenDraw> draws(static_cast<size_t>(R));  // the first row at a temperature, the others greedy
+      draws[0] = {.temperature = 0.8f, .uniform = 0.37};
+      EXPECT_FALSE(host_chain.head_on_kept_stream(hp, op, keep_out, draws, ids.data())) << "a backend without the device chains";
+      ASSERT_TRUE(gpu.head_on_kept_stream(hp, op, keep_out, draws, ids.data()));
       EXPECT_TRUE(all_untouched(s.device.q)) << "the stream's host array written";
       gpu.fetch_kept(s.device.q.data(), int64_t(s.device.q.size()));
       // The host's steps (Model::head_norm_rows, then H5) on the stacked rows of the fetched stream.
@@ -511,7 +513,7 @@ TEST(KeptArraysCuda, HeadOnTheKeptStreamGivesTheHostStepsBits) {
       gpu.linear({y.data(), dim, R, &head.w, 0, vocab, Epilogue::kF32, nullptr, want.data(), vocab});
       int64_t n_differ = 0;
       for (int64_t r = 0; r < R; ++r) {
-        EXPECT_EQ(ids[size_t(r)], int32_t(argmax(&want[size_t(r * vocab)], vocab))) << "row " << r;
+        EXPECT_EQ(ids[size_t(r)], draw_token(&want[size_t(r * vocab)], vocab, draws[size_t(r)])) << "row " << r;
         for (int64_t v = 0; v < vocab; ++v) {
           const float expect = keep_out[size_t(r)] ? want[size_t(r * vocab + v)] : -7.0f;
           n_differ += std::memcmp(&got[size_t(r * vocab + v)], &expect, 4) != 0;

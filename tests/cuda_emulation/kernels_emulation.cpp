@@ -610,10 +610,15 @@ void launch_candidate_blocks(const CandidateBlocksLaunch& p, cudaStream_t stream
 }
 #endif
 
-#ifndef DEEPINFER_REAL_KERNELS_ROW_ARGMAX_KERNEL  // row_argmax_kernel.cu: the host's argmax
-void launch_row_argmax(const float* x, int64_t n_rows, int64_t width, int64_t stride, int32_t* out, cudaStream_t stream) {
+#ifndef DEEPINFER_REAL_KERNELS_ROW_DRAW_KERNEL  // row_draw_kernel.cu: the host's draw_token
+void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
+                      int32_t* out, cudaStream_t stream) {
+  DI_CHECK(width > 0 && width <= kRowDrawMaxWidth && stride >= width);
   enqueue(stream, [=] {
-    for (int64_t r = 0; r < n_rows; ++r) out[r] = int32_t(argmax(x + r * stride, width));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const TokenDraw draw = draws ? TokenDraw{.temperature = draws[r].temperature, .uniform = draws[r].uniform} : TokenDraw{};
+      out[r] = draw_token(x + r * stride, width, draw);
+    }
   });
 }
 #endif

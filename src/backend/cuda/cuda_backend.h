@@ -215,16 +215,17 @@ class CudaBackend final : public Backend {
   // memory blocks the host, per op.
   void linears(std::span<const LinearParams> ps) override;
 
-  // The op as linears() runs it, then each token's argmax on the device (row_argmax_kernel.cu): the ids and the kept
-  // tokens' rows come back, in one wait. Declines (the model then runs linear() and its own argmax) for a weight whose
-  // op runs on the host's kernels.
-  bool linear_argmax(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) override;
+  // The op as linears() runs it, then each token's draw on the device (row_draw_kernel.cu): the ids and the kept
+  // tokens' rows come back, in one wait. Declines (the model then runs linear() and draws itself) for a weight whose
+  // op runs on the host's kernels, or rows wider than the kernel takes.
+  bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
+                    int32_t* drawn) override;
   // DEEPINFER_CUDA_LINEAR_CHAIN=device, where the last block's tail kept the stream: the logit rows gathered from it, V4's
   // H1-H4 (hc_mix_kernel, then hc_pre_kernel with the head's pre) or V4.1's step 43 (hc_pre_kernel with the kept pre),
-  // the head linear as linears() runs a lone op, and the outputs as linear_argmax brings them back: one wait, where the
+  // the head linear as linears() runs a lone op, and the outputs as linear_draws brings them back: one wait, where the
   // host's steps fetched the stream, sent it out again for hc_mix and waited three times.
   bool head_on_kept_stream(const HeadRowsParams& rows, const LinearParams& head, std::span<const uint8_t> keep_out,
-                           int32_t* argmax) override;
+                           std::span<const TokenDraw> draws, int32_t* drawn) override;
 
   void hc_mix(const HcMixParams& p) override;
 
@@ -503,10 +504,10 @@ class CudaBackend final : public Backend {
   void run_as_graph(const GraphKey& key, std::vector<const void*> buffers, const std::function<void()>& enqueue);
   void drop_graphs();
 
-  // The head's outputs [p.n_tokens, p.n_rows] queued into out_dev: every token's argmax into argmax (unless nullptr),
-  // and the kept tokens' rows to p.out through out_host (pinned, as large as the outputs), with one wait.
+  // The head's outputs [p.n_tokens, p.n_rows] queued into out_dev: every token's draw (draws) into drawn (unless
+  // nullptr), and the kept tokens' rows to p.out through out_host (pinned, as large as the outputs), with one wait.
   void bring_back_head(const LinearParams& p, const float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
-                       int32_t* argmax);
+                       std::span<const TokenDraw> draws, int32_t* drawn);
   // Queues a linears() batch on the stream up to its outputs' copy back to staging (without copy_outputs: up to its
   // last launch, the outputs left in batch_); false when it has no work.
   bool enqueue_linears(std::span<const LinearParams> ps, bool copy_outputs = true);
@@ -645,8 +646,8 @@ class CudaBackend final : public Backend {
   LinearBatchLayout layout_;
   DeviceBuffer batch_;
   cuda::PinnedBuffer staging_;  // batch_'s host mirror (and hc_mix's x, then its output)
-  DeviceBuffer argmax_dev_;      // linear_argmax(), head_on_kept_stream(): the tokens' ids
-  cuda::PinnedBuffer argmax_host_;
+  DeviceBuffer drawn_dev_, draws_dev_;  // linear_draws(), head_on_kept_stream(): the tokens' ids, their draws
+  cuda::PinnedBuffer drawn_host_, draws_host_;
   DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, gathered streams and pre, mixes and y (outputs in batch_)
   cuda::PinnedBuffer head_rows_host_;
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches

@@ -1,24 +1,27 @@
-// The CUDA backend's head calls (CudaBackend, cuda_backend.h): the head linear with its argmax on the device
-// (greedy draws bring back one id a token), and the whole head where the stream stayed on the device.
+// The CUDA backend's head calls (CudaBackend, cuda_backend.h): the head linear with its draws on the device
+// (greedy and plain temperature draws bring back one id a token), and the whole head where the stream stayed on the
+// device.
 #include "backend/cuda/cuda_backend.h"
 
 namespace deepinfer {
 
-bool CudaBackend::linear_argmax(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) {
-  DI_CHECK(int64_t(keep_out.size()) == p.n_tokens);
-  if (p.n_tokens == 0 || p.n_rows == 0 || host_experts_.count(p.weight->data)) return false;
+bool CudaBackend::linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
+                               int32_t* drawn) {
+  DI_CHECK(int64_t(keep_out.size()) == p.n_tokens && int64_t(draws.size()) == p.n_tokens);
+  if (p.n_tokens == 0 || p.n_rows == 0 || p.n_rows > cuda::kRowDrawMaxWidth || host_experts_.count(p.weight->data)) return false;
   bind_device();
   DI_CHECK(enqueue_linears({&p, 1}, /*copy_outputs=*/false));
   const LinearBatchLayout::Place& at = layout_.places()[0];
   bring_back_head(p, reinterpret_cast<const float*>(batch_.get<uint8_t>() + at.out), staging_.get<uint8_t>() + at.out,
-                  keep_out, argmax);
+                  keep_out, draws, drawn);
   return true;
 }
 
 bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParams& head, std::span<const uint8_t> keep_out,
-                                      int32_t* argmax) {
+                                      std::span<const TokenDraw> draws, int32_t* drawn) {
   const int64_t T = int64_t(r.rows.size()), D = r.dim;
-  DI_CHECK(int64_t(keep_out.size()) == T && head.n_tokens == T);
+  DI_CHECK(int64_t(keep_out.size()) == T && head.n_tokens == T && (!drawn || int64_t(draws.size()) == T));
+  if (drawn && head.n_rows > cuda::kRowDrawMaxWidth) return false;
   // (A lone linear launch takes at most 8 x 65535 tokens.)
   if (!device_chain_ || T == 0 || T > 8 * int64_t(kMaxGridYZ) || D > cuda::kHcPreMaxDim || host_experts_.count(head.weight->data)) {
     return false;
@@ -89,19 +92,31 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
   } else {
     cuda::launch_linear(l, stream_);
   }
-  bring_back_head(head, out, staging_.get<uint8_t>(), keep_out, argmax);
+  bring_back_head(head, out, staging_.get<uint8_t>(), keep_out, draws, drawn);
   return true;
 }
 
 void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
-                                  int32_t* argmax) {
+                                  std::span<const TokenDraw> draws, int32_t* drawn) {
   const size_t row_bytes = size_t(p.n_rows) * sizeof(float);
   const auto* out_bytes = reinterpret_cast<const uint8_t*>(out_dev);
-  if (argmax) {
-    argmax_dev_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
-    argmax_host_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
-    cuda::launch_row_argmax(out_dev, p.n_tokens, p.n_rows, p.n_rows, argmax_dev_.get<int32_t>(), stream_);
-    DI_CUDA_CHECK(cudaMemcpyAsync(argmax_host_.get(), argmax_dev_.get(), size_t(p.n_tokens) * sizeof(int32_t),
+  if (drawn) {
+    drawn_dev_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
+    drawn_host_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
+    bool sampled = false;  // (greedy rows alone need no draws on the device)
+    for (const TokenDraw& d : draws) sampled = sampled || d.temperature > 0.0f;
+    const cuda::DeviceTokenDraw* device_draws = nullptr;
+    if (sampled) {  // (the pinned copy is free again: every call here ends in the stream's wait)
+      const size_t bytes = size_t(p.n_tokens) * sizeof(cuda::DeviceTokenDraw);
+      draws_dev_.reserve(bytes);
+      draws_host_.reserve(bytes);
+      auto* host = draws_host_.get<cuda::DeviceTokenDraw>();
+      for (int64_t t = 0; t < p.n_tokens; ++t) host[t] = {.uniform = draws[size_t(t)].uniform, .temperature = draws[size_t(t)].temperature};
+      DI_CUDA_CHECK(cudaMemcpyAsync(draws_dev_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
+      device_draws = draws_dev_.get<cuda::DeviceTokenDraw>();
+    }
+    cuda::launch_row_draws(out_dev, p.n_tokens, p.n_rows, p.n_rows, device_draws, drawn_dev_.get<int32_t>(), stream_);
+    DI_CUDA_CHECK(cudaMemcpyAsync(drawn_host_.get(), drawn_dev_.get(), size_t(p.n_tokens) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream_));
   }
   // The kept tokens' rows, a run of consecutive ones a copy, to their places in the pinned mirror.
@@ -116,7 +131,7 @@ void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, u
                                   size_t(t1 - t0) * row_bytes, cudaMemcpyDeviceToHost, stream_));
   }
   DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (argmax) std::memcpy(argmax, argmax_host_.get(), size_t(p.n_tokens) * sizeof(int32_t));
+  if (drawn) std::memcpy(drawn, drawn_host_.get(), size_t(p.n_tokens) * sizeof(int32_t));
   for (const auto& [t0, t1] : runs) {
     copy_rows_on_threads(host_.get(), reinterpret_cast<const float*>(out_host) + t0 * p.n_rows, p.n_rows, t1 - t0, p.n_rows,
                          p.out + t0 * p.out_stride, p.out_stride, p.n_rows);

@@ -304,10 +304,19 @@ void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream);
 // and arena 4-byte aligned.
 void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
                          cudaStream_t stream);
-// out[r] = the argmax of row r of x [n_rows, width] (rows `stride` floats apart), as model/ops.h's argmax gives it:
-// the first index holding the row's largest value, NaNs passed over, 0 where the row is all NaN
-// (row_argmax_kernel.cu: the head's greedy draws, Backend::linear_argmax).
-void launch_row_argmax(const float* x, int64_t n_rows, int64_t width, int64_t stride, int32_t* out, cudaStream_t stream);
+// A row's draw (model/token_draw.h's TokenDraw, as the device reads it): temperature <= 0 greedy.
+struct DeviceTokenDraw {
+  double uniform = 0.0;
+  float temperature = 0.0f;
+  int32_t unused = 0;
+};
+inline constexpr int64_t kRowDrawMaxWidth = int64_t(6144) * 256;  // (its spans' sums in 48 KB of shared memory)
+// out[r] = model/token_draw.h's draw_token of row r of x [n_rows, width] (rows `stride` floats apart) with draws[r]
+// (a device array; nullptr: every row greedy): the argmax as model/ops.h's argmax gives it (the first index holding
+// the row's largest value, NaNs passed over, 0 where the row is all NaN), or the plain temperature draw, bit for bit
+// (row_draw_kernel.cu: the head's draws, Backend::linear_draws). width <= kRowDrawMaxWidth.
+void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
+                      int32_t* out, cudaStream_t stream);
 
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
 // n_tokens query tokens score against keys, token t against token_keys[t] rows from row token_keys_at[t]

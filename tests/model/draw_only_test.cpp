@@ -1,8 +1,9 @@
-// ForwardChunk::argmax_only: a chunk that asks for its last token's greedy draw alone gets the argmax of the logits
-// it would otherwise have got (ChunkOutput::argmax) and no logits, and the chunks beside it in the call get their
-// logits as before. On a golden model of each family, prompts and decode steps of several sequences in one forward
-// (some chunks asking for logits, some for all of them, some for the draw alone), on the host's argmax (the CPU
-// backends decline Backend::linear_argmax) and on a backend that draws itself and leaves the drawn rows unwritten.
+// ForwardChunk::draw_only: a chunk that asks for its last token's draw alone (greedy or at a plain temperature) gets
+// draw_token of the logits it would otherwise have got (ChunkOutput::drawn) and no logits, and the chunks beside it
+// in the call get their logits as before. On a golden model of each family, prompts and decode steps of several
+// sequences in one forward (some chunks asking for logits, some for all of them, some for the draw alone), on the
+// host's draws (the CPU backends decline Backend::linear_draws) and on a backend that draws itself and leaves the
+// drawn rows unwritten.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,13 +17,14 @@
 #include "backend/backend.h"
 #include "golden_util.h"
 #include "model/ops.h"
+#include "model/token_draw.h"
 
 namespace deepinfer {
 namespace {
 
-// The fast backend, but drawing the way a GPU backend does: Backend::linear_argmax computes the op into a scratch
+// The fast backend, but drawing the way a GPU backend does: Backend::linear_draws computes the op into a scratch
 // buffer, writes only the kept tokens' rows to p.out and poisons the others (so a model that read a drawn row would
-// see NaNs), and takes each token's argmax itself.
+// see NaNs), and draws each token itself.
 class DrawsItself final : public Backend {
  public:
   DrawsItself(std::unique_ptr<Backend> inner, int64_t* n_draw_calls) : inner_(std::move(inner)), n_draw_calls_(n_draw_calls) {}
@@ -37,8 +39,10 @@ class DrawsItself final : public Backend {
   void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& body) override { inner_->for_rows(n, body); }
   bool kernels_differ_by_token_kind() const override { return inner_->kernels_differ_by_token_kind(); }
   void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }
-  bool linear_argmax(const LinearParams& p, std::span<const uint8_t> keep_out, int32_t* argmax) override {
+  bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
+                    int32_t* drawn) override {
     EXPECT_EQ(int64_t(keep_out.size()), p.n_tokens);
+    EXPECT_EQ(int64_t(draws.size()), p.n_tokens);
     ++*n_draw_calls_;
     std::vector<float> all(size_t(p.n_tokens * p.n_rows));
     LinearParams q = p;
@@ -47,7 +51,7 @@ class DrawsItself final : public Backend {
     inner_->linear(q);
     for (int64_t t = 0; t < p.n_tokens; ++t) {
       const float* row = &all[size_t(t * p.n_rows)];
-      argmax[t] = int32_t(deepinfer::argmax(row, p.n_rows));
+      drawn[t] = draw_token(row, p.n_rows, draws[size_t(t)]);
       float* out = p.out + t * p.out_stride;
       if (keep_out[size_t(t)]) std::copy_n(row, p.n_rows, out);
       else std::fill_n(out, p.n_rows, std::numeric_limits<float>::quiet_NaN());
@@ -72,11 +76,13 @@ std::unique_ptr<Model> open_model(const std::string& dir, int64_t* n_draw_calls)
   return model.ok() ? std::move(model.value()) : nullptr;
 }
 
-// Four sequences in one forward each step, on case 2's prompts of different lengths (the case's prompt less its last i
-// tokens): 0 with its last logits, 1 with all its logits, 2 and 3 with the draw alone. Prefill, then 4 decode steps
-// feeding the golden continuation. Each sequence's logits, or the argmax of them, must be those of the same model's
-// forward of that sequence alone (a token's logits never depend on the call's other tokens).
-void expect_draws_are_the_argmax(const std::string& dir, bool backend_draws) {
+// Five sequences in one forward each step, on case 2's prompts of different lengths (the case's prompt less its last i
+// tokens): 0 with its last logits, 1 with all its logits, 2 and 3 with the greedy draw alone, 4 with a draw alone at
+// temperature 1.5 (a uniform of its own each step). Prefill, then 4 decode steps feeding the golden continuation.
+// Each sequence's logits, or draw_token of them, must be those of the same model's forward of that sequence alone (a
+// token's logits never depend on the call's other tokens). The sampled draws must not all be the argmax (else the
+// test would not tell the two kinds apart).
+void expect_draws_of_the_logits(const std::string& dir, bool backend_draws) {
   const std::string case_path = dir + "/case-2.safetensors";  // a 37-token prompt (V4), more (V4.1)
   if (!std::filesystem::exists(case_path)) GTEST_SKIP() << "golden data not found in " << dir;
   auto gc = load_golden_case(case_path);
@@ -89,8 +95,11 @@ void expect_draws_are_the_argmax(const std::string& dir, bool backend_draws) {
   const std::vector<int32_t>& prompt = gc.value().prompt;
   ASSERT_GT(prompt.size(), 4u);
 
+  constexpr int kSequences = 5;
+  const double uniforms[5] = {0.93, 0.61, 0.999, 0.27, 0.85};
+  int n_sampled_off_argmax = 0;
   std::vector<SequenceState> seqs, solos;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kSequences; ++i) {
     seqs.push_back(model->new_sequence());
     solos.push_back(solo_model->new_sequence());
   }
@@ -100,32 +109,42 @@ void expect_draws_are_the_argmax(const std::string& dir, bool backend_draws) {
                        : std::span<const int32_t>(&gc.value().continuation[size_t(step - 1)], 1);
     };
     auto prompt_len_of = [&](int i) { return step == 0 ? int64_t(prompt.size()) - i : 0; };
+    auto draw_of = [&](int i) { return i == 4 ? TokenDraw{.temperature = 1.5f, .uniform = uniforms[step]} : TokenDraw{}; };
     std::vector<ForwardChunk> chunks;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kSequences; ++i) {
       ForwardChunk fc{&seqs[size_t(i)], ids_of(i), prompt_len_of(i)};
       fc.all_logits = i == 1;
-      fc.argmax_only = i >= 2;
+      fc.draw_only = i >= 2;
+      fc.draw = draw_of(i);
       chunks.push_back(fc);
     }
     const std::vector<ChunkOutput> out = model->forward(chunks);
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kSequences; ++i) {
       ForwardChunk solo{&solos[size_t(i)], ids_of(i), prompt_len_of(i)};
       solo.all_logits = true;
       const std::vector<float> all = solo_model->forward(std::span<const ForwardChunk>(&solo, 1))[0].logits;
       ASSERT_EQ(all.size(), ids_of(i).size() * size_t(V));
       const std::vector<float> last(all.end() - V, all.end());
       const ChunkOutput& o = out[size_t(i)];
-      if (i == 0) EXPECT_EQ(o.logits, last) << "step " << step;
-      if (i == 1) EXPECT_EQ(o.logits, all) << "step " << step;
+      if (i == 0) {
+        EXPECT_EQ(o.logits, last) << "step " << step;
+      }
+      if (i == 1) {
+        EXPECT_EQ(o.logits, all) << "step " << step;
+      }
       if (i < 2) {
-        EXPECT_EQ(o.argmax, -1);
+        EXPECT_EQ(o.drawn, -1);
       } else {
         EXPECT_TRUE(o.logits.empty()) << "step " << step;
-        EXPECT_EQ(o.argmax, int32_t(argmax(last.data(), V))) << "step " << step << ", sequence " << i;
+        EXPECT_EQ(o.drawn, draw_token(last.data(), V, draw_of(i))) << "step " << step << ", sequence " << i;
+        if (i == 4) n_sampled_off_argmax += o.drawn != int32_t(argmax(last.data(), V));
       }
     }
   }
-  if (backend_draws) EXPECT_EQ(n_draw_calls, 5);  // one head call a forward
+  EXPECT_GT(n_sampled_off_argmax, 0);
+  if (backend_draws) {
+    EXPECT_EQ(n_draw_calls, 5);  // one head call a forward
+  }
 }
 
 // One chunk alone drawing: its argmax, and no logits, through either path.
@@ -141,27 +160,29 @@ void expect_lone_draw(const std::string& dir, bool backend_draws) {
   SequenceState a = model->new_sequence(), b = model->new_sequence();
   ForwardChunk with_logits{&a, gc.value().prompt, int64_t(gc.value().prompt.size())};
   ForwardChunk drawing{&b, gc.value().prompt, int64_t(gc.value().prompt.size())};
-  drawing.argmax_only = true;
+  drawing.draw_only = true;
   const auto want = model->forward(std::span<const ForwardChunk>(&with_logits, 1));
   const auto got = model->forward(std::span<const ForwardChunk>(&drawing, 1));
   ASSERT_EQ(int64_t(want[0].logits.size()), V);
   EXPECT_TRUE(got[0].logits.empty());
-  EXPECT_EQ(got[0].argmax, int32_t(argmax(want[0].logits.data(), V)));
-  if (backend_draws) EXPECT_EQ(n_draw_calls, 1);
+  EXPECT_EQ(got[0].drawn, int32_t(argmax(want[0].logits.data(), V)));
+  if (backend_draws) {
+    EXPECT_EQ(n_draw_calls, 1);
+  }
 }
 
 const std::string kV4 = "/v4-flash/flash-tiny", kV41 = "/v41-flash/tiny-a";
 
-TEST(ArgmaxOnly, V4DrawsAreTheArgmaxOnTheHost) { expect_draws_are_the_argmax(testing::golden_dir() + kV4, false); }
-TEST(ArgmaxOnly, V4DrawsAreTheArgmaxWhereTheBackendDraws) { expect_draws_are_the_argmax(testing::golden_dir() + kV4, true); }
-TEST(ArgmaxOnly, V41DrawsAreTheArgmaxOnTheHost) { expect_draws_are_the_argmax(testing::golden_dir() + kV41, false); }
-TEST(ArgmaxOnly, V41DrawsAreTheArgmaxWhereTheBackendDraws) { expect_draws_are_the_argmax(testing::golden_dir() + kV41, true); }
-TEST(ArgmaxOnly, ALoneChunkDraws) {
+TEST(DrawOnly, V4DrawsAreThoseOfTheLogitsOnTheHost) { expect_draws_of_the_logits(testing::golden_dir() + kV4, false); }
+TEST(DrawOnly, V4DrawsAreThoseOfTheLogitsWhereTheBackendDraws) { expect_draws_of_the_logits(testing::golden_dir() + kV4, true); }
+TEST(DrawOnly, V41DrawsAreThoseOfTheLogitsOnTheHost) { expect_draws_of_the_logits(testing::golden_dir() + kV41, false); }
+TEST(DrawOnly, V41DrawsAreThoseOfTheLogitsWhereTheBackendDraws) { expect_draws_of_the_logits(testing::golden_dir() + kV41, true); }
+TEST(DrawOnly, ALoneChunkDraws) {
   expect_lone_draw(testing::golden_dir() + kV4, false);
   expect_lone_draw(testing::golden_dir() + kV41, true);
 }
 
-TEST(ArgmaxOnly, RefusedWithAllLogits) {
+TEST(DrawOnly, RefusedWithAllLogits) {
   const std::string dir = testing::golden_dir() + kV4;
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "golden data not found in " << dir;
   auto model = open_model(dir, nullptr);
@@ -170,8 +191,8 @@ TEST(ArgmaxOnly, RefusedWithAllLogits) {
   const std::vector<int32_t> ids = {1, 2, 3};
   ForwardChunk fc{&seq, ids, 3};
   fc.all_logits = true;
-  fc.argmax_only = true;
-  EXPECT_DEATH(model->forward(std::span<const ForwardChunk>(&fc, 1)), "argmax_only and all_logits");
+  fc.draw_only = true;
+  EXPECT_DEATH(model->forward(std::span<const ForwardChunk>(&fc, 1)), "draw_only and all_logits");
 }
 
 }  // namespace

@@ -1,0 +1,182 @@
+// Each row's draw on the device (kernels.h: launch_row_draws), with model/token_draw.h's draw_token's answer: the
+// argmax (model/ops.h's: the first index holding the row's largest value, NaNs passed over, 0 where every value is
+// NaN), or the plain temperature draw, whose every IEEE operation token_draw.h writes out and this kernel runs in
+// that order. A sampled or greedy step's draws then cross to the host as one id a row instead of the vocabulary's
+// logits (V4: 129,280 floats, 517 KB a row).
+#include <climits>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_exact_math.cuh"
+#include "backend/cuda/device_launch.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kGroupIds = 8, kSpanGroups = 32, kSpanIds = kGroupIds * kSpanGroups;  // token_draw.h's
+static_assert(kSpanGroups == 32, "a span is a warp: lane l sums group l");
+static_assert(kRowDrawMaxWidth / kSpanIds * sizeof(double) <= 48 * 1024, "the spans' sums fit the default shared memory");
+
+// (v, i) takes (w, j)'s place when it is larger, or equal at a lower index. A NaN v compares false both ways, so
+// it never takes a place; INT_MAX marks "nothing yet" (every index is lower).
+__device__ __forceinline__ void keep_better(float& v, int& i, float w, int j) {
+  if (w > v || (w == v && j < i)) {
+    v = w;
+    i = j;
+  }
+}
+
+// The row's argmax, to every thread. Each thread walks its columns in ascending order, so the first of its equal
+// values is kept; the block's reduction then takes the largest value at its lowest index.
+__device__ int block_argmax(const float* row, int64_t width) {
+  float best = -__int_as_float(0x7f800000);  // -inf: a row of -inf values gives its first index, as on the host
+  int at = INT_MAX;
+  for (int64_t i = threadIdx.x; i < width; i += kThreads) keep_better(best, at, row[i], int(i));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, best, off);
+    const int j = __shfl_xor_sync(0xffffffffu, at, off);
+    keep_better(best, at, w, j);
+  }
+  __shared__ float warp_best[kWarps];
+  __shared__ int warp_at[kWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    warp_best[warp] = best;
+    warp_at[warp] = at;
+  }
+  __syncthreads();
+  best = warp_best[0];
+  at = warp_at[0];
+  for (int w = 1; w < kWarps; ++w) keep_better(best, at, warp_best[w], warp_at[w]);
+  return at == INT_MAX ? 0 : at;
+}
+
+// s = f32(x / T), a NaN as -inf.
+__device__ __forceinline__ float scaled_logit(float x, float temperature) {
+  const float v = __fdiv_rn(x, temperature);
+  return v == v ? v : -__int_as_float(0x7f800000);
+}
+
+// Group k's weights w[0, 8) (ids past width weigh 0) and their sum, as token_draw.h gives them.
+__device__ double group_weights(const float* row, int64_t width, int64_t k, float temperature, double m, double w[kGroupIds]) {
+#pragma unroll
+  for (int j = 0; j < kGroupIds; ++j) {
+    const int64_t i = k * kGroupIds + j;
+    w[j] = 0.0;
+    if (i < width) {
+      const double x = __dsub_rn(double(scaled_logit(row[i], temperature)), m);
+      if (x >= -kExpFixedMaxArg) w[j] = exp_fixed(x);
+    }
+  }
+  return __dadd_rn(__dadd_rn(__dadd_rn(w[0], w[1]), __dadd_rn(w[2], w[3])), __dadd_rn(__dadd_rn(w[4], w[5]), __dadd_rn(w[6], w[7])));
+}
+
+// One block per row (draws == nullptr: every row greedy).
+__global__ void __launch_bounds__(kThreads) row_draw_kernel(const float* x, int64_t width, int64_t stride,
+                                                            const DeviceTokenDraw* draws, int32_t* out) {
+  const float* row = x + int64_t(blockIdx.x) * stride;
+  const float temperature = draws ? draws[blockIdx.x].temperature : 0.0f;
+  if (!(temperature > 0.0f)) {
+    const int at = block_argmax(row, width);
+    if (threadIdx.x == 0) out[blockIdx.x] = at;
+    return;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // m: the largest scaled logit (none is NaN, so the order only picks between +0 and -0, which weigh alike).
+  float best = -__int_as_float(0x7f800000);
+  for (int64_t i = threadIdx.x; i < width; i += kThreads) best = fmaxf(best, scaled_logit(row[i], temperature));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, off));
+  __shared__ float warp_best[kWarps];
+  if (lane == 0) warp_best[warp] = best;
+  __syncthreads();
+  best = warp_best[0];
+  for (int w = 1; w < kWarps; ++w) best = fmaxf(best, warp_best[w]);
+  if (!isfinite(best)) {  // a temperature that scales a logit to infinity, or no finite logit: the argmax
+    const int at = block_argmax(row, width);
+    if (threadIdx.x == 0) out[blockIdx.x] = at;
+    return;
+  }
+  const double m = double(best);
+  // The spans' sums (a warp a span, lane l its group l), and the last id of weight > 0 (a walk that rounding leaves
+  // without a pick takes it).
+  DI_DYNAMIC_SHARED(double, span_sums);
+  __shared__ int warp_last[kWarps];
+  const int64_t n_groups = (width + kGroupIds - 1) / kGroupIds, n_spans = (n_groups + kSpanGroups - 1) / kSpanGroups;
+  int last = -1;
+  for (int64_t span = warp; span < n_spans; span += kWarps) {
+    const int64_t k = span * kSpanGroups + lane;
+    double w[kGroupIds];
+    double g = group_weights(row, width, k, temperature, m, w);
+#pragma unroll
+    for (int j = 0; j < kGroupIds; ++j) {
+      if (w[j] > 0.0) last = int(k * kGroupIds + j);  // (ascending: the last one stays)
+    }
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) g = __dadd_rn(g, __shfl_xor_sync(0xffffffffu, g, off));
+    if (lane == 0) span_sums[span] = g;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, off));
+  if (lane == 0) warp_last[warp] = last;
+  __syncthreads();
+  if (warp != 0) return;
+  for (int w = 1; w < kWarps; ++w) last = max(last, warp_last[w]);
+  const int last_in_row = last < 0 ? 0 : last;
+  // The walk: the spans on one lane (every lane walks them alike, so all know the span and r).
+  double total = 0.0;
+  for (int64_t s = 0; s < n_spans; ++s) total = __dadd_rn(total, span_sums[s]);
+  double r = __dmul_rn(draws[blockIdx.x].uniform, total);
+  int64_t span = 0;
+  for (; span < n_spans && !(__dsub_rn(r, span_sums[span]) < 0.0); ++span) r = __dsub_rn(r, span_sums[span]);
+  if (span == n_spans) {
+    if (lane == 0) out[blockIdx.x] = last_in_row;
+    return;
+  }
+  // The span's groups, lane l's group l, recomputed as above (the same operations: the same bits).
+  __shared__ double group_sum[kSpanGroups];
+  __shared__ double weight[kSpanGroups][kGroupIds];
+  group_sum[lane] = group_weights(row, width, span * kSpanGroups + lane, temperature, m, weight[lane]);
+  __syncwarp();
+  if (lane != 0) return;
+  int group = 0;
+  for (; group < kSpanGroups && !(__dsub_rn(r, group_sum[group]) < 0.0); ++group) r = __dsub_rn(r, group_sum[group]);
+  // Where a level passes over every member: the last id of weight > 0 in its whole (the span, the group), else its first.
+  auto last_weighted = [&](int g0, int g1) {
+    for (int i = g1 * kGroupIds; i > g0 * kGroupIds; --i) {
+      if (weight[(i - 1) / kGroupIds][(i - 1) % kGroupIds] > 0.0) return int(span * kSpanIds) + i - 1;
+    }
+    return int(span * kSpanIds) + g0 * kGroupIds;
+  };
+  if (group == kSpanGroups) {
+    out[blockIdx.x] = last_weighted(0, kSpanGroups);
+    return;
+  }
+  for (int j = 0; j < kGroupIds; ++j) {
+    r = __dsub_rn(r, weight[group][j]);
+    if (r < 0.0) {  // (an id past width weighs 0: r was >= 0 before it, so it is never picked)
+      out[blockIdx.x] = int(span * kSpanIds) + group * kGroupIds + j;
+      return;
+    }
+  }
+  out[blockIdx.x] = last_weighted(group, group + 1);
+}
+
+}  // namespace
+
+void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
+                      int32_t* out, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  DI_CHECK(width > 0 && width <= kRowDrawMaxWidth && stride >= width && n_rows <= 0x7fffffff);
+  const int64_t n_spans = (width + kSpanIds - 1) / kSpanIds;
+  launch_kernel(row_draw_kernel, unsigned(n_rows), kThreads, size_t(n_spans) * sizeof(double), stream, x, width, stride,
+                draws, out);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,84 @@
+#include "model/token_draw.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/status.h"
+#include "model/exp_fixed_constants.h"
+#include "model/ops.h"
+
+namespace deepinfer {
+
+bool TemperatureWeights::weigh(const float* logits, int64_t n, float temperature) {
+  DI_CHECK(n > 0 && temperature > 0.0f);
+  scaled_.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = logits[i] / temperature;
+    scaled_[size_t(i)] = v == v ? v : -INFINITY;
+  }
+  const double m = max_value(scaled_.data(), n);
+  if (!std::isfinite(m)) return false;
+  weights_.resize(size_t(n));
+  exp_fixed_sum(scaled_.data(), n, m, weights_.data());  // (8 lanes at a time; its sum is not the draw's)
+  const int64_t n_groups = (n + kDrawGroupIds - 1) / kDrawGroupIds;
+  const int64_t n_spans = (n_groups + kDrawSpanGroups - 1) / kDrawSpanGroups;
+  group_sums_.assign(size_t(n_spans * kDrawSpanGroups), 0.0);
+  span_sums_.resize(size_t(n_spans));
+  for (int64_t k = 0; k < n_groups; ++k) {
+    double w[kDrawGroupIds] = {};
+    for (int64_t j = 0; j < kDrawGroupIds && k * kDrawGroupIds + j < n; ++j) {
+      const int64_t i = k * kDrawGroupIds + j;
+      if (double(scaled_[size_t(i)]) - m < -kExpFixedMaxArg) weights_[size_t(i)] = 0.0;  // (exp_fixed took libm's exp)
+      w[j] = weights_[size_t(i)];
+    }
+    group_sums_[size_t(k)] = ((w[0] + w[1]) + (w[2] + w[3])) + ((w[4] + w[5]) + (w[6] + w[7]));
+  }
+  total_ = 0.0;
+  for (int64_t s = 0; s < n_spans; ++s) {
+    double v[kDrawSpanGroups];
+    std::copy_n(group_sums_.begin() + s * kDrawSpanGroups, kDrawSpanGroups, v);
+    for (int64_t width = 1; width < kDrawSpanGroups; width *= 2) {
+      for (int64_t k = 0; k < kDrawSpanGroups; k += 2 * width) v[k] = v[k] + v[k + width];
+    }
+    span_sums_[size_t(s)] = v[0];
+    total_ += v[0];
+  }
+  return true;
+}
+
+int64_t TemperatureWeights::last_weighted(int64_t begin, int64_t end) const {
+  end = std::min(end, int64_t(weights_.size()));
+  for (int64_t i = end; i > begin; --i) {
+    if (weights_[size_t(i - 1)] > 0.0) return i - 1;
+  }
+  return begin;
+}
+
+int64_t TemperatureWeights::pick(double uniform) const {
+  const int64_t n = int64_t(weights_.size());
+  double r = uniform * total_;
+  int64_t span = 0;
+  for (const int64_t n_spans = int64_t(span_sums_.size()); span < n_spans && !(r - span_sums_[size_t(span)] < 0); ++span) {
+    r -= span_sums_[size_t(span)];
+  }
+  if (span == int64_t(span_sums_.size())) return last_weighted(0, n);
+  int64_t group = span * kDrawSpanGroups;
+  const int64_t groups_end = group + kDrawSpanGroups;
+  for (; group < groups_end && !(r - group_sums_[size_t(group)] < 0); ++group) r -= group_sums_[size_t(group)];
+  if (group == groups_end) return last_weighted(span * kDrawSpanIds, (span + 1) * kDrawSpanIds);
+  const int64_t ids_end = std::min(n, (group + 1) * kDrawGroupIds);
+  for (int64_t i = group * kDrawGroupIds; i < ids_end; ++i) {
+    r -= weights_[size_t(i)];
+    if (r < 0) return i;
+  }
+  return last_weighted(group * kDrawGroupIds, ids_end);
+}
+
+int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw) {
+  if (draw.temperature <= 0.0f) return int32_t(argmax(logits, n));
+  thread_local TemperatureWeights weights;
+  if (!weights.weigh(logits, n, draw.temperature)) return int32_t(argmax(logits, n));
+  return int32_t(weights.pick(draw.uniform));
+}
+
+}  // namespace deepinfer

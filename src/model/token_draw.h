@@ -1,0 +1,61 @@
+// A token's draw from its logits row where nothing but the row and a uniform decides it: greedy, or the plain
+// temperature draw (no top-k, top-p or min-p cut). The engine's sampler draws these two kinds through it, and a
+// forward draws them itself (ForwardChunk::draw_only), on a GPU backend on the device, so that a sampled step brings
+// back one id a token instead of the vocabulary's logits (V4: 517 KB a token). Every backend gives the same id: the
+// draw is a fixed sequence of IEEE operations, written out below, which the CUDA kernel (row_draw_kernel.cu) runs too.
+//
+// The plain temperature draw of logits x[0, n) at temperature T > 0 with uniform u in [0, 1), exactly:
+//   s[i] = f32(x[i] / T), a NaN as -inf;   m = the largest s[i] (model/ops.h's max_value).
+//   Where m is not finite (a temperature that scales a logit to infinity, or no finite logit): argmax(x) (ops.h).
+//   w[i] = exp_fixed(double(s[i]) - m) where double(s[i]) - m >= -700, else 0 (so no libm exp, whose last bit
+//          differs between machines; such a weight is below e^-700 of the best one's 1).
+//   Groups of 8 ids (ids past n weigh 0): g = ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)).
+//   Spans of 32 groups (256 ids; groups past the last weigh 0): the pairwise tree, level by level (width 1, 2, 4, 8,
+//          16: v[k] = v[k] + v[k + width] for k a multiple of 2 width), as a warp's XOR butterfly adds its lanes.
+//   total = ((0 + span 0) + span 1) + ... in span order.
+//   r = u * total. The first span whose sum r - sum < 0, r -= sum for each passed over; then the first of its groups
+//   with r - g < 0, r -= g for each passed; then the first of the group's ids with (r -= w[i]) < 0. Where a level
+//   passes over every member (rounding), the answer is the last id of weight > 0 within that level's whole: the row,
+//   the span, or the group.
+// The walk is hierarchical rather than id by id so that a device finds it in ~600 dependent steps, not n.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace deepinfer {
+
+// temperature <= 0: the argmax (ops.h: the first largest, NaNs passed over); else the plain temperature draw above
+// with `uniform`.
+struct TokenDraw {
+  float temperature = 0.0f;
+  double uniform = 0.0;
+};
+
+inline constexpr int64_t kDrawGroupIds = 8;
+inline constexpr int64_t kDrawSpanGroups = 32;
+inline constexpr int64_t kDrawSpanIds = kDrawGroupIds * kDrawSpanGroups;
+
+// The plain temperature draw's weights of one row, and the sums its walk passes over. A thread keeps one from draw to
+// draw (its vectors ~1.2 MB at V4's vocabulary).
+class TemperatureWeights {
+ public:
+  // s, m and w above, the group and span sums and the total: false where m is not finite (then nothing else is set).
+  bool weigh(const float* logits, int64_t n, float temperature);
+  // The id drawn with `uniform` (after a weigh() that returned true).
+  int64_t pick(double uniform) const;
+  const std::vector<double>& weights() const { return weights_; }  // w, by id
+  double total() const { return total_; }
+
+ private:
+  int64_t last_weighted(int64_t begin, int64_t end) const;  // the last id of weight > 0 in [begin, end), else begin
+
+  std::vector<float> scaled_;
+  std::vector<double> weights_, group_sums_, span_sums_;
+  double total_ = 0.0;
+};
+
+// The draw (TokenDraw) of logits[0, n), with the calling thread's TemperatureWeights.
+int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw);
+
+}  // namespace deepinfer

@@ -1,0 +1,183 @@
+// Backend::linear_draws on the CUDA backend (the head of a greedy or plain temperature draw): each token's id is
+// model/token_draw.h's draw_token of the outputs linear() gives on the same backend (row_draw_kernel.cu), the kept
+// tokens' rows are linear()'s bits and the other rows are left as they were. Greedy: the weights plant what the
+// reduction must get right: rows that tie at a token's largest value in different threads and warps of the block (the
+// lowest index wins), a NaN row (passed over), a token whose outputs are all NaN (0) and outputs that are all -inf but
+// a NaN (the first -inf). At a temperature: logits planted token by token (x = e_t against column t), with the
+// uniforms at 0 and just under 1, weights below e^-700 (0), ties, NaNs, a temperature that scales a logit to infinity,
+// and widths that end inside a group and a span. On the tensor-core and the FMA linear.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cuda/cuda_util.h"
+#include "kernel/kernel_test_util.h"
+#include "model/ops.h"
+#include "model/token_draw.h"
+
+namespace deepinfer::testing {
+namespace {
+
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+void set_weight(OwnedWeight& w, int64_t row, int64_t k, float bf16_value) {
+  reinterpret_cast<uint16_t*>(w.data.data())[row * w.w.n_in + k] = bf16_of(bf16_value);
+}
+
+// linear_draws against linear() and the host's draw_token on the same backend, keeping the tokens where keep(t);
+// draws: one a token (none: every one greedy).
+void expect_draws_of_linear(Backend& gpu, const LinearWeight& w, const std::vector<float>& x, int64_t n_tokens,
+                            const std::function<bool(int64_t)>& keep, const std::vector<int32_t>& want_ids = {},
+                            std::vector<TokenDraw> draws = {}) {
+  const int64_t V = w.n_out, K = w.n_in, out_stride = V + 3;
+  if (draws.empty()) draws.resize(size_t(n_tokens));
+  ASSERT_EQ(int64_t(draws.size()), n_tokens);
+  std::vector<float> all(size_t(n_tokens * V));
+  gpu.linear({x.data(), K, n_tokens, &w, 0, V, Epilogue::kF32, nullptr, all.data(), V});
+  // The same op on other inputs, so that the backend's staging holds other outputs in the places linear_draws uses.
+  std::vector<float> other_x(x.size()), other_out(all.size());
+  for (size_t i = 0; i < x.size(); ++i) other_x[i] = -2.0f * x[i];
+  gpu.linear({other_x.data(), K, n_tokens, &w, 0, V, Epilogue::kF32, nullptr, other_out.data(), V});
+  std::vector<float> out(size_t(n_tokens * out_stride), -7.0f);
+  std::vector<uint8_t> keep_out(static_cast<size_t>(n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t) keep_out[size_t(t)] = keep(t);
+  std::vector<int32_t> ids(size_t(n_tokens), -1);
+  ASSERT_TRUE(gpu.linear_draws({x.data(), K, n_tokens, &w, 0, V, Epilogue::kF32, nullptr, out.data(), out_stride}, keep_out,
+                               draws, ids.data()));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* row = &all[size_t(t * V)];
+    EXPECT_EQ(ids[size_t(t)], draw_token(row, V, draws[size_t(t)])) << "token " << t;
+    if (t < int64_t(want_ids.size())) {
+      EXPECT_EQ(ids[size_t(t)], want_ids[size_t(t)]) << "token " << t;
+    }
+    int64_t n_wrong = 0;
+    for (int64_t i = 0; i < out_stride; ++i) {
+      const float got = out[size_t(t * out_stride + i)];
+      const bool written = keep_out[size_t(t)] && i < V;
+      const float want = written ? row[i] : -7.0f;
+      n_wrong += !(std::memcmp(&got, &want, 4) == 0 || (std::isnan(got) && std::isnan(want)));
+    }
+    EXPECT_EQ(n_wrong, 0) << "token " << t << (keep_out[size_t(t)] ? " (kept)" : " (drawn only)");
+  }
+}
+
+void expect_draws(const std::string& linear_path) {
+  const ScopedCudaPaths paths(linear_path);
+  DI_MAKE_CUDA_BACKEND(gpu);
+  std::mt19937 rng(7);
+  const int64_t V = 6000, K = 256, T = 9;
+  OwnedWeight w = random_bf16_weight(rng, V, K);
+  std::vector<float> x = random_bf16_values(rng, T * K, 1.0f);
+  // Token 0's largest output at rows 777, 3000 and 5001 (threads 9, 184 and 137 of the 256-thread block: warps 0, 5
+  // and 4), token 1's at rows 4000 and 10 (the lower index in the later warp): copies of one row that follows the
+  // token's signs, so their sums are the same bits and far above the random rows'.
+  for (int64_t k = 0; k < K; ++k) {
+    const float hot0 = x[size_t(k)] < 0 ? -0.5f : 0.5f, hot1 = x[size_t(K + k)] < 0 ? -0.5f : 0.5f;
+    for (int64_t row : {777, 3000, 5001}) set_weight(w, row, k, hot0);
+    for (int64_t row : {4000, 10}) set_weight(w, row, k, hot1);
+  }
+  set_weight(w, 2000, 5, kNan);  // a NaN output in every token
+  for (int64_t k = 0; k < K; ++k) x[size_t(2 * K + k)] = kNan;  // token 2: every output NaN
+  expect_draws_of_linear(*gpu, w.w, x, T, [](int64_t t) { return t % 3 == 1; }, {777, 10, 0});
+  expect_draws_of_linear(*gpu, w.w, x, T, [](int64_t t) { return t % 3 != 0; }, {777, 10, 0});  // runs of 2 kept rows
+  expect_draws_of_linear(*gpu, w.w, x, T, [](int64_t t) { return t < 5; }, {777, 10, 0});
+  expect_draws_of_linear(*gpu, w.w, x, T, [](int64_t) { return false; }, {777, 10, 0});
+  expect_draws_of_linear(*gpu, w.w, x, 1, [](int64_t) { return true; }, {777});
+
+  // Every output -inf but row 0's NaN: x = e_0 against a column 0 of -inf.
+  OwnedWeight inf_w = random_bf16_weight(rng, 300, 32);
+  for (int64_t row = 0; row < 300; ++row) set_weight(inf_w, row, 0, row == 0 ? kNan : -INFINITY);
+  std::vector<float> e0(32, 0.0f);
+  e0[0] = 1.0f;
+  expect_draws_of_linear(*gpu, inf_w.w, e0, 1, [](int64_t) { return false; }, {1});
+}
+
+// A token's planted logits (bf16 values) and its draw.
+struct Planted {
+  std::function<float(int64_t)> logit;  // by row
+  TokenDraw draw;
+  int32_t want = -1;  // the id it must draw (-1: not checked beyond the host's draw_token)
+};
+
+// Runs the planted tokens as one op: x_t = e_t against a weight whose column t holds token t's logits and whose other
+// columns are 0, so that token t's outputs are its logits exactly (a non-finite logit must be planted alone: 0 times
+// it is NaN in every other token). The weight is kept in `weights`: the backend keeps its upload by address for its
+// lifetime. Returns how many tokens drew another id than their logits' argmax.
+int expect_planted_draws(Backend& gpu, int64_t V, const std::vector<Planted>& tokens, std::deque<OwnedWeight>& weights) {
+  constexpr int64_t K = 32;
+  const int64_t T = int64_t(tokens.size());
+  EXPECT_LE(T, K);
+  std::mt19937 unused_rng(1);
+  OwnedWeight& w = weights.emplace_back(random_bf16_weight(unused_rng, V, K));
+  std::fill(w.data.begin(), w.data.end(), uint8_t(0));  // (only the weight's shape and type are kept)
+  std::vector<TokenDraw> draws;
+  std::vector<int32_t> want_ids;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t row = 0; row < V; ++row) {
+      const float v = tokens[size_t(t)].logit(row);
+      set_weight(w, row, t, std::isfinite(v) ? round_bf16_from_float(v) : v);
+    }
+    draws.push_back(tokens[size_t(t)].draw);
+  }
+  std::vector<float> x(size_t(T * K), 0.0f);
+  for (int64_t t = 0; t < T; ++t) x[size_t(t * K + t)] = 1.0f;
+  expect_draws_of_linear(gpu, w.w, x, T, [](int64_t t) { return t % 4 == 1; }, {}, draws);
+  std::vector<float> logits(size_t(T * V));
+  gpu.linear({x.data(), K, T, &w.w, 0, V, Epilogue::kF32, nullptr, logits.data(), V});
+  int n_off_argmax = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = &logits[size_t(t * V)];
+    const int32_t id = draw_token(row, V, draws[size_t(t)]);
+    n_off_argmax += id != int32_t(argmax(row, V));
+    if (tokens[size_t(t)].want >= 0) {
+      EXPECT_EQ(id, tokens[size_t(t)].want) << "token " << t;
+    }
+  }
+  return n_off_argmax;
+}
+
+void expect_sampled_draws(const std::string& linear_path, int64_t V) {
+  const ScopedCudaPaths paths(linear_path);
+  DI_MAKE_CUDA_BACKEND(gpu);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random_logit = [&](float scale) { return [&, scale](int64_t) { return scale * normal(rng); }; };
+  const double just_under_1 = std::nextafter(1.0, 0.0);
+  std::vector<Planted> finite = {
+      {random_logit(3.0f), {1.0f, 0.5}},
+      {random_logit(3.0f), {0.7f, 0.0}},           // the first id of weight > 0
+      {random_logit(3.0f), {1.3f, just_under_1}},  // the walk's end, where rounding may leave no pick
+      {random_logit(200.0f), {0.05f, 0.999}},      // most weights below e^-700: 0
+      {random_logit(3.0f), {1e-38f, 0.4}},         // logits over the temperature overflow: the argmax
+      {[](int64_t row) { return row % 97 == 3 ? 5.0f : -1.0f; }, {1.0f, 0.77}},  // ties
+      {random_logit(3.0f), {}},                    // greedy
+      {random_logit(2.0f), {1.0f, just_under_1}},
+      {random_logit(2.0f), {1.0f, just_under_1}},
+  };
+  for (int i = 0; i < 12; ++i) finite.push_back({random_logit(2.0f), {0.5f + 0.1f * float(i), std::uniform_real_distribution<double>(0, 1)(rng)}});
+  std::deque<OwnedWeight> weights;
+  EXPECT_GE(expect_planted_draws(*gpu, V, finite, weights), 8);
+  // Non-finite logits, each alone: no finite logit (the argmax: 0, or the first -inf past a NaN), NaNs among ties.
+  expect_planted_draws(*gpu, V, {{[](int64_t) { return kNan; }, {1.0f, 0.4}, 0}}, weights);
+  expect_planted_draws(*gpu, V, {{[](int64_t row) { return row == 0 ? kNan : -INFINITY; }, {2.0f, 0.4}, 1}}, weights);
+  expect_planted_draws(*gpu, V, {{[](int64_t row) { return row % 5 == 0 ? kNan : row % 7 == 3 ? 5.0f : -1.0f; }, {1.0f, 0.3}}}, weights);
+}
+
+TEST(LinearDrawsCuda, GreedyDrawsAreTheHostsArgmaxOfTheOutputsOnMma) { expect_draws("mma"); }
+TEST(LinearDrawsCuda, GreedyDrawsAreTheHostsArgmaxOfTheOutputsOnFma) { expect_draws("fma"); }
+TEST(LinearDrawsCuda, SampledDrawsAreTheHostsOnMma) { expect_sampled_draws("mma", 6001); }
+TEST(LinearDrawsCuda, SampledDrawsAreTheHostsOnFma) {
+  expect_sampled_draws("fma", 6001);
+  expect_sampled_draws("fma", 256 * 3);  // (whole spans)
+  expect_sampled_draws("fma", 13);       // (one span, a group and 5 ids)
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
