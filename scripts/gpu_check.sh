@@ -12,7 +12,7 @@
 #      unsplit and split over K, not yet run); the FP8-operand prompt linear (LinearFp8Cuda, GoldenCudaFp8Prompt,
 #      not yet run; its wgmma kernel too: the LinearFp8Cuda.Wgmma* tests and GoldenCudaWgmmaPrompt);
 #   3. cuda_kernel_timing: per-kernel GB/s and TFLOP/s against a device-to-device copy and cuBLASLt;
-#   4. compute-sanitizer memcheck over the tensor-core linear, attention, index, MoE, chain, kept-array and greedy-draw tests
+#   4. compute-sanitizer memcheck over the tensor-core linear, attention, index, MoE, chain, kept-array and draw tests
 #      (SANITIZE=0 skips it);
 #   5. `serve --backend cuda` answers one completion (the engine path); deepinfer bench --backend cuda
 #      --op-times on the 4-layer benchmark model: the defaults, decode batch 256 and decode at 2048 tokens of
@@ -23,8 +23,9 @@
 #      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device; with both, each block's tail is one call), the
 #      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
 #      (DEEPINFER_CUDA_INDEX_SELECT=device), and kept there for the attention (kept; also at 16384 tokens of
-#      context), and last decode batch 64 with every device path (the head on the kept stream) (E2E=0 skips it);
-#   6. compute-sanitizer racecheck over the attention, index, kept-array and greedy-draw tests, with the time left (RACECHECK=0
+#      context), and last decode batch 64 at temperature 1 with every device path (the head on the kept stream, the
+#      draws on the device) (E2E=0 skips it);
+#   6. compute-sanitizer racecheck over the attention, index, kept-array and draw tests, with the time left (RACECHECK=0
 #      skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
 # Logs go to $OUT (the device tool brings them back) or /tmp/gpu_check; the summary is printed last.
@@ -256,11 +257,12 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     bench_run "DEEPINFER_CUDA_PROMPT_LINEAR=wgmma" 100 DEEPINFER_CUDA_PROMPT_LINEAR=wgmma -- --prefill 128,512 --batch 1 --decode-steps 4
     bench_run "DEEPINFER_CUDA_ATTENTION=split" 100 DEEPINFER_CUDA_ATTENTION=split -- --prefill 128,512 --batch 1,8 --decode-steps 8
     bench_run "DEEPINFER_CUDA_LINEAR=fma" 100 DEEPINFER_CUDA_LINEAR=fma -- --prefill 128 --batch 1,8 --decode-steps 8
-    # Batched decode with every device path (stop 55, not yet run on a GPU): each step's head on the stream the last tail
-    # kept and its 64 greedy draws on the device (--op-times counts the heads on the kept stream), with the time left.
-    bench_run "decode batch 64, every device path" 60 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=kept \
+    # Batched decode with every device path (stops 55-56, not yet run on a GPU): each step's head on the stream the last
+    # tail kept and its 64 draws at temperature 1 on the device (--op-times counts the heads on the kept stream), with
+    # the time left.
+    bench_run "decode batch 64 at temperature 1, every device path" 60 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=kept \
       DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device DEEPINFER_CUDA_ATTENTION_ROWS=packed \
-      DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 64 --context 256 --decode-steps 8
+      DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 64 --context 256 --decode-steps 8 --temperature 1
   else
     e2e_rc=failed
     cp "$LOG_DIR/build_cli.log" "$LOG_DIR/make_model.log" "$OUT_DIR/" 2>/dev/null
@@ -270,8 +272,8 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
 fi
 
 # Shared-memory races (compute-sanitizer's racecheck) in the kernels that share rows, scores or fragments between
-# a block's threads: both attention paths, the index scores and top-k, the head work of the kept arrays, the greedy
-# draws' argmax. Last, with what time is left (RACECHECK=0 skips it).
+# a block's threads: both attention paths, the index scores and top-k, the head work of the kept arrays, the
+# draws. Last, with what time is left (RACECHECK=0 skips it).
 racecheck_rc=skipped
 if [ "${RACECHECK:-1}" = 1 ]; then
   sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearDrawsCuda.*'

@@ -144,7 +144,7 @@ void Sampler::distribution(const float* logits, int64_t vocab, const SamplingPar
       out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
       return;
     }
-    const std::vector<double>& w = scratch.plain.weights();
+    const double* w = scratch.plain.weights();
     for (int64_t i = 0; i < vocab; ++i) {
       if (w[size_t(i)] > 0.0) out.emplace_back(int32_t(i), w[size_t(i)] / scratch.plain.total());
     }

@@ -18,19 +18,16 @@ bool TemperatureWeights::weigh(const float* logits, int64_t n, float temperature
   }
   const double m = max_value(scaled_.data(), n);
   if (!std::isfinite(m)) return false;
-  weights_.resize(size_t(n));
-  exp_fixed_sum(scaled_.data(), n, m, weights_.data());  // (8 lanes at a time; its sum is not the draw's)
+  n_ = n;
   const int64_t n_groups = (n + kDrawGroupIds - 1) / kDrawGroupIds;
   const int64_t n_spans = (n_groups + kDrawSpanGroups - 1) / kDrawSpanGroups;
+  weights_.assign(size_t(n_groups * kDrawGroupIds), 0.0);  // (the last group's ids past n weigh 0)
+  exp_fixed_sum(scaled_.data(), n, m, weights_.data());    // (8 lanes at a time; its sum is not the draw's)
+  double* w = weights_.data();
+  for (int64_t i = 0; i < n; ++i) w[i] = double(scaled_[size_t(i)]) - m < -kExpFixedMaxArg ? 0.0 : w[i];  // (else libm's exp)
   group_sums_.assign(size_t(n_spans * kDrawSpanGroups), 0.0);
   span_sums_.resize(size_t(n_spans));
-  for (int64_t k = 0; k < n_groups; ++k) {
-    double w[kDrawGroupIds] = {};
-    for (int64_t j = 0; j < kDrawGroupIds && k * kDrawGroupIds + j < n; ++j) {
-      const int64_t i = k * kDrawGroupIds + j;
-      if (double(scaled_[size_t(i)]) - m < -kExpFixedMaxArg) weights_[size_t(i)] = 0.0;  // (exp_fixed took libm's exp)
-      w[j] = weights_[size_t(i)];
-    }
+  for (int64_t k = 0; k < n_groups; ++k, w += kDrawGroupIds) {
     group_sums_[size_t(k)] = ((w[0] + w[1]) + (w[2] + w[3])) + ((w[4] + w[5]) + (w[6] + w[7]));
   }
   total_ = 0.0;
@@ -47,7 +44,7 @@ bool TemperatureWeights::weigh(const float* logits, int64_t n, float temperature
 }
 
 int64_t TemperatureWeights::last_weighted(int64_t begin, int64_t end) const {
-  end = std::min(end, int64_t(weights_.size()));
+  end = std::min(end, n_);
   for (int64_t i = end; i > begin; --i) {
     if (weights_[size_t(i - 1)] > 0.0) return i - 1;
   }
@@ -55,7 +52,7 @@ int64_t TemperatureWeights::last_weighted(int64_t begin, int64_t end) const {
 }
 
 int64_t TemperatureWeights::pick(double uniform) const {
-  const int64_t n = int64_t(weights_.size());
+  const int64_t n = n_;
   double r = uniform * total_;
   int64_t span = 0;
   for (const int64_t n_spans = int64_t(span_sums_.size()); span < n_spans && !(r - span_sums_[size_t(span)] < 0); ++span) {

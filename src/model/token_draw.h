@@ -44,14 +44,15 @@ class TemperatureWeights {
   bool weigh(const float* logits, int64_t n, float temperature);
   // The id drawn with `uniform` (after a weigh() that returned true).
   int64_t pick(double uniform) const;
-  const std::vector<double>& weights() const { return weights_; }  // w, by id
+  const double* weights() const { return weights_.data(); }  // w, by id: [0, n)
   double total() const { return total_; }
 
  private:
   int64_t last_weighted(int64_t begin, int64_t end) const;  // the last id of weight > 0 in [begin, end), else begin
 
   std::vector<float> scaled_;
-  std::vector<double> weights_, group_sums_, span_sums_;
+  int64_t n_ = 0;
+  std::vector<double> weights_, group_sums_, span_sums_;  // (weights_ past n_: 0, to the last group's end)
   double total_ = 0.0;
 };
 
