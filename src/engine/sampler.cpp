@@ -94,12 +94,12 @@ size_t Sampler::top_k_cut(const float* logits, int64_t vocab, const SamplingPara
 }
 
 bool Sampler::draws_plainly(const SamplingParams& p, int64_t vocab) {
-  return p.temperature <= 0.0f || (!(p.top_k > 0 && p.top_k < vocab) && !(p.top_p < 1.0f) && !(p.min_p > 0.0f));
+  return !(p.temperature > 0.0f) || (!(p.top_k > 0 && p.top_k < vocab) && !(p.top_p < 1.0f) && !(p.min_p > 0.0f));
 }
 
 std::optional<TokenDraw> Sampler::plain_draw(const SamplingParams& p, int64_t vocab) {
   if (!draws_plainly(p, vocab)) return std::nullopt;
-  if (p.temperature <= 0.0f) return TokenDraw{};
+  if (!(p.temperature > 0.0f)) return TokenDraw{};  // greedy (a NaN temperature too)
   return TokenDraw{.temperature = p.temperature, .uniform = next_uniform()};
 }
 

@@ -72,7 +72,7 @@ int64_t TemperatureWeights::pick(double uniform) const {
 }
 
 int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw) {
-  if (draw.temperature <= 0.0f) return int32_t(argmax(logits, n));
+  if (!(draw.temperature > 0.0f)) return int32_t(argmax(logits, n));  // (a NaN temperature too, as the device takes it)
   thread_local TemperatureWeights weights;
   if (!weights.weigh(logits, n, draw.temperature)) return int32_t(argmax(logits, n));
   return int32_t(weights.pick(draw.uniform));

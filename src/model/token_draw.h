@@ -25,8 +25,8 @@
 
 namespace deepinfer {
 
-// temperature <= 0: the argmax (ops.h: the first largest, NaNs passed over); else the plain temperature draw above
-// with `uniform`.
+// temperature <= 0 (or NaN): the argmax (ops.h: the first largest, NaNs passed over); else the plain temperature draw
+// above with `uniform`.
 struct TokenDraw {
   float temperature = 0.0f;
   double uniform = 0.0;

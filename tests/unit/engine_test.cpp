@@ -342,6 +342,39 @@ TEST(Engine, ConcurrentRequestsGiveTheirSoloOutputs) {
   }
 }
 
+// A plain temperature request draws in the forward (ForwardChunk::draw_only: its uniform taken as the step is planned),
+// one with log-probabilities from the logits after it (Sampler::sample): with the same seed both take the same
+// uniforms in the same order, so they emit the same tokens, alone and batched with each other and a greedy request.
+// A top-k as large as the vocabulary cuts nothing: plain too.
+TEST(Engine, PlainTemperatureDrawsInTheForwardEqualTheLogitsPath) {
+  auto engine = open_engine(options_for_tests());
+  auto request = [](bool logprobs, int top_k) {
+    Request r = ids_request(random_prompt(23, 77), 10);
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = 2024;
+    r.sampling.logprobs = logprobs;
+    r.sampling.top_logprobs = logprobs ? 1 : 0;
+    r.sampling.top_k = top_k;
+    return r;
+  };
+  const Outcome from_logits = collect(*engine, engine->submit(request(true, 0)).value());
+  const Outcome in_forward = collect(*engine, engine->submit(request(false, 0)).value());
+  ASSERT_EQ(from_logits.tokens.size(), 10u);
+  EXPECT_EQ(in_forward.tokens, from_logits.tokens);
+  Request greedy = ids_request(random_prompt(31, 78), 10);
+  greedy.sampling.logprobs = false;
+  const RequestId a = engine->submit(request(false, 0)).value(), b = engine->submit(greedy).value(),
+                  c = engine->submit(request(true, 0)).value(), d = engine->submit(request(false, 129280)).value();
+  EXPECT_EQ(collect(*engine, a).tokens, from_logits.tokens);
+  EXPECT_EQ(collect(*engine, b).tokens.size(), 10u);
+  EXPECT_EQ(collect(*engine, c).tokens, from_logits.tokens);
+  EXPECT_EQ(collect(*engine, d).tokens, from_logits.tokens);
+  // The draws are not all the greedy ones (else the test would not tell the paths apart).
+  Request greedy_twin = request(false, 0);
+  greedy_twin.sampling.temperature = 0.0f;
+  EXPECT_NE(collect(*engine, engine->submit(greedy_twin).value()).tokens, from_logits.tokens);
+}
+
 TEST(Engine, PreemptionRecomputesWithoutChangingOutputs) {
   EngineOptions roomy = options_for_tests();
   EngineOptions tight = roomy;

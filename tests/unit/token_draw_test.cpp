@@ -116,6 +116,15 @@ TEST(TokenDraw, EdgesDrawAsTheHeaderSays) {
   EXPECT_EQ(w.weights()[0], 0.0);  // (e^-720 is a subnormal double, which exp_fixed would have taken from libm's exp)
   EXPECT_EQ(w.weights()[2], 1.0);
   EXPECT_EQ(w.total(), 1.0 + w.weights()[4]);
+  // A NaN temperature draws greedily (as the device's kernel takes it), and the sampler takes no uniform for it.
+  EXPECT_EQ(draw_token(x.data(), 4, {nan, 0.9}), 1);
+  SamplingParams p;
+  p.temperature = nan;
+  Sampler sampler(1), stream(1);
+  ASSERT_TRUE(Sampler::draws_plainly(p, 4));
+  EXPECT_EQ(sampler.plain_draw(p, 4)->temperature, 0.0f);
+  EXPECT_EQ(sampler.sample(x.data(), 4, p), 1);
+  EXPECT_EQ(sampler.next_uniform(), stream.next_uniform());
   // One id: always it.
   EXPECT_EQ(draw_token(x.data(), 1, {0.7f, 0.99}), 0);
 }

@@ -310,7 +310,8 @@ struct DeviceTokenDraw {
   float temperature = 0.0f;
   int32_t unused = 0;
 };
-inline constexpr int64_t kRowDrawMaxWidth = int64_t(6144) * 256;  // (its spans' sums in 48 KB of shared memory)
+// (Its spans' sums, 8 bytes a 256-id span, beside the kernel's static 2.4 KB within 48 KB of shared memory.)
+inline constexpr int64_t kRowDrawMaxWidth = int64_t(5632) * 256;
 // out[r] = model/token_draw.h's draw_token of row r of x [n_rows, width] (rows `stride` floats apart) with draws[r]
 // (a device array; nullptr: every row greedy): the argmax as model/ops.h's argmax gives it (the first index holding
 // the row's largest value, NaNs passed over, 0 where the row is all NaN), or the plain temperature draw, bit for bit
