@@ -170,6 +170,43 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
   expect_planted_draws(*gpu, V, {{[](int64_t row) { return row % 5 == 0 ? kNan : row % 7 == 3 ? 5.0f : -1.0f; }, {1.0f, 0.3}}}, weights);
 }
 
+// Rows whose walk rounding leaves without a pick at each level (found by a search over rows of 600 ids at temperature 1):
+// a few weights of 1 and e^-34 .. e^-41, the rest 0 (-1000), drawn with u just under 1. The sums the walk passes
+// over are trees, its subtractions a chain, so a span's, a group's or the row's members can all be passed while the
+// tree's sum was not: the last id of weight > 0 in that span (193), group (311) or row (592).
+std::vector<Planted> rows_that_rounding_decides() {
+  auto row = [](std::vector<std::pair<int64_t, float>> ids) {
+    return [ids](int64_t i) {
+      for (const auto& [id, logit] : ids) {
+        if (id == i) return logit;
+      }
+      return -1000.0f;
+    };
+  };
+  const double under_1 = std::nextafter(1.0, 0.0);
+  return {
+      {row({{6, -35}, {8, -40}, {26, -39}, {27, -38}, {31, -36}, {66, -40}, {71, -38}, {89, -36}, {90, -40}, {118, -41},
+            {136, 0}, {174, -36}, {209, -40}, {257, -36}, {269, -37}, {325, -37}, {342, 0}, {376, -41}, {403, -39},
+            {422, -38}, {452, -35}, {468, -35}, {473, -36}, {476, -36}, {496, -40}, {500, -34}, {503, -39}, {514, 0},
+            {525, -37}, {529, -39}, {552, -34}, {553, -34}, {592, -34}}),
+       {1.0f, under_1}, 592},
+      {row({{46, -37}, {48, -40}, {119, -37}, {122, -39}, {140, -34}, {174, -35}, {193, 0}, {471, -41}, {528, -36}}),
+       {1.0f, 1.0 - 4e-16}, 193},
+      {row({{48, -34}, {304, -37}, {305, -38}, {307, 0}, {308, -35}, {309, -34}, {311, -40}}), {1.0f, under_1}, 311},
+      // And one whose draw the span tree's order decides: with the butterfly's levels the other way round (lane l + lane
+      // l + 16 first) its total rounds otherwise, and u = 0.5 lands on 460 instead of 501.
+      {row({{57, -37}, {62, -41}, {65, -40}, {120, -36}, {371, -38}, {380, -36}, {460, 0}, {501, 0}, {567, -39}}),
+       {1.0f, 0.5}, 501},
+  };
+}
+
+TEST(LinearDrawsCuda, DrawsThatRoundingDecides) {
+  const ScopedCudaPaths paths("fma");
+  DI_MAKE_CUDA_BACKEND(gpu);
+  std::deque<OwnedWeight> weights;
+  expect_planted_draws(*gpu, 600, rows_that_rounding_decides(), weights);
+}
+
 TEST(LinearDrawsCuda, GreedyDrawsAreTheHostsArgmaxOfTheOutputsOnMma) { expect_draws("mma"); }
 TEST(LinearDrawsCuda, GreedyDrawsAreTheHostsArgmaxOfTheOutputsOnFma) { expect_draws("fma"); }
 TEST(LinearDrawsCuda, SampledDrawsAreTheHostsOnMma) { expect_sampled_draws("mma", 6001); }
