@@ -193,7 +193,7 @@ Runner add_bench_command(CLI::App& app) {
     auto drawing_chunk = [&](SequenceState* seq, std::span<const int32_t> ids, int64_t prompt_len) {
       ForwardChunk fc{seq, ids, prompt_len};
       fc.draw_only = true;
-      fc.draw = *sampler.plain_draw(sampling, c.vocab_size);
+      fc.draw = *sampler.forward_draw(sampling, c.vocab_size);
       return fc;
     };
     // Warm-up, not timed: faults the weights in, and grows the heap to a prefill's working set. The longest

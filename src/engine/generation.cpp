@@ -47,14 +47,15 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
   Sampler sampler(options.sampling.seed);
   SequenceState seq = model.new_sequence();
   auto t0 = Clock::now();
-  // Greedy or at a plain temperature: the forward brings back each draw alone (ForwardChunk::draw_only; a GPU draws it
-  // on the device), its uniform taken from the stream as the forward is set up (as sample() takes it, one a draw).
-  const bool plain = Sampler::draws_plainly(options.sampling, V);
+  // Greedy, with top-k or at a plain temperature (Sampler::forward_drawable): the forward brings back each draw alone
+  // (ForwardChunk::draw_only; a GPU draws it on the device), its uniform taken from the stream as the forward is set
+  // up (as sample() takes it, one a draw).
+  const bool in_forward = Sampler::forward_drawable(options.sampling, V);
   auto draw_only = [&](ForwardChunk& fc) {
-    fc.draw_only = plain;
-    if (plain) fc.draw = *sampler.plain_draw(options.sampling, V);
+    fc.draw_only = in_forward;
+    if (in_forward) fc.draw = *sampler.forward_draw(options.sampling, V);
   };
-  auto draw_from = [&](ChunkOutput& o) { return plain ? o.drawn : sampler.sample(o.logits.data(), V, options.sampling); };
+  auto draw_from = [&](ChunkOutput& o) { return in_forward ? o.drawn : sampler.sample(o.logits.data(), V, options.sampling); };
   ForwardChunk prefill{&seq, prompt, P};
   prefill.keep_hidden = speculative;
   draw_only(prefill);

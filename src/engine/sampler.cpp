@@ -22,16 +22,6 @@ bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t
   return a.first != b.first ? a.first > b.first : a.second < b.second;
 }
 
-// The fewest of probs[0, n) whose sum reaches top_p (top-p's cut), or 0 where all n together do not.
-size_t top_p_count(const std::vector<double>& probs, size_t n, float top_p) {
-  double cumulative = 0;
-  for (size_t i = 0; i < n; ++i) {
-    cumulative += probs[i];
-    if (cumulative >= top_p) return i + 1;
-  }
-  return 0;
-}
-
 // A logit over the temperature; a NaN as -inf (never drawn), so that every comparison below orders the candidates.
 float scaled_logit(float logit, float temperature) {
   const float v = logit / temperature;
@@ -68,54 +58,28 @@ bool Sampler::scale(const float* logits, int64_t vocab, float temperature, Scrat
   return std::isfinite(max_scaled);  // else a temperature too small for the logits, or none finite
 }
 
-// Top-k: the best top_k candidates (scratch.candidates) and their softmax relative to the best (scratch.probs), then
-// min-p and top-p cut the tail. 0 where the best one's scaled logit is not finite (the draw is then greedy).
-size_t Sampler::top_k_cut(const float* logits, int64_t vocab, const SamplingParams& p, Scratch& scratch) {
-  const size_t keep = size_t(p.top_k);
-  auto& candidates = scratch.candidates;
-  candidates.clear();
-  for (int64_t i = 0; i < vocab; ++i) candidates.emplace_back(scaled_logit(logits[i], p.temperature), int32_t(i));
-  std::partial_sort(candidates.begin(), candidates.begin() + long(keep), candidates.end(), by_logit);
-  if (!std::isfinite(candidates[0].first)) return 0;
-  const double max_logit = candidates[0].first;
-  auto& probs = scratch.probs;
-  probs.resize(keep);
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += probs[i] = exp_fixed(double(candidates[i].first) - max_logit);
-  for (double& v : probs) v /= total;
-  size_t n = keep;
-  if (p.min_p > 0.0f) {
-    while (n > 1 && probs[n - 1] < p.min_p * probs[0]) --n;
-  }
-  if (p.top_p < 1.0f) {
-    if (const size_t reached = top_p_count(probs, n, p.top_p)) n = reached;
-  }
-  return n;
+bool Sampler::forward_drawable(const SamplingParams& p, int64_t vocab) {
+  return !(p.temperature > 0.0f) || (p.top_k > 0 && p.top_k < vocab) || (!(p.top_p < 1.0f) && !(p.min_p > 0.0f));
 }
 
-bool Sampler::draws_plainly(const SamplingParams& p, int64_t vocab) {
-  return !(p.temperature > 0.0f) || (!(p.top_k > 0 && p.top_k < vocab) && !(p.top_p < 1.0f) && !(p.min_p > 0.0f));
-}
-
-std::optional<TokenDraw> Sampler::plain_draw(const SamplingParams& p, int64_t vocab) {
-  if (!draws_plainly(p, vocab)) return std::nullopt;
+std::optional<TokenDraw> Sampler::forward_draw(const SamplingParams& p, int64_t vocab) {
+  if (!forward_drawable(p, vocab)) return std::nullopt;
   if (!(p.temperature > 0.0f)) return TokenDraw{};  // greedy (a NaN temperature too)
-  return TokenDraw{.temperature = p.temperature, .uniform = next_uniform()};
+  TokenDraw d{.temperature = p.temperature, .uniform = next_uniform()};
+  if (p.top_k > 0 && p.top_k < vocab) {
+    d.top_k = p.top_k;
+    d.top_p = p.top_p;
+    d.min_p = p.min_p;
+  }
+  return d;
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
-  if (draws_plainly(p, vocab)) return draw_token(logits, vocab, *plain_draw(p, vocab));
-  Scratch& scratch = thread_scratch();
-  if (p.top_k > 0 && p.top_k < vocab) {
-    const size_t n = top_k_cut(logits, vocab, p, scratch);
-    if (n == 0) return int32_t(argmax(logits, vocab));
-    double mass = 0;
-    for (size_t i = 0; i < n; ++i) mass += scratch.probs[i];
-    return scratch.candidates[pick(scratch.probs.data(), n, mass)].second;
-  }
+  if (const std::optional<TokenDraw> d = forward_draw(p, vocab)) return draw_token(logits, vocab, *d);
+  Scratch& scratch = thread_scratch();  // top-p or min-p over the whole vocabulary
   float max_scaled = 0;
   if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) return int32_t(argmax(logits, vocab));
-  return sample_cut(p, max_scaled, scratch);  // top-p or min-p
+  return sample_cut(p, max_scaled, scratch);
 }
 
 void Sampler::distribution(const float* logits, int64_t vocab, const SamplingParams& p,
@@ -127,7 +91,8 @@ void Sampler::distribution(const float* logits, int64_t vocab, const SamplingPar
   }
   Scratch& scratch = thread_scratch();
   if (p.top_k > 0 && p.top_k < vocab) {
-    const size_t n = top_k_cut(logits, vocab, p, scratch);
+    top_k_candidates(logits, vocab, p.temperature, p.top_k, scratch.candidates);
+    const size_t n = top_k_cut(scratch.candidates, p.top_p, p.min_p, scratch.probs);
     if (n == 0) {
       out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
       return;
@@ -139,7 +104,7 @@ void Sampler::distribution(const float* logits, int64_t vocab, const SamplingPar
     }
     return;
   }
-  if (draws_plainly(p, vocab)) {  // (the temperature's: greedy returned above)
+  if (forward_drawable(p, vocab)) {  // the plain temperature draw (greedy returned above, top-k too)
     if (!scratch.plain.weigh(logits, vocab, p.temperature)) {
       out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
       return;
@@ -258,25 +223,6 @@ int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& 
     }
   }
   return int32_t(argmax(scratch.scaled.data(), int64_t(scratch.scaled.size())));
-}
-
-// The first i whose running sum of weights[0, i] passes a uniform times mass (their sum); where rounding leaves none,
-// the last with any weight (a masked token has none). Eight weights at a time while the uniform lies past their sum:
-// one dependent subtraction for eight (top-k's candidates; a plain temperature draw walks TemperatureWeights).
-size_t Sampler::pick(const double* weights, size_t n, double mass) {
-  double r = next_uniform() * mass;
-  size_t i = 0;
-  for (const double* w = weights; i + 8 <= n; i += 8, w += 8) {
-    const double eight = ((w[0] + w[1]) + (w[2] + w[3])) + ((w[4] + w[5]) + (w[6] + w[7]));
-    if (r - eight < 0) break;
-    r -= eight;
-  }
-  for (; i < n; ++i) {
-    r -= weights[i];
-    if (r < 0) return i;
-  }
-  while (n > 1 && weights[n - 1] == 0.0) --n;
-  return n - 1;
 }
 
 bool has_penalties(const SamplingParams& p) {

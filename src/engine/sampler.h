@@ -20,13 +20,13 @@ class Sampler {
  public:
   explicit Sampler(uint64_t seed);
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params);
-  // Whether sample() draws greedily or at a plain temperature (no top-k, top-p or min-p cut): then its draw is
-  // model/token_draw.h's draw_token of the logits with plain_draw(), which a forward can take itself (a GPU on the
-  // device: ForwardChunk::draw_only).
-  static bool draws_plainly(const SamplingParams& params, int64_t vocab);
-  // That draw, taking its uniform from the stream now (the temperature's: one, as sample() takes); nullopt (and
-  // nothing taken) where the draw is not plain.
-  std::optional<TokenDraw> plain_draw(const SamplingParams& params, int64_t vocab);
+  // Whether sample() draws greedily, with top-k (then top-p and min-p cut its candidates) or at a plain temperature
+  // (no cut): then its draw is model/token_draw.h's draw_token of the logits with forward_draw(), which a forward can
+  // take itself (a GPU on the device: ForwardChunk::draw_only). Not a top-p or min-p cut of the whole vocabulary.
+  static bool forward_drawable(const SamplingParams& params, int64_t vocab);
+  // That draw, taking its uniform from the stream now (at a temperature: one, as sample() takes, whatever the logits);
+  // nullopt (and nothing taken) where the draw is not forward_drawable.
+  std::optional<TokenDraw> forward_draw(const SamplingParams& params, int64_t vocab);
   // The distribution sample() draws from, after its cuts: (id, probability) pairs whose probabilities sum to 1 (greedy:
   // the best token alone; tokens of no probability left out), in a fixed order. For speculative decoding's acceptance
   // test and the draw that follows a rejection. Draws nothing from the stream.
@@ -39,9 +39,9 @@ class Sampler {
   // be ~4 MB each at V4's vocabulary, cold in cache at every draw.
   struct Scratch {
     std::vector<float> scaled;                             // logits / temperature, in id order
-    std::vector<std::pair<float, int32_t>> candidates;     // (scaled logit, id): top-k's head, or a bucket's members
+    std::vector<DrawCandidate> candidates;                 // (scaled logit, id): top-k's, or a bucket's members
     std::vector<double> weights;                           // e^(scaled - max), by id
-    std::vector<double> probs;                             // by candidate
+    std::vector<double> probs;                             // by candidate (distribution()'s top-k)
     std::vector<uint16_t> bucket;                          // sample_cut's bucket of each id
     std::vector<double> bucket_weights;                    // and the weights in each bucket
     TemperatureWeights plain;                              // distribution()'s plain temperature weights
@@ -57,12 +57,9 @@ class Sampler {
   static Scratch& thread_scratch();
   // The scaled logits and their largest: false where the largest is not finite (the draw is then greedy).
   static bool scale(const float* logits, int64_t vocab, float temperature, Scratch& scratch, float& max_scaled);
-  // top-k's candidates, their probabilities and its cuts: how many are kept.
-  static size_t top_k_cut(const float* logits, int64_t vocab, const SamplingParams& params, Scratch& scratch);
   static Cut find_cut(const SamplingParams& params, double max_logit, Scratch& scratch);
   static const std::vector<std::pair<float, int32_t>>& bucket_members(int bucket, Scratch& scratch);
   int32_t sample_cut(const SamplingParams& params, double max_logit, Scratch& scratch);
-  size_t pick(const double* weights, size_t n, double mass);
   uint64_t state_[4];
 };
 

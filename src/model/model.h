@@ -59,9 +59,9 @@ struct ForwardChunk {
   // the golden contract: window part min(P, window) slots, compressed part sized from P); 0: decode.
   int64_t prompt_len = 0;
   bool all_logits = false;  // logits for every token, else for the last one only
-  // Only the last token's draw (`draw`: greedy or at a plain temperature), not its logits: ChunkOutput::drawn, drawn
-  // on the backend where it can (Backend::linear_draws: a GPU then sends one id back instead of the vocabulary's
-  // logits). Not with all_logits.
+  // Only the last token's draw (`draw`: greedy, top-k or at a plain temperature), not its logits: ChunkOutput::drawn,
+  // drawn on the backend where it can (Backend::linear_draws: a GPU then sends one id back instead of the
+  // vocabulary's logits). Not with all_logits.
   bool draw_only = false;
   TokenDraw draw = {};
   bool keep_hidden = false; // return the final 4-copy stream of every token (the MTP input)

@@ -71,8 +71,79 @@ int64_t TemperatureWeights::pick(double uniform) const {
   return last_weighted(group * kDrawGroupIds, ids_end);
 }
 
+namespace {
+// The candidates' order: larger s first, ties to the lower id.
+bool by_logit(const DrawCandidate& a, const DrawCandidate& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; }
+}  // namespace
+
+void top_k_candidates(const float* logits, int64_t n, float temperature, int64_t k, std::vector<DrawCandidate>& out) {
+  DI_CHECK(k > 0 && k <= n);
+  out.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = logits[i] / temperature;
+    out.emplace_back(v == v ? v : -INFINITY, int32_t(i));
+  }
+  std::partial_sort(out.begin(), out.begin() + k, out.end(), by_logit);
+  out.resize(size_t(k));
+}
+
+size_t top_k_cut(std::span<const DrawCandidate> candidates, float top_p, float min_p, std::vector<double>& probs) {
+  const size_t keep = candidates.size();
+  if (keep == 0 || !std::isfinite(candidates[0].first)) return 0;
+  const double max_logit = candidates[0].first;
+  probs.resize(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += probs[i] = exp_fixed(double(candidates[i].first) - max_logit);
+  for (double& v : probs) v /= total;
+  size_t n = keep;
+  if (min_p > 0.0f) {
+    while (n > 1 && probs[n - 1] < min_p * probs[0]) --n;
+  }
+  if (top_p < 1.0f) {
+    double cumulative = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cumulative += probs[i];
+      if (cumulative >= top_p) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  return n;
+}
+
+int32_t draw_from_top_k(std::span<const DrawCandidate> candidates, const TokenDraw& draw, int32_t argmax_id) {
+  thread_local std::vector<double> probs;
+  const size_t n = top_k_cut(candidates, draw.top_p, draw.min_p, probs);
+  if (n == 0) return argmax_id;
+  double mass = 0;
+  for (size_t i = 0; i < n; ++i) mass += probs[i];
+  return candidates[pick_weighted(probs.data(), n, mass, draw.uniform)].second;
+}
+
+size_t pick_weighted(const double* weights, size_t n, double mass, double uniform) {
+  double r = uniform * mass;
+  size_t i = 0;
+  for (const double* w = weights; i + 8 <= n; i += 8, w += 8) {
+    const double eight = ((w[0] + w[1]) + (w[2] + w[3])) + ((w[4] + w[5]) + (w[6] + w[7]));
+    if (r - eight < 0) break;
+    r -= eight;
+  }
+  for (; i < n; ++i) {
+    r -= weights[i];
+    if (r < 0) return i;
+  }
+  while (n > 1 && weights[n - 1] == 0.0) --n;
+  return n - 1;
+}
+
 int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw) {
   if (!(draw.temperature > 0.0f)) return int32_t(argmax(logits, n));  // (a NaN temperature too, as the device takes it)
+  if (draws_top_k(draw, n)) {
+    thread_local std::vector<DrawCandidate> candidates;
+    top_k_candidates(logits, n, draw.temperature, draw.top_k, candidates);
+    return draw_from_top_k(candidates, draw, std::isfinite(candidates[0].first) ? -1 : int32_t(argmax(logits, n)));
+  }
   thread_local TemperatureWeights weights;
   if (!weights.weigh(logits, n, draw.temperature)) return int32_t(argmax(logits, n));
   return int32_t(weights.pick(draw.uniform));

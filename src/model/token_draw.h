@@ -21,16 +21,32 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace deepinfer {
 
-// temperature <= 0 (or NaN): the argmax (ops.h: the first largest, NaNs passed over); else the plain temperature draw
-// above with `uniform`.
+// temperature <= 0 (or NaN): the argmax (ops.h: the first largest, NaNs passed over); else with top_k (0 < top_k <
+// the row's width) the top-k draw below, else the plain temperature draw above, each with `uniform`.
+//
+// The top-k draw (the engine's sampler's, whose candidates a GPU backend finds on the device): the candidates are the
+// top_k best (s[i], i), larger s first, ties to the lower id (s as above); where the best s is not finite, the
+// argmax of x. Else p_j = exp_fixed(double(s_j) - s_0) over the candidates in order, divided by their sum (added in
+// order); min-p keeps the longest prefix whose last p_j >= min_p p_0, then top-p the shortest prefix whose running sum
+// reaches top_p (all where none does); the pick is the first candidate whose running p passes u times the kept p's sum
+// (pick_weighted).
 struct TokenDraw {
   float temperature = 0.0f;
   double uniform = 0.0;
+  int32_t top_k = 0;  // 0: none; top_p and min_p cut top-k's candidates only
+  float top_p = 1.0f, min_p = 0.0f;
 };
+
+// Whether the draw is the top-k one, of a row of width n.
+inline bool draws_top_k(const TokenDraw& draw, int64_t n) {
+  return draw.temperature > 0.0f && draw.top_k > 0 && draw.top_k < n;
+}
 
 inline constexpr int64_t kDrawGroupIds = 8;
 inline constexpr int64_t kDrawSpanGroups = 32;
@@ -56,7 +72,20 @@ class TemperatureWeights {
   double total_ = 0.0;
 };
 
-// The draw (TokenDraw) of logits[0, n), with the calling thread's TemperatureWeights.
+// The draw (TokenDraw) of logits[0, n), with the calling thread's scratch.
 int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw);
+
+// A candidate of the top-k draw: (s, id).
+using DrawCandidate = std::pair<float, int32_t>;
+// The top-k draw's candidates of logits[0, n) at a temperature, in their order.
+void top_k_candidates(const float* logits, int64_t n, float temperature, int64_t k, std::vector<DrawCandidate>& out);
+// Their p (probs, one a candidate) and how many min-p and top-p keep; 0 where the best s is not finite.
+size_t top_k_cut(std::span<const DrawCandidate> candidates, float top_p, float min_p, std::vector<double>& probs);
+// The top-k draw from its candidates (argmax_id: the argmax of the row's logits, drawn where the best s is not finite).
+int32_t draw_from_top_k(std::span<const DrawCandidate> candidates, const TokenDraw& draw, int32_t argmax_id);
+// The first i whose running sum of weights[0, i] passes uniform times mass (their sum); where rounding leaves none,
+// the last with any weight. Eight weights at a time while the uniform lies past their sum (((w0 + w1) + (w2 + w3)) +
+// ((w4 + w5) + (w6 + w7))), then one at a time.
+size_t pick_weighted(const double* weights, size_t n, double mass, double uniform);
 
 }  // namespace deepinfer

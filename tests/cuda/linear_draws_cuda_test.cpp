@@ -5,7 +5,8 @@
 // lowest index wins), a NaN row (passed over), a token whose outputs are all NaN (0) and outputs that are all -inf but
 // a NaN (the first -inf). At a temperature: logits planted token by token (x = e_t against column t), with the
 // uniforms at 0 and just under 1, weights below e^-700 (0), ties, NaNs, a temperature that scales a logit to infinity,
-// and widths that end inside a group and a span. On the tensor-core and the FMA linear.
+// and widths that end inside a group and a span; top-k draws, whose candidates (ties among them) the device finds. On
+// the tensor-core and the FMA linear.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -160,6 +161,15 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
       {random_logit(3.0f), {}},                    // greedy
       {random_logit(2.0f), {1.0f, just_under_1}},
       {random_logit(2.0f), {1.0f, just_under_1}},
+      // Top-k draws (where top_k is below the width; else plain): the candidates found on the device, the draw from
+      // them on the host.
+      {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.3, .top_k = 50}},
+      {random_logit(3.0f), {.temperature = 0.7f, .uniform = 0.9, .top_k = 1}},
+      {random_logit(2.0f), {.temperature = 1.2f, .uniform = 0.6, .top_k = 1024, .top_p = 0.9f}},
+      {random_logit(2.0f), {.temperature = 0.8f, .uniform = 0.5, .top_k = 7, .min_p = 0.1f}},
+      // The 100 best are ~62 fives and the lowest ids of the -1s: u near 1 draws among those.
+      {[](int64_t row) { return row % 97 == 3 ? 5.0f : -1.0f; }, {.temperature = 1.0f, .uniform = 0.9999, .top_k = 100}},
+      {random_logit(3.0f), {.temperature = 1e-38f, .uniform = 0.4, .top_k = 9}},  // the best overflows: the argmax
   };
   for (int i = 0; i < 12; ++i) finite.push_back({random_logit(2.0f), {0.5f + 0.1f * float(i), std::uniform_real_distribution<double>(0, 1)(rng)}});
   std::deque<OwnedWeight> weights;
@@ -168,6 +178,9 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
   expect_planted_draws(*gpu, V, {{[](int64_t) { return kNan; }, {1.0f, 0.4}, 0}}, weights);
   expect_planted_draws(*gpu, V, {{[](int64_t row) { return row == 0 ? kNan : -INFINITY; }, {2.0f, 0.4}, 1}}, weights);
   expect_planted_draws(*gpu, V, {{[](int64_t row) { return row % 5 == 0 ? kNan : row % 7 == 3 ? 5.0f : -1.0f; }, {1.0f, 0.3}}}, weights);
+  expect_planted_draws(*gpu, V, {{[](int64_t) { return kNan; }, {.temperature = 1.0f, .uniform = 0.4, .top_k = 3}, 0}}, weights);
+  expect_planted_draws(*gpu, V, {{[](int64_t row) { return row % 5 == 0 ? kNan : row % 7 == 3 ? 5.0f : -1.0f; },
+                                  {.temperature = 1.0f, .uniform = 0.999, .top_k = 9}}}, weights);
 }
 
 // Rows whose walk rounding leaves without a pick at each level (found by a search over rows of 600 ids at temperature 1):

@@ -616,8 +616,23 @@ void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t str
   DI_CHECK(width > 0 && width <= kRowDrawMaxWidth && stride >= width);
   enqueue(stream, [=] {
     for (int64_t r = 0; r < n_rows; ++r) {
-      const TokenDraw draw = draws ? TokenDraw{.temperature = draws[r].temperature, .uniform = draws[r].uniform} : TokenDraw{};
+      const bool sampled = draws && draws[r].top_k == 0;  // (a top-k row's: the argmax)
+      const TokenDraw draw = sampled ? TokenDraw{.temperature = draws[r].temperature, .uniform = draws[r].uniform} : TokenDraw{};
       out[r] = draw_token(x + r * stride, width, draw);
+    }
+  });
+}
+void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
+                      int max_k, DeviceDrawCandidate* out, cudaStream_t stream) {
+  DI_CHECK(max_k > 0 && max_k <= kRowTopKMax && max_k < width && stride >= width);
+  enqueue(stream, [=] {
+    std::vector<DrawCandidate> candidates;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      if (draws[r].top_k <= 0) continue;
+      top_k_candidates(x + r * stride, width, draws[r].temperature, draws[r].top_k, candidates);
+      for (int j = 0; j < draws[r].top_k; ++j) {
+        out[r * max_k + j] = {candidates[size_t(j)].first == 0.0f ? 0.0f : candidates[size_t(j)].first, candidates[size_t(j)].second};
+      }
     }
   });
 }

@@ -345,8 +345,8 @@ TEST(Engine, ConcurrentRequestsGiveTheirSoloOutputs) {
 // A plain temperature request draws in the forward (ForwardChunk::draw_only: its uniform taken as the step is planned),
 // one with log-probabilities from the logits after it (Sampler::sample): with the same seed both take the same
 // uniforms in the same order, so they emit the same tokens, alone and batched with each other and a greedy request.
-// A top-k as large as the vocabulary cuts nothing: plain too.
-TEST(Engine, PlainTemperatureDrawsInTheForwardEqualTheLogitsPath) {
+// A top-k as large as the vocabulary cuts nothing: plain too. A top-k draw is taken in the forward as well.
+TEST(Engine, DrawsInTheForwardEqualTheLogitsPath) {
   auto engine = open_engine(options_for_tests());
   auto request = [](bool logprobs, int top_k) {
     Request r = ids_request(random_prompt(23, 77), 10);
@@ -369,6 +369,12 @@ TEST(Engine, PlainTemperatureDrawsInTheForwardEqualTheLogitsPath) {
   EXPECT_EQ(collect(*engine, b).tokens.size(), 10u);
   EXPECT_EQ(collect(*engine, c).tokens, from_logits.tokens);
   EXPECT_EQ(collect(*engine, d).tokens, from_logits.tokens);
+  // Top-k (with top-p cutting its candidates) likewise: in the forward, and from the logits with log-probabilities.
+  Request top_k = request(false, 40), top_k_logprobs = request(true, 40);
+  top_k.sampling.top_p = top_k_logprobs.sampling.top_p = 0.95f;
+  const Outcome top_k_in_forward = collect(*engine, engine->submit(top_k).value());
+  EXPECT_EQ(top_k_in_forward.tokens, collect(*engine, engine->submit(top_k_logprobs).value()).tokens);
+  EXPECT_EQ(top_k_in_forward.tokens.size(), 10u);
   // The draws are not all the greedy ones (else the test would not tell the paths apart).
   Request greedy_twin = request(false, 0);
   greedy_twin.sampling.temperature = 0.0f;

@@ -121,8 +121,8 @@ TEST(TokenDraw, EdgesDrawAsTheHeaderSays) {
   SamplingParams p;
   p.temperature = nan;
   Sampler sampler(1), stream(1);
-  ASSERT_TRUE(Sampler::draws_plainly(p, 4));
-  EXPECT_EQ(sampler.plain_draw(p, 4)->temperature, 0.0f);
+  ASSERT_TRUE(Sampler::forward_drawable(p, 4));
+  EXPECT_EQ(sampler.forward_draw(p, 4)->temperature, 0.0f);
   EXPECT_EQ(sampler.sample(x.data(), 4, p), 1);
   EXPECT_EQ(sampler.next_uniform(), stream.next_uniform());
   // One id: always it.
@@ -130,7 +130,7 @@ TEST(TokenDraw, EdgesDrawAsTheHeaderSays) {
 }
 
 // Sampler::sample's plain draws (no cut) are draw_token's with the stream's next uniform, one a draw whatever the
-// logits (an argmax at an overflowing temperature takes one too), and plain_draw() takes the same one.
+// logits (an argmax at an overflowing temperature takes one too), and forward_draw() takes the same one.
 TEST(TokenDraw, SamplersPlainDrawsTakeOneUniformADraw) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -143,26 +143,66 @@ TEST(TokenDraw, SamplersPlainDrawsTakeOneUniformADraw) {
     p.temperature = i % 10 == 9 ? 1e-38f : 0.8f;
     const int32_t id = sampled.sample(x.data(), int64_t(x.size()), p);
     EXPECT_EQ(id, draw_token(x.data(), int64_t(x.size()), {p.temperature, stream.next_uniform()})) << "draw " << i;
-    const std::optional<TokenDraw> d = forward.plain_draw(p, int64_t(x.size()));
+    const std::optional<TokenDraw> d = forward.forward_draw(p, int64_t(x.size()));
     ASSERT_TRUE(d.has_value());
     EXPECT_EQ(id, draw_token(x.data(), int64_t(x.size()), *d)) << "draw " << i;
   }
-  // Cuts are not plain: no draw, and nothing taken from the stream.
+  // A top-p or min-p cut of the whole vocabulary is no TokenDraw: none, and nothing taken from the stream.
+  p.temperature = 0.8f;
   p.top_p = 0.9f;
-  EXPECT_FALSE(forward.plain_draw(p, int64_t(x.size())).has_value());
+  EXPECT_FALSE(forward.forward_draw(p, int64_t(x.size())).has_value());
   p.top_p = 1.0f;
-  p.top_k = 5;
-  EXPECT_FALSE(forward.plain_draw(p, int64_t(x.size())).has_value());
-  p.top_k = 1000;  // the whole vocabulary: no cut
-  EXPECT_TRUE(Sampler::draws_plainly(p, 1000));
-  p.top_k = 0;
   p.min_p = 0.1f;
-  EXPECT_FALSE(forward.plain_draw(p, int64_t(x.size())).has_value());
+  EXPECT_FALSE(forward.forward_draw(p, int64_t(x.size())).has_value());
   EXPECT_EQ(forward.next_uniform(), stream.next_uniform());
+  // Top-k is one, with the cuts of its candidates, and takes a uniform; a top-k as large as the vocabulary is none.
+  p.top_k = 5;
+  p.top_p = 0.9f;
+  const std::optional<TokenDraw> top_k = forward.forward_draw(p, int64_t(x.size()));
+  ASSERT_TRUE(top_k.has_value());
+  EXPECT_EQ(top_k->top_k, 5);
+  EXPECT_EQ(top_k->top_p, 0.9f);
+  EXPECT_EQ(top_k->min_p, 0.1f);
+  EXPECT_EQ(top_k->uniform, stream.next_uniform());
+  p.top_k = 1000;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  const std::optional<TokenDraw> whole = forward.forward_draw(p, 1000);
+  EXPECT_EQ(whole->top_k, 0);
+  EXPECT_EQ(whole->uniform, stream.next_uniform());
   p.temperature = 0.0f;  // greedy: a draw of its own kind, nothing taken
-  EXPECT_TRUE(Sampler::draws_plainly(p, 1000));
-  EXPECT_EQ(forward.plain_draw(p, 1000)->temperature, 0.0f);
+  EXPECT_TRUE(Sampler::forward_drawable(p, 1000));
+  EXPECT_EQ(forward.forward_draw(p, 1000)->temperature, 0.0f);
   EXPECT_EQ(forward.next_uniform(), stream.next_uniform());
+}
+
+// Sampler::sample's top-k draws (with and without top-p and min-p, NaNs, an overflowing temperature) are draw_token's
+// with forward_draw(), and draw_from_top_k's from top_k_candidates (what a device hands over) with the row's argmax.
+TEST(TokenDraw, TopKDrawsAreTheSamplersFromTheCandidates) {
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(3000);
+  Sampler sampled(7), forward(7);
+  std::vector<DrawCandidate> candidates;
+  int n_off_argmax = 0;
+  for (int i = 0; i < 60; ++i) {
+    for (float& v : x) v = normal(rng);
+    if (i % 7 == 3) x[size_t(i)] = std::numeric_limits<float>::quiet_NaN();
+    SamplingParams p;
+    p.temperature = i % 10 == 9 ? 1e-38f : 0.5f + 0.05f * float(i % 20);
+    p.top_k = 1 + (i * 37) % 400;
+    p.top_p = i % 3 == 1 ? 0.8f : 1.0f;
+    p.min_p = i % 4 == 2 ? 0.05f : 0.0f;
+    const int64_t V = int64_t(x.size());
+    const int32_t id = sampled.sample(x.data(), V, p);
+    const std::optional<TokenDraw> d = forward.forward_draw(p, V);
+    ASSERT_TRUE(d.has_value() && draws_top_k(*d, V));
+    EXPECT_EQ(id, draw_token(x.data(), V, *d)) << "draw " << i;
+    top_k_candidates(x.data(), V, d->temperature, d->top_k, candidates);
+    EXPECT_EQ(id, draw_from_top_k(candidates, *d, int32_t(argmax(x.data(), V)))) << "draw " << i;
+    n_off_argmax += id != int32_t(argmax(x.data(), V));
+  }
+  EXPECT_GT(n_off_argmax, 20);
 }
 
 }  // namespace

@@ -215,9 +215,10 @@ class CudaBackend final : public Backend {
   // memory blocks the host, per op.
   void linears(std::span<const LinearParams> ps) override;
 
-  // The op as linears() runs it, then each token's draw on the device (row_draw_kernel.cu): the ids and the kept
-  // tokens' rows come back, in one wait. Declines (the model then runs linear() and draws itself) for a weight whose
-  // op runs on the host's kernels, or rows wider than the kernel takes.
+  // The op as linears() runs it, then each token's draw on the device (row_draw_kernel.cu; a top-k draw's candidates
+  // there, its draw from them on the host): the ids and the kept tokens' rows come back, in one wait. Declines (the
+  // model then runs linear() and draws itself) for a weight whose op runs on the host's kernels, rows wider than the
+  // kernel takes, or a top-k past kRowTopKMax.
   bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
                     int32_t* drawn) override;
   // DEEPINFER_CUDA_LINEAR_CHAIN=device, where the last block's tail kept the stream: the logit rows gathered from it, V4's
@@ -646,8 +647,9 @@ class CudaBackend final : public Backend {
   LinearBatchLayout layout_;
   DeviceBuffer batch_;
   cuda::PinnedBuffer staging_;  // batch_'s host mirror (and hc_mix's x, then its output)
-  DeviceBuffer drawn_dev_, draws_dev_;  // linear_draws(), head_on_kept_stream(): the tokens' ids, their draws
-  cuda::PinnedBuffer drawn_host_, draws_host_;
+  // linear_draws(), head_on_kept_stream(): the tokens' ids, their draws, the top-k draws' candidates
+  DeviceBuffer drawn_dev_, draws_dev_, candidates_dev_;
+  cuda::PinnedBuffer drawn_host_, draws_host_, candidates_host_;
   DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, gathered streams and pre, mixes and y (outputs in batch_)
   cuda::PinnedBuffer head_rows_host_;
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches

@@ -5,10 +5,22 @@
 
 namespace deepinfer {
 
+namespace {
+// Whether the device draws every one of the rows (width wide): none wider than the draw kernel takes, no top-k past
+// the top-k kernel's.
+bool draws_fit(std::span<const TokenDraw> draws, int64_t width) {
+  if (width > cuda::kRowDrawMaxWidth) return false;
+  for (const TokenDraw& d : draws) {
+    if (draws_top_k(d, width) && d.top_k > cuda::kRowTopKMax) return false;
+  }
+  return true;
+}
+}  // namespace
+
 bool CudaBackend::linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
                                int32_t* drawn) {
   DI_CHECK(int64_t(keep_out.size()) == p.n_tokens && int64_t(draws.size()) == p.n_tokens);
-  if (p.n_tokens == 0 || p.n_rows == 0 || p.n_rows > cuda::kRowDrawMaxWidth || host_experts_.count(p.weight->data)) return false;
+  if (p.n_tokens == 0 || p.n_rows == 0 || !draws_fit(draws, p.n_rows) || host_experts_.count(p.weight->data)) return false;
   bind_device();
   DI_CHECK(enqueue_linears({&p, 1}, /*copy_outputs=*/false));
   const LinearBatchLayout::Place& at = layout_.places()[0];
@@ -21,7 +33,7 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
                                       std::span<const TokenDraw> draws, int32_t* drawn) {
   const int64_t T = int64_t(r.rows.size()), D = r.dim;
   DI_CHECK(int64_t(keep_out.size()) == T && head.n_tokens == T && (!drawn || int64_t(draws.size()) == T));
-  if (drawn && head.n_rows > cuda::kRowDrawMaxWidth) return false;
+  if (drawn && !draws_fit(draws, head.n_rows)) return false;
   // (A lone linear launch takes at most 8 x 65535 tokens.)
   if (!device_chain_ || T == 0 || T > 8 * int64_t(kMaxGridYZ) || D > cuda::kHcPreMaxDim || host_experts_.count(head.weight->data)) {
     return false;
@@ -100,24 +112,39 @@ void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, u
                                   std::span<const TokenDraw> draws, int32_t* drawn) {
   const size_t row_bytes = size_t(p.n_rows) * sizeof(float);
   const auto* out_bytes = reinterpret_cast<const uint8_t*>(out_dev);
+  int max_top_k = 0;  // the widest top-k draw's candidates (0: none)
   if (drawn) {
     drawn_dev_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
     drawn_host_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
     bool sampled = false;  // (greedy rows alone need no draws on the device)
     for (const TokenDraw& d : draws) sampled = sampled || d.temperature > 0.0f;
+    for (const TokenDraw& d : draws) max_top_k = std::max(max_top_k, draws_top_k(d, p.n_rows) ? d.top_k : 0);
+    DI_CHECK(max_top_k <= cuda::kRowTopKMax);  // (the callers decline wider ones: draws_fit)
     const cuda::DeviceTokenDraw* device_draws = nullptr;
     if (sampled) {  // (the pinned copy is free again: every call here ends in the stream's wait)
       const size_t bytes = size_t(p.n_tokens) * sizeof(cuda::DeviceTokenDraw);
       draws_dev_.reserve(bytes);
       draws_host_.reserve(bytes);
       auto* host = draws_host_.get<cuda::DeviceTokenDraw>();
-      for (int64_t t = 0; t < p.n_tokens; ++t) host[t] = {.uniform = draws[size_t(t)].uniform, .temperature = draws[size_t(t)].temperature};
+      for (int64_t t = 0; t < p.n_tokens; ++t) {
+        const TokenDraw& d = draws[size_t(t)];
+        host[t] = {.uniform = d.uniform, .temperature = d.temperature, .top_k = draws_top_k(d, p.n_rows) ? d.top_k : 0};
+      }
       DI_CUDA_CHECK(cudaMemcpyAsync(draws_dev_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
       device_draws = draws_dev_.get<cuda::DeviceTokenDraw>();
     }
+    // Top-k rows: their candidates come back, and the argmax (their fallback) in drawn; the host draws from them below.
     cuda::launch_row_draws(out_dev, p.n_tokens, p.n_rows, p.n_rows, device_draws, drawn_dev_.get<int32_t>(), stream_);
     DI_CUDA_CHECK(cudaMemcpyAsync(drawn_host_.get(), drawn_dev_.get(), size_t(p.n_tokens) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream_));
+    if (max_top_k > 0) {
+      const size_t bytes = size_t(p.n_tokens) * size_t(max_top_k) * sizeof(cuda::DeviceDrawCandidate);
+      candidates_dev_.reserve(bytes);
+      candidates_host_.reserve(bytes);
+      cuda::launch_row_top_k(out_dev, p.n_tokens, p.n_rows, p.n_rows, device_draws, max_top_k,
+                             candidates_dev_.get<cuda::DeviceDrawCandidate>(), stream_);
+      DI_CUDA_CHECK(cudaMemcpyAsync(candidates_host_.get(), candidates_dev_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
+    }
   }
   // The kept tokens' rows, a run of consecutive ones a copy, to their places in the pinned mirror.
   std::vector<std::pair<int64_t, int64_t>> runs;  // [first, end)
@@ -131,7 +158,25 @@ void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, u
                                   size_t(t1 - t0) * row_bytes, cudaMemcpyDeviceToHost, stream_));
   }
   DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (drawn) std::memcpy(drawn, drawn_host_.get(), size_t(p.n_tokens) * sizeof(int32_t));
+  if (drawn) {
+    std::memcpy(drawn, drawn_host_.get(), size_t(p.n_tokens) * sizeof(int32_t));
+    if (max_top_k > 0) {
+      const auto* candidates = candidates_host_.get<cuda::DeviceDrawCandidate>();
+      host_->for_rows(p.n_tokens, [&](int64_t t0, int64_t t1) {
+        std::vector<DrawCandidate> row;
+        for (int64_t t = t0; t < t1; ++t) {
+          const TokenDraw& d = draws[size_t(t)];
+          if (!draws_top_k(d, p.n_rows)) continue;
+          row.clear();
+          for (int32_t j = 0; j < d.top_k; ++j) {
+            const cuda::DeviceDrawCandidate& c = candidates[t * max_top_k + j];
+            row.emplace_back(c.value, c.id);
+          }
+          drawn[t] = draw_from_top_k(row, d, drawn[t]);
+        }
+      });
+    }
+  }
   for (const auto& [t0, t1] : runs) {
     copy_rows_on_threads(host_.get(), reinterpret_cast<const float*>(out_host) + t0 * p.n_rows, p.n_rows, t1 - t0, p.n_rows,
                          p.out + t0 * p.out_stride, p.out_stride, p.n_rows);

@@ -304,12 +304,19 @@ void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream);
 // and arena 4-byte aligned.
 void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
                          cudaStream_t stream);
-// A row's draw (model/token_draw.h's TokenDraw, as the device reads it): temperature <= 0 greedy.
+// A row's draw (model/token_draw.h's TokenDraw, as the device reads it): temperature <= 0 greedy; top_k > 0 (the host
+// sets it only where draws_top_k holds) the top-k draw, whose candidates launch_row_top_k finds.
 struct DeviceTokenDraw {
   double uniform = 0.0;
   float temperature = 0.0f;
-  int32_t unused = 0;
+  int32_t top_k = 0;
 };
+// A top-k candidate as the device writes it: token_draw.h's DrawCandidate.
+struct DeviceDrawCandidate {
+  float value = 0.0f;
+  int32_t id = 0;
+};
+inline constexpr int kRowTopKMax = 1024;
 // (Its spans' sums, 8 bytes a 256-id span, beside the kernel's static 2.4 KB within 48 KB of shared memory.)
 inline constexpr int64_t kRowDrawMaxWidth = int64_t(5632) * 256;
 // out[r] = model/token_draw.h's draw_token of row r of x [n_rows, width] (rows `stride` floats apart) with draws[r]
@@ -318,6 +325,12 @@ inline constexpr int64_t kRowDrawMaxWidth = int64_t(5632) * 256;
 // (row_draw_kernel.cu: the head's draws, Backend::linear_draws). width <= kRowDrawMaxWidth.
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int32_t* out, cudaStream_t stream);
+// Where draws[r].top_k > 0 (<= max_k <= kRowTopKMax, < width): out[r * max_k + j] for j < top_k = token_draw.h's
+// top_k_candidates of row r at draws[r].temperature, in their order (larger s first, ties to the lower id), except
+// that an s of -0 is written as +0 (which the draw's arithmetic cannot tell apart); other rows are not written. For
+// those rows launch_row_draws writes the argmax, which draw_from_top_k takes where the best s is not finite.
+void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
+                      int max_k, DeviceDrawCandidate* out, cudaStream_t stream);
 
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
 // n_tokens query tokens score against keys, token t against token_keys[t] rows from row token_keys_at[t]

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads) row_draw_kernel(const float* x, int6
                                                             const DeviceTokenDraw* draws, int32_t* out) {
   const float* row = x + int64_t(blockIdx.x) * stride;
   const float temperature = draws ? draws[blockIdx.x].temperature : 0.0f;
-  if (!(temperature > 0.0f)) {
+  if (!(temperature > 0.0f) || draws[blockIdx.x].top_k > 0) {  // (a top-k row's argmax: launch_row_top_k's fallback)
     const int at = block_argmax(row, width);
     if (threadIdx.x == 0) out[blockIdx.x] = at;
     return;
@@ -169,7 +169,117 @@ __global__ void __launch_bounds__(kThreads) row_draw_kernel(const float* x, int6
   out[blockIdx.x] = last_weighted(group, group + 1);
 }
 
+// The order of (s, id) as one key, larger first: s's bits made monotone (s never NaN here; -0 as +0), then the id
+// inverted, so that of equal s the lower id is the larger key.
+__device__ __forceinline__ uint32_t order_bits(float s) {
+  const uint32_t b = __float_as_uint(s == 0.0f ? 0.0f : s);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float float_of_order_bits(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// One block per row with top_k > 0: a radix select of the k-th largest s's bits (four 8-bit digits, a histogram
+// each), the candidates above it and the lowest ids equal to it, then a bitonic sort of the k keys (s, ~id).
+__global__ void __launch_bounds__(kThreads) row_top_k_kernel(const float* x, int64_t width, int64_t stride,
+                                                             const DeviceTokenDraw* draws, int max_k,
+                                                             DeviceDrawCandidate* out) {
+  const int k = draws[blockIdx.x].top_k;
+  if (k <= 0) return;
+  const float temperature = draws[blockIdx.x].temperature;
+  const float* row = x + int64_t(blockIdx.x) * stride;
+  __shared__ uint32_t histogram[256];
+  __shared__ uint32_t prefix, wanted, n_above, equal_count[kThreads];
+  __shared__ unsigned long long keys[kRowTopKMax];
+  if (threadIdx.x == 0) {
+    prefix = 0;
+    wanted = uint32_t(k);  // how many of those matching the prefix are still to take
+    n_above = 0;
+  }
+  uint32_t mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    histogram[threadIdx.x] = 0;
+    __syncthreads();
+    const uint32_t at = prefix;
+    for (int64_t i = threadIdx.x; i < width; i += kThreads) {
+      const uint32_t b = order_bits(scaled_logit(row[i], temperature));
+      if ((b & mask) == at) atomicAdd(&histogram[(b >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint32_t above = 0;
+      int digit = 255;
+      for (; digit > 0 && above + histogram[digit] < wanted; --digit) above += histogram[digit];
+      wanted -= above;
+      prefix = at | (uint32_t(digit) << shift);
+    }
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  const uint32_t threshold = prefix;  // the k-th largest bits; `wanted` of the rows equal to it are taken
+  // Every candidate above the threshold (k - wanted of them), in any order: the sort orders them.
+  for (int64_t i = threadIdx.x; i < width; i += kThreads) {
+    const uint32_t b = order_bits(scaled_logit(row[i], temperature));
+    if (b > threshold) keys[atomicAdd(&n_above, 1u)] = (static_cast<unsigned long long>(b) << 32) | ~uint32_t(i);
+  }
+  // The lowest `wanted` ids equal to it: each thread counts its own run of ids, the runs' counts are added up in order.
+  const int64_t run = (width + kThreads - 1) / kThreads, i0 = min(width, int64_t(threadIdx.x) * run), i1 = min(width, i0 + run);
+  uint32_t equal = 0;
+  for (int64_t i = i0; i < i1; ++i) equal += order_bits(scaled_logit(row[i], temperature)) == threshold;
+  equal_count[threadIdx.x] = equal;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t before = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      const uint32_t c = equal_count[t];
+      equal_count[t] = before;
+      before += c;
+    }
+  }
+  __syncthreads();
+  const uint32_t first_equal = uint32_t(k) - wanted;  // where the equal ones go, after those above
+  for (int64_t i = i0, j = equal_count[threadIdx.x]; i < i1 && j < wanted; ++i) {
+    const uint32_t b = order_bits(scaled_logit(row[i], temperature));
+    if (b == threshold) keys[first_equal + j++] = (static_cast<unsigned long long>(b) << 32) | ~uint32_t(i);
+  }
+  int n_sorted = 1;
+  while (n_sorted < k) n_sorted <<= 1;
+  for (int j = k + int(threadIdx.x); j < n_sorted; j += kThreads) keys[j] = 0;  // (below every candidate's key)
+  __syncthreads();
+  // Bitonic sort, larger keys first.
+  for (int size = 2; size <= n_sorted; size <<= 1) {
+    for (int stride_j = size >> 1; stride_j > 0; stride_j >>= 1) {
+      for (int i = threadIdx.x; i < n_sorted; i += kThreads) {
+        const int j = i ^ stride_j;
+        if (j > i) {
+          const bool larger_first = (i & size) == 0;
+          const unsigned long long a = keys[i], b = keys[j];
+          if (larger_first ? a < b : a > b) {
+            keys[i] = b;
+            keys[j] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  DeviceDrawCandidate* row_out = out + int64_t(blockIdx.x) * max_k;
+  for (int j = threadIdx.x; j < k; j += kThreads) {
+    const unsigned long long key = keys[j];
+    row_out[j] = {float_of_order_bits(uint32_t(key >> 32)), int32_t(~uint32_t(key))};
+  }
+}
+
 }  // namespace
+
+void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
+                      int max_k, DeviceDrawCandidate* out, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  DI_CHECK(width > 0 && width < (int64_t(1) << 31) && stride >= width && n_rows <= 0x7fffffff && max_k > 0 &&
+           max_k <= kRowTopKMax && max_k < width);
+  launch_kernel(row_top_k_kernel, unsigned(n_rows), kThreads, 0, stream, x, width, stride, draws, max_k, out);
+  DI_CUDA_CHECK_LAUNCH();
+}
 
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int32_t* out, cudaStream_t stream) {
