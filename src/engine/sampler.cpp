@@ -78,7 +78,10 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams
   if (const std::optional<TokenDraw> d = forward_draw(p, vocab)) return draw_token(logits, vocab, *d);
   Scratch& scratch = thread_scratch();  // top-p or min-p over the whole vocabulary
   float max_scaled = 0;
-  if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) return int32_t(argmax(logits, vocab));
+  if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) {
+    next_uniform();  // (every draw at a temperature takes one, as a forward's draws do)
+    return int32_t(argmax(logits, vocab));
+  }
   return sample_cut(p, max_scaled, scratch);
 }
 

@@ -4,6 +4,7 @@
 // and log-probabilities, as free functions over a logits row. SamplingParams is the public one (types.h).
 // Invariant: after warm-up nothing here allocates per token (the draws' buffers are each thread's own, the penalties'
 // an argument). The softmax's e^x is exp_fixed (model/ops.h), so a seed draws the same tokens on every machine.
+// Every draw at a temperature takes exactly one uniform from the stream, whatever the logits; a greedy one none.
 #pragma once
 
 #include <cstdint>

@@ -170,6 +170,14 @@ TEST(TokenDraw, SamplersPlainDrawsTakeOneUniformADraw) {
   const std::optional<TokenDraw> whole = forward.forward_draw(p, 1000);
   EXPECT_EQ(whole->top_k, 0);
   EXPECT_EQ(whole->uniform, stream.next_uniform());
+  // A top-p draw of the whole vocabulary takes one too, even where the temperature overflows it to the argmax.
+  p.top_k = 0;
+  p.top_p = 0.9f;
+  p.temperature = 1e-38f;
+  EXPECT_EQ(forward.sample(x.data(), int64_t(x.size()), p), int32_t(argmax(x.data(), int64_t(x.size()))));
+  stream.next_uniform();
+  EXPECT_EQ(forward.next_uniform(), stream.next_uniform());
+  p.top_p = 1.0f;
   p.temperature = 0.0f;  // greedy: a draw of its own kind, nothing taken
   EXPECT_TRUE(Sampler::forward_drawable(p, 1000));
   EXPECT_EQ(forward.forward_draw(p, 1000)->temperature, 0.0f);

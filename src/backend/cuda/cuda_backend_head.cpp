@@ -163,7 +163,7 @@ void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, u
     if (max_top_k > 0) {
       const auto* candidates = candidates_host_.get<cuda::DeviceDrawCandidate>();
       host_->for_rows(p.n_tokens, [&](int64_t t0, int64_t t1) {
-        std::vector<DrawCandidate> row;
+        thread_local std::vector<DrawCandidate> row;  // (kept from step to step)
         for (int64_t t = t0; t < t1; ++t) {
           const TokenDraw& d = draws[size_t(t)];
           if (!draws_top_k(d, p.n_rows)) continue;
