@@ -474,8 +474,8 @@ class Backend {
   // The Engram update where the backend keeps the stream (EngramGateParams); false: it did nothing, and the model
   // fetches the stream and updates it on the host.
   virtual bool engram_gate(const EngramGateParams& /*p*/) { return false; }
-  // A linear op whose rows' draws are all the caller needs for some tokens (the head of a greedy or plain temperature
-  // draw): the op as linear() computes it, drawn[t] = model/token_draw.h's draw_token(token t's outputs, draws[t]) for
+  // A linear op whose rows' draws are all the caller needs for some tokens (the head of a greedy, top-k or plain
+  // temperature draw): the op as linear() computes it, drawn[t] = model/token_draw.h's draw_token(token t's outputs, draws[t]) for
   // every token (draws: one a token), and the outputs of only the tokens with keep_out[t] != 0 written to p.out; the
   // others' rows there are left as they were. false: it did nothing, and the caller runs linear() and draws itself
   // (the CPU backends always). The CUDA backend brings back the kept rows and one id a token instead of every token's

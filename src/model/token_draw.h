@@ -1,8 +1,10 @@
-// A token's draw from its logits row where nothing but the row and a uniform decides it: greedy, or the plain
-// temperature draw (no top-k, top-p or min-p cut). The engine's sampler draws these two kinds through it, and a
-// forward draws them itself (ForwardChunk::draw_only), on a GPU backend on the device, so that a sampled step brings
-// back one id a token instead of the vocabulary's logits (V4: 517 KB a token). Every backend gives the same id: the
-// draw is a fixed sequence of IEEE operations, written out below, which the CUDA kernel (row_draw_kernel.cu) runs too.
+// A token's draw from its logits row where nothing but the row and a uniform decides it: greedy, top-k (with top-p and
+// min-p cutting its candidates), or the plain temperature draw (no cut). The engine's sampler draws these kinds
+// through it, and a forward draws them itself (ForwardChunk::draw_only), on a GPU backend on the device, so that a
+// sampled step brings back one id a token instead of the vocabulary's logits (V4: 517 KB a token). Every backend gives
+// the same id: the plain draw is a fixed sequence of IEEE operations, written out below, which the CUDA kernel
+// (row_draw_kernel.cu) runs too; a top-k draw's candidates are an order, which the device finds, and the host draws
+// from them.
 //
 // The plain temperature draw of logits x[0, n) at temperature T > 0 with uniform u in [0, 1), exactly:
 //   s[i] = f32(x[i] / T), a NaN as -inf;   m = the largest s[i] (model/ops.h's max_value).
