@@ -1,4 +1,4 @@
-// Backend::linear_draws on the CUDA backend (the head of a greedy or plain temperature draw): each token's id is
+// Backend::linear_draws on the CUDA backend (the head of a greedy, top-k or plain temperature draw): each token's id is
 // model/token_draw.h's draw_token of the outputs linear() gives on the same backend (row_draw_kernel.cu), the kept
 // tokens' rows are linear()'s bits and the other rows are left as they were. Greedy: the weights plant what the
 // reduction must get right: rows that tie at a token's largest value in different threads and warps of the block (the
