@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/block_top_k.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_launch.cuh"
 #include "backend/cuda/kernels.h"
@@ -24,31 +25,6 @@ __device__ __forceinline__ uint32_t order_key(float score) {
   uint32_t bits = __float_as_uint(score) >> 16;
   if (bits == 0x8000u) bits = 0;
   return (bits & 0x8000u) ? (~bits & 0xffffu) : (bits | 0x8000u);
-}
-
-// Among 256 bins counted from the top, the bin where the count reaches `want` (1 <= want <= the total), and how
-// many are in the bins above it. One thread.
-__device__ __forceinline__ void find_bin(const uint32_t* hist, int64_t want, uint32_t* bin, int64_t* above) {
-  int64_t seen = 0;
-  for (int b = 255; b >= 0; --b) {
-    if (seen + hist[b] >= want) {
-      *bin = uint32_t(b);
-      *above = seen;
-      return;
-    }
-    seen += hist[b];
-  }
-  *bin = 0;
-  *above = seen;
-}
-
-// One count in hist[bin] for each lane of the warp that has a bin (valid), by one atomic per distinct bin. The keys
-// crowd into few bins (the first pass's are a score's sign and binary exponent; every masked key is in the -inf
-// one), where an atomic per key would serialise the block on one shared address, ~n_keys in a row. Every lane of
-// the warp calls it.
-__device__ __forceinline__ void count_by_warp(uint32_t* hist, uint32_t bin, bool valid) {
-  const unsigned same = __match_any_sync(0xffffffffu, valid ? bin : 0xffffffffu);
-  if (valid && int(threadIdx.x & 31) == __ffs(int(same)) - 1) atomicAdd(&hist[bin], uint32_t(__popc(same)));
 }
 
 __global__ void __launch_bounds__(kThreads, 2) index_select_kernel(const IndexSelectLaunch p) {
@@ -121,16 +97,7 @@ __global__ void __launch_bounds__(kThreads, 2) index_select_kernel(const IndexSe
   uint32_t ties = 0;
   for (int64_t j = j0; j < j1; ++j) ties += key_of(j) == key_k;
   tie_count[threadIdx.x] = ties;
-  __syncthreads();
-  if (threadIdx.x == 0) {  // exclusive prefix sums
-    uint32_t sum = 0;
-    for (int i = 0; i < kThreads; ++i) {
-      const uint32_t c = tie_count[i];
-      tie_count[i] = sum;
-      sum += c;
-    }
-  }
-  __syncthreads();
+  exclusive_scan_by_thread<kThreads>(tie_count);
   int64_t tie_rank = tie_count[threadIdx.x];
   for (int64_t j = j0; j < j1; ++j) {
     const uint32_t key = key_of(j);
@@ -142,27 +109,7 @@ __global__ void __launch_bounds__(kThreads, 2) index_select_kernel(const IndexSe
       ++tie_rank;
     }
   }
-  // Sorted by (key, index) best first: a bitonic sort over the next power of two, padded with 0 (below any key).
-  int64_t size = 1;
-  while (size < k) size <<= 1;
-  for (int64_t i = k + threadIdx.x; i < size; i += kThreads) entries[i] = 0;
-  __syncthreads();
-  for (int64_t span = 2; span <= size; span <<= 1) {
-    for (int64_t stride = span / 2; stride > 0; stride >>= 1) {
-      for (int64_t i = threadIdx.x; i < size; i += kThreads) {
-        const int64_t partner = i ^ stride;
-        if (partner > i) {
-          const uint64_t a = entries[i], b = entries[partner];
-          const bool descending = (i & span) == 0;
-          if ((a < b) == descending) {
-            entries[i] = b;
-            entries[partner] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
-  }
+  sort_entries_best_first<kThreads>(entries, k);  // by (key, index)
   int32_t* selected = p.selected + p.token_selected_at[t];
   for (int64_t r = threadIdx.x; r < k; r += kThreads) selected[r] = int32_t(0xffffffffu - uint32_t(entries[r]));
 }

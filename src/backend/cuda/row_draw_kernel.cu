@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/block_top_k.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_exact_math.cuh"
 #include "backend/cuda/device_launch.cuh"
@@ -179,8 +180,9 @@ __device__ __forceinline__ float float_of_order_bits(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-// One block per row with top_k > 0: a radix select of the k-th largest s's bits (four 8-bit digits, a histogram
-// each), the candidates above it and the lowest ids equal to it, then a bitonic sort of the k keys (s, ~id).
+// One block per row with top_k > 0: a radix select of the k-th largest s's bits (four 8-bit digits, a shared histogram
+// each), the candidates above it and the lowest ids equal to it, then a sort of the k entries (bits, ~id): the
+// indexer's selection's pieces (block_top_k.cuh) on 32-bit keys.
 __global__ void __launch_bounds__(kThreads) row_top_k_kernel(const float* x, int64_t width, int64_t stride,
                                                              const DeviceTokenDraw* draws, int max_k,
                                                              DeviceDrawCandidate* out) {
@@ -188,85 +190,61 @@ __global__ void __launch_bounds__(kThreads) row_top_k_kernel(const float* x, int
   if (k <= 0) return;
   const float temperature = draws[blockIdx.x].temperature;
   const float* row = x + int64_t(blockIdx.x) * stride;
+  auto bits_of = [&](int64_t i) { return order_bits(scaled_logit(row[i], temperature)); };
   __shared__ uint32_t histogram[256];
-  __shared__ uint32_t prefix, wanted, n_above, equal_count[kThreads];
-  __shared__ unsigned long long keys[kRowTopKMax];
+  __shared__ uint32_t prefix, n_placed, equal_count[kThreads];
+  __shared__ int64_t wanted;  // how many of those matching the prefix are still to take
+  __shared__ uint64_t entries[kRowTopKMax];
   if (threadIdx.x == 0) {
     prefix = 0;
-    wanted = uint32_t(k);  // how many of those matching the prefix are still to take
-    n_above = 0;
+    wanted = k;
+    n_placed = 0;
   }
   uint32_t mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     histogram[threadIdx.x] = 0;
     __syncthreads();
     const uint32_t at = prefix;
-    for (int64_t i = threadIdx.x; i < width; i += kThreads) {
-      const uint32_t b = order_bits(scaled_logit(row[i], temperature));
-      if ((b & mask) == at) atomicAdd(&histogram[(b >> shift) & 255u], 1u);
+    for (int64_t base = 0; base < width; base += kThreads) {  // every thread the same rounds: whole warps count
+      const int64_t i = base + threadIdx.x;
+      const uint32_t b = i < width ? bits_of(i) : 0;
+      count_by_warp(histogram, (b >> shift) & 255u, i < width && (b & mask) == at);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      uint32_t above = 0;
-      int digit = 255;
-      for (; digit > 0 && above + histogram[digit] < wanted; --digit) above += histogram[digit];
+      uint32_t digit = 0;
+      int64_t above = 0;
+      find_bin(histogram, wanted, &digit, &above);
       wanted -= above;
-      prefix = at | (uint32_t(digit) << shift);
+      prefix = at | (digit << shift);
     }
     mask |= 255u << shift;
     __syncthreads();
   }
-  const uint32_t threshold = prefix;  // the k-th largest bits; `wanted` of the rows equal to it are taken
-  // Every candidate above the threshold (k - wanted of them), in any order: the sort orders them.
-  for (int64_t i = threadIdx.x; i < width; i += kThreads) {
-    const uint32_t b = order_bits(scaled_logit(row[i], temperature));
-    if (b > threshold) keys[atomicAdd(&n_above, 1u)] = (static_cast<unsigned long long>(b) << 32) | ~uint32_t(i);
-  }
-  // The lowest `wanted` ids equal to it: each thread counts its own run of ids, the runs' counts are added up in order.
+  const uint32_t threshold = prefix;  // the k-th largest bits; `wanted` of the ids equal to it are taken
+  const int64_t first_equal = k - wanted;  // where the equal ones go, after the k - wanted above
+  // Each thread takes a contiguous run of ids, so that a scan of its counts of equal ones ranks them by id.
   const int64_t run = (width + kThreads - 1) / kThreads, i0 = min(width, int64_t(threadIdx.x) * run), i1 = min(width, i0 + run);
   uint32_t equal = 0;
-  for (int64_t i = i0; i < i1; ++i) equal += order_bits(scaled_logit(row[i], temperature)) == threshold;
+  for (int64_t i = i0; i < i1; ++i) equal += bits_of(i) == threshold;
   equal_count[threadIdx.x] = equal;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t before = 0;
-    for (int t = 0; t < kThreads; ++t) {
-      const uint32_t c = equal_count[t];
-      equal_count[t] = before;
-      before += c;
+  exclusive_scan_by_thread<kThreads>(equal_count);
+  int64_t rank = equal_count[threadIdx.x];
+  for (int64_t i = i0; i < i1; ++i) {
+    const uint32_t b = bits_of(i);
+    const uint64_t entry = (uint64_t(b) << 32) | (0xffffffffu - uint32_t(i));
+    if (b > threshold) {
+      entries[atomicAdd(&n_placed, 1u)] = entry;
+    } else if (b == threshold) {
+      if (rank < wanted) entries[first_equal + rank] = entry;
+      ++rank;
     }
   }
-  __syncthreads();
-  const uint32_t first_equal = uint32_t(k) - wanted;  // where the equal ones go, after those above
-  for (int64_t i = i0, j = equal_count[threadIdx.x]; i < i1 && j < wanted; ++i) {
-    const uint32_t b = order_bits(scaled_logit(row[i], temperature));
-    if (b == threshold) keys[first_equal + j++] = (static_cast<unsigned long long>(b) << 32) | ~uint32_t(i);
-  }
-  int n_sorted = 1;
-  while (n_sorted < k) n_sorted <<= 1;
-  for (int j = k + int(threadIdx.x); j < n_sorted; j += kThreads) keys[j] = 0;  // (below every candidate's key)
-  __syncthreads();
-  // Bitonic sort, larger keys first.
-  for (int size = 2; size <= n_sorted; size <<= 1) {
-    for (int stride_j = size >> 1; stride_j > 0; stride_j >>= 1) {
-      for (int i = threadIdx.x; i < n_sorted; i += kThreads) {
-        const int j = i ^ stride_j;
-        if (j > i) {
-          const bool larger_first = (i & size) == 0;
-          const unsigned long long a = keys[i], b = keys[j];
-          if (larger_first ? a < b : a > b) {
-            keys[i] = b;
-            keys[j] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
-  }
+  sort_entries_best_first<kThreads>(entries, k);
   DeviceDrawCandidate* row_out = out + int64_t(blockIdx.x) * max_k;
   for (int j = threadIdx.x; j < k; j += kThreads) {
-    const unsigned long long key = keys[j];
-    row_out[j] = {float_of_order_bits(uint32_t(key >> 32)), int32_t(~uint32_t(key))};
+    const uint64_t entry = entries[j];
+    row_out[j] = {float_of_order_bits(uint32_t(entry >> 32)), int32_t(0xffffffffu - uint32_t(entry))};
   }
 }
 
