@@ -16,17 +16,6 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-// The candidates' order: larger logit first, ties to the lower id.
-bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-  return a.first != b.first ? a.first > b.first : a.second < b.second;
-}
-
-// A logit over the temperature; a NaN as -inf (never drawn), so that every comparison below orders the candidates.
-float scaled_logit(float logit, float temperature) {
-  const float v = logit / temperature;
-  return v == v ? v : -INFINITY;
-}
 }  // namespace
 
 Sampler::Sampler(uint64_t seed) {
@@ -191,7 +180,7 @@ const std::vector<std::pair<float, int32_t>>& Sampler::bucket_members(int b, Scr
   for (size_t i = 0; i < scratch.bucket.size(); ++i) {
     if (scratch.bucket[i] == b) m.emplace_back(scratch.scaled[i], int32_t(i));
   }
-  std::sort(m.begin(), m.end(), by_logit);
+  std::sort(m.begin(), m.end(), draw_order);
   return m;
 }
 

@@ -12,10 +12,7 @@ namespace deepinfer {
 bool TemperatureWeights::weigh(const float* logits, int64_t n, float temperature) {
   DI_CHECK(n > 0 && temperature > 0.0f);
   scaled_.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = logits[i] / temperature;
-    scaled_[size_t(i)] = v == v ? v : -INFINITY;
-  }
+  for (int64_t i = 0; i < n; ++i) scaled_[size_t(i)] = scaled_logit(logits[i], temperature);
   const double m = max_value(scaled_.data(), n);
   if (!std::isfinite(m)) return false;
   n_ = n;
@@ -71,19 +68,11 @@ int64_t TemperatureWeights::pick(double uniform) const {
   return last_weighted(group * kDrawGroupIds, ids_end);
 }
 
-namespace {
-// The candidates' order: larger s first, ties to the lower id.
-bool by_logit(const DrawCandidate& a, const DrawCandidate& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; }
-}  // namespace
-
 void top_k_candidates(const float* logits, int64_t n, float temperature, int64_t k, std::vector<DrawCandidate>& out) {
   DI_CHECK(k > 0 && k <= n);
   out.clear();
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = logits[i] / temperature;
-    out.emplace_back(v == v ? v : -INFINITY, int32_t(i));
-  }
-  std::partial_sort(out.begin(), out.begin() + k, out.end(), by_logit);
+  for (int64_t i = 0; i < n; ++i) out.emplace_back(scaled_logit(logits[i], temperature), int32_t(i));
+  std::partial_sort(out.begin(), out.begin() + k, out.end(), draw_order);
   out.resize(size_t(k));
 }
 

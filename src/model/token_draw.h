@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
@@ -77,8 +78,18 @@ class TemperatureWeights {
 // The draw (TokenDraw) of logits[0, n), with the calling thread's scratch.
 int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw);
 
-// A candidate of the top-k draw: (s, id).
+// s: a logit over the temperature, a NaN as -inf (never drawn), so that every comparison orders the candidates.
+inline float scaled_logit(float logit, float temperature) {
+  const float v = logit / temperature;
+  return v == v ? v : -std::numeric_limits<float>::infinity();
+}
+
+// A candidate of the top-k draw (or of the sampler's top-p buckets): (s, id), and their order: larger s first, ties
+// to the lower id.
 using DrawCandidate = std::pair<float, int32_t>;
+inline bool draw_order(const DrawCandidate& a, const DrawCandidate& b) {
+  return a.first != b.first ? a.first > b.first : a.second < b.second;
+}
 // The top-k draw's candidates of logits[0, n) at a temperature, in their order.
 void top_k_candidates(const float* logits, int64_t n, float temperature, int64_t k, std::vector<DrawCandidate>& out);
 // Their p (probs, one a candidate) and how many min-p and top-p keep; 0 where the best s is not finite.
