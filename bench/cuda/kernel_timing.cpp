@@ -656,20 +656,25 @@ void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, MoeT
 }
 
 // A step's draws (launch_row_draws) of n_rows logits rows of V4's vocabulary, greedy (each row read once) or at
-// temperature 1 (read twice: the largest, then the weights), or a top-50 draw's candidates (launch_row_top_k: read
-// six times), as Backend::linear_draws runs them after the head. GB/s of the rows' bytes once.
-Row time_row_top_k(int64_t n_rows) {
+// temperature 1 (read twice: the largest, then the weights), or a top-k draw's candidates (launch_row_top_k: read
+// six times; k = 1024: a nucleus draw's first candidates, whose total a sampled launch_row_draws finds), as
+// Backend::linear_draws runs them after the head. GB/s of the rows' bytes once.
+Row time_row_top_k(int64_t n_rows, int k) {
   const int64_t vocab = 129280;
   std::mt19937 rng(12);
   DeviceBuffer logits = upload_random_floats(size_t(n_rows * vocab), rng, 4.0f);
-  std::vector<DeviceTokenDraw> host_draws(static_cast<size_t>(n_rows), DeviceTokenDraw{.uniform = 0.5, .temperature = 1.0f, .top_k = 50});
-  DeviceBuffer draws(host_draws.size() * sizeof(DeviceTokenDraw)), out(size_t(n_rows) * 50 * sizeof(DeviceDrawCandidate));
+  const DeviceTokenDraw draw{.uniform = 0.5, .temperature = 1.0f, .top_k = k};
+  std::vector<DeviceTokenDraw> host_draws(static_cast<size_t>(n_rows), draw);
+  DeviceBuffer draws(host_draws.size() * sizeof(DeviceTokenDraw));
+  DeviceBuffer out(size_t(n_rows) * size_t(k) * sizeof(DeviceDrawCandidate));
   DI_CUDA_CHECK(cudaMemcpy(draws.get(), host_draws.data(), host_draws.size() * sizeof(DeviceTokenDraw), cudaMemcpyHostToDevice));
   const double ms = median_ms([&](int, cudaStream_t st) {
-    launch_row_top_k(logits.get<float>(), n_rows, vocab, vocab, draws.get<DeviceTokenDraw>(), 50, out.get<DeviceDrawCandidate>(), st);
+    launch_row_top_k(logits.get<float>(), n_rows, vocab, vocab, draws.get<DeviceTokenDraw>(), k,
+                     out.get<DeviceDrawCandidate>(), st);
   });
   const double bytes = double(n_rows) * double(vocab) * 4.0;
-  return {"row top-50 candidates " + std::to_string(n_rows) + " x 129280", ms * 1e3, bytes / (ms * 1e-3) / 1e9, 0.0, -1.0};
+  return {"row top-" + std::to_string(k) + " candidates " + std::to_string(n_rows) + " x 129280", ms * 1e3,
+          bytes / (ms * 1e-3) / 1e9, 0.0, -1.0};
 }
 
 Row time_row_draws(int64_t n_rows, bool sampled) {
@@ -683,7 +688,7 @@ Row time_row_draws(int64_t n_rows, bool sampled) {
   DI_CUDA_CHECK(cudaMemcpy(draws.get(), host_draws.data(), host_draws.size() * sizeof(DeviceTokenDraw), cudaMemcpyHostToDevice));
   const double ms = median_ms([&](int, cudaStream_t st) {
     launch_row_draws(logits.get<float>(), n_rows, vocab, vocab, sampled ? draws.get<DeviceTokenDraw>() : nullptr,
-                     ids.get<int32_t>(), st);
+                     ids.get<int32_t>(), nullptr, st);
   });
   const double bytes = double(n_rows) * double(vocab) * 4.0;
   return {std::string(sampled ? "row draw at T=1 " : "row argmax ") + std::to_string(n_rows) + " x 129280", ms * 1e3,
@@ -828,8 +833,10 @@ int run() {
     rows.push_back(time_row_draws(1, sampled));
     rows.push_back(time_row_draws(256, sampled));
   }
-  rows.push_back(time_row_top_k(1));  // and a top-k draw's candidates
-  rows.push_back(time_row_top_k(256));
+  for (const int k : {50, 1024}) {  // and a top-k draw's candidates, or a nucleus draw's first ones
+    rows.push_back(time_row_top_k(1, k));
+    rows.push_back(time_row_top_k(256, k));
+  }
   rows.push_back(time_attention(64, 512, 640, true));
   rows.push_back(time_attention(64, 512, 640, false));
   // The split pair (DEEPINFER_CUDA_ATTENTION=split), then the V4.1 decode shape (128 window + 1024 top-k).

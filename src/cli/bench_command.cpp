@@ -61,7 +61,7 @@ Runner add_bench_command(CLI::App& app) {
     std::vector<int64_t> prefill_lens{512};
     std::vector<int> batches{1, 4, 16};
     int decode_steps = 16, threads = 0, context = 16, speculative_tokens = 32;
-    float temperature = 0.0f;
+    float temperature = 0.0f, top_p = 1.0f;
     bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false, swa_replay = false, mlock = false;
     bool paired_reads = false, paired_peak = false, op_times = false;
   };
@@ -76,9 +76,10 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--context", args->context, "prompt tokens of each sequence before its timed decode steps")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", args->threads, "threads (0 = all)");
-  cmd->add_option("--temperature", args->temperature,
-                  "every forward's draw at this plain temperature (no top-k/top-p/min-p cut; 0 = greedy)")
+  cmd->add_option("--temperature", args->temperature, "every forward's draw at this temperature (0 = greedy)")
       ->check(CLI::Range(0.0f, 100.0f));
+  cmd->add_option("--top-p", args->top_p, "with --temperature: the top-p cut of the whole vocabulary (1 = no cut)")
+      ->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--speculative-tokens", args->speculative_tokens,
                   "V4.1: greedy tokens generated with and without DSpark speculation (0 = skip)")
       ->check(CLI::Range(0, 100000));
@@ -190,10 +191,11 @@ Runner add_bench_command(CLI::App& app) {
     Sampler sampler(1);
     SamplingParams sampling;
     sampling.temperature = args->temperature;
+    sampling.top_p = args->top_p;
     auto drawing_chunk = [&](SequenceState* seq, std::span<const int32_t> ids, int64_t prompt_len) {
       ForwardChunk fc{seq, ids, prompt_len};
       fc.draw_only = true;
-      fc.draw = *sampler.forward_draw(sampling, c.vocab_size);
+      fc.draw = sampler.forward_draw(sampling, c.vocab_size);
       return fc;
     };
     // Warm-up, not timed: faults the weights in, and grows the heap to a prefill's working set. The longest
@@ -216,7 +218,8 @@ Runner add_bench_command(CLI::App& app) {
     const int64_t fresh_bytes = m.new_sequence().fixed_bytes();
     const CacheFootprint footprint = cache_footprint_of(c, fresh_bytes, kDefaultPageBytes);
     if (args->temperature > 0.0f) {
-      std::printf("Every forward draws at temperature %g (ForwardChunk::draw_only): no logits come back\n", args->temperature);
+      std::printf("Every forward draws at temperature %g, top-p %g (ForwardChunk::draw_only): no logits come back%s\n",
+                  args->temperature, args->top_p, args->top_p < 1.0f ? " but where a cut lies past the first 1024 candidates" : "");
     } else {
       std::printf("Every forward draws greedily (ForwardChunk::draw_only): no logits come back\n");
     }

@@ -112,12 +112,11 @@ struct Engine::Impl {
     TokenLogprob logprob;
   };
   Drawn draw_next(Sequence& seq, ChunkOutput& output, DrawScratch& scratch) const;
-  // A draw from the model's logits as they are (no penalty, JSON mask or log-probability), greedy, with top-k or at a
-  // plain temperature (Sampler::forward_drawable): the forward then brings back the drawn id alone
-  // (ForwardChunk::draw_only), drawn on the device by a GPU backend (a top-k draw from candidates found there).
+  // A draw from the model's logits as they are (no penalty, JSON mask or log-probability): the forward then brings
+  // back the drawn id alone (ForwardChunk::draw_only), drawn on the device by a GPU backend (a top-k or nucleus draw
+  // from candidates found there).
   bool draws_on_forward(const Sequence& s) const {
-    return Sampler::forward_drawable(s.sampling, model->config().vocab_size) && !has_penalties(s.sampling) &&
-           !s.sampling.logprobs && !s.json && !s.json_schema;
+    return !has_penalties(s.sampling) && !s.sampling.logprobs && !s.json && !s.json_schema;
   }
   void commit_next(Sequence& seq, Drawn drawn);
   void snapshot(const Sequence& seq);
@@ -541,7 +540,7 @@ void Engine::Impl::step() {
     // nothing from the sampler's stream). One that draws takes its uniform from the stream now, as sample() would.
     const bool draws = s->n_computed + n == int64_t(s->tokens.size());
     fc.draw_only = !draws || draws_on_forward(*s);
-    if (draws && fc.draw_only) fc.draw = *s->sampler.forward_draw(s->sampling, model->config().vocab_size);
+    if (draws && fc.draw_only) fc.draw = s->sampler.forward_draw(s->sampling, model->config().vocab_size);
     chunks.push_back(fc);
     chunk_seqs.push_back(s);
   }

@@ -47,15 +47,12 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
   Sampler sampler(options.sampling.seed);
   SequenceState seq = model.new_sequence();
   auto t0 = Clock::now();
-  // Greedy, with top-k or at a plain temperature (Sampler::forward_drawable): the forward brings back each draw alone
-  // (ForwardChunk::draw_only; a GPU draws it on the device), its uniform taken from the stream as the forward is set
-  // up (as sample() takes it, one a draw).
-  const bool in_forward = Sampler::forward_drawable(options.sampling, V);
+  // The forward brings back each draw alone (ForwardChunk::draw_only; a GPU draws it on the device), its uniform
+  // taken from the stream as the forward is set up (as sample() takes it, one a draw).
   auto draw_only = [&](ForwardChunk& fc) {
-    fc.draw_only = in_forward;
-    if (in_forward) fc.draw = *sampler.forward_draw(options.sampling, V);
+    fc.draw_only = true;
+    fc.draw = sampler.forward_draw(options.sampling, V);
   };
-  auto draw_from = [&](ChunkOutput& o) { return in_forward ? o.drawn : sampler.sample(o.logits.data(), V, options.sampling); };
   ForwardChunk prefill{&seq, prompt, P};
   prefill.keep_hidden = speculative;
   draw_only(prefill);
@@ -63,7 +60,7 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
   if (speculative) model.dspark_seed(seq, out[0].hidden_first_token, out[0].hidden);  // > 0: an SWA replay's tail
   result.prefill_seconds = seconds_since(t0);
   t0 = Clock::now();
-  int32_t next = draw_from(out[0]);
+  int32_t next = out[0].drawn;
   // emit() appends a token; false once generation must stop.
   auto emit = [&](int32_t token) {
     result.tokens.push_back(token);
@@ -77,7 +74,7 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
       draw_only(step);
       out = model.forward(std::span<const ForwardChunk>(&step, 1));
       ++result.n_forwards;
-      next = draw_from(out[0]);
+      next = out[0].drawn;
       continue;
     }
     // Draft after pos with `next` as the anchor, then feed [next, d1 .. dm] in one forward.

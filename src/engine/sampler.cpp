@@ -39,182 +39,54 @@ Sampler::Scratch& Sampler::thread_scratch() {
   return scratch;
 }
 
-bool Sampler::scale(const float* logits, int64_t vocab, float temperature, Scratch& scratch, float& max_scaled) {
-  auto& scaled = scratch.scaled;
-  scaled.resize(size_t(vocab));
-  for (int64_t i = 0; i < vocab; ++i) scaled[size_t(i)] = scaled_logit(logits[i], temperature);
-  max_scaled = max_value(scaled.data(), vocab);
-  return std::isfinite(max_scaled);  // else a temperature too small for the logits, or none finite
-}
-
-bool Sampler::forward_drawable(const SamplingParams& p, int64_t vocab) {
-  return !(p.temperature > 0.0f) || (p.top_k > 0 && p.top_k < vocab) || (!(p.top_p < 1.0f) && !(p.min_p > 0.0f));
-}
-
-std::optional<TokenDraw> Sampler::forward_draw(const SamplingParams& p, int64_t vocab) {
-  if (!forward_drawable(p, vocab)) return std::nullopt;
+TokenDraw Sampler::forward_draw(const SamplingParams& p, int64_t vocab) {
   if (!(p.temperature > 0.0f)) return TokenDraw{};  // greedy (a NaN temperature too)
-  TokenDraw d{.temperature = p.temperature, .uniform = next_uniform()};
-  if (p.top_k > 0 && p.top_k < vocab) {
-    d.top_k = p.top_k;
-    d.top_p = p.top_p;
-    d.min_p = p.min_p;
-  }
-  return d;
+  return {.temperature = p.temperature,
+          .uniform = next_uniform(),
+          .top_k = p.top_k > 0 && p.top_k < vocab ? p.top_k : 0,
+          .top_p = p.top_p,
+          .min_p = p.min_p};
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
-  if (const std::optional<TokenDraw> d = forward_draw(p, vocab)) return draw_token(logits, vocab, *d);
-  Scratch& scratch = thread_scratch();  // top-p or min-p over the whole vocabulary
-  float max_scaled = 0;
-  if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) {
-    next_uniform();  // (every draw at a temperature takes one, as a forward's draws do)
-    return int32_t(argmax(logits, vocab));
-  }
-  return sample_cut(p, max_scaled, scratch);
+  return draw_token(logits, vocab, forward_draw(p, vocab));
 }
 
 void Sampler::distribution(const float* logits, int64_t vocab, const SamplingParams& p,
                            std::vector<std::pair<int32_t, double>>& out) {
   out.clear();
-  if (p.temperature <= 0.0f) {
+  const TokenDraw d{.temperature = p.temperature,  // (forward_draw's, without its uniform)
+                    .top_k = p.top_k > 0 && p.top_k < vocab ? p.top_k : 0,
+                    .top_p = p.top_p,
+                    .min_p = p.min_p};
+  if (!(d.temperature > 0.0f)) {
     out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
     return;
   }
   Scratch& scratch = thread_scratch();
-  if (p.top_k > 0 && p.top_k < vocab) {
-    top_k_candidates(logits, vocab, p.temperature, p.top_k, scratch.candidates);
-    const size_t n = top_k_cut(scratch.candidates, p.top_p, p.min_p, scratch.probs);
-    if (n == 0) {
-      out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
-      return;
-    }
-    double mass = 0;
-    for (size_t i = 0; i < n; ++i) mass += scratch.probs[i];
+  // The kept candidates' weights and their sum (top-k: p; the nucleus: w), where some are kept.
+  auto kept_candidates = [&](size_t n, double mass) {
     for (size_t i = 0; i < n; ++i) {
-      if (scratch.probs[i] > 0.0) out.emplace_back(scratch.candidates[i].second, scratch.probs[i] / mass);
+      if (scratch.weights[i] > 0.0) out.emplace_back(scratch.candidates[i].second, scratch.weights[i] / mass);
     }
-    return;
-  }
-  if (forward_drawable(p, vocab)) {  // the plain temperature draw (greedy returned above, top-k too)
-    if (!scratch.plain.weigh(logits, vocab, p.temperature)) {
-      out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
-      return;
-    }
+  };
+  if (draws_top_k(d, vocab)) {
+    top_k_candidates(logits, vocab, d.temperature, d.top_k, scratch.candidates);
+    const size_t n = top_k_cut(scratch.candidates, d.top_p, d.min_p, scratch.weights);
+    double mass = 0;
+    for (size_t i = 0; i < n; ++i) mass += scratch.weights[i];
+    if (n > 0) kept_candidates(n, mass);
+  } else if (draws_nucleus(d, vocab)) {
+    double mass = 0;
+    const size_t n = nucleus_of_row(logits, vocab, d, scratch.candidates, scratch.weights, mass);
+    if (n > 0) kept_candidates(n, mass);
+  } else if (scratch.plain.weigh(logits, vocab, d.temperature)) {
     const double* w = scratch.plain.weights();
     for (int64_t i = 0; i < vocab; ++i) {
       if (w[size_t(i)] > 0.0) out.emplace_back(int32_t(i), w[size_t(i)] / scratch.plain.total());
     }
-    return;
   }
-  float max_scaled = 0;
-  if (!scale(logits, vocab, p.temperature, scratch, max_scaled)) {
-    out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
-    return;
-  }
-  const auto& weights = scratch.weights;  // top-p or min-p
-  const Cut cut = find_cut(p, max_scaled, scratch);
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (scratch.bucket[i] < cut.bucket && weights[i] > 0.0) out.emplace_back(int32_t(i), weights[i] / cut.mass);
-  }
-  if (cut.bucket <= kLastBucket) {
-    const auto& m = bucket_members(cut.bucket, scratch);
-    for (size_t j = 0; j < cut.count; ++j) {
-      if (weights[size_t(m[j].second)] > 0.0) out.emplace_back(m[j].second, weights[size_t(m[j].second)] / cut.mass);
-    }
-  }
-}
-
-// Top-p or min-p over the whole vocabulary, without sorting it. The candidates fall into buckets by how far their
-// scaled logit lies below the largest, 1/64 apart (everything 64 or more below in the last bucket), and each bucket's
-// weights are summed in id order. The cuts and the draw then walk the buckets best first and sort only the members of
-// the bucket they end in. The order and the cuts are a full sort's (larger logit first, ties to the lower id, min-p
-// then top-p); the sums are taken bucket by bucket, so a draw can differ from a full sort's only where that moves a
-// boundary in its last bits. A full sort took ~13 ms a draw over V4's vocabulary, and so did sorting only the order's
-// head where the nucleus holds most of it (a flat or Zipf-like distribution).
-Sampler::Cut Sampler::find_cut(const SamplingParams& p, double max_logit, Scratch& scratch) {
-  constexpr uint16_t kCutByMinP = kLastBucket + 1;
-  const auto& scaled = scratch.scaled;
-  auto& weights = scratch.weights;
-  auto& bucket = scratch.bucket;
-  auto& bucket_weights = scratch.bucket_weights;
-  const size_t n_all = scaled.size();
-  weights.resize(n_all);
-  const double total = exp_fixed_sum(scaled.data(), int64_t(n_all), max_logit, weights.data());
-  // Min-p keeps the candidates whose probability is at least min_p times the best one's (whose weight is 1): a prefix
-  // of the order, so the others are left out of every bucket.
-  const double min_weight = p.min_p > 0.0f ? double(p.min_p) : 0.0;
-  bucket.resize(n_all);
-  bucket_weights.assign(kLastBucket + 1, 0.0);
-  for (size_t i = 0; i < n_all; ++i) {
-    const double below = max_logit - double(scaled[i]);  // >= 0; a masked token's inf goes to the last bucket
-    uint16_t b = below < kBucketUnits ? uint16_t(below * kBucketsPerUnit) : uint16_t(kLastBucket);
-    if (weights[i] < min_weight) b = kCutByMinP;
-    bucket[i] = b;
-    if (b <= kLastBucket) bucket_weights[b] += weights[i];
-  }
-  // Top-p: the fewest best candidates whose weights reach top_p of the total; where no prefix reaches it, every
-  // candidate min-p left.
-  Cut cut{kLastBucket + 1, 0, 0.0};
-  const double target = p.top_p < 1.0f ? double(p.top_p) * total : INFINITY;
-  for (int b = 0; b <= kLastBucket; ++b) {
-    if (cut.mass + bucket_weights[b] >= target) {  // the cut falls in this bucket: its members one by one
-      double walked = cut.mass;
-      size_t count = 0;
-      for (const auto& [logit, id] : bucket_members(b, scratch)) {
-        walked += weights[size_t(id)];
-        ++count;
-        if (walked >= target) break;
-      }
-      return {b, count, walked};  // (where the members' own sum fell short of the bucket's by rounding: all of them)
-    }
-    cut.mass += bucket_weights[b];
-  }
-  return cut;
-}
-
-// Bucket b's members (find_cut's buckets), best first, in scratch.candidates.
-const std::vector<std::pair<float, int32_t>>& Sampler::bucket_members(int b, Scratch& scratch) {
-  auto& m = scratch.candidates;
-  m.clear();
-  for (size_t i = 0; i < scratch.bucket.size(); ++i) {
-    if (scratch.bucket[i] == b) m.emplace_back(scratch.scaled[i], int32_t(i));
-  }
-  std::sort(m.begin(), m.end(), draw_order);
-  return m;
-}
-
-int32_t Sampler::sample_cut(const SamplingParams& p, double max_logit, Scratch& scratch) {
-  const Cut cut = find_cut(p, max_logit, scratch);
-  const auto& weights = scratch.weights;
-  const auto& bucket_weights = scratch.bucket_weights;
-  // The draw: the first candidate, best first, whose running weight passes a uniform times the kept mass; whole
-  // buckets are passed by their sums.
-  double r = next_uniform() * cut.mass;
-  int last_weighted = -1;  // the last bucket with kept weight
-  for (int b = 0; b <= std::min(cut.bucket, kLastBucket); ++b) {
-    const bool whole = b < cut.bucket;
-    if (whole && bucket_weights[b] == 0.0) continue;
-    last_weighted = b;
-    if (whole && r - bucket_weights[b] >= 0) {
-      r -= bucket_weights[b];
-      continue;
-    }
-    const auto& m = bucket_members(b, scratch);
-    for (size_t j = 0, n = whole ? m.size() : cut.count; j < n; ++j) {
-      r -= weights[size_t(m[j].second)];
-      if (r < 0) return m[j].second;
-    }
-  }
-  // Rounding left none: the last kept candidate with any weight (a masked token has none). The best one has weight 1,
-  // so the last line is only a guard.
-  if (last_weighted >= 0) {
-    const auto& m = bucket_members(last_weighted, scratch);
-    for (size_t j = last_weighted == cut.bucket ? cut.count : m.size(); j > 0; --j) {
-      if (weights[size_t(m[j - 1].second)] > 0.0) return m[j - 1].second;
-    }
-  }
-  return int32_t(argmax(scratch.scaled.data(), int64_t(scratch.scaled.size())));
+  if (out.empty()) out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);  // the best s not finite: greedy
 }
 
 bool has_penalties(const SamplingParams& p) {

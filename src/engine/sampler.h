@@ -20,14 +20,11 @@ namespace deepinfer {
 class Sampler {
  public:
   explicit Sampler(uint64_t seed);
+  // model/token_draw.h's draw_token of the logits with forward_draw()'s draw.
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params);
-  // Whether sample() draws greedily, with top-k (then top-p and min-p cut its candidates) or at a plain temperature
-  // (no cut): then its draw is model/token_draw.h's draw_token of the logits with forward_draw(), which a forward can
-  // take itself (a GPU on the device: ForwardChunk::draw_only). Not a top-p or min-p cut of the whole vocabulary.
-  static bool forward_drawable(const SamplingParams& params, int64_t vocab);
-  // That draw, taking its uniform from the stream now (at a temperature: one, as sample() takes, whatever the logits);
-  // nullopt (and nothing taken) where the draw is not forward_drawable.
-  std::optional<TokenDraw> forward_draw(const SamplingParams& params, int64_t vocab);
+  // The draw sample() makes, taking its uniform from the stream now (at a temperature one, whatever the logits;
+  // greedy none), which a forward can draw itself (on a GPU on the device: ForwardChunk::draw_only).
+  TokenDraw forward_draw(const SamplingParams& params, int64_t vocab);
   // The distribution sample() draws from, after its cuts: (id, probability) pairs whose probabilities sum to 1 (greedy:
   // the best token alone; tokens of no probability left out), in a fixed order. For speculative decoding's acceptance
   // test and the draw that follows a rejection. Draws nothing from the stream.
@@ -36,31 +33,14 @@ class Sampler {
   double next_uniform();  // [0, 1)
 
  private:
-  // A draw's buffers, a thread's own: a batch's sequences are drawn on many threads, and a buffer per sequence would
-  // be ~4 MB each at V4's vocabulary, cold in cache at every draw.
+  // distribution()'s buffers, a thread's own: a batch's sequences are drawn on many threads, and a buffer per sequence
+  // would be ~2 MB each at V4's vocabulary, cold in cache at every draw.
   struct Scratch {
-    std::vector<float> scaled;                             // logits / temperature, in id order
-    std::vector<DrawCandidate> candidates;                 // (scaled logit, id): top-k's, or a bucket's members
-    std::vector<double> weights;                           // e^(scaled - max), by id
-    std::vector<double> probs;                             // by candidate (distribution()'s top-k)
-    std::vector<uint16_t> bucket;                          // sample_cut's bucket of each id
-    std::vector<double> bucket_weights;                    // and the weights in each bucket
-    TemperatureWeights plain;                              // distribution()'s plain temperature weights
+    std::vector<DrawCandidate> candidates;  // top-k's or the nucleus's, in the order
+    std::vector<double> weights;            // by candidate: top-k's p, or the nucleus's w
+    TemperatureWeights plain;               // the plain temperature draw's weights
   };
-  // Top-p and min-p's cut (sample_cut): the candidates kept are the buckets before `bucket` and its first `count`
-  // members; `mass` their weight.
-  struct Cut {
-    int bucket = 0;
-    size_t count = 0;
-    double mass = 0;
-  };
-  static constexpr int kBucketsPerUnit = 64, kBucketUnits = 64, kLastBucket = kBucketsPerUnit * kBucketUnits;
   static Scratch& thread_scratch();
-  // The scaled logits and their largest: false where the largest is not finite (the draw is then greedy).
-  static bool scale(const float* logits, int64_t vocab, float temperature, Scratch& scratch, float& max_scaled);
-  static Cut find_cut(const SamplingParams& params, double max_logit, Scratch& scratch);
-  static const std::vector<std::pair<float, int32_t>>& bucket_members(int bucket, Scratch& scratch);
-  int32_t sample_cut(const SamplingParams& params, double max_logit, Scratch& scratch);
   uint64_t state_[4];
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "core/status.h"
 #include "model/exp_fixed_constants.h"
@@ -68,12 +70,156 @@ int64_t TemperatureWeights::pick(double uniform) const {
   return last_weighted(group * kDrawGroupIds, ids_end);
 }
 
+namespace {
+// The order as ascending 32-bit keys: s's bits made monotone (-0 as +0, as the device takes it), then inverted, so
+// that a larger s is a smaller key.
+uint32_t descending_key(float s) {
+  const float v = s + 0.0f;  // (-0 + 0 = +0; any other s is itself)
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  const uint32_t flip = uint32_t(int32_t(b) >> 31) | 0x80000000u;  // (without a branch: the signs are a coin toss)
+  return ~(b ^ flip);
+}
+}  // namespace
+
 void top_k_candidates(const float* logits, int64_t n, float temperature, int64_t k, std::vector<DrawCandidate>& out) {
   DI_CHECK(k > 0 && k <= n);
-  out.clear();
-  for (int64_t i = 0; i < n; ++i) out.emplace_back(scaled_logit(logits[i], temperature), int32_t(i));
-  std::partial_sort(out.begin(), out.begin() + k, out.end(), draw_order);
+  // (Each thread_local named once: in this position-independent library every access by name is a call.)
+  thread_local std::vector<uint32_t> keys_of_thread, sample_of_thread;
+  thread_local std::vector<uint64_t> chosen_of_thread;
+  std::vector<uint32_t>& keys = keys_of_thread;
+  std::vector<uint32_t>& sample = sample_of_thread;
+  std::vector<uint64_t>& chosen = chosen_of_thread;  // (key, id): larger s first, ties to the lower id
+  keys.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) keys[size_t(i)] = descending_key(scaled_logit(logits[i], temperature));
+  // A limit from every 16th key, below which about twice k keys lie, and the keys at or below it; where fewer than k
+  // are (an unlucky sample), every key. The k best lie at or below any limit that k keys do.
+  constexpr int64_t kStride = 16;
+  chosen.clear();
+  if (n >= 64 * kStride) {
+    sample.clear();
+    for (int64_t i = 0; i < n; i += kStride) sample.push_back(keys[size_t(i)]);
+    const int64_t rank = std::min(int64_t(sample.size()) - 1, 2 * k / kStride + 8);
+    std::nth_element(sample.begin(), sample.begin() + rank, sample.end());
+    const uint32_t limit = sample[size_t(rank)];
+    for (int64_t i = 0; i < n; ++i) {
+      if (keys[size_t(i)] <= limit) chosen.push_back(uint64_t(keys[size_t(i)]) << 32 | uint64_t(i));
+    }
+  }
+  if (int64_t(chosen.size()) < k) {
+    chosen.clear();
+    for (int64_t i = 0; i < n; ++i) chosen.push_back(uint64_t(keys[size_t(i)]) << 32 | uint64_t(i));
+  }
+  std::nth_element(chosen.begin(), chosen.begin() + (k - 1), chosen.end());
+  std::sort(chosen.begin(), chosen.begin() + k);
   out.resize(size_t(k));
+  for (int64_t j = 0; j < k; ++j) {
+    const auto id = int32_t(uint32_t(chosen[size_t(j)]));
+    out[size_t(j)] = {scaled_logit(logits[id], temperature), id};
+  }
+}
+
+void order_candidates(const float* logits, int64_t n, float temperature, std::vector<DrawCandidate>& out,
+                      uint32_t limit) {
+  // Three stable counting passes of 11 bits over (key, candidate) pairs in id order: equal keys keep the lower id
+  // first.
+  constexpr int kDigitBits = 11, kBins = 1 << kDigitBits;
+  thread_local std::vector<std::pair<uint32_t, DrawCandidate>> a_of_thread, b_of_thread;
+  auto& a = a_of_thread;
+  auto& b = b_of_thread;
+  a.resize(size_t(n));
+  size_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {  // (without a branch: where the limit falls mid-row it is a coin toss)
+    const float s = scaled_logit(logits[i], temperature);
+    const uint32_t key = descending_key(s);
+    a[count] = {key, {s, int32_t(i)}};
+    count += key <= limit;
+  }
+  a.resize(count);
+  b.resize(count);
+  for (int shift = 0; shift < 32; shift += kDigitBits) {
+    size_t at[kBins + 1] = {};
+    for (const auto& e : a) ++at[((e.first >> shift) & (kBins - 1)) + 1];
+    for (int d = 0; d < kBins; ++d) at[d + 1] += at[d];
+    for (const auto& e : a) b[at[(e.first >> shift) & (kBins - 1)]++] = e;
+    a.swap(b);
+  }
+  out.resize(a.size());
+  for (size_t i = 0; i < a.size(); ++i) out[i] = a[i].second;
+}
+
+double draw_weight(float s, double m) {
+  const double x = double(s) - m;
+  return x < -kExpFixedMaxArg ? 0.0 : exp_fixed(x);
+}
+
+size_t nucleus_cut(std::span<const DrawCandidate> prefix, bool whole_row, double total, float top_p, float min_p,
+                   const double* weight_by_id, std::vector<double>& weights, double& mass) {
+  weights.clear();
+  mass = 0.0;
+  if (prefix.empty() || !std::isfinite(prefix[0].first)) return 0;
+  const double m = prefix[0].first;
+  const double target = top_p < 1.0f ? double(top_p) * total : INFINITY;
+  for (size_t j = 0; j < prefix.size(); ++j) {
+    const double w = weight_by_id ? weight_by_id[prefix[j].second] : draw_weight(prefix[j].first, m);
+    if (j > 0 && min_p > 0.0f && w < double(min_p)) return j;  // min-p's cut
+    weights.push_back(w);
+    mass += w;
+    if (mass >= target) return j + 1;  // top-p's
+  }
+  return whole_row ? prefix.size() : 0;
+}
+
+int32_t draw_from_nucleus(std::span<const DrawCandidate> prefix, bool whole_row, double total, const TokenDraw& draw) {
+  thread_local std::vector<double> weights;
+  double mass = 0.0;
+  const size_t n = nucleus_cut(prefix, whole_row, total, draw.top_p, draw.min_p, nullptr, weights, mass);
+  return n == 0 ? -1 : prefix[pick_weighted(weights.data(), n, mass, draw.uniform)].second;
+}
+
+namespace {
+// A key at or before which the nucleus cut of a row surely lies: the last of the first bucket of keys (by their top 11
+// bits, best first) where the weights summed bucket by bucket pass the top-p target with room for rounding (either sum
+// of n weights is within n ulps of the other), or that holds a weight below min-p; UINT32_MAX where none does.
+uint32_t nucleus_limit(const float* logits, int64_t n, const TokenDraw& draw, const double* w, double total) {
+  constexpr int kShift = 21, kBuckets = 1 << (32 - kShift);
+  thread_local std::vector<double> bucket_mass_of_thread;
+  thread_local std::vector<uint8_t> below_min_p_of_thread;
+  std::vector<double>& bucket_mass = bucket_mass_of_thread;
+  std::vector<uint8_t>& below_min_p = below_min_p_of_thread;
+  bucket_mass.assign(kBuckets, 0.0);
+  below_min_p.assign(kBuckets, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bucket = descending_key(scaled_logit(logits[i], draw.temperature)) >> kShift;
+    bucket_mass[bucket] += w[i];
+    below_min_p[bucket] |= draw.min_p > 0.0f && w[i] < double(draw.min_p);
+  }
+  const double target = draw.top_p < 1.0f ? double(draw.top_p) * total * (1.0 + 1e-9) : INFINITY;
+  double mass = 0.0;
+  for (uint32_t b = 0; b < kBuckets; ++b) {
+    mass += bucket_mass[b];
+    if (mass >= target || below_min_p[b]) return b == kBuckets - 1 ? UINT32_MAX : ((b + 1) << kShift) - 1;
+  }
+  return UINT32_MAX;
+}
+}  // namespace
+
+size_t nucleus_of_row(const float* logits, int64_t n, const TokenDraw& draw, std::vector<DrawCandidate>& candidates,
+                      std::vector<double>& weights, double& mass) {
+  thread_local TemperatureWeights plain;
+  if (!plain.weigh(logits, n, draw.temperature)) return 0;
+  const int64_t k = std::min(kNucleusCandidates, n);  // (what a device sends back: most cuts fall inside it)
+  top_k_candidates(logits, n, draw.temperature, k, candidates);
+  const double* w = plain.weights();
+  const size_t kept = nucleus_cut(candidates, k == n, plain.total(), draw.top_p, draw.min_p, w, weights, mass);
+  if (kept > 0) return kept;
+  // The cut lies past them: the order up to a key where it surely lies, else (a guard) the whole order.
+  order_candidates(logits, n, draw.temperature, candidates, nucleus_limit(logits, n, draw, w, plain.total()));
+  const bool whole_row = int64_t(candidates.size()) == n;
+  const size_t in_limit = nucleus_cut(candidates, whole_row, plain.total(), draw.top_p, draw.min_p, w, weights, mass);
+  if (in_limit > 0) return in_limit;
+  order_candidates(logits, n, draw.temperature, candidates);
+  return nucleus_cut(candidates, true, plain.total(), draw.top_p, draw.min_p, w, weights, mass);
 }
 
 size_t top_k_cut(std::span<const DrawCandidate> candidates, float top_p, float min_p, std::vector<double>& probs) {
@@ -132,6 +278,14 @@ int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw) {
     thread_local std::vector<DrawCandidate> candidates;
     top_k_candidates(logits, n, draw.temperature, draw.top_k, candidates);
     return draw_from_top_k(candidates, draw, std::isfinite(candidates[0].first) ? -1 : int32_t(argmax(logits, n)));
+  }
+  if (draws_nucleus(draw, n)) {
+    thread_local std::vector<DrawCandidate> candidates;
+    thread_local std::vector<double> weights;
+    double mass = 0.0;
+    const size_t kept = nucleus_of_row(logits, n, draw, candidates, weights, mass);
+    if (kept == 0) return int32_t(argmax(logits, n));
+    return candidates[pick_weighted(weights.data(), kept, mass, draw.uniform)].second;
   }
   thread_local TemperatureWeights weights;
   if (!weights.weigh(logits, n, draw.temperature)) return int32_t(argmax(logits, n));

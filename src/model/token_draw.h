@@ -1,10 +1,10 @@
 // A token's draw from its logits row where nothing but the row and a uniform decides it: greedy, top-k (with top-p and
-// min-p cutting its candidates), or the plain temperature draw (no cut). The engine's sampler draws these kinds
-// through it, and a forward draws them itself (ForwardChunk::draw_only), on a GPU backend on the device, so that a
-// sampled step brings back one id a token instead of the vocabulary's logits (V4: 517 KB a token). Every backend gives
-// the same id: the plain draw is a fixed sequence of IEEE operations, written out below, which the CUDA kernel
-// (row_draw_kernel.cu) runs too; a top-k draw's candidates are an order, which the device finds, and the host draws
-// from them.
+// min-p cutting its candidates), the nucleus draw (top-p or min-p over the whole row) or the plain temperature draw (no
+// cut). The engine's sampler draws every kind through it, and a forward draws them itself (ForwardChunk::draw_only), on
+// a GPU backend on the device, so that a sampled step brings back one id a token instead of the vocabulary's logits
+// (V4: 517 KB a token). Every backend gives the same id: the plain draw is a fixed sequence of IEEE operations, written
+// out below, which the CUDA kernel (row_draw_kernel.cu) runs too; a top-k or nucleus draw's candidates are an order,
+// which the device finds (with the plain draw's total for a nucleus draw), and the host draws from them.
 //
 // The plain temperature draw of logits x[0, n) at temperature T > 0 with uniform u in [0, 1), exactly:
 //   s[i] = f32(x[i] / T), a NaN as -inf;   m = the largest s[i] (model/ops.h's max_value).
@@ -20,6 +20,15 @@
 //   passes over every member (rounding), the answer is the last id of weight > 0 within that level's whole: the row,
 //   the span, or the group.
 // The walk is hierarchical rather than id by id so that a device finds it in ~600 dependent steps, not n.
+//
+// The nucleus draw (top-p or min-p without top-k), of the same row, T and u: s, m (not finite: the argmax), w and
+// total as above. The order: every (s[i], i), larger s first, ties to the lower id; w_j is candidate j's w. Min-p
+// keeps the candidates before the first with w_j < min_p (the best one, w = 1, at least); within those, top-p keeps
+// the shortest prefix whose running sum c_j = ((0 + w_0) + w_1) + ... + w_j reaches top_p * total (all min-p kept
+// where none does; top_p >= 1 cuts nothing). The pick is pick_weighted of the kept w with their running sum as the
+// mass. This is a full sort's cut (the sums in the order, as HF's and vLLM's cumulative sums), and a prefix of the
+// order decides it wherever the cut falls inside the prefix: a device sends back the first kNucleusCandidates and the
+// total, and only a row whose cut lies past them needs its logits.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +40,8 @@
 namespace deepinfer {
 
 // temperature <= 0 (or NaN): the argmax (ops.h: the first largest, NaNs passed over); else with top_k (0 < top_k <
-// the row's width) the top-k draw below, else the plain temperature draw above, each with `uniform`.
+// the row's width) the top-k draw below, else with top_p < 1 or min_p > 0 the nucleus draw above, else the plain
+// temperature draw above, each with `uniform`.
 //
 // The top-k draw (the engine's sampler's, whose candidates a GPU backend finds on the device): the candidates are the
 // top_k best (s[i], i), larger s first, ties to the lower id (s as above); where the best s is not finite, the
@@ -42,7 +52,7 @@ namespace deepinfer {
 struct TokenDraw {
   float temperature = 0.0f;
   double uniform = 0.0;
-  int32_t top_k = 0;  // 0: none; top_p and min_p cut top-k's candidates only
+  int32_t top_k = 0;  // 0 (or the row's width or more): none; top_p and min_p then cut the whole row
   float top_p = 1.0f, min_p = 0.0f;
 };
 
@@ -50,6 +60,13 @@ struct TokenDraw {
 inline bool draws_top_k(const TokenDraw& draw, int64_t n) {
   return draw.temperature > 0.0f && draw.top_k > 0 && draw.top_k < n;
 }
+
+// Whether the draw is the nucleus one, of a row of width n.
+inline bool draws_nucleus(const TokenDraw& draw, int64_t n) {
+  return draw.temperature > 0.0f && !draws_top_k(draw, n) && (draw.top_p < 1.0f || draw.min_p > 0.0f);
+}
+// How many of the order's first candidates a device finds for a nucleus draw (the whole row where it is narrower).
+inline constexpr int64_t kNucleusCandidates = 1024;
 
 inline constexpr int64_t kDrawGroupIds = 8;
 inline constexpr int64_t kDrawSpanGroups = 32;
@@ -92,6 +109,25 @@ inline bool draw_order(const DrawCandidate& a, const DrawCandidate& b) {
 }
 // The top-k draw's candidates of logits[0, n) at a temperature, in their order.
 void top_k_candidates(const float* logits, int64_t n, float temperature, int64_t k, std::vector<DrawCandidate>& out);
+// Every id of logits[0, n) as a candidate, in the order (a stable radix sort: ~1 ms over V4's vocabulary where a
+// comparison sort took ~13); with a limit, only those whose key (the s's bits made monotone, -0 as +0, then inverted:
+// a smaller key is a larger s) is at most it: a prefix of the order.
+void order_candidates(const float* logits, int64_t n, float temperature, std::vector<DrawCandidate>& out,
+                      uint32_t limit = UINT32_MAX);
+// The plain draw's w of a candidate of scaled logit s in a row whose largest is m.
+double draw_weight(float s, double m);
+// The nucleus cut of `prefix`, the order's first candidates (whole_row: every one of the row's), with the plain
+// draw's total of the row: how many it keeps (> 0), their w in `weights` and their running sum in `mass`; 0 where
+// the cut lies past the prefix, or the best s is not finite. Each w is draw_weight of its s, or weight_by_id[id] where
+// that is given (TemperatureWeights::weights(): the same bits).
+size_t nucleus_cut(std::span<const DrawCandidate> prefix, bool whole_row, double total, float top_p, float min_p,
+                   const double* weight_by_id, std::vector<double>& weights, double& mass);
+// The nucleus cut of logits[0, n) with draw's temperature, top-p and min-p: the order's first kNucleusCandidates, or
+// the whole order where its cut lies past them, in `candidates`, and nucleus_cut's answer; 0 where m is not finite.
+size_t nucleus_of_row(const float* logits, int64_t n, const TokenDraw& draw, std::vector<DrawCandidate>& candidates,
+                      std::vector<double>& weights, double& mass);
+// The nucleus draw from such a prefix: the id, or -1 where its cut lies past the prefix (the row's logits decide).
+int32_t draw_from_nucleus(std::span<const DrawCandidate> prefix, bool whole_row, double total, const TokenDraw& draw);
 // Their p (probs, one a candidate) and how many min-p and top-p keep; 0 where the best s is not finite.
 size_t top_k_cut(std::span<const DrawCandidate> candidates, float top_p, float min_p, std::vector<double>& probs);
 // The top-k draw from its candidates (argmax_id: the argmax of the row's logits, drawn where the best s is not finite).

@@ -425,8 +425,8 @@ TEST(GoldenCudaKeptSelections, EqualTheSelectionsBroughtBackBitForBit) {
 // without lookups: SparseAttentionParams::rows_unshared) and a late sequence whose prefill shares a forward with the
 // others' decode steps. The kernels never mix tokens inside a sum, so no result depends on its batch. Each sequence has
 // a twin in the same calls that asks for its draw alone (ForwardChunk::draw_only: Backend::linear_draws, the head's
-// draws on the device; greedy, at a temperature for the second sequence, with top-k for the third): draw_token of
-// the sequence's logits row.
+// draws on the device; greedy, at a temperature for the second sequence (with top-p 0.9 over the whole vocabulary at
+// odd rounds), with top-k for the third): draw_token of the sequence's logits row.
 void expect_batched_sequences_match_each_alone(const std::string& family, const std::string& model_name) {
   const std::string dir = testing::golden_dir() + "/" + family + "/" + model_name;
   if (!std::filesystem::exists(dir + "/case-3.safetensors")) GTEST_SKIP() << "golden data not found: " << dir;
@@ -472,6 +472,7 @@ void expect_batched_sequences_match_each_alone(const std::string& family, const 
       chunks.push_back(testing::golden_step_chunk(twins[which[k]], cases[which[k]], step[which[k]]));
       chunks.back().draw_only = true;
       if (which[k] == 1) chunks.back().draw = twin_draw(round);
+      if (which[k] == 1 && round % 2 == 1) chunks.back().draw.top_p = 0.9f;
       if (which[k] == 2) chunks.back().draw = {.temperature = 0.9f, .uniform = twin_draw(round).uniform, .top_k = 8, .min_p = 0.02f};
     }
     const std::vector<ChunkOutput> out = model.value()->forward(chunks);

@@ -5,8 +5,10 @@
 // lowest index wins), a NaN row (passed over), a token whose outputs are all NaN (0) and outputs that are all -inf but
 // a NaN (the first -inf). At a temperature: logits planted token by token (x = e_t against column t), with the
 // uniforms at 0 and just under 1, weights below e^-700 (0), ties, NaNs, a temperature that scales a logit to infinity,
-// and widths that end inside a group and a span; top-k draws, whose candidates (ties among them) the device finds. On
-// the tensor-core and the FMA linear.
+// and widths that end inside a group and a span; top-k draws, whose candidates (ties among them) the device finds, and
+// nucleus draws (top-p or min-p over the whole row), whose first candidates and total the device finds, the host
+// cutting them where the cut lies inside and bringing the row's logits back where it lies past them. On the
+// tensor-core and the FMA linear.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -111,7 +113,9 @@ struct Planted {
 // columns are 0, so that token t's outputs are its logits exactly (a non-finite logit must be planted alone: 0 times
 // it is NaN in every other token). The weight is kept in `weights`: the backend keeps its upload by address for its
 // lifetime. Returns how many tokens drew another id than their logits' argmax.
-int expect_planted_draws(Backend& gpu, int64_t V, const std::vector<Planted>& tokens, std::deque<OwnedWeight>& weights) {
+// Nucleus rows among them: how many the first candidates decide (counts[0]) and how many need the logits (counts[1]).
+int expect_planted_draws(Backend& gpu, int64_t V, const std::vector<Planted>& tokens, std::deque<OwnedWeight>& weights,
+                         int* nucleus_counts = nullptr) {
   constexpr int64_t K = 32;
   const int64_t T = int64_t(tokens.size());
   EXPECT_LE(T, K);
@@ -137,6 +141,12 @@ int expect_planted_draws(Backend& gpu, int64_t V, const std::vector<Planted>& to
     const float* row = &logits[size_t(t * V)];
     const int32_t id = draw_token(row, V, draws[size_t(t)]);
     n_off_argmax += id != int32_t(argmax(row, V));
+    TemperatureWeights plain;
+    if (nucleus_counts && draws_nucleus(draws[size_t(t)], V) && plain.weigh(row, V, draws[size_t(t)].temperature)) {
+      std::vector<DrawCandidate> first;
+      top_k_candidates(row, V, draws[size_t(t)].temperature, std::min(kNucleusCandidates, V), first);
+      ++nucleus_counts[draw_from_nucleus(first, kNucleusCandidates >= V, plain.total(), draws[size_t(t)]) < 0];
+    }
     if (tokens[size_t(t)].want >= 0) {
       EXPECT_EQ(id, tokens[size_t(t)].want) << "token " << t;
     }
@@ -170,10 +180,25 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
       // The 100 best are ~62 fives and the lowest ids of the -1s: u near 1 draws among those.
       {[](int64_t row) { return row % 97 == 3 ? 5.0f : -1.0f; }, {.temperature = 1.0f, .uniform = 0.9999, .top_k = 100}},
       {random_logit(3.0f), {.temperature = 1e-38f, .uniform = 0.4, .top_k = 9}},  // the best overflows: the argmax
+      // Nucleus draws: the cut among the first candidates (peaked rows, ties whose lowest ids end it, top-p 0: the
+      // best alone), past them (flat rows: the logits come back), min-p alone, an overflowing temperature.
+      {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.3, .top_p = 0.9f}},
+      {random_logit(3.0f), {.temperature = 0.9f, .uniform = just_under_1, .top_p = 0.95f, .min_p = 0.01f}},
+      {random_logit(0.3f), {.temperature = 1.0f, .uniform = 0.6, .top_p = 0.95f}},
+      {random_logit(0.1f), {.temperature = 1.0f, .uniform = 0.5, .min_p = 0.5f}},
+      {random_logit(2.0f), {.temperature = 0.8f, .uniform = 0.2, .min_p = 0.05f}},
+      {[](int64_t row) { return row % 97 == 3 ? 5.0f : -1.0f; }, {.temperature = 1.0f, .uniform = 0.9999, .top_p = 0.82f}},
+      {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.7, .top_p = 0.0f}},
+      {random_logit(3.0f), {.temperature = 1e-38f, .uniform = 0.4, .top_p = 0.9f}},
   };
-  for (int i = 0; i < 12; ++i) finite.push_back({random_logit(2.0f), {0.5f + 0.1f * float(i), std::uniform_real_distribution<double>(0, 1)(rng)}});
+  for (int i = 0; i < 9; ++i) finite.push_back({random_logit(2.0f), {0.5f + 0.1f * float(i), std::uniform_real_distribution<double>(0, 1)(rng)}});
   std::deque<OwnedWeight> weights;
-  EXPECT_GE(expect_planted_draws(*gpu, V, finite, weights), 8);
+  int nucleus_counts[2] = {0, 0};
+  EXPECT_GE(expect_planted_draws(*gpu, V, finite, weights, nucleus_counts), 8);
+  EXPECT_GE(nucleus_counts[0], 3);  // decided by the first candidates
+  if (V > kNucleusCandidates) {
+    EXPECT_GE(nucleus_counts[1], 2);  // the logits brought back
+  }
   // Non-finite logits, each alone: no finite logit (the argmax: 0, or the first -inf past a NaN), NaNs among ties.
   expect_planted_draws(*gpu, V, {{[](int64_t) { return kNan; }, {1.0f, 0.4}, 0}}, weights);
   expect_planted_draws(*gpu, V, {{[](int64_t row) { return row == 0 ? kNan : -INFINITY; }, {2.0f, 0.4}, 1}}, weights);
@@ -181,6 +206,9 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
   expect_planted_draws(*gpu, V, {{[](int64_t) { return kNan; }, {.temperature = 1.0f, .uniform = 0.4, .top_k = 3}, 0}}, weights);
   expect_planted_draws(*gpu, V, {{[](int64_t row) { return row % 5 == 0 ? kNan : row % 7 == 3 ? 5.0f : -1.0f; },
                                   {.temperature = 1.0f, .uniform = 0.999, .top_k = 9}}}, weights);
+  expect_planted_draws(*gpu, V, {{[](int64_t) { return kNan; }, {.temperature = 1.0f, .uniform = 0.4, .top_p = 0.5f}, 0}}, weights);
+  expect_planted_draws(*gpu, V, {{[](int64_t row) { return row % 5 == 0 ? kNan : row % 7 == 3 ? 5.0f : -1.0f; },
+                                  {.temperature = 1.0f, .uniform = 0.999, .top_p = 0.9f}}}, weights);
 }
 
 // Rows whose walk rounding leaves without a pick at each level (found by a search over rows of 600 ids at temperature 1):

@@ -612,19 +612,27 @@ void launch_candidate_blocks(const CandidateBlocksLaunch& p, cudaStream_t stream
 
 #ifndef DEEPINFER_REAL_KERNELS_ROW_DRAW_KERNEL  // row_draw_kernel.cu: the host's draw_token
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
-                      int32_t* out, cudaStream_t stream) {
+                      int32_t* out, double* totals, cudaStream_t stream) {
   DI_CHECK(width > 0 && width <= kRowDrawMaxWidth && stride >= width);
   enqueue(stream, [=] {
+    TemperatureWeights weights;
     for (int64_t r = 0; r < n_rows; ++r) {
+      const float* row = x + r * stride;
+      if (draws && draws[r].nucleus && draws[r].temperature > 0.0f) {  // the total, or the argmax
+        const bool finite = weights.weigh(row, width, draws[r].temperature);
+        if (finite) totals[r] = weights.total();
+        out[r] = finite ? -1 : int32_t(argmax(row, width));
+        continue;
+      }
       const bool sampled = draws && draws[r].top_k == 0;  // (a top-k row's: the argmax)
       const TokenDraw draw = sampled ? TokenDraw{.temperature = draws[r].temperature, .uniform = draws[r].uniform} : TokenDraw{};
-      out[r] = draw_token(x + r * stride, width, draw);
+      out[r] = draw_token(row, width, draw);
     }
   });
 }
 void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int max_k, DeviceDrawCandidate* out, cudaStream_t stream) {
-  DI_CHECK(max_k > 0 && max_k <= kRowTopKMax && max_k < width && stride >= width);
+  DI_CHECK(max_k > 0 && max_k <= kRowTopKMax && max_k <= width && stride >= width);
   enqueue(stream, [=] {
     std::vector<DrawCandidate> candidates;
     for (int64_t r = 0; r < n_rows; ++r) {

@@ -78,7 +78,8 @@ std::unique_ptr<Model> open_model(const std::string& dir, int64_t* n_draw_calls)
 
 // Five sequences in one forward each step, on case 2's prompts of different lengths (the case's prompt less its last i
 // tokens): 0 with its last logits, 1 with all its logits, 2 and 3 with the greedy draw alone, 4 with a draw alone at
-// temperature 1.5 (a uniform of its own each step; with top-k 5 and top-p 0.9 at odd steps). Prefill, then 4 decode steps feeding the golden continuation.
+// temperature 1.5 (a uniform of its own each step; with top-k 5 and top-p 0.9 at steps 1 and 4, top-p 0.8 over the
+// whole vocabulary at step 2). Prefill, then 4 decode steps feeding the golden continuation.
 // Each sequence's logits, or draw_token of them, must be those of the same model's forward of that sequence alone (a
 // token's logits never depend on the call's other tokens). The sampled draws must not all be the argmax (else the
 // test would not tell the two kinds apart).
@@ -109,10 +110,11 @@ void expect_draws_of_the_logits(const std::string& dir, bool backend_draws) {
                        : std::span<const int32_t>(&gc.value().continuation[size_t(step - 1)], 1);
     };
     auto prompt_len_of = [&](int i) { return step == 0 ? int64_t(prompt.size()) - i : 0; };
-    auto draw_of = [&](int i) {  // (sequence 4: a top-k draw with top-p at odd steps)
+    auto draw_of = [&](int i) {  // (sequence 4: plain, top-k with top-p, or the nucleus draw)
       if (i != 4) return TokenDraw{};
-      return step % 2 ? TokenDraw{.temperature = 1.5f, .uniform = uniforms[step], .top_k = 5, .top_p = 0.9f}
-                      : TokenDraw{.temperature = 1.5f, .uniform = uniforms[step]};
+      if (step % 3 == 1) return TokenDraw{.temperature = 1.5f, .uniform = uniforms[step], .top_k = 5, .top_p = 0.9f};
+      if (step == 2) return TokenDraw{.temperature = 1.5f, .uniform = uniforms[step], .top_p = 0.8f};
+      return TokenDraw{.temperature = 1.5f, .uniform = uniforms[step]};
     };
     std::vector<ForwardChunk> chunks;
     for (int i = 0; i < kSequences; ++i) {

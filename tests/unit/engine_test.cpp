@@ -345,7 +345,8 @@ TEST(Engine, ConcurrentRequestsGiveTheirSoloOutputs) {
 // A plain temperature request draws in the forward (ForwardChunk::draw_only: its uniform taken as the step is planned),
 // one with log-probabilities from the logits after it (Sampler::sample): with the same seed both take the same
 // uniforms in the same order, so they emit the same tokens, alone and batched with each other and a greedy request.
-// A top-k as large as the vocabulary cuts nothing: plain too. A top-k draw is taken in the forward as well.
+// A top-k as large as the vocabulary cuts nothing: plain too. Top-k and nucleus (top-p, min-p) draws are taken in the
+// forward as well.
 TEST(Engine, DrawsInTheForwardEqualTheLogitsPath) {
   auto engine = open_engine(options_for_tests());
   auto request = [](bool logprobs, int top_k) {
@@ -375,6 +376,17 @@ TEST(Engine, DrawsInTheForwardEqualTheLogitsPath) {
   const Outcome top_k_in_forward = collect(*engine, engine->submit(top_k).value());
   EXPECT_EQ(top_k_in_forward.tokens, collect(*engine, engine->submit(top_k_logprobs).value()).tokens);
   EXPECT_EQ(top_k_in_forward.tokens.size(), 10u);
+  // Top-p and min-p over the whole vocabulary likewise, batched.
+  Request top_p = request(false, 0), top_p_logprobs = request(true, 0), min_p = request(false, 0), min_p_logprobs = request(true, 0);
+  top_p.sampling.top_p = top_p_logprobs.sampling.top_p = 0.9f;
+  min_p.sampling.min_p = min_p_logprobs.sampling.min_p = 0.05f;
+  min_p.sampling.seed = min_p_logprobs.sampling.seed = 77;
+  const RequestId e = engine->submit(top_p).value(), f = engine->submit(top_p_logprobs).value(),
+                  g = engine->submit(min_p).value(), h = engine->submit(min_p_logprobs).value();
+  const Outcome top_p_in_forward = collect(*engine, e);
+  EXPECT_EQ(top_p_in_forward.tokens, collect(*engine, f).tokens);
+  EXPECT_EQ(top_p_in_forward.tokens.size(), 10u);
+  EXPECT_EQ(collect(*engine, g).tokens, collect(*engine, h).tokens);
   // The draws are not all the greedy ones (else the test would not tell the paths apart).
   Request greedy_twin = request(false, 0);
   greedy_twin.sampling.temperature = 0.0f;

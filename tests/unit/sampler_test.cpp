@@ -98,7 +98,7 @@ TEST(Sampler, SameSeedSameDraws) {
   }
 }
 
-// The draw the sampler made before it sorted only the head of the order: every candidate sorted, the softmax summed in
+// A textbook nucleus draw: every candidate sorted, the softmax summed in
 // that order, min-p then top-p, one uniform.
 int32_t full_sort_draw(const std::vector<float>& logits, const SamplingParams& p, Sampler& rng) {
   std::vector<std::pair<float, int32_t>> c;
@@ -133,8 +133,9 @@ int32_t full_sort_draw(const std::vector<float>& logits, const SamplingParams& p
   return c[n - 1].second;
 }
 
-// Top-p and min-p sort only the members of the buckets the cuts and the draw end in: the full sort's draws, over a
-// flat distribution (a nucleus of most candidates), a peaked one, ties (many in one bucket), a small vocabulary, and a
+// Top-p and min-p over the whole vocabulary (the nucleus draw) are the full sort's draws with the probabilities summed
+// as fractions of the total (the bits that rounding decides differ, but no draw here lands on them), over a
+// flat distribution (a nucleus of most candidates), a peaked one, ties, a small vocabulary, and a
 // Zipf-like one with masked tokens and tokens far below the rest.
 TEST(Sampler, TopPAndMinPDrawAsAFullSort) {
   std::mt19937 gen(5);

@@ -3,6 +3,7 @@
 // draw_token's with one uniform a draw from its stream, and the edges (no finite logit, weights below e^-700, u = 0).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -121,8 +122,7 @@ TEST(TokenDraw, EdgesDrawAsTheHeaderSays) {
   SamplingParams p;
   p.temperature = nan;
   Sampler sampler(1), stream(1);
-  ASSERT_TRUE(Sampler::forward_drawable(p, 4));
-  EXPECT_EQ(sampler.forward_draw(p, 4)->temperature, 0.0f);
+  EXPECT_EQ(sampler.forward_draw(p, 4).temperature, 0.0f);
   EXPECT_EQ(sampler.sample(x.data(), 4, p), 1);
   EXPECT_EQ(sampler.next_uniform(), stream.next_uniform());
   // One id: always it.
@@ -143,33 +143,36 @@ TEST(TokenDraw, SamplersPlainDrawsTakeOneUniformADraw) {
     p.temperature = i % 10 == 9 ? 1e-38f : 0.8f;
     const int32_t id = sampled.sample(x.data(), int64_t(x.size()), p);
     EXPECT_EQ(id, draw_token(x.data(), int64_t(x.size()), {p.temperature, stream.next_uniform()})) << "draw " << i;
-    const std::optional<TokenDraw> d = forward.forward_draw(p, int64_t(x.size()));
-    ASSERT_TRUE(d.has_value());
-    EXPECT_EQ(id, draw_token(x.data(), int64_t(x.size()), *d)) << "draw " << i;
+    const TokenDraw d = forward.forward_draw(p, int64_t(x.size()));
+    EXPECT_EQ(id, draw_token(x.data(), int64_t(x.size()), d)) << "draw " << i;
   }
-  // A top-p or min-p cut of the whole vocabulary is no TokenDraw: none, and nothing taken from the stream.
+  // A top-p or min-p cut of the whole vocabulary is the nucleus draw, and takes a uniform.
   p.temperature = 0.8f;
   p.top_p = 0.9f;
-  EXPECT_FALSE(forward.forward_draw(p, int64_t(x.size())).has_value());
+  const TokenDraw top_p = forward.forward_draw(p, int64_t(x.size()));
+  EXPECT_TRUE(draws_nucleus(top_p, int64_t(x.size())));
+  EXPECT_EQ(top_p.uniform, stream.next_uniform());
   p.top_p = 1.0f;
   p.min_p = 0.1f;
-  EXPECT_FALSE(forward.forward_draw(p, int64_t(x.size())).has_value());
-  EXPECT_EQ(forward.next_uniform(), stream.next_uniform());
-  // Top-k is one, with the cuts of its candidates, and takes a uniform; a top-k as large as the vocabulary is none.
+  const TokenDraw min_p = forward.forward_draw(p, int64_t(x.size()));
+  EXPECT_TRUE(draws_nucleus(min_p, int64_t(x.size())));
+  EXPECT_EQ(min_p.uniform, stream.next_uniform());
+  // Top-k is the top-k draw, with the cuts of its candidates; a top-k as large as the vocabulary cuts nothing.
   p.top_k = 5;
   p.top_p = 0.9f;
-  const std::optional<TokenDraw> top_k = forward.forward_draw(p, int64_t(x.size()));
-  ASSERT_TRUE(top_k.has_value());
-  EXPECT_EQ(top_k->top_k, 5);
-  EXPECT_EQ(top_k->top_p, 0.9f);
-  EXPECT_EQ(top_k->min_p, 0.1f);
-  EXPECT_EQ(top_k->uniform, stream.next_uniform());
+  const TokenDraw top_k = forward.forward_draw(p, int64_t(x.size()));
+  EXPECT_TRUE(draws_top_k(top_k, int64_t(x.size())));
+  EXPECT_EQ(top_k.top_k, 5);
+  EXPECT_EQ(top_k.top_p, 0.9f);
+  EXPECT_EQ(top_k.min_p, 0.1f);
+  EXPECT_EQ(top_k.uniform, stream.next_uniform());
   p.top_k = 1000;
   p.top_p = 1.0f;
   p.min_p = 0.0f;
-  const std::optional<TokenDraw> whole = forward.forward_draw(p, 1000);
-  EXPECT_EQ(whole->top_k, 0);
-  EXPECT_EQ(whole->uniform, stream.next_uniform());
+  const TokenDraw whole = forward.forward_draw(p, 1000);
+  EXPECT_EQ(whole.top_k, 0);
+  EXPECT_FALSE(draws_nucleus(whole, 1000));
+  EXPECT_EQ(whole.uniform, stream.next_uniform());
   // A top-p draw of the whole vocabulary takes one too, even where the temperature overflows it to the argmax.
   p.top_k = 0;
   p.top_p = 0.9f;
@@ -179,8 +182,7 @@ TEST(TokenDraw, SamplersPlainDrawsTakeOneUniformADraw) {
   EXPECT_EQ(forward.next_uniform(), stream.next_uniform());
   p.top_p = 1.0f;
   p.temperature = 0.0f;  // greedy: a draw of its own kind, nothing taken
-  EXPECT_TRUE(Sampler::forward_drawable(p, 1000));
-  EXPECT_EQ(forward.forward_draw(p, 1000)->temperature, 0.0f);
+  EXPECT_EQ(forward.forward_draw(p, 1000).temperature, 0.0f);
   EXPECT_EQ(forward.next_uniform(), stream.next_uniform());
 }
 
@@ -203,14 +205,127 @@ TEST(TokenDraw, TopKDrawsAreTheSamplersFromTheCandidates) {
     p.min_p = i % 4 == 2 ? 0.05f : 0.0f;
     const int64_t V = int64_t(x.size());
     const int32_t id = sampled.sample(x.data(), V, p);
-    const std::optional<TokenDraw> d = forward.forward_draw(p, V);
-    ASSERT_TRUE(d.has_value() && draws_top_k(*d, V));
-    EXPECT_EQ(id, draw_token(x.data(), V, *d)) << "draw " << i;
-    top_k_candidates(x.data(), V, d->temperature, d->top_k, candidates);
-    EXPECT_EQ(id, draw_from_top_k(candidates, *d, int32_t(argmax(x.data(), V)))) << "draw " << i;
+    const TokenDraw d = forward.forward_draw(p, V);
+    ASSERT_TRUE(draws_top_k(d, V));
+    EXPECT_EQ(id, draw_token(x.data(), V, d)) << "draw " << i;
+    top_k_candidates(x.data(), V, d.temperature, d.top_k, candidates);
+    EXPECT_EQ(id, draw_from_top_k(candidates, d, int32_t(argmax(x.data(), V)))) << "draw " << i;
     n_off_argmax += id != int32_t(argmax(x.data(), V));
   }
   EXPECT_GT(n_off_argmax, 20);
+}
+
+// The header's nucleus draw restated: the whole row sorted by comparison (draw_order), each candidate's w from the
+// plain draw's weights by id, the plain draw's total, the running sum in the order, min-p then top-p, pick_weighted.
+int32_t nucleus_restated(const std::vector<float>& x, const TokenDraw& d) {
+  const int64_t n = int64_t(x.size());
+  TemperatureWeights plain;
+  if (!plain.weigh(x.data(), n, d.temperature)) return int32_t(argmax(x.data(), n));
+  std::vector<DrawCandidate> order;
+  for (int64_t i = 0; i < n; ++i) order.emplace_back(scaled_logit(x[size_t(i)], d.temperature), int32_t(i));
+  std::sort(order.begin(), order.end(), draw_order);
+  const double target = d.top_p < 1.0f ? double(d.top_p) * plain.total() : INFINITY;
+  std::vector<double> kept;
+  double mass = 0.0;
+  for (const auto& [s, id] : order) {
+    const double w = plain.weights()[size_t(id)];
+    if (!kept.empty() && d.min_p > 0.0f && w < double(d.min_p)) break;
+    kept.push_back(w);
+    mass += w;
+    if (mass >= target) break;
+  }
+  return order[pick_weighted(kept.data(), kept.size(), mass, d.uniform)].second;
+}
+
+// Top-p and min-p over the whole row (the nucleus draw): Sampler::sample and draw_token are the header's cut of the
+// full order, over rows whose cut lies inside the first kNucleusCandidates and rows where it lies past them (a flat
+// row of 6000 at top-p 0.95), rows narrower than them, ties, NaNs, a row mostly below e^-700, top-p 0 (the best
+// alone), min-p alone and with top-p, an overflowing temperature. draw_from_nucleus of the first candidates (what a
+// device sends back) gives the same id wherever it decides, and -1 (the logits needed) only where the cut lies past.
+TEST(TokenDraw, NucleusDrawIsTheFullOrdersCut) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Sampler sampled(5), forward(5);
+  std::vector<DrawCandidate> first;
+  int decided = 0, past_the_first = 0, off_argmax = 0;
+  for (int i = 0; i < 120; ++i) {
+    const int64_t V = std::vector<int64_t>{6000, 3001, 700, 1024, 9}[size_t(i % 5)];
+    const float spread = i % 3 == 0 ? 0.3f : 3.0f;  // flat (a nucleus of thousands) or peaked
+    std::vector<float> x(static_cast<size_t>(V));
+    for (float& v : x) v = spread * normal(rng);
+    if (i % 11 == 4) x[size_t(i) % size_t(V)] = std::numeric_limits<float>::quiet_NaN();
+    if (i % 13 == 5) {
+      for (size_t j = 0; j < x.size(); j += 2) x[j] = 1.0f;  // ties at the top
+    }
+    if (i % 17 == 6) {
+      for (size_t j = 1; j < x.size(); ++j) x[j] = -1000.0f;  // all but one below e^-700
+    }
+    SamplingParams p;
+    p.temperature = i % 19 == 18 ? 1e-38f : 0.6f + 0.1f * float(i % 8);
+    p.top_p = std::vector<float>{0.95f, 0.5f, 1.0f, 0.0f, 0.999f, 0.8f}[size_t(i % 6)];
+    p.min_p = i % 4 == 2 ? 0.02f : i % 4 == 3 ? 0.5f : 0.0f;
+    if (p.top_p == 1.0f && p.min_p == 0.0f) p.min_p = 0.001f;
+    const int32_t id = sampled.sample(x.data(), V, p);
+    const TokenDraw d = forward.forward_draw(p, V);
+    ASSERT_TRUE(draws_nucleus(d, V));
+    EXPECT_EQ(id, nucleus_restated(x, d)) << "draw " << i;
+    EXPECT_EQ(id, draw_token(x.data(), V, d)) << "draw " << i;
+    off_argmax += id != int32_t(argmax(x.data(), V));
+    TemperatureWeights plain;
+    if (!plain.weigh(x.data(), V, d.temperature)) continue;
+    const int64_t k = std::min(kNucleusCandidates, V);
+    top_k_candidates(x.data(), V, d.temperature, k, first);
+    const int32_t from_first = draw_from_nucleus(first, k == V, plain.total(), d);
+    if (from_first >= 0) {
+      EXPECT_EQ(from_first, id) << "draw " << i;
+      ++decided;
+    } else {
+      ++past_the_first;
+      std::vector<DrawCandidate> order;
+      std::vector<double> weights;
+      double mass = 0.0;
+      EXPECT_GE(nucleus_of_row(x.data(), V, d, order, weights, mass), size_t(k)) << "draw " << i;
+    }
+  }
+  EXPECT_GT(off_argmax, 40);
+  EXPECT_GT(decided, 40);
+  EXPECT_GT(past_the_first, 5);
+  // The order of the whole row: by comparison sort's order, -0 and +0 as equals.
+  // (order_candidates below; top_k_candidates in CandidatesAreTheOrdersFirst.)
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, 0.0f, -INFINITY, std::numeric_limits<float>::quiet_NaN(), 1.0f};
+  order_candidates(x.data(), int64_t(x.size()), 1.0f, first);
+  std::vector<int32_t> ids;
+  for (const auto& c : first) ids.push_back(c.second);
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 7, 0, 1, 4, 3, 5, 6}));
+}
+
+// top_k_candidates (a radix select, then a sort of the k) is the comparison sort's first k (draw_order): ties at the
+// k-th that only the lowest ids enter, NaNs (-inf, last), -0 and +0 as equals, k from 1 to the whole row.
+TEST(TokenDraw, CandidatesAreTheOrdersFirst) {
+  std::mt19937 rng(13);
+  std::vector<DrawCandidate> got;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t n = std::vector<int64_t>{3000, 129, 5}[size_t(i % 3)];
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) {
+      const uint32_t r = rng();
+      v = r % 5 == 0 ? float(int(r % 7)) - 3.0f : r % 17 == 1 ? std::numeric_limits<float>::quiet_NaN()
+                     : r % 13 == 2 ? -0.0f : std::normal_distribution<float>(0.0f, 2.0f)(rng);
+    }
+    const float temperature = i % 4 == 3 ? 0.3f : 1.0f;
+    std::vector<DrawCandidate> want;
+    for (int64_t j = 0; j < n; ++j) want.emplace_back(scaled_logit(x[size_t(j)], temperature), int32_t(j));
+    std::sort(want.begin(), want.end(), draw_order);
+    for (const int64_t k : {int64_t(1), int64_t(7), std::min<int64_t>(1024, n), n}) {
+      if (k > n) continue;
+      top_k_candidates(x.data(), n, temperature, k, got);
+      ASSERT_EQ(int64_t(got.size()), k);
+      for (int64_t j = 0; j < k; ++j) {
+        ASSERT_EQ(got[size_t(j)].second, want[size_t(j)].second) << "row " << i << ", k " << k << ", candidate " << j;
+        ASSERT_EQ(std::signbit(got[size_t(j)].first), std::signbit(want[size_t(j)].first)) << "row " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

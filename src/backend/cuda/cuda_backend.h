@@ -648,8 +648,8 @@ class CudaBackend final : public Backend {
   DeviceBuffer batch_;
   cuda::PinnedBuffer staging_;  // batch_'s host mirror (and hc_mix's x, then its output)
   // linear_draws(), head_on_kept_stream(): the tokens' ids, their draws, the top-k draws' candidates
-  DeviceBuffer drawn_dev_, draws_dev_, candidates_dev_;
-  cuda::PinnedBuffer drawn_host_, draws_host_, candidates_host_;
+  DeviceBuffer drawn_dev_, draws_dev_, candidates_dev_, totals_dev_;
+  cuda::PinnedBuffer drawn_host_, draws_host_, candidates_host_, totals_host_;
   DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, gathered streams and pre, mixes and y (outputs in batch_)
   cuda::PinnedBuffer head_rows_host_;
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches

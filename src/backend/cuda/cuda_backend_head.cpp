@@ -1,9 +1,11 @@
 // The CUDA backend's head calls (CudaBackend, cuda_backend.h): the head linear with its draws on the device
-// (greedy and plain temperature draws bring back one id a token), and the whole head where the stream stayed on the
-// device.
+// (greedy and plain temperature draws bring back one id a token, top-k and nucleus draws their candidates), and the
+// whole head where the stream stayed on the device.
 #include "backend/cuda/cuda_backend.h"
 
 namespace deepinfer {
+
+static_assert(cuda::kRowTopKMax >= kNucleusCandidates, "the top-k kernel finds a nucleus draw's first candidates");
 
 namespace {
 // Whether the device draws every one of the rows (width wide): none wider than the draw kernel takes, no top-k past
@@ -112,13 +114,19 @@ void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, u
                                   std::span<const TokenDraw> draws, int32_t* drawn) {
   const size_t row_bytes = size_t(p.n_rows) * sizeof(float);
   const auto* out_bytes = reinterpret_cast<const uint8_t*>(out_dev);
-  int max_top_k = 0;  // the widest top-k draw's candidates (0: none)
+  int max_top_k = 0;  // the most candidates a row's draw wants (0: none)
+  const int nucleus_k = int(std::min(kNucleusCandidates, p.n_rows));
+  bool nucleus = false;  // (a row with a nucleus draw)
+  auto candidates_of = [&](const TokenDraw& d) {
+    return draws_top_k(d, p.n_rows) ? d.top_k : draws_nucleus(d, p.n_rows) ? nucleus_k : 0;
+  };
   if (drawn) {
     drawn_dev_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
     drawn_host_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
     bool sampled = false;  // (greedy rows alone need no draws on the device)
     for (const TokenDraw& d : draws) sampled = sampled || d.temperature > 0.0f;
-    for (const TokenDraw& d : draws) max_top_k = std::max(max_top_k, draws_top_k(d, p.n_rows) ? d.top_k : 0);
+    for (const TokenDraw& d : draws) max_top_k = std::max(max_top_k, candidates_of(d));
+    for (const TokenDraw& d : draws) nucleus = nucleus || draws_nucleus(d, p.n_rows);
     DI_CHECK(max_top_k <= cuda::kRowTopKMax);  // (the callers decline wider ones: draws_fit)
     const cuda::DeviceTokenDraw* device_draws = nullptr;
     if (sampled) {  // (the pinned copy is free again: every call here ends in the stream's wait)
@@ -128,15 +136,28 @@ void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, u
       auto* host = draws_host_.get<cuda::DeviceTokenDraw>();
       for (int64_t t = 0; t < p.n_tokens; ++t) {
         const TokenDraw& d = draws[size_t(t)];
-        host[t] = {.uniform = d.uniform, .temperature = d.temperature, .top_k = draws_top_k(d, p.n_rows) ? d.top_k : 0};
+        host[t] = {.uniform = d.uniform,
+                   .temperature = d.temperature,
+                   .top_k = candidates_of(d),
+                   .nucleus = draws_nucleus(d, p.n_rows)};
       }
       DI_CUDA_CHECK(cudaMemcpyAsync(draws_dev_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
       device_draws = draws_dev_.get<cuda::DeviceTokenDraw>();
     }
-    // Top-k rows: their candidates come back, and the argmax (their fallback) in drawn; the host draws from them below.
-    cuda::launch_row_draws(out_dev, p.n_tokens, p.n_rows, p.n_rows, device_draws, drawn_dev_.get<int32_t>(), stream_);
+    if (nucleus) {
+      totals_dev_.reserve(size_t(p.n_tokens) * sizeof(double));
+      totals_host_.reserve(size_t(p.n_tokens) * sizeof(double));
+    }
+    // Top-k and nucleus rows: their candidates come back, and in drawn the argmax (a top-k row's fallback) or -1 with
+    // the total (a nucleus row's); the host draws from them below.
+    cuda::launch_row_draws(out_dev, p.n_tokens, p.n_rows, p.n_rows, device_draws, drawn_dev_.get<int32_t>(),
+                           nucleus ? totals_dev_.get<double>() : nullptr, stream_);
     DI_CUDA_CHECK(cudaMemcpyAsync(drawn_host_.get(), drawn_dev_.get(), size_t(p.n_tokens) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream_));
+    if (nucleus) {
+      DI_CUDA_CHECK(cudaMemcpyAsync(totals_host_.get(), totals_dev_.get(), size_t(p.n_tokens) * sizeof(double),
+                                    cudaMemcpyDeviceToHost, stream_));
+    }
     if (max_top_k > 0) {
       const size_t bytes = size_t(p.n_tokens) * size_t(max_top_k) * sizeof(cuda::DeviceDrawCandidate);
       candidates_dev_.reserve(bytes);
@@ -162,19 +183,45 @@ void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, u
     std::memcpy(drawn, drawn_host_.get(), size_t(p.n_tokens) * sizeof(int32_t));
     if (max_top_k > 0) {
       const auto* candidates = candidates_host_.get<cuda::DeviceDrawCandidate>();
+      const auto* totals = totals_host_.get<double>();
+      std::vector<uint8_t> needs_logits(size_t(p.n_tokens), 0);  // nucleus rows whose cut lies past their candidates
       host_->for_rows(p.n_tokens, [&](int64_t t0, int64_t t1) {
         thread_local std::vector<DrawCandidate> row;  // (kept from step to step)
         for (int64_t t = t0; t < t1; ++t) {
           const TokenDraw& d = draws[size_t(t)];
-          if (!draws_top_k(d, p.n_rows)) continue;
+          const int k = candidates_of(d);
+          if (k == 0 || (draws_nucleus(d, p.n_rows) && drawn[t] >= 0)) continue;  // (a nucleus row's argmax: drawn)
           row.clear();
-          for (int32_t j = 0; j < d.top_k; ++j) {
+          for (int32_t j = 0; j < k; ++j) {
             const cuda::DeviceDrawCandidate& c = candidates[t * max_top_k + j];
             row.emplace_back(c.value, c.id);
           }
-          drawn[t] = draw_from_top_k(row, d, drawn[t]);
+          if (draws_top_k(d, p.n_rows)) {
+            drawn[t] = draw_from_top_k(row, d, drawn[t]);
+          } else {
+            drawn[t] = draw_from_nucleus(row, k == p.n_rows, totals[t], d);
+            needs_logits[size_t(t)] = drawn[t] < 0;
+          }
         }
       });
+      // Those rows' logits come back, and the host draws them (a row sits in its token's place in the pinned mirror).
+      bool any = false;
+      for (int64_t t = 0; t < p.n_tokens; ++t) {
+        if (!needs_logits[size_t(t)]) continue;
+        any = true;
+        DI_CUDA_CHECK(cudaMemcpyAsync(out_host + size_t(t) * row_bytes, out_bytes + size_t(t) * row_bytes, row_bytes,
+                                      cudaMemcpyDeviceToHost, stream_));
+      }
+      if (any) {
+        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        host_->for_rows(p.n_tokens, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            if (!needs_logits[size_t(t)]) continue;
+            const auto* row = reinterpret_cast<const float*>(out_host + size_t(t) * row_bytes);
+            drawn[t] = draw_token(row, p.n_rows, draws[size_t(t)]);
+          }
+        });
+      }
     }
   }
   for (const auto& [t0, t1] : runs) {

@@ -304,12 +304,14 @@ void launch_unpack_rows(const UnpackRowsLaunch& p, cudaStream_t stream);
 // and arena 4-byte aligned.
 void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, const int64_t* slots, uint8_t* arena,
                          cudaStream_t stream);
-// A row's draw (model/token_draw.h's TokenDraw, as the device reads it): temperature <= 0 greedy; top_k > 0 (the host
-// sets it only where draws_top_k holds) the top-k draw, whose candidates launch_row_top_k finds.
+// A row's draw (model/token_draw.h's TokenDraw, as the device reads it): temperature <= 0 greedy; top_k > 0 the top-k
+// draw (the host sets it only where draws_top_k holds), or with nucleus the nucleus draw (draws_nucleus: top_k is then
+// min(kNucleusCandidates, width)), whose candidates launch_row_top_k finds; else the plain temperature draw.
 struct DeviceTokenDraw {
   double uniform = 0.0;
   float temperature = 0.0f;
   int32_t top_k = 0;
+  int32_t nucleus = 0;
 };
 // A top-k candidate as the device writes it: token_draw.h's DrawCandidate.
 struct DeviceDrawCandidate {
@@ -322,13 +324,14 @@ inline constexpr int64_t kRowDrawMaxWidth = int64_t(5632) * 256;
 // out[r] = model/token_draw.h's draw_token of row r of x [n_rows, width] (rows `stride` floats apart) with draws[r]
 // (a device array; nullptr: every row greedy): the argmax as model/ops.h's argmax gives it (the first index holding
 // the row's largest value, NaNs passed over, 0 where the row is all NaN), or the plain temperature draw, bit for bit
-// (row_draw_kernel.cu: the head's draws, Backend::linear_draws). width <= kRowDrawMaxWidth.
+// (row_draw_kernel.cu: the head's draws, Backend::linear_draws). width <= kRowDrawMaxWidth. Top-k rows get their
+// argmax, which draw_from_top_k takes where the best s is not finite. Nucleus rows get the argmax where the largest
+// s is not finite, else -1 and totals[r] = the plain draw's total (totals may be nullptr where no row is one).
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
-                      int32_t* out, cudaStream_t stream);
-// Where draws[r].top_k > 0 (<= max_k <= kRowTopKMax, < width): out[r * max_k + j] for j < top_k = token_draw.h's
+                      int32_t* out, double* totals, cudaStream_t stream);
+// Where draws[r].top_k > 0 (<= max_k <= kRowTopKMax, <= width): out[r * max_k + j] for j < top_k = token_draw.h's
 // top_k_candidates of row r at draws[r].temperature, in their order (larger s first, ties to the lower id), except
-// that an s of -0 is written as +0 (which the draw's arithmetic cannot tell apart); other rows are not written. For
-// those rows launch_row_draws writes the argmax, which draw_from_top_k takes where the best s is not finite.
+// that an s of -0 is written as +0 (which the draw's arithmetic cannot tell apart); other rows are not written.
 void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int max_k, DeviceDrawCandidate* out, cudaStream_t stream);
 

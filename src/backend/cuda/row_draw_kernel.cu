@@ -1,8 +1,9 @@
 // Each row's draw on the device (kernels.h: launch_row_draws), with model/token_draw.h's draw_token's answer: the
 // argmax (model/ops.h's: the first index holding the row's largest value, NaNs passed over, 0 where every value is
 // NaN), or the plain temperature draw, whose every IEEE operation token_draw.h writes out and this kernel runs in
-// that order. A sampled or greedy step's draws then cross to the host as one id a row instead of the vocabulary's
-// logits (V4: 129,280 floats, 517 KB a row).
+// that order; for a nucleus draw that draw's total, and for top-k and nucleus draws the order's first candidates. A
+// sampled or greedy step's draws then cross to the host as one id (or a few KB of candidates) a row instead of the
+// vocabulary's logits (V4: 129,280 floats, 517 KB a row).
 #include <climits>
 
 #include <cuda_runtime.h>
@@ -81,10 +82,12 @@ __device__ double group_weights(const float* row, int64_t width, int64_t k, floa
 
 // One block per row (draws == nullptr: every row greedy).
 __global__ void __launch_bounds__(kThreads) row_draw_kernel(const float* x, int64_t width, int64_t stride,
-                                                            const DeviceTokenDraw* draws, int32_t* out) {
+                                                            const DeviceTokenDraw* draws, int32_t* out,
+                                                            double* totals) {
   const float* row = x + int64_t(blockIdx.x) * stride;
   const float temperature = draws ? draws[blockIdx.x].temperature : 0.0f;
-  if (!(temperature > 0.0f) || draws[blockIdx.x].top_k > 0) {  // (a top-k row's argmax: launch_row_top_k's fallback)
+  const bool nucleus = draws && draws[blockIdx.x].nucleus;
+  if (!(temperature > 0.0f) || (draws[blockIdx.x].top_k > 0 && !nucleus)) {  // (a top-k row's argmax: its fallback)
     const int at = block_argmax(row, width);
     if (threadIdx.x == 0) out[blockIdx.x] = at;
     return;
@@ -134,6 +137,13 @@ __global__ void __launch_bounds__(kThreads) row_draw_kernel(const float* x, int6
   // The walk: the spans on one lane (every lane walks them alike, so all know the span and r).
   double total = 0.0;
   for (int64_t s = 0; s < n_spans; ++s) total = __dadd_rn(total, span_sums[s]);
+  if (nucleus) {  // the host cuts the order's first candidates (launch_row_top_k) with the total
+    if (lane == 0) {
+      totals[blockIdx.x] = total;
+      out[blockIdx.x] = -1;
+    }
+    return;
+  }
   double r = __dmul_rn(draws[blockIdx.x].uniform, total);
   int64_t span = 0;
   for (; span < n_spans && !(__dsub_rn(r, span_sums[span]) < 0.0); ++span) r = __dsub_rn(r, span_sums[span]);
@@ -254,18 +264,18 @@ void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t str
                       int max_k, DeviceDrawCandidate* out, cudaStream_t stream) {
   if (n_rows == 0) return;
   DI_CHECK(width > 0 && width < (int64_t(1) << 31) && stride >= width && n_rows <= 0x7fffffff && max_k > 0 &&
-           max_k <= kRowTopKMax && max_k < width);
+           max_k <= kRowTopKMax && max_k <= width);
   launch_kernel(row_top_k_kernel, unsigned(n_rows), kThreads, 0, stream, x, width, stride, draws, max_k, out);
   DI_CUDA_CHECK_LAUNCH();
 }
 
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
-                      int32_t* out, cudaStream_t stream) {
+                      int32_t* out, double* totals, cudaStream_t stream) {
   if (n_rows == 0) return;
   DI_CHECK(width > 0 && width <= kRowDrawMaxWidth && stride >= width && n_rows <= 0x7fffffff);
   const int64_t n_spans = (width + kSpanIds - 1) / kSpanIds;
   launch_kernel(row_draw_kernel, unsigned(n_rows), kThreads, size_t(n_spans) * sizeof(double), stream, x, width, stride,
-                draws, out);
+                draws, out, totals);
   DI_CUDA_CHECK_LAUNCH();
 }
 
