@@ -474,16 +474,20 @@ class Backend {
   // The Engram update where the backend keeps the stream (EngramGateParams); false: it did nothing, and the model
   // fetches the stream and updates it on the host.
   virtual bool engram_gate(const EngramGateParams& /*p*/) { return false; }
-  // A linear op whose rows' draws are all the caller needs for some tokens (the head of a greedy, top-k or plain
-  // temperature draw): the op as linear() computes it, drawn[t] = model/token_draw.h's draw_token(token t's outputs, draws[t]) for
-  // every token (draws: one a token), and the outputs of only the tokens with keep_out[t] != 0 written to p.out; the
-  // others' rows there are left as they were. false: it did nothing, and the caller runs linear() and draws itself
+  // A linear op whose rows' draws are all the caller needs for some tokens (the head of a draw without a JSON mask
+  // or log-probabilities, its edits (penalties) included): the op as linear() computes it, drawn[t] =
+  // model/token_draw.h's draw_token(token t's outputs, draws[t]) for every token (draws: one a token), and the
+  // outputs of only the tokens with keep_out[t] != 0 written to p.out; the others' rows there are left as they were
+  // (a drawing row with edits is never kept). false: it did nothing, and the caller runs linear() and draws itself
   // (the CPU backends always). The CUDA backend brings back the kept rows and one id a token instead of every token's
   // outputs (V4's head: 517 KB a token).
   virtual bool linear_draws(const LinearParams& /*p*/, std::span<const uint8_t> /*keep_out*/,
                             std::span<const TokenDraw> /*draws*/, int32_t* /*drawn*/) {
     return false;
   }
+  // How many draws linear_draws() and head_on_kept_stream() took so far whose row's logits had to come back (a
+  // nucleus draw whose cut lay past the candidates the device found): for tests and `bench --op-times`.
+  virtual int64_t draws_with_logits_back() const { return 0; }
   // The head (linear_draws's op `head`, its x the rows' y: head.x is not read) on the head's input rows where the
   // backend keeps the stream (HeadRowsParams): the outputs of the tokens with keep_out[t] != 0 written to head.out, and
   // where drawn is not nullptr every token's draw (draws, as linear_draws's) there. false: it did nothing, and the

@@ -32,6 +32,8 @@ struct OpTime {
   int64_t stream_updates = 0;
   // linear: heads run on the stream the backend keeps (Backend::head_on_kept_stream), one per call.
   int64_t heads_on_kept_stream = 0;
+  // linear: draws whose row's logits came back from the backend after all (Backend::draws_with_logits_back).
+  int64_t draws_with_logits_back = 0;
   OpTime& operator-=(const OpTime& o) {
     calls -= o.calls;
     entries -= o.entries;
@@ -39,6 +41,7 @@ struct OpTime {
     kept_selections -= o.kept_selections;
     stream_updates -= o.stream_updates;
     heads_on_kept_stream -= o.heads_on_kept_stream;
+    draws_with_logits_back -= o.draws_with_logits_back;
     return *this;
   }
 };
@@ -98,6 +101,7 @@ class TimedBackend final : public Backend {
   bool projection_chain(const ProjectionChainParams& p) override;  // as linear_chain
   bool mhc_projection_chain(const MhcProjectionParams& p) override;  // as its chain (its mixes are no hc_mix call)
   bool engram_gate(const EngramGateParams& p) override;  // as its linear op (its gate is no row work)
+  int64_t draws_with_logits_back() const override { return inner_->draws_with_logits_back(); }
   bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
                     int32_t* drawn) override;  // as linear
   // As its linear op; counted in OpTime::heads_on_kept_stream.

@@ -399,6 +399,11 @@ Runner add_bench_command(CLI::App& app) {
         const int64_t heads = r.ops[size_t(OpKind::kLinear)].heads_on_kept_stream;
         if (heads > 0) std::printf("%-18s heads on the kept stream per step: %.1f\n", r.phase.c_str(), double(heads) / r.steps);
       }
+      // Draws whose row's logits came back after all (a nucleus past the device's candidates), where any did.
+      for (const Row& r : rows) {
+        const int64_t back = r.ops[size_t(OpKind::kLinear)].draws_with_logits_back;
+        if (back > 0) std::printf("%-18s draws with their logits back per step: %.1f\n", r.phase.c_str(), double(back) / r.steps);
+      }
       // The linear time again, by the weights' storage type, with the rate their bytes stream at: in decode
       // it shows which weights fall short of the read bandwidth.
       std::vector<int> types;  // the weight types any phase used

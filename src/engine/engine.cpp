@@ -112,12 +112,10 @@ struct Engine::Impl {
     TokenLogprob logprob;
   };
   Drawn draw_next(Sequence& seq, ChunkOutput& output, DrawScratch& scratch) const;
-  // A draw from the model's logits as they are (no penalty, JSON mask or log-probability): the forward then brings
-  // back the drawn id alone (ForwardChunk::draw_only), drawn on the device by a GPU backend (a top-k or nucleus draw
-  // from candidates found there).
-  bool draws_on_forward(const Sequence& s) const {
-    return !has_penalties(s.sampling) && !s.sampling.logprobs && !s.json && !s.json_schema;
-  }
+  // A draw without a JSON mask or log-probabilities: the forward then brings back the drawn id alone
+  // (ForwardChunk::draw_only), drawn on the device by a GPU backend (a top-k or nucleus draw from candidates found
+  // there), the penalties applied there too (TokenDraw::edits).
+  bool draws_on_forward(const Sequence& s) const { return !s.sampling.logprobs && !s.json && !s.json_schema; }
   void commit_next(Sequence& seq, Drawn drawn);
   void snapshot(const Sequence& seq);
   int64_t prompt_layout_class(int64_t n_prompt) const {
@@ -543,6 +541,29 @@ void Engine::Impl::step() {
     if (draws && fc.draw_only) fc.draw = s->sampler.forward_draw(s->sampling, model->config().vocab_size);
     chunks.push_back(fc);
     chunk_seqs.push_back(s);
+  }
+  // The drawing chunks' penalties as logit edits (TokenDraw::edits), each from its sequence's prompt and output, on
+  // the backend's threads (a long prompt's repetition penalty walks all of it), where any sequence has penalties.
+  auto edits_penalties = [&](int64_t c) {
+    const Sequence& s = *chunk_seqs[size_t(c)];
+    const ForwardChunk& fc = chunks[size_t(c)];
+    const bool draws = s.n_computed + int64_t(fc.ids.size()) == int64_t(s.tokens.size());
+    return draws && fc.draw_only && has_penalties(s.sampling);
+  };
+  bool any_penalties = false;
+  for (size_t c = 0; c < chunks.size(); ++c) any_penalties = any_penalties || edits_penalties(int64_t(c));
+  if (any_penalties) {
+    model->backend().for_rows(int64_t(chunks.size()), [&](int64_t c0, int64_t c1) {
+      thread_local PenaltyScratch scratch;  // (counts over the vocabulary, kept from step to step)
+      for (int64_t c = c0; c < c1; ++c) {
+        if (!edits_penalties(c)) continue;
+        Sequence& s = *chunk_seqs[size_t(c)];
+        const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.n_prompt));
+        const std::span<const int32_t> generated(s.tokens.data() + s.n_prompt, size_t(s.n_generated()));
+        penalty_edits(model->config().vocab_size, s.sampling, prompt, generated, scratch, s.penalty_edits);
+        chunks[size_t(c)].draw.edits = s.penalty_edits;
+      }
+    });
   }
   std::vector<ChunkOutput> outputs = model->forward(chunks);
   local.n_steps += 1;

@@ -93,40 +93,45 @@ bool has_penalties(const SamplingParams& p) {
   return p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f;
 }
 
-void apply_penalties(float* logits, int64_t vocab, const SamplingParams& p, std::span<const int32_t> prompt,
-                     std::span<const int32_t> generated, PenaltyScratch& scratch) {
+void penalty_edits(int64_t vocab, const SamplingParams& p, std::span<const int32_t> prompt,
+                   std::span<const int32_t> generated, PenaltyScratch& scratch, std::vector<LogitEdit>& out) {
+  out.clear();
   if (!has_penalties(p)) return;
   if (int64_t(scratch.counts.size()) < vocab) scratch.counts.assign(size_t(vocab), 0);
   scratch.touched.clear();
+  constexpr uint32_t kRepeated = 0x80000000u;  // (a count's high bit: seen in the prompt or output)
   auto in_vocab = [&](int32_t id) { return id >= 0 && id < vocab; };
-  if (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) {
-    auto penalise = [&](int32_t id) {
-      if (!in_vocab(id) || scratch.counts[size_t(id)] & 0x80000000u) return;
-      scratch.counts[size_t(id)] |= 0x80000000u;  // high bit: already penalised
+  const bool repetition = p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f;
+  if (repetition) {
+    auto seen = [&](int32_t id) {
+      if (!in_vocab(id) || scratch.counts[size_t(id)] & kRepeated) return;
+      scratch.counts[size_t(id)] |= kRepeated;
       scratch.touched.push_back(id);
-      float& l = logits[id];
-      l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
     };
-    for (int32_t id : prompt) penalise(id);
-    for (int32_t id : generated) penalise(id);
+    for (int32_t id : prompt) seen(id);
+    for (int32_t id : generated) seen(id);
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     for (int32_t id : generated) {
       if (!in_vocab(id)) continue;
-      if ((scratch.counts[size_t(id)] & 0x7fffffffu) == 0 && !(scratch.counts[size_t(id)] & 0x80000000u)) {
-        scratch.touched.push_back(id);
-      }
+      if (scratch.counts[size_t(id)] == 0) scratch.touched.push_back(id);
       scratch.counts[size_t(id)] += 1;
     }
-    for (int32_t id : generated) {
-      if (!in_vocab(id)) continue;
-      const uint32_t c = scratch.counts[size_t(id)] & 0x7fffffffu;
-      if (c == 0) continue;  // already applied for this id
-      logits[id] -= p.frequency_penalty * float(c) + p.presence_penalty;
-      scratch.counts[size_t(id)] &= 0x80000000u;
-    }
   }
-  for (int32_t id : scratch.touched) scratch.counts[size_t(id)] = 0;
+  for (int32_t id : scratch.touched) {
+    const uint32_t c = scratch.counts[size_t(id)] & ~kRepeated;
+    LogitEdit e{.id = id};
+    if (scratch.counts[size_t(id)] & kRepeated) e.divide = p.repetition_penalty;
+    if (c > 0) e.subtract = p.frequency_penalty * float(c) + p.presence_penalty;
+    out.push_back(e);
+    scratch.counts[size_t(id)] = 0;
+  }
+}
+
+void apply_penalties(float* logits, int64_t vocab, const SamplingParams& p, std::span<const int32_t> prompt,
+                     std::span<const int32_t> generated, PenaltyScratch& scratch) {
+  penalty_edits(vocab, p, prompt, generated, scratch, scratch.edits);
+  apply_edits(logits, vocab, scratch.edits);
 }
 
 void token_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n, TokenLogprob& out) {

@@ -44,14 +44,20 @@ class Sampler {
   uint64_t state_[4];
 };
 
-// Scratch for apply_penalties: per-token counts, all zero between calls.
+// Scratch for penalty_edits: per-token counts, all zero between calls, and the edits.
 struct PenaltyScratch {
   std::vector<uint32_t> counts;  // [vocab]
   std::vector<int32_t> touched;
+  std::vector<LogitEdit> edits;
 };
 
-// In place on logits[vocab]: repetition penalty (HF: divide positive / multiply negative logits of every token
-// seen in prompt or output), then OpenAI presence and frequency penalties over the generated tokens.
+// The penalties as edits of the logits (model/token_draw.h's LogitEdit: one an id they touch, in `out`): repetition
+// penalty (HF: divide positive / multiply negative logits of every token seen in prompt or output), then OpenAI
+// presence and frequency penalties over the generated tokens. A forward that draws with them applies them itself
+// (TokenDraw::edits: on a GPU on the device).
+void penalty_edits(int64_t vocab, const SamplingParams& params, std::span<const int32_t> prompt,
+                   std::span<const int32_t> generated, PenaltyScratch& scratch, std::vector<LogitEdit>& out);
+// Those edits, in place on logits[vocab].
 void apply_penalties(float* logits, int64_t vocab, const SamplingParams& params, std::span<const int32_t> prompt,
                      std::span<const int32_t> generated, PenaltyScratch& scratch);
 bool has_penalties(const SamplingParams& params);

@@ -41,6 +41,7 @@ struct Sequence {
   LayoutClass layout;
   SamplingParams sampling;
   Sampler sampler{0};
+  std::vector<LogitEdit> penalty_edits;  // this step's penalties, where the forward draws with them (TokenDraw::edits)
   int64_t max_new_tokens = 0;
   std::unique_ptr<TextOutput> text;      // null: no tokenizer
   Clock::time_point deadline = Clock::time_point::max();

@@ -272,7 +272,25 @@ size_t pick_weighted(const double* weights, size_t n, double mass, double unifor
   return n - 1;
 }
 
+void apply_edits(float* logits, int64_t n, std::span<const LogitEdit> edits) {
+  for (const LogitEdit& e : edits) {
+    if (e.id < 0 || e.id >= n) continue;
+    float& x = logits[e.id];
+    x = x > 0.0f ? x / e.divide : x * e.divide;
+    x = x - e.subtract;
+  }
+}
+
 int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw) {
+  if (!draw.edits.empty()) {
+    thread_local std::vector<float> edited_of_thread;
+    std::vector<float>& edited = edited_of_thread;
+    edited.assign(logits, logits + n);
+    apply_edits(edited.data(), n, draw.edits);
+    TokenDraw unedited = draw;
+    unedited.edits = {};
+    return draw_token(edited.data(), n, unedited);
+  }
   if (!(draw.temperature > 0.0f)) return int32_t(argmax(logits, n));  // (a NaN temperature too, as the device takes it)
   if (draws_top_k(draw, n)) {
     thread_local std::vector<DrawCandidate> candidates;

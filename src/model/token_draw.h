@@ -39,9 +39,19 @@
 
 namespace deepinfer {
 
-// temperature <= 0 (or NaN): the argmax (ops.h: the first largest, NaNs passed over); else with top_k (0 < top_k <
-// the row's width) the top-k draw below, else with top_p < 1 or min_p > 0 the nucleus draw above, else the plain
-// temperature draw above, each with `uniform`.
+// An edit of one logit before the draw (the engine's penalties: Sampler's penalty_edits): x[id] becomes
+// (x > 0 ? x / divide : x * divide) - subtract, in float (divide 1 and subtract 0 change no bit).
+struct LogitEdit {
+  int32_t id = 0;
+  float divide = 1.0f;
+  float subtract = 0.0f;
+};
+// The edits, in place, each on its own id (ids outside [0, n) are passed over).
+void apply_edits(float* logits, int64_t n, std::span<const LogitEdit> edits);
+
+// Every draw first edits the row (`edits`, ids distinct); then with temperature <= 0 (or NaN): the argmax (ops.h: the
+// first largest, NaNs passed over); else with top_k (0 < top_k < the row's width) the top-k draw below, else with
+// top_p < 1 or min_p > 0 the nucleus draw above, else the plain temperature draw above, each with `uniform`.
 //
 // The top-k draw (the engine's sampler's, whose candidates a GPU backend finds on the device): the candidates are the
 // top_k best (s[i], i), larger s first, ties to the lower id (s as above); where the best s is not finite, the
@@ -54,6 +64,7 @@ struct TokenDraw {
   double uniform = 0.0;
   int32_t top_k = 0;  // 0 (or the row's width or more): none; top_p and min_p then cut the whole row
   float top_p = 1.0f, min_p = 0.0f;
+  std::span<const LogitEdit> edits = {};  // (a view: its owner outlives the draw)
 };
 
 // Whether the draw is the top-k one, of a row of width n.
@@ -92,7 +103,7 @@ class TemperatureWeights {
   double total_ = 0.0;
 };
 
-// The draw (TokenDraw) of logits[0, n), with the calling thread's scratch.
+// The draw (TokenDraw) of logits[0, n), with the calling thread's scratch (the edits on a copy of the row).
 int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw);
 
 // s: a logit over the temperature, a NaN as -inf (never drawn), so that every comparison orders the candidates.

@@ -107,6 +107,7 @@ struct Planted {
   std::function<float(int64_t)> logit;  // by row
   TokenDraw draw;
   int32_t want = -1;  // the id it must draw (-1: not checked beyond the host's draw_token)
+  std::vector<LogitEdit> edits = {};  // made before the draw (draw.edits is set to them)
 };
 
 // Runs the planted tokens as one op: x_t = e_t against a weight whose column t holds token t's logits and whose other
@@ -130,10 +131,11 @@ int expect_planted_draws(Backend& gpu, int64_t V, const std::vector<Planted>& to
       set_weight(w, row, t, std::isfinite(v) ? round_bf16_from_float(v) : v);
     }
     draws.push_back(tokens[size_t(t)].draw);
+    draws.back().edits = tokens[size_t(t)].edits;
   }
   std::vector<float> x(size_t(T * K), 0.0f);
   for (int64_t t = 0; t < T; ++t) x[size_t(t * K + t)] = 1.0f;
-  expect_draws_of_linear(gpu, w.w, x, T, [](int64_t t) { return t % 4 == 1; }, {}, draws);
+  expect_draws_of_linear(gpu, w.w, x, T, [&](int64_t t) { return t % 4 == 1 && draws[size_t(t)].edits.empty(); }, {}, draws);
   std::vector<float> logits(size_t(T * V));
   gpu.linear({x.data(), K, T, &w.w, 0, V, Epilogue::kF32, nullptr, logits.data(), V});
   int n_off_argmax = 0;
@@ -194,7 +196,9 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
   for (int i = 0; i < 9; ++i) finite.push_back({random_logit(2.0f), {0.5f + 0.1f * float(i), std::uniform_real_distribution<double>(0, 1)(rng)}});
   std::deque<OwnedWeight> weights;
   int nucleus_counts[2] = {0, 0};
+  const int64_t logits_back_before = gpu->draws_with_logits_back();
   EXPECT_GE(expect_planted_draws(*gpu, V, finite, weights, nucleus_counts), 8);
+  EXPECT_EQ(gpu->draws_with_logits_back() - logits_back_before, nucleus_counts[1]);  // (those alone came back)
   EXPECT_GE(nucleus_counts[0], 3);  // decided by the first candidates
   if (V > kNucleusCandidates) {
     EXPECT_GE(nucleus_counts[1], 2);  // the logits brought back
@@ -207,6 +211,34 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
   expect_planted_draws(*gpu, V, {{[](int64_t row) { return row % 5 == 0 ? kNan : row % 7 == 3 ? 5.0f : -1.0f; },
                                   {.temperature = 1.0f, .uniform = 0.999, .top_k = 9}}}, weights);
   expect_planted_draws(*gpu, V, {{[](int64_t) { return kNan; }, {.temperature = 1.0f, .uniform = 0.4, .top_p = 0.5f}, 0}}, weights);
+  // Logit edits (penalties) made on the device before each kind of draw: the best of ties at 5 pushed below the next
+  // (greedy: 100), a repetition penalty dividing positive and multiplying negative logits, ids outside the row passed
+  // over, and a flat nucleus row whose logits come back already edited (edited once, not twice).
+  std::vector<LogitEdit> many;
+  for (int32_t id = 0; id < int32_t(V); id += 7) many.push_back({id, id % 2 ? 1.5f : 1.0f, id % 3 ? 0.0f : 2.5f});
+  many.push_back({int32_t(V) + 5, 2.0f, 1.0f});
+  many.push_back({-1, 2.0f, 1.0f});
+  auto ties = [](int64_t row) { return row % 97 == 3 ? 5.0f : -1.0f; };
+  auto flat = [](int64_t row) { return 0.3f * float(std::sin(double(row) * 0.731)); };  // (a nucleus of most ids)
+  const std::vector<LogitEdit> demote_3 = {{3, 1.0f, 10.0f}};
+  std::vector<Planted> edited = {  // (rows 1 and 5, kept, have no edits: a drawing row's edits must not reach them)
+      {ties, {}, V > 100 ? 100 : -1, demote_3},
+      {flat, {.temperature = 1.0f, .uniform = 0.45, .top_p = 0.95f}},
+      {ties, {.temperature = 1.0f, .uniform = 0.0}, -1, demote_3},
+      {random_logit(3.0f), {.temperature = 0.8f, .uniform = 0.6}, -1, many},
+      {random_logit(3.0f), {}, -1, many},
+      {random_logit(3.0f), {.temperature = 0.8f, .uniform = 0.6}},
+      {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.3, .top_k = 9}, -1, many},
+      {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.7, .top_p = 0.9f}, -1, many},
+      {flat, {.temperature = 1.0f, .uniform = 0.45, .top_p = 0.95f}, -1, many},  // (row 1's twin, edited)
+      {flat, {.temperature = 1.0f, .uniform = 0.15, .top_p = 0.95f}, -1, many},
+      {flat, {.temperature = 1.0f, .uniform = 0.85, .top_p = 0.95f}, -1, many},
+  };
+  const int64_t back_before_edited = gpu->draws_with_logits_back();
+  expect_planted_draws(*gpu, V, edited, weights);
+  if (V > kNucleusCandidates) {  // the four flat rows came back (three of them edited on the device first)
+    EXPECT_EQ(gpu->draws_with_logits_back() - back_before_edited, 4);
+  }
   expect_planted_draws(*gpu, V, {{[](int64_t row) { return row % 5 == 0 ? kNan : row % 7 == 3 ? 5.0f : -1.0f; },
                                   {.temperature = 1.0f, .uniform = 0.999, .top_p = 0.9f}}}, weights);
 }

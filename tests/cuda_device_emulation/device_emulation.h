@@ -115,6 +115,7 @@ inline float __uint_as_float(unsigned int v) { return std::bit_cast<float>(v); }
 inline float __int_as_float(int v) { return std::bit_cast<float>(v); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 // Double operations rounded once to nearest even (the emulated kernels are built with -ffp-contract=off).
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dsub_rn(double a, double b) { return a - b; }

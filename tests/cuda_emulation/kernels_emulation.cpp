@@ -630,6 +630,17 @@ void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t str
     }
   });
 }
+void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceLogitEdit* edits,
+                        const int32_t* at, cudaStream_t stream) {
+  DI_CHECK(width > 0 && stride >= width);
+  enqueue(stream, [=] {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      std::vector<LogitEdit> row_edits;
+      for (int32_t e = at[r]; e < at[r + 1]; ++e) row_edits.push_back({edits[e].id, edits[e].divide, edits[e].subtract});
+      apply_edits(x + r * stride, width, row_edits);
+    }
+  });
+}
 void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int max_k, DeviceDrawCandidate* out, cudaStream_t stream) {
   DI_CHECK(max_k > 0 && max_k <= kRowTopKMax && max_k <= width && stride >= width);

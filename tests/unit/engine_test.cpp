@@ -386,7 +386,25 @@ TEST(Engine, DrawsInTheForwardEqualTheLogitsPath) {
   const Outcome top_p_in_forward = collect(*engine, e);
   EXPECT_EQ(top_p_in_forward.tokens, collect(*engine, f).tokens);
   EXPECT_EQ(top_p_in_forward.tokens.size(), 10u);
-  EXPECT_EQ(collect(*engine, g).tokens, collect(*engine, h).tokens);
+  const Outcome min_p_in_forward = collect(*engine, g);
+  EXPECT_EQ(min_p_in_forward.tokens, collect(*engine, h).tokens);
+  EXPECT_EQ(min_p_in_forward.tokens.size(), 10u);
+  // Penalties (the forward edits the logits itself: TokenDraw::edits) likewise, greedy and sampled, batched.
+  Request penalised = request(false, 0), penalised_logprobs = request(true, 0);
+  for (Request* r : {&penalised, &penalised_logprobs}) {
+    r->sampling.presence_penalty = 0.7f;
+    r->sampling.frequency_penalty = 0.4f;
+    r->sampling.repetition_penalty = 1.3f;
+  }
+  Request greedy_penalised = penalised, greedy_penalised_logprobs = penalised_logprobs;
+  greedy_penalised.sampling.temperature = greedy_penalised_logprobs.sampling.temperature = 0.0f;
+  const RequestId i1 = engine->submit(penalised).value(), i2 = engine->submit(penalised_logprobs).value(),
+                  i3 = engine->submit(greedy_penalised).value(), i4 = engine->submit(greedy_penalised_logprobs).value();
+  const Outcome penalised_in_forward = collect(*engine, i1), greedy_penalised_in_forward = collect(*engine, i3);
+  EXPECT_EQ(penalised_in_forward.tokens, collect(*engine, i2).tokens);
+  EXPECT_EQ(greedy_penalised_in_forward.tokens, collect(*engine, i4).tokens);
+  EXPECT_EQ(penalised_in_forward.tokens.size(), 10u);
+  EXPECT_NE(penalised_in_forward.tokens, in_forward.tokens);  // (the penalties changed some draw)
   // The draws are not all the greedy ones (else the test would not tell the paths apart).
   Request greedy_twin = request(false, 0);
   greedy_twin.sampling.temperature = 0.0f;

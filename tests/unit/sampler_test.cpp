@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "model/ops.h"
+#include "model/token_draw.h"
 
 namespace deepinfer {
 namespace {
@@ -71,6 +73,82 @@ TEST(SamplerPenalties, GreedyPicksTheUnpenalisedToken) {
   apply_penalties(logits.data(), 3, p, {}, generated, scratch);
   Sampler sampler(1);
   EXPECT_EQ(sampler.sample(logits.data(), 3, p), 2);
+}
+
+// The penalties restated as the sampler applied them before they became edits: repetition once per token of the
+// prompt or output, then for each generated token with count c, x -= frequency * c + presence.
+void restated_penalties(std::vector<float>& x, const SamplingParams& p, const std::vector<int32_t>& prompt,
+                        const std::vector<int32_t>& generated) {
+  const int64_t n = int64_t(x.size());
+  auto in = [&](int32_t id) { return id >= 0 && id < n; };
+  if (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) {
+    std::vector<bool> done(x.size());
+    for (const auto* ids : {&prompt, &generated}) {
+      for (int32_t id : *ids) {
+        if (!in(id) || done[size_t(id)]) continue;
+        done[size_t(id)] = true;
+        float& l = x[size_t(id)];
+        l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+      }
+    }
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::vector<uint32_t> count(x.size());
+    for (int32_t id : generated) count[size_t(in(id) ? id : 0)] += in(id);
+    for (int64_t id = 0; id < n; ++id) {
+      if (count[size_t(id)] == 0) continue;
+      volatile float product = p.frequency_penalty * float(count[size_t(id)]);  // (rounded alone, as sampler.cpp's)
+      x[size_t(id)] -= product + p.presence_penalty;
+    }
+  }
+}
+
+// penalty_edits (what a forward applies itself, on a GPU on the device) give the restated penalties' bits: random
+// rows with -0, NaNs and infinities, every combination of the three penalties (a negative repetition penalty: none),
+// tokens repeated, outside the vocabulary, in the prompt only; and a draw with the edits is the sampler's draw after
+// apply_penalties (greedy, top-k, top-p, plain), taking the same uniform.
+TEST(SamplerPenalties, EditsGiveTheRestatedPenaltiesBits) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  PenaltyScratch scratch;
+  std::vector<LogitEdit> edits;
+  int n_changed = 0;
+  for (int i = 0; i < 60; ++i) {
+    const int64_t V = i % 3 == 0 ? 50 : 3001;
+    std::vector<float> x(static_cast<size_t>(V));
+    for (float& v : x) v = normal(rng);
+    x[3] = -0.0f;
+    x[5] = std::numeric_limits<float>::quiet_NaN();
+    x[7] = -std::numeric_limits<float>::infinity();
+    std::vector<int32_t> prompt, generated;
+    for (int j = 0; j < 40; ++j) prompt.push_back(int32_t(rng() % uint32_t(V + 3)) - 1);
+    for (int j = 0; j < 30; ++j) generated.push_back(j % 7 == 0 ? 3 + int32_t(j % 3) * 2 : int32_t(rng() % uint32_t(V)));
+    generated.push_back(-1);  // (outside the vocabulary: passed over)
+    generated.push_back(int32_t(V) + 2);
+    SamplingParams p;
+    p.repetition_penalty = std::vector<float>{1.0f, 1.3f, 0.8f, -2.0f}[size_t(i % 4)];
+    p.presence_penalty = i % 5 == 1 ? 0.0f : 0.4f;
+    p.frequency_penalty = i % 3 == 2 ? 0.0f : -0.3f + 0.05f * float(i % 7);
+    p.temperature = i % 4 == 0 ? 0.0f : 0.9f;
+    if (i % 4 == 1) p.top_k = 20;
+    if (i % 4 == 2) p.top_p = 0.8f;
+    std::vector<float> want = x, got = x;
+    restated_penalties(want, p, prompt, generated);
+    penalty_edits(V, p, prompt, generated, scratch, edits);
+    apply_edits(got.data(), V, edits);
+    for (int64_t j = 0; j < V; ++j) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(j)]), std::bit_cast<uint32_t>(want[size_t(j)])) << "row " << i << ", id " << j;
+      n_changed += std::bit_cast<uint32_t>(got[size_t(j)]) != std::bit_cast<uint32_t>(x[size_t(j)]);
+    }
+    for (uint32_t c : scratch.counts) ASSERT_EQ(c, 0u);
+    Sampler from_logits{uint64_t(i)}, in_forward{uint64_t(i)};
+    const int32_t id = from_logits.sample(want.data(), V, p);
+    TokenDraw d = in_forward.forward_draw(p, V);
+    d.edits = edits;
+    EXPECT_EQ(draw_token(x.data(), V, d), id) << "row " << i;
+    EXPECT_EQ(from_logits.next_uniform(), in_forward.next_uniform());
+  }
+  EXPECT_GT(n_changed, 1000);
 }
 
 TEST(SamplerLogprobs, LogSoftmaxAndTopN) {

@@ -297,6 +297,19 @@ TEST(TokenDraw, NucleusDrawIsTheFullOrdersCut) {
   std::vector<int32_t> ids;
   for (const auto& c : first) ids.push_back(c.second);
   EXPECT_EQ(ids, (std::vector<int32_t>{2, 7, 0, 1, 4, 3, 5, 6}));
+  // With a limit on the keys: a prefix of that order. 0x7fffffff is the key of +-0: every s >= 0.
+  std::vector<DrawCandidate> limited;
+  order_candidates(x.data(), int64_t(x.size()), 1.0f, limited, 0x7fffffffu);
+  ASSERT_EQ(limited.size(), 5u);
+  for (size_t j = 0; j < limited.size(); ++j) EXPECT_EQ(limited[j].second, first[j].second);
+  std::vector<float> row(5000);
+  for (float& v : row) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  order_candidates(row.data(), 5000, 0.7f, first);
+  order_candidates(row.data(), 5000, 0.7f, limited, 0x3fffffffu);  // (the key of s = 2: every s >= 2)
+  const auto n_at_least_2 = std::count_if(row.begin(), row.end(), [](float v) { return v / 0.7f >= 2.0f; });
+  ASSERT_EQ(int64_t(limited.size()), int64_t(n_at_least_2));
+  ASSERT_GT(n_at_least_2, 100);
+  for (size_t j = 0; j < limited.size(); ++j) ASSERT_EQ(limited[j].second, first[j].second) << j;
 }
 
 // top_k_candidates (a radix select, then a sort of the k) is the comparison sort's first k (draw_order): ties at the

@@ -221,6 +221,7 @@ class CudaBackend final : public Backend {
   // kernel takes, or a top-k past kRowTopKMax.
   bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
                     int32_t* drawn) override;
+  int64_t draws_with_logits_back() const override { return draws_with_logits_back_; }
   // DEEPINFER_CUDA_LINEAR_CHAIN=device, where the last block's tail kept the stream: the logit rows gathered from it, V4's
   // H1-H4 (hc_mix_kernel, then hc_pre_kernel with the head's pre) or V4.1's step 43 (hc_pre_kernel with the kept pre),
   // the head linear as linears() runs a lone op, and the outputs as linear_draws brings them back: one wait, where the
@@ -505,9 +506,14 @@ class CudaBackend final : public Backend {
   void run_as_graph(const GraphKey& key, std::vector<const void*> buffers, const std::function<void()>& enqueue);
   void drop_graphs();
 
-  // The head's outputs [p.n_tokens, p.n_rows] queued into out_dev: every token's draw (draws) into drawn (unless
-  // nullptr), and the kept tokens' rows to p.out through out_host (pinned, as large as the outputs), with one wait.
-  void bring_back_head(const LinearParams& p, const float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
+  // The draws' logit edits (penalties), uploaded through pinned memory and applied on the device to their rows of
+  // out_dev [n_tokens, n_rows] in place (a drawing row is never kept), before the draws read them.
+  void upload_and_apply_edits(const LinearParams& p, float* out_dev, std::span<const uint8_t> keep_out,
+                              std::span<const TokenDraw> draws);
+  // The head's outputs [p.n_tokens, p.n_rows] queued into out_dev: every token's draw (draws, their edits applied to
+  // out_dev) into drawn (unless nullptr), and the kept tokens' rows to p.out through out_host (pinned, as large as the
+  // outputs), with one wait (two where a nucleus row's logits come back).
+  void bring_back_head(const LinearParams& p, float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
                        std::span<const TokenDraw> draws, int32_t* drawn);
   // Queues a linears() batch on the stream up to its outputs' copy back to staging (without copy_outputs: up to its
   // last launch, the outputs left in batch_); false when it has no work.
@@ -647,9 +653,11 @@ class CudaBackend final : public Backend {
   LinearBatchLayout layout_;
   DeviceBuffer batch_;
   cuda::PinnedBuffer staging_;  // batch_'s host mirror (and hc_mix's x, then its output)
-  // linear_draws(), head_on_kept_stream(): the tokens' ids, their draws, the top-k draws' candidates
-  DeviceBuffer drawn_dev_, draws_dev_, candidates_dev_, totals_dev_;
-  cuda::PinnedBuffer drawn_host_, draws_host_, candidates_host_, totals_host_;
+  // linear_draws(), head_on_kept_stream(): the tokens' ids, their draws, the top-k and nucleus draws' candidates, the
+  // nucleus draws' totals, the rows' logit edits (penalties) and where each row's begin
+  DeviceBuffer drawn_dev_, draws_dev_, candidates_dev_, totals_dev_, edits_dev_, edits_at_dev_;
+  cuda::PinnedBuffer drawn_host_, draws_host_, candidates_host_, totals_host_, edits_host_, edits_at_host_;
+  int64_t draws_with_logits_back_ = 0;
   DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, gathered streams and pre, mixes and y (outputs in batch_)
   cuda::PinnedBuffer head_rows_host_;
   std::vector<cuda::LinearLaunch> launches_;  // its tensor-core launches

@@ -26,7 +26,7 @@ bool CudaBackend::linear_draws(const LinearParams& p, std::span<const uint8_t> k
   bind_device();
   DI_CHECK(enqueue_linears({&p, 1}, /*copy_outputs=*/false));
   const LinearBatchLayout::Place& at = layout_.places()[0];
-  bring_back_head(p, reinterpret_cast<const float*>(batch_.get<uint8_t>() + at.out), staging_.get<uint8_t>() + at.out,
+  bring_back_head(p, reinterpret_cast<float*>(batch_.get<uint8_t>() + at.out), staging_.get<uint8_t>() + at.out,
                   keep_out, draws, drawn);
   return true;
 }
@@ -110,7 +110,37 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
   return true;
 }
 
-void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
+void CudaBackend::upload_and_apply_edits(const LinearParams& p, float* out_dev, std::span<const uint8_t> keep_out,
+                                         std::span<const TokenDraw> draws) {
+  size_t n_edits = 0;
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    const size_t n = draws[size_t(t)].edits.size();
+    DI_CHECK_MSG(n == 0 || !keep_out[size_t(t)], "linear_draws: a row with logit edits is kept too");
+    n_edits += n;
+  }
+  if (n_edits == 0) return;
+  DI_CHECK(n_edits < (size_t(1) << 31));
+  edits_host_.reserve(n_edits * sizeof(cuda::DeviceLogitEdit));
+  edits_dev_.reserve(n_edits * sizeof(cuda::DeviceLogitEdit));
+  edits_at_host_.reserve(size_t(p.n_tokens + 1) * sizeof(int32_t));
+  edits_at_dev_.reserve(size_t(p.n_tokens + 1) * sizeof(int32_t));
+  auto* edits = edits_host_.get<cuda::DeviceLogitEdit>();
+  auto* at = edits_at_host_.get<int32_t>();
+  int32_t k = 0;
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    at[t] = k;
+    for (const LogitEdit& e : draws[size_t(t)].edits) edits[k++] = {e.id, e.divide, e.subtract};
+  }
+  at[p.n_tokens] = k;
+  DI_CUDA_CHECK(cudaMemcpyAsync(edits_dev_.get(), edits, n_edits * sizeof(cuda::DeviceLogitEdit), cudaMemcpyHostToDevice,
+                                stream_));
+  DI_CUDA_CHECK(cudaMemcpyAsync(edits_at_dev_.get(), at, size_t(p.n_tokens + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                stream_));
+  cuda::launch_logit_edits(out_dev, p.n_tokens, p.n_rows, p.n_rows, edits_dev_.get<cuda::DeviceLogitEdit>(),
+                           edits_at_dev_.get<int32_t>(), stream_);
+}
+
+void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
                                   std::span<const TokenDraw> draws, int32_t* drawn) {
   const size_t row_bytes = size_t(p.n_rows) * sizeof(float);
   const auto* out_bytes = reinterpret_cast<const uint8_t*>(out_dev);
@@ -144,6 +174,7 @@ void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, u
       DI_CUDA_CHECK(cudaMemcpyAsync(draws_dev_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
       device_draws = draws_dev_.get<cuda::DeviceTokenDraw>();
     }
+    upload_and_apply_edits(p, out_dev, keep_out, draws);
     if (nucleus) {
       totals_dev_.reserve(size_t(p.n_tokens) * sizeof(double));
       totals_host_.reserve(size_t(p.n_tokens) * sizeof(double));
@@ -213,12 +244,15 @@ void CudaBackend::bring_back_head(const LinearParams& p, const float* out_dev, u
                                       cudaMemcpyDeviceToHost, stream_));
       }
       if (any) {
+        draws_with_logits_back_ += std::count(needs_logits.begin(), needs_logits.end(), uint8_t(1));
         DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
         host_->for_rows(p.n_tokens, [&](int64_t t0, int64_t t1) {
           for (int64_t t = t0; t < t1; ++t) {
             if (!needs_logits[size_t(t)]) continue;
             const auto* row = reinterpret_cast<const float*>(out_host + size_t(t) * row_bytes);
-            drawn[t] = draw_token(row, p.n_rows, draws[size_t(t)]);
+            TokenDraw edited = draws[size_t(t)];
+            edited.edits = {};  // (the row came back with its edits made)
+            drawn[t] = draw_token(row, p.n_rows, edited);
           }
         });
       }

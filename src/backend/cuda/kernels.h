@@ -329,6 +329,16 @@ inline constexpr int64_t kRowDrawMaxWidth = int64_t(5632) * 256;
 // s is not finite, else -1 and totals[r] = the plain draw's total (totals may be nullptr where no row is one).
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int32_t* out, double* totals, cudaStream_t stream);
+// A logit edit as the device reads it: model/token_draw.h's LogitEdit.
+struct DeviceLogitEdit {
+  int32_t id = 0;
+  float divide = 1.0f;
+  float subtract = 0.0f;
+};
+// model/token_draw.h's apply_edits on each row of x [n_rows, width] (rows `stride` floats apart), in place: row r's
+// edits are edits[at[r], at[r + 1]) (device arrays), each on its own id (ids outside [0, width) passed over).
+void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceLogitEdit* edits,
+                        const int32_t* at, cudaStream_t stream);
 // Where draws[r].top_k > 0 (<= max_k <= kRowTopKMax, <= width): out[r * max_k + j] for j < top_k = token_draw.h's
 // top_k_candidates of row r at draws[r].temperature, in their order (larger s first, ties to the lower id), except
 // that an s of -0 is written as +0 (which the draw's arithmetic cannot tell apart); other rows are not written.
