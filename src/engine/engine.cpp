@@ -112,10 +112,13 @@ struct Engine::Impl {
     TokenLogprob logprob;
   };
   Drawn draw_next(Sequence& seq, ChunkOutput& output, DrawScratch& scratch) const;
-  // A draw without a JSON mask or log-probabilities: the forward then brings back the drawn id alone
-  // (ForwardChunk::draw_only), drawn on the device by a GPU backend (a top-k or nucleus draw from candidates found
-  // there), the penalties applied there too (TokenDraw::edits).
-  bool draws_on_forward(const Sequence& s) const { return !s.sampling.logprobs && !s.json && !s.json_schema; }
+  // A draw without log-probabilities: the forward then brings back the drawn id alone (ForwardChunk::draw_only),
+  // drawn on the device by a GPU backend (a top-k or nucleus draw from candidates found there), the penalties and a
+  // JSON answer's mask applied there too (TokenDraw::edits, ::allowed).
+  bool draws_on_forward(const Sequence& s) const { return !s.sampling.logprobs; }
+  // A JSON answer's next-token mask (allowed: a byte an id), from the sequence's validator: only tokens that keep the
+  // answer a valid prefix.
+  void json_answer_mask(const Sequence& s, DrawScratch& scratch, std::vector<uint8_t>& allowed) const;
   void commit_next(Sequence& seq, Drawn drawn);
   void snapshot(const Sequence& seq);
   int64_t prompt_layout_class(int64_t n_prompt) const {
@@ -542,26 +545,40 @@ void Engine::Impl::step() {
     chunks.push_back(fc);
     chunk_seqs.push_back(s);
   }
-  // The drawing chunks' penalties as logit edits (TokenDraw::edits), each from its sequence's prompt and output, on
-  // the backend's threads (a long prompt's repetition penalty walks all of it), where any sequence has penalties.
-  auto edits_penalties = [&](int64_t c) {
+  // The drawing chunks' penalties as logit edits and JSON answers' masks (TokenDraw::edits, ::allowed), each from its
+  // sequence's prompt, output and JSON state, on the backend's threads (a long prompt's repetition penalty walks all
+  // of it, a mask the whole vocabulary), where any sequence has them.
+  auto shapes_its_draw = [&](int64_t c) {
     const Sequence& s = *chunk_seqs[size_t(c)];
     const ForwardChunk& fc = chunks[size_t(c)];
     const bool draws = s.n_computed + int64_t(fc.ids.size()) == int64_t(s.tokens.size());
-    return draws && fc.draw_only && has_penalties(s.sampling);
+    return draws && fc.draw_only && (has_penalties(s.sampling) || s.json || s.json_schema);
   };
-  bool any_penalties = false;
-  for (size_t c = 0; c < chunks.size(); ++c) any_penalties = any_penalties || edits_penalties(int64_t(c));
-  if (any_penalties) {
+  bool any_shaped = false;
+  for (size_t c = 0; c < chunks.size(); ++c) any_shaped = any_shaped || shapes_its_draw(int64_t(c));
+  if (any_shaped) {
     model->backend().for_rows(int64_t(chunks.size()), [&](int64_t c0, int64_t c1) {
-      thread_local PenaltyScratch scratch;  // (counts over the vocabulary, kept from step to step)
+      thread_local DrawScratch scratch;  // (counts and masks over the vocabulary, kept from step to step)
       for (int64_t c = c0; c < c1; ++c) {
-        if (!edits_penalties(c)) continue;
+        if (!shapes_its_draw(c)) continue;
         Sequence& s = *chunk_seqs[size_t(c)];
-        const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.n_prompt));
-        const std::span<const int32_t> generated(s.tokens.data() + s.n_prompt, size_t(s.n_generated()));
-        penalty_edits(model->config().vocab_size, s.sampling, prompt, generated, scratch, s.penalty_edits);
-        chunks[size_t(c)].draw.edits = s.penalty_edits;
+        TokenDraw& draw = chunks[size_t(c)].draw;
+        if (has_penalties(s.sampling)) {
+          const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.n_prompt));
+          const std::span<const int32_t> generated(s.tokens.data() + s.n_prompt, size_t(s.n_generated()));
+          penalty_edits(model->config().vocab_size, s.sampling, prompt, generated, scratch.penalty, s.penalty_edits);
+          draw.edits = s.penalty_edits;
+        }
+        if (s.json || s.json_schema) {
+          if (s.json_active) {
+            json_answer_mask(s, scratch, s.json_allowed);
+          } else {  // thinking: the JSON answer is still to come, so the reasoning may not end here
+            const int32_t eos = model->config().eos_token_id;
+            s.json_allowed.assign(size_t(model->config().vocab_size), 1);
+            if (eos >= 0 && eos < model->config().vocab_size) s.json_allowed[size_t(eos)] = 0;
+          }
+          draw.allowed = s.json_allowed;
+        }
       }
     });
   }
@@ -614,9 +631,14 @@ void Engine::Impl::snapshot(const Sequence& seq) {
 
 Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, ChunkOutput& output, DrawScratch& scratch) const {
   Drawn drawn;
-  if (output.logits.empty()) {  // draw_only: the forward drew it
+  const bool constrained = (s.json || s.json_schema) && s.json_active;
+  if (output.logits.empty()) {  // draw_only: the forward drew it (with the mask made as the step was planned)
     DI_CHECK(draws_on_forward(s) && output.drawn >= 0);
     drawn.id = output.drawn;
+    if (constrained) {
+      DI_CHECK(s.json_allowed[size_t(drawn.id)]);
+      drawn.json_complete_eos = drawn.id == model->config().eos_token_id;  // allowed only where the document may end
+    }
     return drawn;
   }
   const int64_t vocab = model->config().vocab_size;
@@ -624,19 +646,13 @@ Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, ChunkOutput& output, Dr
   const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.n_prompt));
   const std::span<const int32_t> generated(s.tokens.data() + s.n_prompt, size_t(s.n_generated()));
   const float* raw = row;  // logprobs are over the model's logits, before penalties and temperature
-  const bool constrained = (s.json || s.json_schema) && s.json_active;
   if (s.sampling.logprobs && (has_penalties(s.sampling) || constrained)) {
     scratch.raw_logits.assign(row, row + vocab);
     raw = scratch.raw_logits.data();
   }
   apply_penalties(row, vocab, s.sampling, prompt, generated, scratch.penalty);
   if (constrained) {  // only tokens that keep the answer a valid prefix (greedy and sampled alike)
-    if (s.json) {
-      json_token_mask(*json_table, *s.json, model->config().eos_token_id, scratch.json_allowed, scratch.json);
-    } else {
-      if (!scratch.json_schema) scratch.json_schema.emplace(*s.json_schema);  // once; later masks copy into it
-      json_schema_token_mask(*json_table, *s.json_schema, model->config().eos_token_id, scratch.json_allowed, *scratch.json_schema);
-    }
+    json_answer_mask(s, scratch, scratch.json_allowed);
     for (int64_t i = 0; i < vocab; ++i) {
       if (!scratch.json_allowed[size_t(i)]) row[i] = -std::numeric_limits<float>::infinity();
     }
@@ -651,6 +667,16 @@ Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, ChunkOutput& output, Dr
   }
   if (s.sampling.logprobs) token_logprobs(raw, vocab, drawn.id, s.sampling.top_logprobs, drawn.logprob);
   return drawn;
+}
+
+void Engine::Impl::json_answer_mask(const Sequence& s, DrawScratch& scratch, std::vector<uint8_t>& allowed) const {
+  const int32_t eos = model->config().eos_token_id;
+  if (s.json) {
+    json_token_mask(*json_table, *s.json, eos, allowed, scratch.json);
+  } else {
+    if (!scratch.json_schema) scratch.json_schema.emplace(*s.json_schema);  // once; later masks copy into it
+    json_schema_token_mask(*json_table, *s.json_schema, eos, allowed, *scratch.json_schema);
+  }
 }
 
 void Engine::Impl::commit_next(Sequence& s, Drawn drawn) {

@@ -42,6 +42,7 @@ struct Sequence {
   SamplingParams sampling;
   Sampler sampler{0};
   std::vector<LogitEdit> penalty_edits;  // this step's penalties, where the forward draws with them (TokenDraw::edits)
+  std::vector<uint8_t> json_allowed;     // and its JSON mask (TokenDraw::allowed)
   int64_t max_new_tokens = 0;
   std::unique_ptr<TextOutput> text;      // null: no tokenizer
   Clock::time_point deadline = Clock::time_point::max();

@@ -281,14 +281,23 @@ void apply_edits(float* logits, int64_t n, std::span<const LogitEdit> edits) {
   }
 }
 
+void apply_mask(float* logits, int64_t n, std::span<const uint8_t> allowed) {
+  DI_CHECK(int64_t(allowed.size()) == n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!allowed[size_t(i)]) logits[i] = -std::numeric_limits<float>::infinity();
+  }
+}
+
 int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw) {
-  if (!draw.edits.empty()) {
+  if (!draw.edits.empty() || !draw.allowed.empty()) {
     thread_local std::vector<float> edited_of_thread;
     std::vector<float>& edited = edited_of_thread;
     edited.assign(logits, logits + n);
     apply_edits(edited.data(), n, draw.edits);
+    if (!draw.allowed.empty()) apply_mask(edited.data(), n, draw.allowed);
     TokenDraw unedited = draw;
     unedited.edits = {};
+    unedited.allowed = {};
     return draw_token(edited.data(), n, unedited);
   }
   if (!(draw.temperature > 0.0f)) return int32_t(argmax(logits, n));  // (a NaN temperature too, as the device takes it)

@@ -48,9 +48,12 @@ struct LogitEdit {
 };
 // The edits, in place, each on its own id (ids outside [0, n) are passed over).
 void apply_edits(float* logits, int64_t n, std::span<const LogitEdit> edits);
+// -inf in place of every logit whose allowed byte is 0 (allowed: n bytes).
+void apply_mask(float* logits, int64_t n, std::span<const uint8_t> allowed);
 
-// Every draw first edits the row (`edits`, ids distinct); then with temperature <= 0 (or NaN): the argmax (ops.h: the
-// first largest, NaNs passed over); else with top_k (0 < top_k < the row's width) the top-k draw below, else with
+// Every draw first edits the row (`edits`, ids distinct), then masks it (`allowed`: where given, an id whose byte is 0
+// has its logit set to -inf, never drawn); then with temperature <= 0 (or NaN): the argmax (ops.h: the first largest,
+// NaNs passed over); else with top_k (0 < top_k < the row's width) the top-k draw below, else with
 // top_p < 1 or min_p > 0 the nucleus draw above, else the plain temperature draw above, each with `uniform`.
 //
 // The top-k draw (the engine's sampler's, whose candidates a GPU backend finds on the device): the candidates are the
@@ -65,6 +68,7 @@ struct TokenDraw {
   int32_t top_k = 0;  // 0 (or the row's width or more): none; top_p and min_p then cut the whole row
   float top_p = 1.0f, min_p = 0.0f;
   std::span<const LogitEdit> edits = {};  // (a view: its owner outlives the draw)
+  std::span<const uint8_t> allowed = {};  // empty, or one byte an id of the row (a view too: a JSON answer's mask)
 };
 
 // Whether the draw is the top-k one, of a row of width n.
@@ -103,7 +107,8 @@ class TemperatureWeights {
   double total_ = 0.0;
 };
 
-// The draw (TokenDraw) of logits[0, n), with the calling thread's scratch (the edits on a copy of the row).
+// The draw (TokenDraw) of logits[0, n), with the calling thread's scratch (the edits and the mask on a copy of the
+// row).
 int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw);
 
 // s: a logit over the temperature, a NaN as -inf (never drawn), so that every comparison orders the candidates.

@@ -108,6 +108,7 @@ struct Planted {
   TokenDraw draw;
   int32_t want = -1;  // the id it must draw (-1: not checked beyond the host's draw_token)
   std::vector<LogitEdit> edits = {};  // made before the draw (draw.edits is set to them)
+  std::vector<uint8_t> allowed = {};  // then the mask (draw.allowed)
 };
 
 // Runs the planted tokens as one op: x_t = e_t against a weight whose column t holds token t's logits and whose other
@@ -132,10 +133,13 @@ int expect_planted_draws(Backend& gpu, int64_t V, const std::vector<Planted>& to
     }
     draws.push_back(tokens[size_t(t)].draw);
     draws.back().edits = tokens[size_t(t)].edits;
+    draws.back().allowed = tokens[size_t(t)].allowed;
   }
   std::vector<float> x(size_t(T * K), 0.0f);
   for (int64_t t = 0; t < T; ++t) x[size_t(t * K + t)] = 1.0f;
-  expect_draws_of_linear(gpu, w.w, x, T, [&](int64_t t) { return t % 4 == 1 && draws[size_t(t)].edits.empty(); }, {}, draws);
+  expect_draws_of_linear(gpu, w.w, x, T, [&](int64_t t) {
+    return t % 4 == 1 && draws[size_t(t)].edits.empty() && draws[size_t(t)].allowed.empty();
+  }, {}, draws);
   std::vector<float> logits(size_t(T * V));
   gpu.linear({x.data(), K, T, &w.w, 0, V, Epilogue::kF32, nullptr, logits.data(), V});
   int n_off_argmax = 0;
@@ -220,6 +224,11 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
   many.push_back({-1, 2.0f, 1.0f});
   auto ties = [](int64_t row) { return row % 97 == 3 ? 5.0f : -1.0f; };
   auto flat = [](int64_t row) { return 0.3f * float(std::sin(double(row) * 0.731)); };  // (a nucleus of most ids)
+  auto mask_of = [&](const std::function<bool(int64_t)>& allowed) {
+    std::vector<uint8_t> m(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) m[size_t(i)] = allowed(i);
+    return m;
+  };
   const std::vector<LogitEdit> demote_3 = {{3, 1.0f, 10.0f}};
   std::vector<Planted> edited = {  // (rows 1 and 5, kept, have no edits: a drawing row's edits must not reach them)
       {ties, {}, V > 100 ? 100 : -1, demote_3},
@@ -233,11 +242,18 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
       {flat, {.temperature = 1.0f, .uniform = 0.45, .top_p = 0.95f}, -1, many},  // (row 1's twin, edited)
       {flat, {.temperature = 1.0f, .uniform = 0.15, .top_p = 0.95f}, -1, many},
       {flat, {.temperature = 1.0f, .uniform = 0.85, .top_p = 0.95f}, -1, many},
+      // Masks (a JSON answer's), after the edits: the tied best ids masked (greedy: the first -1 not masked), and on a
+      // sampled, a top-k, a nucleus and a flat nucleus row (which comes back masked) every other id.
+      {ties, {}, -1, {}, mask_of([](int64_t i) { return i % 97 != 3 && i != 0; })},
+      {random_logit(3.0f), {.temperature = 0.9f, .uniform = 0.4}, -1, many, mask_of([](int64_t i) { return i % 2 == 0; })},
+      {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.8, .top_k = 5}, -1, {}, mask_of([](int64_t i) { return i % 2; })},
+      {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.5, .top_p = 0.8f}, -1, {}, mask_of([](int64_t i) { return i % 3; })},
+      {flat, {.temperature = 1.0f, .uniform = 0.3, .top_p = 0.95f}, -1, many, mask_of([](int64_t i) { return i % 2; })},
   };
   const int64_t back_before_edited = gpu->draws_with_logits_back();
   expect_planted_draws(*gpu, V, edited, weights);
-  if (V > kNucleusCandidates) {  // the four flat rows came back (three of them edited on the device first)
-    EXPECT_EQ(gpu->draws_with_logits_back() - back_before_edited, 4);
+  if (V > kNucleusCandidates) {  // the five flat rows came back (four of them edited or masked on the device first)
+    EXPECT_EQ(gpu->draws_with_logits_back() - back_before_edited, 5);
   }
   expect_planted_draws(*gpu, V, {{[](int64_t row) { return row % 5 == 0 ? kNan : row % 7 == 3 ? 5.0f : -1.0f; },
                                   {.temperature = 1.0f, .uniform = 0.999, .top_p = 0.9f}}}, weights);

@@ -641,6 +641,19 @@ void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride,
     }
   });
 }
+void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride, const uint32_t* bits,
+                        const int32_t* mask_of, cudaStream_t stream) {
+  DI_CHECK(width > 0 && stride >= width);
+  enqueue(stream, [=] {
+    const int64_t words = (width + 31) / 32;
+    std::vector<uint8_t> allowed(static_cast<size_t>(width));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      if (mask_of[r] < 0) continue;
+      for (int64_t i = 0; i < width; ++i) allowed[size_t(i)] = (bits[mask_of[r] * words + i / 32] >> (i % 32)) & 1u;
+      apply_mask(x + r * stride, width, allowed);
+    }
+  });
+}
 void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int max_k, DeviceDrawCandidate* out, cudaStream_t stream) {
   DI_CHECK(max_k > 0 && max_k <= kRowTopKMax && max_k <= width && stride >= width);

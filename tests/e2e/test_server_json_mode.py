@@ -68,6 +68,25 @@ def test_json_object_streamed_equals_non_streamed(client):
     print("json_object (streamed): finish_reason counts", counts)
 
 
+def test_json_object_drawn_in_the_forward_equals_the_logits_path(client):
+    # Without log-probabilities the forward draws the token itself (its mask made as the step is planned, applied where
+    # the logits are: on a GPU, on the device); with them the engine draws from the logits it brought back. The same
+    # seed takes the same uniforms either way, so the answers are the same tokens, greedy and sampled, with penalties,
+    # in thinking mode too (whose mask only keeps the reasoning from ending the text).
+    for kw in (dict(temperature=0), dict(temperature=1.0, seed=8), dict(temperature=0.8, top_p=0.9, seed=9),
+               dict(temperature=1.2, seed=10, presence_penalty=0.5, frequency_penalty=0.3)):
+        for extra in (NO_THINKING, {"thinking": {"type": "enabled"}}):
+            args = dict(model="m", messages=[{"role": "user", "content": "JSON please"}], max_tokens=16,
+                        response_format=JSON_MODE, extra_body=extra, **kw)
+            in_forward = client.chat.completions.create(**args)
+            from_logits = client.chat.completions.create(logprobs=True, **args)
+            a, b = in_forward.choices[0].message, from_logits.choices[0].message
+            assert a.content == b.content, (kw, extra)
+            assert getattr(a, "reasoning_content", None) == getattr(b, "reasoning_content", None), (kw, extra)
+            assert in_forward.choices[0].finish_reason == from_logits.choices[0].finish_reason
+            assert from_logits.choices[0].logprobs is not None
+
+
 def test_json_object_in_thinking_mode_constrains_only_the_answer(client):
     # The reasoning comes first (DeepSeek's chat encoding) and is free text; the answer after </think> is the
     # constrained part. A random model seldom ends its reasoning, so the answer is often empty (a valid prefix).

@@ -105,8 +105,9 @@ void restated_penalties(std::vector<float>& x, const SamplingParams& p, const st
 
 // penalty_edits (what a forward applies itself, on a GPU on the device) give the restated penalties' bits: random
 // rows with -0, NaNs and infinities, every combination of the three penalties (a negative repetition penalty: none),
-// tokens repeated, outside the vocabulary, in the prompt only; and a draw with the edits is the sampler's draw after
-// apply_penalties (greedy, top-k, top-p, plain), taking the same uniform.
+// tokens repeated, outside the vocabulary, in the prompt only; and a draw with the edits (and on every third row a
+// mask) is the sampler's draw after apply_penalties and the mask (greedy, top-k, top-p, plain), taking the same
+// uniform.
 TEST(SamplerPenalties, EditsGiveTheRestatedPenaltiesBits) {
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -141,10 +142,19 @@ TEST(SamplerPenalties, EditsGiveTheRestatedPenaltiesBits) {
       n_changed += std::bit_cast<uint32_t>(got[size_t(j)]) != std::bit_cast<uint32_t>(x[size_t(j)]);
     }
     for (uint32_t c : scratch.counts) ASSERT_EQ(c, 0u);
+    std::vector<uint8_t> allowed;  // (every third row: a JSON answer's mask too, made after the edits)
+    if (i % 3 == 1) {
+      for (int64_t j = 0; j < V; ++j) allowed.push_back(rng() % 10 < 7);
+      for (int64_t j = 0; j < V; ++j) {
+        if (!allowed[size_t(j)]) want[size_t(j)] = -std::numeric_limits<float>::infinity();
+      }
+    }
     Sampler from_logits{uint64_t(i)}, in_forward{uint64_t(i)};
     const int32_t id = from_logits.sample(want.data(), V, p);
     TokenDraw d = in_forward.forward_draw(p, V);
     d.edits = edits;
+    d.allowed = allowed;
+    if (!allowed.empty()) EXPECT_TRUE(allowed[size_t(id)]) << "row " << i;
     EXPECT_EQ(draw_token(x.data(), V, d), id) << "row " << i;
     EXPECT_EQ(from_logits.next_uniform(), in_forward.next_uniform());
   }

@@ -506,10 +506,11 @@ class CudaBackend final : public Backend {
   void run_as_graph(const GraphKey& key, std::vector<const void*> buffers, const std::function<void()>& enqueue);
   void drop_graphs();
 
-  // The draws' logit edits (penalties), uploaded through pinned memory and applied on the device to their rows of
-  // out_dev [n_tokens, n_rows] in place (a drawing row is never kept), before the draws read them.
-  void upload_and_apply_edits(const LinearParams& p, float* out_dev, std::span<const uint8_t> keep_out,
-                              std::span<const TokenDraw> draws);
+  // The draws' logit edits (penalties) and masks (JSON answers), uploaded through pinned memory (a mask as bits) and
+  // made on the device to their rows of out_dev [n_tokens, n_rows] in place (a drawing row is never kept), before the
+  // draws read them.
+  void edit_and_mask_rows(const LinearParams& p, float* out_dev, std::span<const uint8_t> keep_out,
+                          std::span<const TokenDraw> draws);
   // The head's outputs [p.n_tokens, p.n_rows] queued into out_dev: every token's draw (draws, their edits applied to
   // out_dev) into drawn (unless nullptr), and the kept tokens' rows to p.out through out_host (pinned, as large as the
   // outputs), with one wait (two where a nucleus row's logits come back).
@@ -654,9 +655,11 @@ class CudaBackend final : public Backend {
   DeviceBuffer batch_;
   cuda::PinnedBuffer staging_;  // batch_'s host mirror (and hc_mix's x, then its output)
   // linear_draws(), head_on_kept_stream(): the tokens' ids, their draws, the top-k and nucleus draws' candidates, the
-  // nucleus draws' totals, the rows' logit edits (penalties) and where each row's begin
-  DeviceBuffer drawn_dev_, draws_dev_, candidates_dev_, totals_dev_, edits_dev_, edits_at_dev_;
-  cuda::PinnedBuffer drawn_host_, draws_host_, candidates_host_, totals_host_, edits_host_, edits_at_host_;
+  // nucleus draws' totals, the rows' logit edits (penalties) and where each row's begin, the rows' masks (bits) and
+  // which mask each row takes (-1: none)
+  DeviceBuffer drawn_dev_, draws_dev_, candidates_dev_, totals_dev_, edits_dev_, edits_at_dev_, masks_dev_, mask_of_dev_;
+  cuda::PinnedBuffer drawn_host_, draws_host_, candidates_host_, totals_host_, edits_host_, edits_at_host_, masks_host_,
+      mask_of_host_;
   int64_t draws_with_logits_back_ = 0;
   DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, gathered streams and pre, mixes and y (outputs in batch_)
   cuda::PinnedBuffer head_rows_host_;

@@ -110,34 +110,65 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
   return true;
 }
 
-void CudaBackend::upload_and_apply_edits(const LinearParams& p, float* out_dev, std::span<const uint8_t> keep_out,
-                                         std::span<const TokenDraw> draws) {
+void CudaBackend::edit_and_mask_rows(const LinearParams& p, float* out_dev, std::span<const uint8_t> keep_out,
+                                     std::span<const TokenDraw> draws) {
   size_t n_edits = 0;
+  int32_t n_masks = 0;
   for (int64_t t = 0; t < p.n_tokens; ++t) {
-    const size_t n = draws[size_t(t)].edits.size();
-    DI_CHECK_MSG(n == 0 || !keep_out[size_t(t)], "linear_draws: a row with logit edits is kept too");
-    n_edits += n;
+    const TokenDraw& d = draws[size_t(t)];
+    DI_CHECK_MSG((d.edits.empty() && d.allowed.empty()) || !keep_out[size_t(t)],
+                 "linear_draws: a row with logit edits or a mask is kept too");
+    DI_CHECK_MSG(d.allowed.empty() || int64_t(d.allowed.size()) == p.n_rows, "linear_draws: a mask not as wide as the row");
+    n_edits += d.edits.size();
+    n_masks += !d.allowed.empty();
   }
-  if (n_edits == 0) return;
-  DI_CHECK(n_edits < (size_t(1) << 31));
-  edits_host_.reserve(n_edits * sizeof(cuda::DeviceLogitEdit));
-  edits_dev_.reserve(n_edits * sizeof(cuda::DeviceLogitEdit));
-  edits_at_host_.reserve(size_t(p.n_tokens + 1) * sizeof(int32_t));
-  edits_at_dev_.reserve(size_t(p.n_tokens + 1) * sizeof(int32_t));
-  auto* edits = edits_host_.get<cuda::DeviceLogitEdit>();
-  auto* at = edits_at_host_.get<int32_t>();
-  int32_t k = 0;
-  for (int64_t t = 0; t < p.n_tokens; ++t) {
-    at[t] = k;
-    for (const LogitEdit& e : draws[size_t(t)].edits) edits[k++] = {e.id, e.divide, e.subtract};
+  if (n_edits > 0) {
+    DI_CHECK(n_edits < (size_t(1) << 31));
+    edits_host_.reserve(n_edits * sizeof(cuda::DeviceLogitEdit));
+    edits_dev_.reserve(n_edits * sizeof(cuda::DeviceLogitEdit));
+    edits_at_host_.reserve(size_t(p.n_tokens + 1) * sizeof(int32_t));
+    edits_at_dev_.reserve(size_t(p.n_tokens + 1) * sizeof(int32_t));
+    auto* edits = edits_host_.get<cuda::DeviceLogitEdit>();
+    auto* at = edits_at_host_.get<int32_t>();
+    int32_t k = 0;
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      at[t] = k;
+      for (const LogitEdit& e : draws[size_t(t)].edits) edits[k++] = {e.id, e.divide, e.subtract};
+    }
+    at[p.n_tokens] = k;
+    DI_CUDA_CHECK(cudaMemcpyAsync(edits_dev_.get(), edits, n_edits * sizeof(cuda::DeviceLogitEdit),
+                                  cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(edits_at_dev_.get(), at, size_t(p.n_tokens + 1) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream_));
+    cuda::launch_logit_edits(out_dev, p.n_tokens, p.n_rows, p.n_rows, edits_dev_.get<cuda::DeviceLogitEdit>(),
+                             edits_at_dev_.get<int32_t>(), stream_);
   }
-  at[p.n_tokens] = k;
-  DI_CUDA_CHECK(cudaMemcpyAsync(edits_dev_.get(), edits, n_edits * sizeof(cuda::DeviceLogitEdit), cudaMemcpyHostToDevice,
-                                stream_));
-  DI_CUDA_CHECK(cudaMemcpyAsync(edits_at_dev_.get(), at, size_t(p.n_tokens + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                stream_));
-  cuda::launch_logit_edits(out_dev, p.n_tokens, p.n_rows, p.n_rows, edits_dev_.get<cuda::DeviceLogitEdit>(),
-                           edits_at_dev_.get<int32_t>(), stream_);
+  if (n_masks > 0) {  // (after the edits, as draw_token makes them)
+    const int64_t words = (p.n_rows + 31) / 32;
+    const size_t bytes = size_t(n_masks) * size_t(words) * sizeof(uint32_t);
+    masks_host_.reserve(bytes);
+    masks_dev_.reserve(bytes);
+    mask_of_host_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
+    mask_of_dev_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
+    auto* mask_of = mask_of_host_.get<int32_t>();
+    int32_t m = 0;
+    for (int64_t t = 0; t < p.n_tokens; ++t) mask_of[t] = draws[size_t(t)].allowed.empty() ? -1 : m++;
+    auto* bits = masks_host_.get<uint32_t>();
+    host_->for_rows(p.n_tokens, [&](int64_t t0, int64_t t1) {  // (a mask is a pass over the vocabulary: ~0.1 ms)
+      for (int64_t t = t0; t < t1; ++t) {
+        if (mask_of[t] < 0) continue;
+        const std::span<const uint8_t> allowed = draws[size_t(t)].allowed;
+        uint32_t* row_bits = bits + int64_t(mask_of[t]) * words;
+        std::fill(row_bits, row_bits + words, 0u);
+        for (int64_t i = 0; i < p.n_rows; ++i) row_bits[i >> 5] |= uint32_t(allowed[size_t(i)] != 0) << (i & 31);
+      }
+    });
+    DI_CUDA_CHECK(cudaMemcpyAsync(masks_dev_.get(), bits, bytes, cudaMemcpyHostToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(mask_of_dev_.get(), mask_of, size_t(p.n_tokens) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream_));
+    cuda::launch_logit_masks(out_dev, p.n_tokens, p.n_rows, p.n_rows, masks_dev_.get<uint32_t>(),
+                             mask_of_dev_.get<int32_t>(), stream_);
+  }
 }
 
 void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
@@ -174,7 +205,7 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
       DI_CUDA_CHECK(cudaMemcpyAsync(draws_dev_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
       device_draws = draws_dev_.get<cuda::DeviceTokenDraw>();
     }
-    upload_and_apply_edits(p, out_dev, keep_out, draws);
+    edit_and_mask_rows(p, out_dev, keep_out, draws);
     if (nucleus) {
       totals_dev_.reserve(size_t(p.n_tokens) * sizeof(double));
       totals_host_.reserve(size_t(p.n_tokens) * sizeof(double));
@@ -251,7 +282,8 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
             if (!needs_logits[size_t(t)]) continue;
             const auto* row = reinterpret_cast<const float*>(out_host + size_t(t) * row_bytes);
             TokenDraw edited = draws[size_t(t)];
-            edited.edits = {};  // (the row came back with its edits made)
+            edited.edits = {};  // (the row came back with its edits and mask made)
+            edited.allowed = {};
             drawn[t] = draw_token(row, p.n_rows, edited);
           }
         });

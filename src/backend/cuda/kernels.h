@@ -339,6 +339,10 @@ struct DeviceLogitEdit {
 // edits are edits[at[r], at[r + 1]) (device arrays), each on its own id (ids outside [0, width) passed over).
 void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceLogitEdit* edits,
                         const int32_t* at, cudaStream_t stream);
+// model/token_draw.h's apply_mask on each row of x [n_rows, width] with mask_of[r] >= 0, in place: -inf where bit i of
+// bits[mask_of[r] * ceil(width / 32) ...] (word i / 32, bit i % 32) is 0 (device arrays).
+void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride, const uint32_t* bits,
+                        const int32_t* mask_of, cudaStream_t stream);
 // Where draws[r].top_k > 0 (<= max_k <= kRowTopKMax, <= width): out[r * max_k + j] for j < top_k = token_draw.h's
 // top_k_candidates of row r at draws[r].temperature, in their order (larger s first, ties to the lower id), except
 // that an s of -0 is written as +0 (which the draw's arithmetic cannot tell apart); other rows are not written.

@@ -270,7 +270,27 @@ __global__ void __launch_bounds__(kThreads) logit_edits_kernel(float* x, int64_t
   }
 }
 
+// One block per row with a mask: -inf where its bit is 0.
+__global__ void __launch_bounds__(kThreads) logit_masks_kernel(float* x, int64_t width, int64_t stride,
+                                                               const uint32_t* bits, const int32_t* mask_of) {
+  const int32_t mask = mask_of[blockIdx.x];
+  if (mask < 0) return;
+  float* row = x + int64_t(blockIdx.x) * stride;
+  const uint32_t* row_bits = bits + int64_t(mask) * ((width + 31) / 32);
+  for (int64_t i = threadIdx.x; i < width; i += kThreads) {
+    if (!((row_bits[i >> 5] >> (i & 31)) & 1u)) row[i] = -__int_as_float(0x7f800000);
+  }
+}
+
 }  // namespace
+
+void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride, const uint32_t* bits,
+                        const int32_t* mask_of, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  DI_CHECK(width > 0 && stride >= width && n_rows <= 0x7fffffff);
+  launch_kernel(logit_masks_kernel, unsigned(n_rows), kThreads, 0, stream, x, width, stride, bits, mask_of);
+  DI_CUDA_CHECK_LAUNCH();
+}
 
 void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceLogitEdit* edits,
                         const int32_t* at, cudaStream_t stream) {
