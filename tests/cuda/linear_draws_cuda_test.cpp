@@ -249,6 +249,13 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
       {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.8, .top_k = 5}, -1, {}, mask_of([](int64_t i) { return i % 2; })},
       {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.5, .top_p = 0.8f}, -1, {}, mask_of([](int64_t i) { return i % 3; })},
       {flat, {.temperature = 1.0f, .uniform = 0.3, .top_p = 0.95f}, -1, many, mask_of([](int64_t i) { return i % 2; })},
+      // One id allowed (a finished JSON answer: the end of text alone), and fewer than a top-k's or the nucleus's
+      // candidates (the rest -inf among them).
+      {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.9}, int32_t(V / 2), {}, mask_of([&](int64_t i) { return i == V / 2; })},
+      {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.9, .top_p = 0.9f}, int32_t(V / 2), many,
+       mask_of([&](int64_t i) { return i == V / 2; })},
+      {random_logit(3.0f), {.temperature = 1.0f, .uniform = 0.99, .top_k = 9}, -1, {}, mask_of([](int64_t i) { return i % 5 == 1 && i < 15; })},
+      {random_logit(0.3f), {.temperature = 1.0f, .uniform = 0.99, .top_p = 0.99f}, -1, {}, mask_of([](int64_t i) { return i % 7 == 2; })},
   };
   const int64_t back_before_edited = gpu->draws_with_logits_back();
   expect_planted_draws(*gpu, V, edited, weights);
