@@ -117,8 +117,7 @@ inline float scaled_logit(float logit, float temperature) {
   return v == v ? v : -std::numeric_limits<float>::infinity();
 }
 
-// A candidate of the top-k draw (or of the sampler's top-p buckets): (s, id), and their order: larger s first, ties
-// to the lower id.
+// A candidate of the top-k or nucleus draw: (s, id), and their order: larger s first, ties to the lower id.
 using DrawCandidate = std::pair<float, int32_t>;
 inline bool draw_order(const DrawCandidate& a, const DrawCandidate& b) {
   return a.first != b.first ? a.first > b.first : a.second < b.second;
