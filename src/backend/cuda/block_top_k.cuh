@@ -1,6 +1,6 @@
 // The pieces of a block's top-k selection that the indexer's selection (index_select_kernel.cu) and a top-k draw's
-// candidates (row_draw_kernel.cu) share: a radix select's histogram counts and bin choice, the rank of ties by index,
-// and the bitonic sort of the selected entries. An entry is (key << 32) | (0xffffffff - index): larger keys first, and
+// candidates (row_draw_kernel.cu) share: a radix select's histogram counts and bin choice, the selected entries'
+// placement (ties ranked by index), and the bitonic sort of them. An entry is (key << 32) | (0xffffffff - index): larger keys first, and
 // of equal keys the lower index first.
 #pragma once
 
@@ -51,6 +51,33 @@ __device__ __forceinline__ void exclusive_scan_by_thread(uint32_t* counts) {
     }
   }
   __syncthreads();
+}
+
+// The selection's entries, key_of(i) for i in [0, n): every index whose key is above the threshold, anywhere in
+// entries [0, first_equal) (n_placed counts them: shared, 0 before the call), and of those equal to it the `wanted`
+// lowest indices, in index order, into [first_equal, first_equal + wanted). Each thread takes a contiguous run of
+// indices, so that a block scan of its counts of equal keys (counts: kThreads of shared memory) ranks them by index.
+// Every thread of the block calls it.
+template <int kThreads, class KeyOf>
+__device__ __forceinline__ void place_selected_entries(const KeyOf& key_of, int64_t n, uint32_t threshold,
+                                                       int64_t first_equal, int64_t wanted, uint32_t* counts,
+                                                       uint32_t* n_placed, uint64_t* entries) {
+  const int64_t run = (n + kThreads - 1) / kThreads, i0 = min(n, int64_t(threadIdx.x) * run), i1 = min(n, i0 + run);
+  uint32_t equal = 0;
+  for (int64_t i = i0; i < i1; ++i) equal += key_of(i) == threshold;
+  counts[threadIdx.x] = equal;
+  exclusive_scan_by_thread<kThreads>(counts);
+  int64_t rank = counts[threadIdx.x];
+  for (int64_t i = i0; i < i1; ++i) {
+    const uint32_t key = key_of(i);
+    const uint64_t entry = (uint64_t(key) << 32) | (0xffffffffu - uint32_t(i));
+    if (key > threshold) {
+      entries[atomicAdd(n_placed, 1u)] = entry;
+    } else if (key == threshold) {
+      if (rank < wanted) entries[first_equal + rank] = entry;
+      ++rank;
+    }
+  }
 }
 
 // entries[0, k) sorted best first (larger entry first): a bitonic sort over the next power of two, padded with 0

@@ -90,25 +90,8 @@ __global__ void __launch_bounds__(kThreads, 2) index_select_kernel(const IndexSe
   }
   __syncthreads();
   // Keys above the threshold go anywhere in entries [0, n_above); of the keys equal to it the ties_wanted lowest
-  // indices, in index order, into [n_above, k). Each thread takes a contiguous range of indices, so that a block
-  // scan of its tie counts ranks the ties by index.
-  const uint32_t key_k = threshold;
-  const int64_t chunk = (n + kThreads - 1) / kThreads, j0 = min(n, threadIdx.x * chunk), j1 = min(n, j0 + chunk);
-  uint32_t ties = 0;
-  for (int64_t j = j0; j < j1; ++j) ties += key_of(j) == key_k;
-  tie_count[threadIdx.x] = ties;
-  exclusive_scan_by_thread<kThreads>(tie_count);
-  int64_t tie_rank = tie_count[threadIdx.x];
-  for (int64_t j = j0; j < j1; ++j) {
-    const uint32_t key = key_of(j);
-    const uint64_t entry = (uint64_t(key) << 32) | (0xffffffffu - uint32_t(j));
-    if (key > key_k) {
-      entries[atomicAdd(&n_placed, 1u)] = entry;
-    } else if (key == key_k) {
-      if (tie_rank < ties_wanted) entries[n_above + tie_rank] = entry;
-      ++tie_rank;
-    }
-  }
+  // indices, in index order, into [n_above, k).
+  place_selected_entries<kThreads>(key_of, n, threshold, n_above, ties_wanted, tie_count, &n_placed, entries);
   sort_entries_best_first<kThreads>(entries, k);  // by (key, index)
   int32_t* selected = p.selected + p.token_selected_at[t];
   for (int64_t r = threadIdx.x; r < k; r += kThreads) selected[r] = int32_t(0xffffffffu - uint32_t(entries[r]));

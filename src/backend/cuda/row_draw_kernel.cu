@@ -231,25 +231,8 @@ __global__ void __launch_bounds__(kThreads) row_top_k_kernel(const float* x, int
     mask |= 255u << shift;
     __syncthreads();
   }
-  const uint32_t threshold = prefix;  // the k-th largest bits; `wanted` of the ids equal to it are taken
-  const int64_t first_equal = k - wanted;  // where the equal ones go, after the k - wanted above
-  // Each thread takes a contiguous run of ids, so that a scan of its counts of equal ones ranks them by id.
-  const int64_t run = (width + kThreads - 1) / kThreads, i0 = min(width, int64_t(threadIdx.x) * run), i1 = min(width, i0 + run);
-  uint32_t equal = 0;
-  for (int64_t i = i0; i < i1; ++i) equal += bits_of(i) == threshold;
-  equal_count[threadIdx.x] = equal;
-  exclusive_scan_by_thread<kThreads>(equal_count);
-  int64_t rank = equal_count[threadIdx.x];
-  for (int64_t i = i0; i < i1; ++i) {
-    const uint32_t b = bits_of(i);
-    const uint64_t entry = (uint64_t(b) << 32) | (0xffffffffu - uint32_t(i));
-    if (b > threshold) {
-      entries[atomicAdd(&n_placed, 1u)] = entry;
-    } else if (b == threshold) {
-      if (rank < wanted) entries[first_equal + rank] = entry;
-      ++rank;
-    }
-  }
+  // The k-th largest bits: the k - wanted ids above them, and the `wanted` lowest ids equal to them after those.
+  place_selected_entries<kThreads>(bits_of, width, prefix, k - wanted, wanted, equal_count, &n_placed, entries);
   sort_entries_best_first<kThreads>(entries, k);
   DeviceDrawCandidate* row_out = out + int64_t(blockIdx.x) * max_k;
   for (int j = threadIdx.x; j < k; j += kThreads) {
