@@ -84,6 +84,7 @@ struct Engine::Impl {
   SharedPageCounter shared_pages;
   std::vector<ForwardChunk> chunks;
   std::vector<Sequence*> chunk_seqs;
+  std::vector<size_t> shaped;  // the chunks whose draw has penalties or a JSON mask to make (TokenDraw::edits, ::allowed)
   std::vector<std::pair<Sequence*, int64_t>> planned;
   std::vector<char> drop_running, drop_waiting;  // per step: 1 rejected, 2 preempted, 3 admitted
   std::unique_ptr<JsonTokenTable> json_table;  // built at open when there is a tokenizer
@@ -478,6 +479,7 @@ void Engine::Impl::step() {
   // Admissions (in plan order) become the newest running sequences.
   chunks.clear();
   chunk_seqs.clear();
+  shaped.clear();
   planned.clear();
   bool queues_change = !plan.rejected.empty() || !plan.preempted.empty();
   for (const ScheduledChunk& c : plan.chunks) {
@@ -541,28 +543,23 @@ void Engine::Impl::step() {
     // nothing from the sampler's stream). One that draws takes its uniform from the stream now, as sample() would.
     const bool draws = s->n_computed + n == int64_t(s->tokens.size());
     fc.draw_only = !draws || draws_on_forward(*s);
-    if (draws && fc.draw_only) fc.draw = s->sampler.forward_draw(s->sampling, model->config().vocab_size);
+    if (draws && fc.draw_only) {
+      fc.draw = s->sampler.forward_draw(s->sampling, model->config().vocab_size);
+      if (has_penalties(s->sampling) || s->json || s->json_schema) shaped.push_back(chunks.size());
+    }
     chunks.push_back(fc);
     chunk_seqs.push_back(s);
   }
   // The drawing chunks' penalties as logit edits and JSON answers' masks (TokenDraw::edits, ::allowed), each from its
   // sequence's prompt, output and JSON state, on the backend's threads (a long prompt's repetition penalty walks all
-  // of it, a mask the whole vocabulary), where any sequence has them.
-  auto shapes_its_draw = [&](int64_t c) {
-    const Sequence& s = *chunk_seqs[size_t(c)];
-    const ForwardChunk& fc = chunks[size_t(c)];
-    const bool draws = s.n_computed + int64_t(fc.ids.size()) == int64_t(s.tokens.size());
-    return draws && fc.draw_only && (has_penalties(s.sampling) || s.json || s.json_schema);
-  };
-  bool any_shaped = false;
-  for (size_t c = 0; c < chunks.size(); ++c) any_shaped = any_shaped || shapes_its_draw(int64_t(c));
-  if (any_shaped) {
-    model->backend().for_rows(int64_t(chunks.size()), [&](int64_t c0, int64_t c1) {
+  // of it, a mask the whole vocabulary).
+  if (!shaped.empty()) {
+    model->backend().for_rows(int64_t(shaped.size()), [&](int64_t i0, int64_t i1) {
       thread_local DrawScratch scratch;  // (counts and masks over the vocabulary, kept from step to step)
-      for (int64_t c = c0; c < c1; ++c) {
-        if (!shapes_its_draw(c)) continue;
-        Sequence& s = *chunk_seqs[size_t(c)];
-        TokenDraw& draw = chunks[size_t(c)].draw;
+      for (int64_t i = i0; i < i1; ++i) {
+        const size_t c = shaped[size_t(i)];
+        Sequence& s = *chunk_seqs[c];
+        TokenDraw& draw = chunks[c].draw;
         if (has_penalties(s.sampling)) {
           const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.n_prompt));
           const std::span<const int32_t> generated(s.tokens.data() + s.n_prompt, size_t(s.n_generated()));

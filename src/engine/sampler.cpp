@@ -39,13 +39,18 @@ Sampler::Scratch& Sampler::thread_scratch() {
   return scratch;
 }
 
-TokenDraw Sampler::forward_draw(const SamplingParams& p, int64_t vocab) {
+TokenDraw Sampler::draw_of(const SamplingParams& p, int64_t vocab) {
   if (!(p.temperature > 0.0f)) return TokenDraw{};  // greedy (a NaN temperature too)
   return {.temperature = p.temperature,
-          .uniform = next_uniform(),
           .top_k = p.top_k > 0 && p.top_k < vocab ? p.top_k : 0,
           .top_p = p.top_p,
           .min_p = p.min_p};
+}
+
+TokenDraw Sampler::forward_draw(const SamplingParams& p, int64_t vocab) {
+  TokenDraw d = draw_of(p, vocab);
+  if (d.temperature > 0.0f) d.uniform = next_uniform();
+  return d;
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p) {
@@ -55,10 +60,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams
 void Sampler::distribution(const float* logits, int64_t vocab, const SamplingParams& p,
                            std::vector<std::pair<int32_t, double>>& out) {
   out.clear();
-  const TokenDraw d{.temperature = p.temperature,  // (forward_draw's, without its uniform)
-                    .top_k = p.top_k > 0 && p.top_k < vocab ? p.top_k : 0,
-                    .top_p = p.top_p,
-                    .min_p = p.min_p};
+  const TokenDraw d = draw_of(p, vocab);
   if (!(d.temperature > 0.0f)) {
     out.emplace_back(int32_t(argmax(logits, vocab)), 1.0);
     return;

@@ -41,6 +41,9 @@ class Sampler {
     TemperatureWeights plain;               // the plain temperature draw's weights
   };
   static Scratch& thread_scratch();
+  // The draw of params without its uniform: greedy where the temperature is not positive, a top-k only below the
+  // vocabulary.
+  static TokenDraw draw_of(const SamplingParams& params, int64_t vocab);
   uint64_t state_[4];
 };
 

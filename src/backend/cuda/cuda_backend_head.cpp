@@ -185,9 +185,11 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
     drawn_dev_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
     drawn_host_.reserve(size_t(p.n_tokens) * sizeof(int32_t));
     bool sampled = false;  // (greedy rows alone need no draws on the device)
-    for (const TokenDraw& d : draws) sampled = sampled || d.temperature > 0.0f;
-    for (const TokenDraw& d : draws) max_top_k = std::max(max_top_k, candidates_of(d));
-    for (const TokenDraw& d : draws) nucleus = nucleus || draws_nucleus(d, p.n_rows);
+    for (const TokenDraw& d : draws) {
+      sampled = sampled || d.temperature > 0.0f;
+      max_top_k = std::max(max_top_k, candidates_of(d));
+      nucleus = nucleus || draws_nucleus(d, p.n_rows);
+    }
     DI_CHECK(max_top_k <= cuda::kRowTopKMax);  // (the callers decline wider ones: draws_fit)
     const cuda::DeviceTokenDraw* device_draws = nullptr;
     if (sampled) {  // (the pinned copy is free again: every call here ends in the stream's wait)
