@@ -43,6 +43,10 @@ struct EngineOptions {
   int default_max_tokens = 4096;             // when a request leaves max_tokens unset (capped by the context)
   PrefillLayout prefill_layout = PrefillLayout::kPrompt;
   bool default_thinking = true;              // chat requests that do not say (DeepSeek API default)
+  // Every next token drawn by the engine from its logits brought back (penalties, JSON masks and log-probabilities
+  // applied there), instead of in the forward (on a GPU: on the device): the same tokens, for checking a backend's
+  // draws against the engine's own (README "--draws-on-host").
+  bool draws_on_host = false;
 };
 
 // Per-request sampling and stopping. temperature 0 = greedy (argmax, ties to the lower id).

@@ -474,15 +474,16 @@ class Backend {
   // The Engram update where the backend keeps the stream (EngramGateParams); false: it did nothing, and the model
   // fetches the stream and updates it on the host.
   virtual bool engram_gate(const EngramGateParams& /*p*/) { return false; }
-  // A linear op whose rows' draws are all the caller needs for some tokens (the head of a draw without a JSON mask
-  // or log-probabilities, its edits (penalties) included): the op as linear() computes it, drawn[t] =
-  // model/token_draw.h's draw_token(token t's outputs, draws[t]) for every token (draws: one a token), and the
-  // outputs of only the tokens with keep_out[t] != 0 written to p.out; the others' rows there are left as they were
-  // (a drawing row with edits is never kept). false: it did nothing, and the caller runs linear() and draws itself
-  // (the CPU backends always). The CUDA backend brings back the kept rows and one id a token instead of every token's
-  // outputs (V4's head: 517 KB a token).
+  // A linear op whose rows' draws are all the caller needs for some tokens (the head of a sequence's draw, its edits
+  // (penalties), JSON mask and log-probabilities included): the op as linear() computes it, drawn[t] =
+  // model/token_draw.h's draw_token(token t's outputs, draws[t]) for every token (draws: one a token), where
+  // draws[t].logprobs >= 0 logprobs[t] = token_logprobs(token t's outputs, drawn[t], draws[t].logprobs) (logprobs: one a
+  // token, nullptr where no draw asks), and the outputs of only the tokens with keep_out[t] != 0 written to p.out; the
+  // others' rows there are left as they were (a drawing row with edits is never kept). false: it did nothing, and the
+  // caller runs linear() and draws itself (the CPU backends always). The CUDA backend brings back the kept rows and one
+  // id a token (with its log-probabilities' few values) instead of every token's outputs (V4's head: 517 KB a token).
   virtual bool linear_draws(const LinearParams& /*p*/, std::span<const uint8_t> /*keep_out*/,
-                            std::span<const TokenDraw> /*draws*/, int32_t* /*drawn*/) {
+                            std::span<const TokenDraw> /*draws*/, int32_t* /*drawn*/, TokenLogprob* /*logprobs*/) {
     return false;
   }
   // How many draws linear_draws() and head_on_kept_stream() took so far whose row's logits had to come back (a
@@ -490,13 +491,13 @@ class Backend {
   virtual int64_t draws_with_logits_back() const { return 0; }
   // The head (linear_draws's op `head`, its x the rows' y: head.x is not read) on the head's input rows where the
   // backend keeps the stream (HeadRowsParams): the outputs of the tokens with keep_out[t] != 0 written to head.out, and
-  // where drawn is not nullptr every token's draw (draws, as linear_draws's) there. false: it did nothing, and the
-  // model fetches the stream and runs the host's steps. The CUDA backend runs it whole with one wait: nothing but the
+  // where drawn is not nullptr every token's draw (draws, drawn and logprobs as linear_draws's) there. false: it did
+  // nothing, and the model fetches the stream and runs the host's steps. The CUDA backend runs it whole with one wait: nothing but the
   // kept rows and the ids cross (with the host's steps the stream came back, hc_mix's input went out again, and each
   // waited).
   virtual bool head_on_kept_stream(const HeadRowsParams& /*rows*/, const LinearParams& /*head*/,
                                    std::span<const uint8_t> /*keep_out*/, std::span<const TokenDraw> /*draws*/,
-                                   int32_t* /*drawn*/) {
+                                   int32_t* /*drawn*/, TokenLogprob* /*logprobs*/) {
     return false;
   }
   // True where the backend can keep arrays between calls (HeadRope, ProjectionChainParams::q_rope and the kept

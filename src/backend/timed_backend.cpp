@@ -174,19 +174,19 @@ bool TimedBackend::engram_gate(const EngramGateParams& p) {
   return true;
 }
 bool TimedBackend::linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
-                                int32_t* drawn) {
+                                int32_t* drawn, TokenLogprob* logprobs) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t back = inner_->draws_with_logits_back();
-  if (!inner_->linear_draws(p, keep_out, draws, drawn)) return false;
+  if (!inner_->linear_draws(p, keep_out, draws, drawn, logprobs)) return false;
   record_chain({&p, 1}, {}, seconds_since(t0));
   (*times_)[size_t(OpKind::kLinear)].draws_with_logits_back += inner_->draws_with_logits_back() - back;
   return true;
 }
 bool TimedBackend::head_on_kept_stream(const HeadRowsParams& rows, const LinearParams& head, std::span<const uint8_t> keep_out,
-                                       std::span<const TokenDraw> draws, int32_t* drawn) {
+                                       std::span<const TokenDraw> draws, int32_t* drawn, TokenLogprob* logprobs) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t back = inner_->draws_with_logits_back();
-  if (!inner_->head_on_kept_stream(rows, head, keep_out, draws, drawn)) return false;
+  if (!inner_->head_on_kept_stream(rows, head, keep_out, draws, drawn, logprobs)) return false;
   record_chain({&head, 1}, {}, seconds_since(t0));
   ++(*times_)[size_t(OpKind::kLinear)].heads_on_kept_stream;
   (*times_)[size_t(OpKind::kLinear)].draws_with_logits_back += inner_->draws_with_logits_back() - back;

@@ -103,10 +103,10 @@ class TimedBackend final : public Backend {
   bool engram_gate(const EngramGateParams& p) override;  // as its linear op (its gate is no row work)
   int64_t draws_with_logits_back() const override { return inner_->draws_with_logits_back(); }
   bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
-                    int32_t* drawn) override;  // as linear
+                    int32_t* drawn, TokenLogprob* logprobs) override;  // as linear
   // As its linear op; counted in OpTime::heads_on_kept_stream.
   bool head_on_kept_stream(const HeadRowsParams& rows, const LinearParams& head, std::span<const uint8_t> keep_out,
-                           std::span<const TokenDraw> draws, int32_t* drawn) override;
+                           std::span<const TokenDraw> draws, int32_t* drawn, TokenLogprob* logprobs) override;
   bool keeps_arrays() const override { return inner_->keeps_arrays(); }
   bool keeps_selections() const override { return inner_->keeps_selections(); }
   int64_t kept_selection_extra_rows() const override { return inner_->kept_selection_extra_rows(); }

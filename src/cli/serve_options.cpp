@@ -17,6 +17,8 @@ void add_serve_options(CLI::App* cmd, ServeArgs& a, bool with_address, bool mode
   cmd->add_flag("--exact", a.engine.exact, "reference kernels (exact, slow)");
   add_backend_option(cmd, &a.engine.cuda);
   cmd->add_flag("--mlock", a.engine.lock_weights, "keep the whole checkpoint in RAM (mlock): read at start, never paged out");
+  cmd->add_flag("--draws-on-host", a.engine.draws_on_host,
+                "draw every token on the host from its logits brought back (the engine's own draws, for checking a GPU's: the same tokens, slower)");
   cmd->add_flag("--swa-replay", a.engine.swa_bounded_replay, "V4.1: SWA bounded replay in prefill (spec 7.10): the decoder layers run only on the last window + DSpark-block tokens (faster, approximate; off = exact)");
   cmd->add_option("--max-batch-tokens", a.engine.max_batch_tokens, "tokens per forward step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-running", a.engine.max_running, "sequences per forward step")->check(CLI::Range(1, 4096));

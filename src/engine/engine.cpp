@@ -97,9 +97,10 @@ struct Engine::Impl {
   void step();
   void finish(Sequence& seq, EndReason reason, const std::string& error = "");
   void publish(Sequence& seq);
-  // A step's next tokens come in two parts: draw_next (penalties, the JSON mask, the draw and its log-probability)
-  // for every sequence at once on the model backend's threads, as each has its own sampler stream, JSON state and
-  // logits row (at batch 256 one thread drew ~0.3 s a step with temperature alone); then commit_next in order.
+  // A step's next tokens come in two parts: draw_next (the forward's draw taken over, or with draws_on_host the
+  // penalties, the JSON mask, the draw and its log-probability from the logits) for every sequence at once on the
+  // model backend's threads, as each has its own sampler stream, JSON state and logits row (at batch 256 one thread
+  // drew ~0.3 s a step with temperature alone); then commit_next in order.
   struct DrawScratch {  // a thread's
     PenaltyScratch penalty;
     std::vector<float> raw_logits;
@@ -113,10 +114,11 @@ struct Engine::Impl {
     TokenLogprob logprob;
   };
   Drawn draw_next(Sequence& seq, ChunkOutput& output, DrawScratch& scratch) const;
-  // A draw without log-probabilities: the forward then brings back the drawn id alone (ForwardChunk::draw_only),
-  // drawn on the device by a GPU backend (a top-k or nucleus draw from candidates found there), the penalties and a
-  // JSON answer's mask applied there too (TokenDraw::edits, ::allowed).
-  bool draws_on_forward(const Sequence& s) const { return !s.sampling.logprobs; }
+  // Every draw but with EngineOptions::draws_on_host: the forward then brings back the drawn id alone
+  // (ForwardChunk::draw_only), drawn on the device by a GPU backend (a top-k or nucleus draw from candidates found
+  // there), the penalties and a JSON answer's mask applied there too (TokenDraw::edits, ::allowed), with its
+  // log-probabilities (TokenDraw::logprobs).
+  bool draws_on_forward() const { return !options.draws_on_host; }
   // A JSON answer's next-token mask (allowed: a byte an id), from the sequence's validator: only tokens that keep the
   // answer a valid prefix.
   void json_answer_mask(const Sequence& s, DrawScratch& scratch, std::vector<uint8_t>& allowed) const;
@@ -542,9 +544,10 @@ void Engine::Impl::step() {
     // A chunk that draws nothing (a prompt's chunk before its last) needs no logits either (and draws greedily, taking
     // nothing from the sampler's stream). One that draws takes its uniform from the stream now, as sample() would.
     const bool draws = s->n_computed + n == int64_t(s->tokens.size());
-    fc.draw_only = !draws || draws_on_forward(*s);
+    fc.draw_only = !draws || draws_on_forward();
     if (draws && fc.draw_only) {
       fc.draw = s->sampler.forward_draw(s->sampling, model->config().vocab_size);
+      if (s->sampling.logprobs) fc.draw.logprobs = s->sampling.top_logprobs;
       if (has_penalties(s->sampling) || s->json || s->json_schema) shaped.push_back(chunks.size());
     }
     chunks.push_back(fc);
@@ -630,8 +633,9 @@ Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, ChunkOutput& output, Dr
   Drawn drawn;
   const bool constrained = (s.json || s.json_schema) && s.json_active;
   if (output.logits.empty()) {  // draw_only: the forward drew it (with the mask made as the step was planned)
-    DI_CHECK(draws_on_forward(s) && output.drawn >= 0);
+    DI_CHECK(draws_on_forward() && output.drawn >= 0);
     drawn.id = output.drawn;
+    if (s.sampling.logprobs) drawn.logprob = std::move(output.logprob);
     if (constrained) {
       DI_CHECK(s.json_allowed[size_t(drawn.id)]);
       drawn.json_complete_eos = drawn.id == model->config().eos_token_id;  // allowed only where the document may end
@@ -643,7 +647,7 @@ Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, ChunkOutput& output, Dr
   const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.n_prompt));
   const std::span<const int32_t> generated(s.tokens.data() + s.n_prompt, size_t(s.n_generated()));
   const float* raw = row;  // logprobs are over the model's logits, before penalties and temperature
-  if (s.sampling.logprobs && (has_penalties(s.sampling) || constrained)) {
+  if (s.sampling.logprobs && (has_penalties(s.sampling) || s.json || s.json_schema)) {  // (a thinking one's mask too)
     scratch.raw_logits.assign(row, row + vocab);
     raw = scratch.raw_logits.data();
   }

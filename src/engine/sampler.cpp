@@ -136,25 +136,4 @@ void apply_penalties(float* logits, int64_t vocab, const SamplingParams& p, std:
   apply_edits(logits, vocab, scratch.edits);
 }
 
-void token_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n, TokenLogprob& out) {
-  const float max_logit = max_value(logits, vocab);
-  const double log_z = double(max_logit) + std::log(exp_fixed_sum(logits, vocab, max_logit, nullptr));
-  out.id = chosen;
-  out.logprob = float(double(logits[chosen]) - log_z);
-  out.top.clear();
-  if (top_n <= 0) return;
-  // Keep the top_n best seen so far in `out.top`, sorted best first (insertion: top_n is at most 20).
-  auto better = [](float a, int32_t ia, float b, int32_t ib) { return a != b ? a > b : ia < ib; };
-  for (int64_t i = 0; i < vocab; ++i) {
-    const float l = logits[i];
-    if (int(out.top.size()) == top_n && !better(l, int32_t(i), out.top.back().second, out.top.back().first)) continue;
-    if (int(out.top.size()) < top_n) out.top.emplace_back(int32_t(i), l);
-    else out.top.back() = {int32_t(i), l};
-    for (size_t j = out.top.size() - 1; j > 0 && better(out.top[j].second, out.top[j].first, out.top[j - 1].second, out.top[j - 1].first); --j) {
-      std::swap(out.top[j], out.top[j - 1]);
-    }
-  }
-  for (auto& [id, value] : out.top) value = float(double(value) - log_z);
-}
-
 }  // namespace deepinfer

@@ -65,7 +65,4 @@ void apply_penalties(float* logits, int64_t vocab, const SamplingParams& params,
                      std::span<const int32_t> generated, PenaltyScratch& scratch);
 bool has_penalties(const SamplingParams& params);
 
-// log_softmax(logits)[chosen] and the top_n most likely tokens (most likely first, ties to the lower id).
-void token_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n, TokenLogprob& out);
-
 }  // namespace deepinfer

@@ -177,9 +177,15 @@ bool head_outputs_with(Backend& backend, const LinearWeight& head, const float* 
       drawing.push_back(ci);
     }
     std::vector<int32_t> ids(size_t(n_rows), -1);
+    bool any_logprobs = false;
+    for (const TokenDraw& d : row_draws) any_logprobs = any_logprobs || d.logprobs >= 0;
+    std::vector<TokenLogprob> logprobs(any_logprobs ? size_t(n_rows) : 0);
     const LinearParams p{y, dim, n_rows, &head, 0, vocab, Epilogue::kF32, nullptr, logits, vocab};
-    if (!run(p, keep_out, row_draws, any_draw ? ids.data() : nullptr)) return false;
-    for (size_t ci : drawing) outputs[ci].drawn = ids[size_t(first_row[ci])];
+    if (!run(p, keep_out, row_draws, any_draw ? ids.data() : nullptr, any_logprobs ? logprobs.data() : nullptr)) return false;
+    for (size_t ci : drawing) {
+      outputs[ci].drawn = ids[size_t(first_row[ci])];
+      if (draws[ci]->logprobs >= 0) outputs[ci].logprob = std::move(logprobs[size_t(first_row[ci])]);
+    }
   }
   if (in_place) return true;
   backend.for_rows(int64_t(outputs.size()), [&](int64_t c0, int64_t c1) {
@@ -196,14 +202,18 @@ void head_outputs(Backend& backend, const LinearWeight& head, const float* y, in
                   std::span<const std::optional<TokenDraw>> draws, std::vector<ChunkOutput>& outputs) {
   head_outputs_with(backend, head, y, dim, counts, draws, outputs,
                     [&](const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> row_draws,
-                        int32_t* drawn) {
+                        int32_t* drawn, TokenLogprob* logprobs) {
                       if (!drawn) {
                         backend.linear(p);
-                      } else if (!backend.linear_draws(p, keep_out, row_draws, drawn)) {
+                      } else if (!backend.linear_draws(p, keep_out, row_draws, drawn, logprobs)) {
                         backend.linear(p);
                         backend.for_rows(p.n_tokens, [&](int64_t r0, int64_t r1) {  // the drawing rows' draws
                           for (int64_t r = r0; r < r1; ++r) {
-                            if (!keep_out[size_t(r)]) drawn[r] = draw_token(p.out + r * p.out_stride, p.n_rows, row_draws[size_t(r)]);
+                            if (keep_out[size_t(r)]) continue;
+                            const TokenDraw& d = row_draws[size_t(r)];
+                            const float* row = p.out + r * p.out_stride;  // (draw_token edits and masks a copy)
+                            drawn[r] = draw_token(row, p.n_rows, d);
+                            if (d.logprobs >= 0) token_logprobs(row, p.n_rows, drawn[r], d.logprobs, logprobs[r]);
                           }
                         });
                       }

@@ -59,9 +59,9 @@ struct ForwardChunk {
   // the golden contract: window part min(P, window) slots, compressed part sized from P); 0: decode.
   int64_t prompt_len = 0;
   bool all_logits = false;  // logits for every token, else for the last one only
-  // Only the last token's draw (`draw`: greedy, top-k or at a plain temperature), not its logits: ChunkOutput::drawn,
-  // drawn on the backend where it can (Backend::linear_draws: a GPU then sends one id back instead of the
-  // vocabulary's logits). Not with all_logits.
+  // Only the last token's draw (`draw`, with its edits, mask and log-probabilities), not its logits:
+  // ChunkOutput::drawn (and ::logprob), drawn on the backend where it can (Backend::linear_draws: a GPU then sends one
+  // id back instead of the vocabulary's logits). Not with all_logits.
   bool draw_only = false;
   TokenDraw draw = {};
   bool keep_hidden = false; // return the final 4-copy stream of every token (the MTP input)
@@ -82,6 +82,7 @@ struct MtpChunk {
 struct ChunkOutput {
   std::vector<float> logits;   // [n_rows, vocab]: every token or just the last (empty with draw_only)
   int32_t drawn = -1;          // draw_only: draw_token of the last token's logits (-1: the chunk had no tokens)
+  TokenLogprob logprob;        // draw_only with draw.logprobs >= 0: the drawn token's (token_logprobs)
   std::vector<float> hidden;   // [n, hc_mult, dim] when keep_hidden (V4.1: [n, n_taps * dim] DSpark taps)
   // The chunk token that hidden's first row belongs to: 0, except after an SWA bounded replay, whose
   // hidden holds only the tail's rows (the skipped tokens never reach the tap layers).

@@ -158,12 +158,13 @@ std::vector<std::optional<TokenDraw>> draws_of(std::span<const Chunk> chunks) {
 // their logits rows, or where draws[ci] is set, the draw of the chunk's row alone (ChunkOutput::drawn). The logits
 // go straight into the chunk's own output where the call has one chunk, else into a buffer the thread keeps from call
 // to call (a batch-256 decode step's 132 MB of V4 logits were a fresh, zero-filled vector each step, then copied chunk
-// by chunk on one thread) and out to the chunks on the backend's threads. run(p, keep_out, row_draws, drawn) computes
-// the head op p (p.out: the logits, one row a logit row), writing the rows where keep_out[r] != 0 and, unless drawn is
-// nullptr (no chunk draws), the draws row_draws[r] (one a row) of the rows where keep_out[r] == 0 into drawn[r];
-// false: it did nothing, and neither does head_outputs_with.
+// by chunk on one thread) and out to the chunks on the backend's threads. run(p, keep_out, row_draws, drawn, logprobs)
+// computes the head op p (p.out: the logits, one row a logit row), writing the rows where keep_out[r] != 0 and, unless
+// drawn is nullptr (no chunk draws), the draws row_draws[r] (one a row) of the rows where keep_out[r] == 0 into
+// drawn[r], and their log-probabilities into logprobs[r] where row_draws[r].logprobs >= 0 (logprobs: nullptr where
+// none does); false: it did nothing, and neither does head_outputs_with.
 using HeadRun = std::function<bool(const LinearParams& p, std::span<const uint8_t> keep_out,
-                                   std::span<const TokenDraw> row_draws, int32_t* drawn)>;
+                                   std::span<const TokenDraw> row_draws, int32_t* drawn, TokenLogprob* logprobs)>;
 bool head_outputs_with(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
                        std::span<const std::optional<TokenDraw>> draws, std::vector<ChunkOutput>& outputs, const HeadRun& run);
 // head_outputs_with on y [n_rows, dim] on the host: the backend draws where it can (Backend::linear_draws), else the
@@ -185,7 +186,9 @@ bool head_outputs_on_kept_stream(Backend& backend, const LinearWeight& head, Hea
   rows.rows = tokens;
   return head_outputs_with(backend, head, nullptr, rows.dim, counts, draws_of(chunks), outputs,
                            [&](const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> row_draws,
-                               int32_t* drawn) { return backend.head_on_kept_stream(rows, p, keep_out, row_draws, drawn); });
+                               int32_t* drawn, TokenLogprob* logprobs) {
+                             return backend.head_on_kept_stream(rows, p, keep_out, row_draws, drawn, logprobs);
+                           });
 }
 
 // The mHC block's per-call buffers (V4's Model::run_block, V4.1's Model::mhc_block_v41), kept by each thread

@@ -319,4 +319,30 @@ int32_t draw_token(const float* logits, int64_t n, const TokenDraw& draw) {
   return int32_t(weights.pick(draw.uniform));
 }
 
+void logprobs_from_best(std::span<const DrawCandidate> best, double total, int32_t chosen, float chosen_logit, int top_n,
+                        TokenLogprob& out) {
+  DI_CHECK(!best.empty() && top_n >= 0);
+  const float m = best[0].first;
+  const bool finite = std::isfinite(m);
+  const double log_z = finite ? double(m) + std::log(total) : 0.0;
+  auto logprob = [&](float s) {
+    if (!finite) return s == m ? 0.0f : -std::numeric_limits<float>::infinity();
+    return float(double(s == 0.0f ? 0.0f : s) - log_z);  // (-0 as +0: a device's candidates carry +0)
+  };
+  out.id = chosen;
+  out.logprob = logprob(scaled_logit(chosen_logit, 1.0f));
+  out.top.clear();
+  const size_t n_top = std::min(size_t(top_n), best.size());
+  for (size_t j = 0; j < n_top; ++j) out.top.emplace_back(best[j].second, logprob(best[j].first));
+}
+
+void token_logprobs(const float* logits, int64_t n, int32_t chosen, int top_n, TokenLogprob& out) {
+  DI_CHECK(n > 0 && chosen >= 0 && chosen < n);
+  thread_local std::vector<DrawCandidate> best;
+  thread_local TemperatureWeights weights;
+  top_k_candidates(logits, n, 1.0f, logprob_candidates(top_n, n), best);
+  const double total = weights.weigh(logits, n, 1.0f) ? weights.total() : 0.0;
+  logprobs_from_best(best, total, chosen, logits[chosen], top_n, out);
+}
+
 }  // namespace deepinfer

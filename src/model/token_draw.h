@@ -31,11 +31,14 @@
 // total, and only a row whose cut lies past them needs its logits.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "deepinfer/types.h"
 
 namespace deepinfer {
 
@@ -69,6 +72,9 @@ struct TokenDraw {
   float top_p = 1.0f, min_p = 0.0f;
   std::span<const LogitEdit> edits = {};  // (a view: its owner outlives the draw)
   std::span<const uint8_t> allowed = {};  // empty, or one byte an id of the row (a view too: a JSON answer's mask)
+  // >= 0: the draw also gives the drawn id's log-probability and the `logprobs` most likely ids' (token_logprobs
+  // below, over the row before its edits and mask); -1: none.
+  int32_t logprobs = -1;
 };
 
 // Whether the draw is the top-k one, of a row of width n.
@@ -151,5 +157,19 @@ int32_t draw_from_top_k(std::span<const DrawCandidate> candidates, const TokenDr
 // the last with any weight. Eight weights at a time while the uniform lies past their sum (((w0 + w1) + (w2 + w3)) +
 // ((w4 + w5) + (w6 + w7))), then one at a time.
 size_t pick_weighted(const double* weights, size_t n, double mass, double uniform);
+
+// A draw's log-probabilities (TokenDraw::logprobs), over the model's logits x[0, n) before the draw's edits and mask,
+// as the plain draw at temperature 1 weighs them: s = x (a NaN as -inf; -0 as +0), m and the total are that draw's,
+// and an id's log-probability is f32(double(s) - (m + log(total))); where m is not finite, 0 for an s equal to m and
+// -inf for the others. The top ones are the order's first min(top_n, n) candidates at temperature 1 (larger s first,
+// ties to the lower id). A device finds them among the order's first logprob_candidates (the first's s is m) beside
+// the plain draw's total, and the drawn id's logit: logprobs_from_best.
+void token_logprobs(const float* logits, int64_t n, int32_t chosen, int top_n, TokenLogprob& out);
+// How many of the order's first candidates (at temperature 1) the log-probabilities of a row of width n read.
+inline int64_t logprob_candidates(int top_n, int64_t n) { return std::min<int64_t>(std::max(top_n, 1), n); }
+// token_logprobs from `best` (the order's first logprob_candidates(top_n, n) at temperature 1), the plain draw's total
+// at temperature 1 (not read where the first's s is not finite), and the chosen id's logit.
+void logprobs_from_best(std::span<const DrawCandidate> best, double total, int32_t chosen, float chosen_logit, int top_n,
+                        TokenLogprob& out);
 
 }  // namespace deepinfer

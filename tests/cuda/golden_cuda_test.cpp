@@ -3,6 +3,7 @@
 // kernels accumulate in fp32 like the fast CPU kernels, with the same rounding points).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <functional>
 
@@ -426,7 +427,8 @@ TEST(GoldenCudaKeptSelections, EqualTheSelectionsBroughtBackBitForBit) {
 // others' decode steps. The kernels never mix tokens inside a sum, so no result depends on its batch. Each sequence has
 // a twin in the same calls that asks for its draw alone (ForwardChunk::draw_only: Backend::linear_draws, the head's
 // draws on the device; greedy, at a temperature for the second sequence (with top-p 0.9 over the whole vocabulary at
-// odd rounds), with top-k for the third): draw_token of the sequence's logits row.
+// odd rounds), with top-k for the third): draw_token of the sequence's logits row, with its log-probabilities (the
+// first's at even rounds, the third's) token_logprobs of that row.
 void expect_batched_sequences_match_each_alone(const std::string& family, const std::string& model_name) {
   const std::string dir = testing::golden_dir() + "/" + family + "/" + model_name;
   if (!std::filesystem::exists(dir + "/case-3.safetensors")) GTEST_SKIP() << "golden data not found: " << dir;
@@ -454,7 +456,7 @@ void expect_batched_sequences_match_each_alone(const std::string& family, const 
     states.push_back(model.value()->new_sequence());
     twins.push_back(model.value()->new_sequence());
   }
-  int64_t n_draws = 0;
+  int64_t n_draws = 0, n_logprobs = 0;
   auto twin_draw = [](size_t round) { return TokenDraw{.temperature = 1.0f, .uniform = double((round * 37 + 11) % 100) / 100.0}; };
   std::vector<std::vector<float>> batched(cases.size());
   std::vector<size_t> step(cases.size(), 0);  // 0: the prefill is next
@@ -474,6 +476,8 @@ void expect_batched_sequences_match_each_alone(const std::string& family, const 
       if (which[k] == 1) chunks.back().draw = twin_draw(round);
       if (which[k] == 1 && round % 2 == 1) chunks.back().draw.top_p = 0.9f;
       if (which[k] == 2) chunks.back().draw = {.temperature = 0.9f, .uniform = twin_draw(round).uniform, .top_k = 8, .min_p = 0.02f};
+      if (which[k] == 0 && round % 2 == 0) chunks.back().draw.logprobs = 3;
+      if (which[k] == 2) chunks.back().draw.logprobs = 20;
     }
     const std::vector<ChunkOutput> out = model.value()->forward(chunks);
     for (size_t k = 0; k < n_seqs; ++k) {
@@ -482,12 +486,21 @@ void expect_batched_sequences_match_each_alone(const std::string& family, const 
       const ChunkOutput& twin = out[n_seqs + k];
       ASSERT_GE(out[k].logits.size(), size_t(V));
       EXPECT_TRUE(twin.logits.empty());
-      EXPECT_EQ(twin.drawn, draw_token(out[k].logits.data() + out[k].logits.size() - size_t(V), V, chunks[n_seqs + k].draw))
-          << "sequence " << which[k] << ", step " << step[which[k]] - 1;
+      const float* row = out[k].logits.data() + out[k].logits.size() - size_t(V);
+      const TokenDraw& draw = chunks[n_seqs + k].draw;
+      EXPECT_EQ(twin.drawn, draw_token(row, V, draw)) << "sequence " << which[k] << ", step " << step[which[k]] - 1;
+      if (draw.logprobs >= 0) {
+        TokenLogprob want;
+        token_logprobs(row, V, twin.drawn, draw.logprobs, want);
+        EXPECT_EQ(std::memcmp(&twin.logprob.logprob, &want.logprob, sizeof(float)), 0) << "sequence " << which[k];
+        EXPECT_EQ(twin.logprob.top, want.top) << "sequence " << which[k];
+        n_logprobs += 1;
+      }
       ++n_draws;
     }
   }
   EXPECT_GT(n_draws, 0);
+  EXPECT_GT(n_logprobs, 0);
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_EQ(alone[i].size(), (n_decode + 1) * size_t(V));
     EXPECT_EQ(alone[i], batched[i]) << "sequence " << i;

@@ -490,8 +490,8 @@ TEST(KeptArraysCuda, HeadOnTheKeptStreamGivesTheHostStepsBits) {
       std::vector<int32_t> ids(static_cast<size_t>(R), -1);
       std::vector<TokenDraw> draws(static_cast<size_t>(R));  // the first row at a temperature, the others greedy
       draws[0] = {.temperature = 0.8f, .uniform = 0.37};
-      EXPECT_FALSE(host_chain.head_on_kept_stream(hp, op, keep_out, draws, ids.data())) << "a backend without the device chains";
-      ASSERT_TRUE(gpu.head_on_kept_stream(hp, op, keep_out, draws, ids.data()));
+      EXPECT_FALSE(host_chain.head_on_kept_stream(hp, op, keep_out, draws, ids.data(), nullptr)) << "a backend without the device chains";
+      ASSERT_TRUE(gpu.head_on_kept_stream(hp, op, keep_out, draws, ids.data(), nullptr));
       EXPECT_TRUE(all_untouched(s.device.q)) << "the stream's host array written";
       gpu.fetch_kept(s.device.q.data(), int64_t(s.device.q.size()));
       // The host's steps (Model::head_norm_rows, then H5) on the stacked rows of the fetched stream.

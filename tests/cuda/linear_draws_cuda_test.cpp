@@ -52,11 +52,25 @@ void expect_draws_of_linear(Backend& gpu, const LinearWeight& w, const std::vect
   std::vector<uint8_t> keep_out(static_cast<size_t>(n_tokens));
   for (int64_t t = 0; t < n_tokens; ++t) keep_out[size_t(t)] = keep(t);
   std::vector<int32_t> ids(size_t(n_tokens), -1);
+  std::vector<TokenLogprob> logprobs(static_cast<size_t>(n_tokens));
   ASSERT_TRUE(gpu.linear_draws({x.data(), K, n_tokens, &w, 0, V, Epilogue::kF32, nullptr, out.data(), out_stride}, keep_out,
-                               draws, ids.data()));
+                               draws, ids.data(), logprobs.data()));
+  auto same_float = [](float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b)); };
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* row = &all[size_t(t * V)];
     EXPECT_EQ(ids[size_t(t)], draw_token(row, V, draws[size_t(t)])) << "token " << t;
+    if (draws[size_t(t)].logprobs >= 0) {  // over linear()'s row, before the edits and the mask
+      TokenLogprob want;
+      token_logprobs(row, V, ids[size_t(t)], draws[size_t(t)].logprobs, want);
+      const TokenLogprob& got = logprobs[size_t(t)];
+      EXPECT_EQ(got.id, ids[size_t(t)]) << "token " << t;
+      EXPECT_TRUE(same_float(got.logprob, want.logprob)) << "token " << t << ": " << got.logprob << " against " << want.logprob;
+      ASSERT_EQ(got.top.size(), want.top.size()) << "token " << t;
+      for (size_t j = 0; j < want.top.size(); ++j) {
+        EXPECT_EQ(got.top[j].first, want.top[j].first) << "token " << t << ", top " << j;
+        EXPECT_TRUE(same_float(got.top[j].second, want.top[j].second)) << "token " << t << ", top " << j;
+      }
+    }
     if (t < int64_t(want_ids.size())) {
       EXPECT_EQ(ids[size_t(t)], want_ids[size_t(t)]) << "token " << t;
     }
@@ -264,6 +278,35 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
   }
   expect_planted_draws(*gpu, V, {{[](int64_t row) { return row % 5 == 0 ? kNan : row % 7 == 3 ? 5.0f : -1.0f; },
                                   {.temperature = 1.0f, .uniform = 0.999, .top_p = 0.9f}}}, weights);
+
+  // Log-probabilities beside each kind of draw (over the rows before their edits and masks): greedy with none of the
+  // top ones, sampled, top-k and nucleus draws with up to 20 (more than a 13-wide row has), a flat nucleus row whose
+  // logits come back, a chosen id that an edit changed (its original logit is the one that counts) and a masked row,
+  // among rows without.
+  auto with_logprobs = [](TokenDraw d, int32_t n) {
+    d.logprobs = n;
+    return d;
+  };
+  auto best_at_10 = [](int64_t row) { return row == 10 ? 8.0f : 0.5f * float(std::sin(double(row))); };
+  const std::vector<LogitEdit> halve_10 = {{10, 2.0f, 0.5f}, {11, 1.5f, 0.25f}};
+  std::vector<Planted> asking = {
+      {random_logit(3.0f), with_logprobs({}, 0)},
+      {random_logit(3.0f), {.temperature = 0.8f, .uniform = 0.6}},
+      {random_logit(3.0f), with_logprobs({.temperature = 0.8f, .uniform = 0.6}, 5)},
+      {random_logit(3.0f), with_logprobs({.temperature = 1.0f, .uniform = 0.3, .top_k = 9}, 20)},
+      {random_logit(3.0f), with_logprobs({.temperature = 1.0f, .uniform = 0.7, .top_p = 0.9f}, 3)},
+      {flat, {.temperature = 1.0f, .uniform = 0.45, .top_p = 0.95f}},
+      {flat, with_logprobs({.temperature = 1.0f, .uniform = 0.45, .top_p = 0.95f}, 2), -1, many},
+      {best_at_10, with_logprobs({}, 4), V > 10 ? 10 : -1, halve_10},
+      {best_at_10, with_logprobs({.temperature = 0.5f, .uniform = 0.2}, 1), -1, halve_10},
+      {random_logit(3.0f), with_logprobs({.temperature = 1.0f, .uniform = 0.5, .top_p = 0.8f}, 20), -1, many,
+       mask_of([](int64_t i) { return i % 3; })},
+  };
+  expect_planted_draws(*gpu, V, asking, weights);
+  // Rows whose best is not finite, each alone: all NaN, one +inf, all -inf but a NaN.
+  expect_planted_draws(*gpu, V, {{[](int64_t) { return kNan; }, with_logprobs({.temperature = 1.0f, .uniform = 0.4}, 3), 0}}, weights);
+  expect_planted_draws(*gpu, V, {{[](int64_t row) { return row == 4 ? INFINITY : 1.0f; }, with_logprobs({}, 2), 4}}, weights);
+  expect_planted_draws(*gpu, V, {{[](int64_t row) { return row == 0 ? kNan : -INFINITY; }, with_logprobs({}, 20), 1}}, weights);
 }
 
 // Rows whose walk rounding leaves without a pick at each level (found by a search over rows of 600 ids at temperature 1):

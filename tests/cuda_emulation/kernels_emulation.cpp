@@ -618,6 +618,7 @@ void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t str
     TemperatureWeights weights;
     for (int64_t r = 0; r < n_rows; ++r) {
       const float* row = x + r * stride;
+      if (draws && draws[r].skip) continue;
       if (draws && draws[r].nucleus && draws[r].temperature > 0.0f) {  // the total, or the argmax
         const bool finite = weights.weigh(row, width, draws[r].temperature);
         if (finite) totals[r] = weights.total();
@@ -631,12 +632,15 @@ void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t str
   });
 }
 void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceLogitEdit* edits,
-                        const int32_t* at, cudaStream_t stream) {
+                        const int32_t* at, float* originals, cudaStream_t stream) {
   DI_CHECK(width > 0 && stride >= width);
   enqueue(stream, [=] {
     for (int64_t r = 0; r < n_rows; ++r) {
       std::vector<LogitEdit> row_edits;
-      for (int32_t e = at[r]; e < at[r + 1]; ++e) row_edits.push_back({edits[e].id, edits[e].divide, edits[e].subtract});
+      for (int32_t e = at[r]; e < at[r + 1]; ++e) {
+        row_edits.push_back({edits[e].id, edits[e].divide, edits[e].subtract});
+        if (originals && edits[e].id >= 0 && edits[e].id < width) originals[e] = x[r * stride + edits[e].id];
+      }
       apply_edits(x + r * stride, width, row_edits);
     }
   });

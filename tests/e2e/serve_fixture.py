@@ -117,6 +117,16 @@ def server():
     assert code == 0, "".join(s.stderr_lines)
 
 
+@pytest.fixture(scope="session")
+def server_drawing_on_host():
+    """A second server whose engine draws every token from its logits brought back (`--draws-on-host`): its answers
+    are the default server's, token for token (the twin of the draws taken in the forward)."""
+    s = Server(ensure_model(), "--draws-on-host", "--max-concurrent", 48)
+    yield s
+    code = s.stop()
+    assert code == 0, "".join(s.stderr_lines)
+
+
 def wait_for(predicate, timeout=20.0):
     end = time.time() + timeout
     while time.time() < end:

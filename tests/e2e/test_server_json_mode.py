@@ -68,23 +68,37 @@ def test_json_object_streamed_equals_non_streamed(client):
     print("json_object (streamed): finish_reason counts", counts)
 
 
-def test_json_object_drawn_in_the_forward_equals_the_logits_path(client):
-    # Without log-probabilities the forward draws the token itself (its mask made as the step is planned, applied where
-    # the logits are: on a GPU, on the device); with them the engine draws from the logits it brought back. The same
-    # seed takes the same uniforms either way, so the answers are the same tokens, greedy and sampled, with penalties,
-    # in thinking mode too (whose mask only keeps the reasoning from ending the text).
+@pytest.fixture(scope="module")
+def host_client(server_drawing_on_host):
+    return openai.OpenAI(base_url=server_drawing_on_host.base + "/v1", api_key=API_KEY, max_retries=0, timeout=300)
+
+
+def logprob_entries(choice):
+    content = choice.logprobs.content if choice.logprobs else []
+    return [(e.token, e.logprob, [(t.token, t.logprob) for t in e.top_logprobs]) for e in content]
+
+
+def test_json_object_drawn_in_the_forward_equals_the_hosts_draws(client, host_client):
+    # The default server draws each token in the forward (its mask made as the step is planned, applied where the
+    # logits are: on a GPU, on the device, with its log-probabilities); the `--draws-on-host` server's engine draws from
+    # the logits it brought back. The same seed takes the same uniforms either way, so the answers are the same tokens
+    # and log-probabilities, greedy and sampled, with penalties, in thinking mode too (whose mask only keeps the
+    # reasoning from ending the text); log-probabilities change no token.
     for kw in (dict(temperature=0), dict(temperature=1.0, seed=8), dict(temperature=0.8, top_p=0.9, seed=9),
                dict(temperature=1.2, seed=10, presence_penalty=0.5, frequency_penalty=0.3)):
         for extra in (NO_THINKING, {"thinking": {"type": "enabled"}}):
             args = dict(model="m", messages=[{"role": "user", "content": "JSON please"}], max_tokens=16,
                         response_format=JSON_MODE, extra_body=extra, **kw)
-            in_forward = client.chat.completions.create(**args)
-            from_logits = client.chat.completions.create(logprobs=True, **args)
-            a, b = in_forward.choices[0].message, from_logits.choices[0].message
-            assert a.content == b.content, (kw, extra)
-            assert getattr(a, "reasoning_content", None) == getattr(b, "reasoning_content", None), (kw, extra)
-            assert in_forward.choices[0].finish_reason == from_logits.choices[0].finish_reason
-            assert from_logits.choices[0].logprobs is not None
+            plain = client.chat.completions.create(**args).choices[0]
+            for logprobs in (dict(), dict(logprobs=True, top_logprobs=3)):
+                in_forward = client.chat.completions.create(**args, **logprobs).choices[0]
+                on_host = host_client.chat.completions.create(**args, **logprobs).choices[0]
+                for a in (in_forward, on_host):
+                    assert a.message.content == plain.message.content, (kw, extra, logprobs)
+                    assert getattr(a.message, "reasoning_content", None) == getattr(plain.message, "reasoning_content", None)
+                    assert a.finish_reason == plain.finish_reason
+                assert logprob_entries(in_forward) == logprob_entries(on_host), (kw, extra)
+                assert bool(logprob_entries(in_forward)) == bool(logprobs)
 
 
 def test_json_object_in_thinking_mode_constrains_only_the_answer(client):

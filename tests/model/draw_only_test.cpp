@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -40,7 +41,7 @@ class DrawsItself final : public Backend {
   bool kernels_differ_by_token_kind() const override { return inner_->kernels_differ_by_token_kind(); }
   void set_token_kind(TokenKind kind) override { inner_->set_token_kind(kind); }
   bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
-                    int32_t* drawn) override {
+                    int32_t* drawn, TokenLogprob* logprobs) override {
     EXPECT_EQ(int64_t(keep_out.size()), p.n_tokens);
     EXPECT_EQ(int64_t(draws.size()), p.n_tokens);
     ++*n_draw_calls_;
@@ -52,6 +53,7 @@ class DrawsItself final : public Backend {
     for (int64_t t = 0; t < p.n_tokens; ++t) {
       const float* row = &all[size_t(t * p.n_rows)];
       drawn[t] = draw_token(row, p.n_rows, draws[size_t(t)]);
+      if (draws[size_t(t)].logprobs >= 0) token_logprobs(row, p.n_rows, drawn[t], draws[size_t(t)].logprobs, logprobs[t]);
       float* out = p.out + t * p.out_stride;
       if (keep_out[size_t(t)]) std::copy_n(row, p.n_rows, out);
       else std::fill_n(out, p.n_rows, std::numeric_limits<float>::quiet_NaN());
@@ -79,7 +81,8 @@ std::unique_ptr<Model> open_model(const std::string& dir, int64_t* n_draw_calls)
 // Five sequences in one forward each step, on case 2's prompts of different lengths (the case's prompt less its last i
 // tokens): 0 with its last logits, 1 with all its logits, 2 and 3 with the greedy draw alone, 4 with a draw alone at
 // temperature 1.5 (a uniform of its own each step; with top-k 5 and top-p 0.9 at steps 1 and 4, top-p 0.8 over the
-// whole vocabulary at step 2). Prefill, then 4 decode steps feeding the golden continuation.
+// whole vocabulary at step 2), 3 and 4 with log-probabilities at some steps. Prefill, then 4 decode steps feeding the
+// golden continuation.
 // Each sequence's logits, or draw_token of them, must be those of the same model's forward of that sequence alone (a
 // token's logits never depend on the call's other tokens). The sampled draws must not all be the argmax (else the
 // test would not tell the two kinds apart).
@@ -111,10 +114,12 @@ void expect_draws_of_the_logits(const std::string& dir, bool backend_draws) {
     };
     auto prompt_len_of = [&](int i) { return step == 0 ? int64_t(prompt.size()) - i : 0; };
     auto draw_of = [&](int i) {  // (sequence 4: plain, top-k with top-p, or the nucleus draw)
+      if (i == 3) return TokenDraw{.logprobs = step % 2 ? 2 : -1};
       if (i != 4) return TokenDraw{};
-      if (step % 3 == 1) return TokenDraw{.temperature = 1.5f, .uniform = uniforms[step], .top_k = 5, .top_p = 0.9f};
-      if (step == 2) return TokenDraw{.temperature = 1.5f, .uniform = uniforms[step], .top_p = 0.8f};
-      return TokenDraw{.temperature = 1.5f, .uniform = uniforms[step]};
+      const int32_t logprobs = step >= 2 ? 4 : -1;
+      if (step % 3 == 1) return TokenDraw{.temperature = 1.5f, .uniform = uniforms[step], .top_k = 5, .top_p = 0.9f, .logprobs = logprobs};
+      if (step == 2) return TokenDraw{.temperature = 1.5f, .uniform = uniforms[step], .top_p = 0.8f, .logprobs = logprobs};
+      return TokenDraw{.temperature = 1.5f, .uniform = uniforms[step], .logprobs = logprobs};
     };
     std::vector<ForwardChunk> chunks;
     for (int i = 0; i < kSequences; ++i) {
@@ -143,6 +148,14 @@ void expect_draws_of_the_logits(const std::string& dir, bool backend_draws) {
       } else {
         EXPECT_TRUE(o.logits.empty()) << "step " << step;
         EXPECT_EQ(o.drawn, draw_token(last.data(), V, draw_of(i))) << "step " << step << ", sequence " << i;
+        if (draw_of(i).logprobs >= 0) {  // (with its log-probabilities)
+          TokenLogprob want;
+          token_logprobs(last.data(), V, o.drawn, draw_of(i).logprobs, want);
+          EXPECT_EQ(o.logprob.id, o.drawn);
+          EXPECT_EQ(std::memcmp(&o.logprob.logprob, &want.logprob, sizeof(float)), 0) << "step " << step << ", sequence " << i;
+          EXPECT_EQ(o.logprob.top, want.top) << "step " << step << ", sequence " << i;
+          EXPECT_EQ(int(o.logprob.top.size()), draw_of(i).logprobs);
+        }
         if (i == 4) n_sampled_off_argmax += o.drawn != int32_t(argmax(last.data(), V));
       }
     }

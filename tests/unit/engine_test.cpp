@@ -342,73 +342,66 @@ TEST(Engine, ConcurrentRequestsGiveTheirSoloOutputs) {
   }
 }
 
-// A plain temperature request draws in the forward (ForwardChunk::draw_only: its uniform taken as the step is planned),
-// one with log-probabilities from the logits after it (Sampler::sample): with the same seed both take the same
-// uniforms in the same order, so they emit the same tokens, alone and batched with each other and a greedy request.
-// A top-k as large as the vocabulary cuts nothing: plain too. Top-k and nucleus (top-p, min-p) draws are taken in the
-// forward as well.
-TEST(Engine, DrawsInTheForwardEqualTheLogitsPath) {
-  auto engine = open_engine(options_for_tests());
-  auto request = [](bool logprobs, int top_k) {
+// Every draw is taken in the forward (ForwardChunk::draw_only: its uniform taken as the step is planned, its penalties'
+// edits and log-probabilities handed over in its TokenDraw); with EngineOptions::draws_on_host the engine draws from the
+// logits after the step (Sampler::sample after apply_penalties, token_logprobs). With the same seed both take the same
+// uniforms in the same order, so they emit the same tokens and log-probabilities, alone and batched together: plain
+// temperature draws (a top-k as large as the vocabulary cuts nothing), greedy, top-k with top-p cutting its
+// candidates, top-p and min-p over the whole vocabulary, penalties sampled and greedy; each with and without
+// log-probabilities, which change no token.
+TEST(Engine, DrawsInTheForwardEqualTheHostsDraws) {
+  auto in_forward = open_engine(options_for_tests());
+  EngineOptions host_options = options_for_tests();
+  host_options.draws_on_host = true;
+  auto on_host = open_engine(host_options);
+  auto request = [](int top_k) {
     Request r = ids_request(random_prompt(23, 77), 10);
     r.sampling.temperature = 1.0f;
     r.sampling.seed = 2024;
-    r.sampling.logprobs = logprobs;
-    r.sampling.top_logprobs = logprobs ? 1 : 0;
     r.sampling.top_k = top_k;
     return r;
   };
-  const Outcome from_logits = collect(*engine, engine->submit(request(true, 0)).value());
-  const Outcome in_forward = collect(*engine, engine->submit(request(false, 0)).value());
-  ASSERT_EQ(from_logits.tokens.size(), 10u);
-  EXPECT_EQ(in_forward.tokens, from_logits.tokens);
-  Request greedy = ids_request(random_prompt(31, 78), 10);
-  greedy.sampling.logprobs = false;
-  const RequestId a = engine->submit(request(false, 0)).value(), b = engine->submit(greedy).value(),
-                  c = engine->submit(request(true, 0)).value(), d = engine->submit(request(false, 129280)).value();
-  EXPECT_EQ(collect(*engine, a).tokens, from_logits.tokens);
-  EXPECT_EQ(collect(*engine, b).tokens.size(), 10u);
-  EXPECT_EQ(collect(*engine, c).tokens, from_logits.tokens);
-  EXPECT_EQ(collect(*engine, d).tokens, from_logits.tokens);
-  // Top-k (with top-p cutting its candidates) likewise: in the forward, and from the logits with log-probabilities.
-  Request top_k = request(false, 40), top_k_logprobs = request(true, 40);
-  top_k.sampling.top_p = top_k_logprobs.sampling.top_p = 0.95f;
-  const Outcome top_k_in_forward = collect(*engine, engine->submit(top_k).value());
-  EXPECT_EQ(top_k_in_forward.tokens, collect(*engine, engine->submit(top_k_logprobs).value()).tokens);
-  EXPECT_EQ(top_k_in_forward.tokens.size(), 10u);
-  // Top-p and min-p over the whole vocabulary likewise, batched.
-  Request top_p = request(false, 0), top_p_logprobs = request(true, 0), min_p = request(false, 0), min_p_logprobs = request(true, 0);
-  top_p.sampling.top_p = top_p_logprobs.sampling.top_p = 0.9f;
-  min_p.sampling.min_p = min_p_logprobs.sampling.min_p = 0.05f;
-  min_p.sampling.seed = min_p_logprobs.sampling.seed = 77;
-  const RequestId e = engine->submit(top_p).value(), f = engine->submit(top_p_logprobs).value(),
-                  g = engine->submit(min_p).value(), h = engine->submit(min_p_logprobs).value();
-  const Outcome top_p_in_forward = collect(*engine, e);
-  EXPECT_EQ(top_p_in_forward.tokens, collect(*engine, f).tokens);
-  EXPECT_EQ(top_p_in_forward.tokens.size(), 10u);
-  const Outcome min_p_in_forward = collect(*engine, g);
-  EXPECT_EQ(min_p_in_forward.tokens, collect(*engine, h).tokens);
-  EXPECT_EQ(min_p_in_forward.tokens.size(), 10u);
-  // Penalties (the forward edits the logits itself: TokenDraw::edits) likewise, greedy and sampled, batched.
-  Request penalised = request(false, 0), penalised_logprobs = request(true, 0);
-  for (Request* r : {&penalised, &penalised_logprobs}) {
-    r->sampling.presence_penalty = 0.7f;
-    r->sampling.frequency_penalty = 0.4f;
-    r->sampling.repetition_penalty = 1.3f;
+  Request greedy = ids_request(random_prompt(31, 78), 10), top_k = request(40), top_p = request(0), min_p = request(0);
+  greedy.sampling.temperature = 0.0f;
+  top_k.sampling.top_p = 0.95f;
+  top_p.sampling.top_p = 0.9f;
+  min_p.sampling.min_p = 0.05f;
+  min_p.sampling.seed = 77;
+  Request penalised = request(0);
+  penalised.sampling.presence_penalty = 0.7f;
+  penalised.sampling.frequency_penalty = 0.4f;
+  penalised.sampling.repetition_penalty = 1.3f;
+  Request greedy_penalised = penalised;
+  greedy_penalised.sampling.temperature = 0.0f;
+  std::vector<Request> kinds;
+  for (const Request& r : {request(0), request(129280), greedy, top_k, top_p, min_p, penalised, greedy_penalised}) {
+    for (const int top_logprobs : {-1, 0, 5}) {
+      kinds.push_back(r);
+      kinds.back().sampling.logprobs = top_logprobs >= 0;
+      kinds.back().sampling.top_logprobs = std::max(top_logprobs, 0);
+    }
   }
-  Request greedy_penalised = penalised, greedy_penalised_logprobs = penalised_logprobs;
-  greedy_penalised.sampling.temperature = greedy_penalised_logprobs.sampling.temperature = 0.0f;
-  const RequestId i1 = engine->submit(penalised).value(), i2 = engine->submit(penalised_logprobs).value(),
-                  i3 = engine->submit(greedy_penalised).value(), i4 = engine->submit(greedy_penalised_logprobs).value();
-  const Outcome penalised_in_forward = collect(*engine, i1), greedy_penalised_in_forward = collect(*engine, i3);
-  EXPECT_EQ(penalised_in_forward.tokens, collect(*engine, i2).tokens);
-  EXPECT_EQ(greedy_penalised_in_forward.tokens, collect(*engine, i4).tokens);
-  EXPECT_EQ(penalised_in_forward.tokens.size(), 10u);
-  EXPECT_NE(penalised_in_forward.tokens, in_forward.tokens);  // (the penalties changed some draw)
-  // The draws are not all the greedy ones (else the test would not tell the paths apart).
-  Request greedy_twin = request(false, 0);
+  std::vector<Outcome> alone;
+  for (const Request& r : kinds) {
+    alone.push_back(collect(*in_forward, in_forward->submit(r).value()));
+    const Outcome& got = alone.back();
+    ASSERT_EQ(got.tokens.size(), 10u);
+    expect_same(got, collect(*on_host, on_host->submit(r).value()));
+    EXPECT_EQ(got.tokens, alone[(alone.size() - 1) / 3 * 3].tokens);  // (log-probabilities change no token)
+    EXPECT_EQ(got.logprobs.size(), r.sampling.logprobs ? 10u : 0u);
+  }
+  for (Engine* engine : {in_forward.get(), on_host.get()}) {
+    std::vector<RequestId> ids;
+    for (const Request& r : kinds) ids.push_back(engine->submit(r).value());
+    for (size_t i = 0; i < ids.size(); ++i) expect_same(alone[i], collect(*engine, ids[i]));
+  }
+  // The draws tell the kinds apart (else the test could not tell the paths apart): the penalties changed some draw,
+  // and the plain draws are not the greedy ones.
+  EXPECT_NE(alone[18].tokens, alone[0].tokens);
+  Request greedy_twin = request(0);
   greedy_twin.sampling.temperature = 0.0f;
-  EXPECT_NE(collect(*engine, engine->submit(greedy_twin).value()).tokens, from_logits.tokens);
+  EXPECT_NE(collect(*in_forward, in_forward->submit(greedy_twin).value()).tokens, alone[0].tokens);
+  EXPECT_EQ(alone[5].logprobs[0].top.size(), 5u);
 }
 
 TEST(Engine, PreemptionRecomputesWithoutChangingOutputs) {

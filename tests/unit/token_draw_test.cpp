@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -16,45 +17,61 @@
 namespace deepinfer {
 namespace {
 
-// The header's sequence, written out again as plainly as it reads.
-int64_t spec_draw(const std::vector<float>& x, float temperature, double u) {
-  const int64_t n = int64_t(x.size());
-  std::vector<float> s(x.size());
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[size_t(i)] / temperature;
-    s[size_t(i)] = std::isnan(v) ? -INFINITY : v;
-  }
+// The header's plain draw, written out again as plainly as it reads: s, m, the weights, the groups', spans' and
+// row's sums.
+struct SpecPlainDraw {
+  std::vector<float> s;
   float m = -INFINITY;
-  for (const float v : s) m = std::max(m, v);
-  if (!std::isfinite(m)) return argmax(x.data(), n);
-  auto weight = [&](int64_t i) {
+  int64_t n = 0;
+
+  SpecPlainDraw(const std::vector<float>& x, float temperature) : s(x.size()), n(int64_t(x.size())) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[size_t(i)] / temperature;
+      s[size_t(i)] = std::isnan(v) ? -INFINITY : v;
+    }
+    for (const float v : s) m = std::max(m, v);
+  }
+  double weight(int64_t i) const {
     if (i >= n) return 0.0;
     const double d = double(s[size_t(i)]) - double(m);
     return d >= -700.0 ? exp_fixed(d) : 0.0;
-  };
-  auto group = [&](int64_t k) {
+  }
+  double group(int64_t k) const {
     const int64_t i = 8 * k;
     return ((weight(i) + weight(i + 1)) + (weight(i + 2) + weight(i + 3))) +
            ((weight(i + 4) + weight(i + 5)) + (weight(i + 6) + weight(i + 7)));
-  };
-  auto span = [&](int64_t j) {
+  }
+  double span(int64_t j) const {
     std::vector<double> v(32);
     for (int64_t k = 0; k < 32; ++k) v[size_t(k)] = group(32 * j + k);
     for (int64_t width = 1; width < 32; width *= 2) {
       for (int64_t k = 0; k < 32; k += 2 * width) v[size_t(k)] = v[size_t(k)] + v[size_t(k + width)];
     }
     return v[0];
-  };
+  }
+  int64_t n_spans() const { return ((n + 7) / 8 + 31) / 32; }
+  double total() const {
+    double sum = 0.0;
+    for (int64_t j = 0; j < n_spans(); ++j) sum += span(j);
+    return sum;
+  }
+};
+
+int64_t spec_draw(const std::vector<float>& x, float temperature, double u) {
+  const int64_t n = int64_t(x.size());
+  const SpecPlainDraw d(x, temperature);
+  if (!std::isfinite(d.m)) return argmax(x.data(), n);
+  auto weight = [&](int64_t i) { return d.weight(i); };
+  auto group = [&](int64_t k) { return d.group(k); };
+  auto span = [&](int64_t j) { return d.span(j); };
   auto last_weighted = [&](int64_t begin, int64_t end) {
     for (int64_t i = std::min(end, n) - 1; i >= begin; --i) {
       if (weight(i) > 0.0) return i;
     }
     return begin;
   };
-  const int64_t n_spans = ((n + 7) / 8 + 31) / 32;
-  double total = 0.0;
-  for (int64_t j = 0; j < n_spans; ++j) total += span(j);
-  double r = u * total;
+  const int64_t n_spans = d.n_spans();
+  double r = u * d.total();
   for (int64_t j = 0; j < n_spans; ++j) {
     if (!(r - span(j) < 0)) {
       r -= span(j);
@@ -339,6 +356,73 @@ TEST(TokenDraw, CandidatesAreTheOrdersFirst) {
       }
     }
   }
+}
+
+// token_logprobs as the header defines it, restated over SpecPlainDraw at temperature 1 and a comparison sort of the
+// whole row; close to a log-softmax in long double; and logprobs_from_best of the order's first logprob_candidates (what
+// a device sends back) gives the same bits.
+TEST(TokenDraw, LogprobsAreTheHeadersLogSoftmax) {
+  std::mt19937 rng(17);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int n_rows = 0;
+  for (int i = 0; i < 48; ++i) {
+    const int64_t n = std::vector<int64_t>{6000, 257, 13, 1}[size_t(i % 4)];
+    std::vector<float> x(static_cast<size_t>(n));
+    const float scale = i % 3 == 0 ? 0.3f : i % 3 == 1 ? 3.0f : 300.0f;  // flat, peaked, most below e^-700
+    for (float& v : x) {
+      const uint32_t r = rng();
+      v = r % 11 == 0 ? float(int(r % 5)) : r % 23 == 1 ? nan : r % 19 == 2 ? -0.0f : std::normal_distribution<float>(0.0f, scale)(rng);
+    }
+    if (i == 40) std::fill(x.begin(), x.end(), nan);                   // no finite logit: m = -inf
+    if (i == 41) x[size_t(n / 2)] = INFINITY;                          // m = +inf
+    if (i == 42) {  // every s -inf
+      std::fill(x.begin(), x.end(), -INFINITY);
+      x[0] = nan;
+    }
+    const int top_n = std::vector<int>{0, 1, 5, 20}[size_t(i / 4 % 4)];
+    const int32_t chosen = int32_t(rng() % uint32_t(n));
+    TokenLogprob got;
+    token_logprobs(x.data(), n, chosen, top_n, got);
+
+    const SpecPlainDraw spec(x, 1.0f);
+    const bool finite = std::isfinite(spec.m);
+    const double log_z = finite ? double(spec.m) + std::log(spec.total()) : 0.0;
+    auto want_logprob = [&](float s) {
+      if (!finite) return s == spec.m ? 0.0f : -INFINITY;
+      return float(double(s == 0.0f ? 0.0f : s) - log_z);
+    };
+    std::vector<DrawCandidate> order;
+    for (int64_t j = 0; j < n; ++j) order.emplace_back(spec.s[size_t(j)], int32_t(j));
+    std::sort(order.begin(), order.end(), draw_order);
+    EXPECT_EQ(got.id, chosen);
+    EXPECT_EQ(got.logprob, want_logprob(spec.s[size_t(chosen)])) << "row " << i;
+    ASSERT_EQ(int64_t(got.top.size()), std::min<int64_t>(top_n, n)) << "row " << i;
+    for (size_t j = 0; j < got.top.size(); ++j) {
+      EXPECT_EQ(got.top[j].first, order[j].second) << "row " << i << ", top " << j;
+      EXPECT_EQ(got.top[j].second, want_logprob(order[j].first)) << "row " << i << ", top " << j;
+    }
+    if (finite) {  // a log-softmax in long double, to float's rounding and exp_fixed's
+      long double z = 0.0L;
+      for (const float v : spec.s) z += std::exp((long double)v - (long double)spec.m);
+      const long double want = (long double)spec.s[size_t(chosen)] - (long double)spec.m - std::log(z);
+      if (std::isfinite(double(want))) {
+        EXPECT_NEAR(double(got.logprob), double(want), 1e-6 * std::max(1.0, std::fabs(double(want)))) << "row " << i;
+      }
+      ++n_rows;
+    }
+    // The device's answer: the first logprob_candidates, the total and the chosen id's logit.
+    std::vector<DrawCandidate> best(order.begin(), order.begin() + logprob_candidates(top_n, n));
+    for (auto& c : best) c.first = c.first == 0.0f ? 0.0f : c.first;  // (a device writes -0 as +0)
+    TokenLogprob from_best;
+    logprobs_from_best(best, spec.total(), chosen, x[size_t(chosen)], top_n, from_best);
+    EXPECT_EQ(std::memcmp(&from_best.logprob, &got.logprob, sizeof(float)), 0) << "row " << i;
+    ASSERT_EQ(from_best.top.size(), got.top.size());
+    for (size_t j = 0; j < got.top.size(); ++j) {
+      EXPECT_EQ(from_best.top[j].first, got.top[j].first);
+      EXPECT_EQ(std::memcmp(&from_best.top[j].second, &got.top[j].second, sizeof(float)), 0) << "row " << i << ", top " << j;
+    }
+  }
+  EXPECT_GE(n_rows, 40);
 }
 
 }  // namespace

@@ -220,14 +220,14 @@ class CudaBackend final : public Backend {
   // model then runs linear() and draws itself) for a weight whose op runs on the host's kernels, rows wider than the
   // kernel takes, or a top-k past kRowTopKMax.
   bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
-                    int32_t* drawn) override;
+                    int32_t* drawn, TokenLogprob* logprobs) override;
   int64_t draws_with_logits_back() const override { return draws_with_logits_back_; }
   // DEEPINFER_CUDA_LINEAR_CHAIN=device, where the last block's tail kept the stream: the logit rows gathered from it, V4's
   // H1-H4 (hc_mix_kernel, then hc_pre_kernel with the head's pre) or V4.1's step 43 (hc_pre_kernel with the kept pre),
   // the head linear as linears() runs a lone op, and the outputs as linear_draws brings them back: one wait, where the
   // host's steps fetched the stream, sent it out again for hc_mix and waited three times.
   bool head_on_kept_stream(const HeadRowsParams& rows, const LinearParams& head, std::span<const uint8_t> keep_out,
-                           std::span<const TokenDraw> draws, int32_t* drawn) override;
+                           std::span<const TokenDraw> draws, int32_t* drawn, TokenLogprob* logprobs) override;
 
   void hc_mix(const HcMixParams& p) override;
 
@@ -508,14 +508,23 @@ class CudaBackend final : public Backend {
 
   // The draws' logit edits (penalties) and masks (JSON answers), uploaded through pinned memory (a mask as bits) and
   // made on the device to their rows of out_dev [n_tokens, n_rows] in place (a drawing row is never kept), before the
-  // draws read them.
+  // draws read them. With originals, the logits the edits change are queued back too (logprob_.originals_host).
   void edit_and_mask_rows(const LinearParams& p, float* out_dev, std::span<const uint8_t> keep_out,
-                          std::span<const TokenDraw> draws);
+                          std::span<const TokenDraw> draws, bool originals);
+  // The log-probabilities' pass over out_dev's rows before their edits (draws[t].logprobs >= 0): each such row's draw
+  // at temperature 1 (its total, or the argmax where the best is not finite) and the order's first
+  // logprob_candidates there, queued back to logprob_; the most candidates a row reads (0: no row asks).
+  int queue_logprob_pass(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws);
+  // After the draws (drawn) and that pass came back: the chosen ids' logits (one more wait), each row's
+  // log-probabilities into logprobs[t] (token_draw.h's logprobs_from_best).
+  void finish_logprobs(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws, const int32_t* drawn,
+                       int max_k, TokenLogprob* logprobs);
   // The head's outputs [p.n_tokens, p.n_rows] queued into out_dev: every token's draw (draws, their edits applied to
-  // out_dev) into drawn (unless nullptr), and the kept tokens' rows to p.out through out_host (pinned, as large as the
-  // outputs), with one wait (two where a nucleus row's logits come back).
+  // out_dev) into drawn (unless nullptr) with its log-probabilities where it asks, and the kept tokens' rows to p.out
+  // through out_host (pinned, as large as the outputs), with one wait (two where a nucleus row's logits come back, or a
+  // row asks for log-probabilities).
   void bring_back_head(const LinearParams& p, float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
-                       std::span<const TokenDraw> draws, int32_t* drawn);
+                       std::span<const TokenDraw> draws, int32_t* drawn, TokenLogprob* logprobs);
   // Queues a linears() batch on the stream up to its outputs' copy back to staging (without copy_outputs: up to its
   // last launch, the outputs left in batch_); false when it has no work.
   bool enqueue_linears(std::span<const LinearParams> ps, bool copy_outputs = true);
@@ -660,6 +669,13 @@ class CudaBackend final : public Backend {
   DeviceBuffer drawn_dev_, draws_dev_, candidates_dev_, totals_dev_, edits_dev_, edits_at_dev_, masks_dev_, mask_of_dev_;
   cuda::PinnedBuffer drawn_host_, draws_host_, candidates_host_, totals_host_, edits_host_, edits_at_host_, masks_host_,
       mask_of_host_;
+  // Their log-probabilities (queue_logprob_pass, finish_logprobs): the pass's draws at temperature 1, its answers,
+  // totals and candidates, the edits' original logits, and the chosen ids' offsets in the outputs and their logits.
+  struct LogprobStaging {
+    DeviceBuffer draws, drawn, totals, candidates, originals, chosen_at, chosen_logits;
+    cuda::PinnedBuffer draws_host, drawn_host, totals_host, candidates_host, originals_host, chosen_at_host,
+        chosen_logits_host;
+  } logprob_;
   int64_t draws_with_logits_back_ = 0;
   DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, gathered streams and pre, mixes and y (outputs in batch_)
   cuda::PinnedBuffer head_rows_host_;

@@ -8,31 +8,37 @@ namespace deepinfer {
 static_assert(cuda::kRowTopKMax >= kNucleusCandidates, "the top-k kernel finds a nucleus draw's first candidates");
 
 namespace {
-// Whether the device draws every one of the rows (width wide): none wider than the draw kernel takes, no top-k past
-// the top-k kernel's.
+// Whether the device draws every one of the rows (width wide): none wider than the draw kernel takes, no top-k or
+// log-probabilities' candidates past the top-k kernel's, and where a row asks for log-probabilities, the chosen ids'
+// offsets in the outputs 32-bit and one gather launch (a grid row each) for them.
 bool draws_fit(std::span<const TokenDraw> draws, int64_t width) {
   if (width > cuda::kRowDrawMaxWidth) return false;
+  const int64_t n = int64_t(draws.size());
   for (const TokenDraw& d : draws) {
     if (draws_top_k(d, width) && d.top_k > cuda::kRowTopKMax) return false;
+    if (d.logprobs >= 0 && (logprob_candidates(d.logprobs, width) > cuda::kRowTopKMax || n * width >= (int64_t(1) << 31) ||
+                            n > int64_t(kMaxGridYZ))) {
+      return false;
+    }
   }
   return true;
 }
 }  // namespace
 
 bool CudaBackend::linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
-                               int32_t* drawn) {
+                               int32_t* drawn, TokenLogprob* logprobs) {
   DI_CHECK(int64_t(keep_out.size()) == p.n_tokens && int64_t(draws.size()) == p.n_tokens);
   if (p.n_tokens == 0 || p.n_rows == 0 || !draws_fit(draws, p.n_rows) || host_experts_.count(p.weight->data)) return false;
   bind_device();
   DI_CHECK(enqueue_linears({&p, 1}, /*copy_outputs=*/false));
   const LinearBatchLayout::Place& at = layout_.places()[0];
   bring_back_head(p, reinterpret_cast<float*>(batch_.get<uint8_t>() + at.out), staging_.get<uint8_t>() + at.out,
-                  keep_out, draws, drawn);
+                  keep_out, draws, drawn, logprobs);
   return true;
 }
 
 bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParams& head, std::span<const uint8_t> keep_out,
-                                      std::span<const TokenDraw> draws, int32_t* drawn) {
+                                      std::span<const TokenDraw> draws, int32_t* drawn, TokenLogprob* logprobs) {
   const int64_t T = int64_t(r.rows.size()), D = r.dim;
   DI_CHECK(int64_t(keep_out.size()) == T && head.n_tokens == T && (!drawn || int64_t(draws.size()) == T));
   if (drawn && !draws_fit(draws, head.n_rows)) return false;
@@ -106,12 +112,12 @@ bool CudaBackend::head_on_kept_stream(const HeadRowsParams& r, const LinearParam
   } else {
     cuda::launch_linear(l, stream_);
   }
-  bring_back_head(head, out, staging_.get<uint8_t>(), keep_out, draws, drawn);
+  bring_back_head(head, out, staging_.get<uint8_t>(), keep_out, draws, drawn, logprobs);
   return true;
 }
 
 void CudaBackend::edit_and_mask_rows(const LinearParams& p, float* out_dev, std::span<const uint8_t> keep_out,
-                                     std::span<const TokenDraw> draws) {
+                                     std::span<const TokenDraw> draws, bool originals) {
   size_t n_edits = 0;
   int32_t n_masks = 0;
   for (int64_t t = 0; t < p.n_tokens; ++t) {
@@ -140,8 +146,18 @@ void CudaBackend::edit_and_mask_rows(const LinearParams& p, float* out_dev, std:
                                   cudaMemcpyHostToDevice, stream_));
     DI_CUDA_CHECK(cudaMemcpyAsync(edits_at_dev_.get(), at, size_t(p.n_tokens + 1) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, stream_));
+    float* originals_dev = nullptr;
+    if (originals) {
+      logprob_.originals.reserve(n_edits * sizeof(float));
+      logprob_.originals_host.reserve(n_edits * sizeof(float));
+      originals_dev = logprob_.originals.get<float>();
+    }
     cuda::launch_logit_edits(out_dev, p.n_tokens, p.n_rows, p.n_rows, edits_dev_.get<cuda::DeviceLogitEdit>(),
-                             edits_at_dev_.get<int32_t>(), stream_);
+                             edits_at_dev_.get<int32_t>(), originals_dev, stream_);
+    if (originals) {
+      DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.originals_host.get(), originals_dev, n_edits * sizeof(float),
+                                    cudaMemcpyDeviceToHost, stream_));
+    }
   }
   if (n_masks > 0) {  // (after the edits, as draw_token makes them)
     const int64_t words = (p.n_rows + 31) / 32;
@@ -171,11 +187,101 @@ void CudaBackend::edit_and_mask_rows(const LinearParams& p, float* out_dev, std:
   }
 }
 
+int CudaBackend::queue_logprob_pass(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws) {
+  int max_k = 0;
+  for (const TokenDraw& d : draws) {
+    if (d.logprobs >= 0) max_k = std::max(max_k, int(logprob_candidates(d.logprobs, p.n_rows)));
+  }
+  if (max_k == 0) return 0;
+  const size_t n = size_t(p.n_tokens);
+  logprob_.draws.reserve(n * sizeof(cuda::DeviceTokenDraw));
+  logprob_.draws_host.reserve(n * sizeof(cuda::DeviceTokenDraw));
+  logprob_.drawn.reserve(n * sizeof(int32_t));
+  logprob_.drawn_host.reserve(n * sizeof(int32_t));
+  logprob_.totals.reserve(n * sizeof(double));
+  logprob_.totals_host.reserve(n * sizeof(double));
+  const size_t candidate_bytes = n * size_t(max_k) * sizeof(cuda::DeviceDrawCandidate);
+  logprob_.candidates.reserve(candidate_bytes);
+  logprob_.candidates_host.reserve(candidate_bytes);
+  auto* host = logprob_.draws_host.get<cuda::DeviceTokenDraw>();
+  for (size_t t = 0; t < n; ++t) {  // the plain draw at temperature 1: its total (a nucleus row's), and candidates
+    const int32_t top_n = draws[t].logprobs;
+    host[t] = top_n < 0 ? cuda::DeviceTokenDraw{.skip = 1}
+                        : cuda::DeviceTokenDraw{.temperature = 1.0f,
+                                                .top_k = int32_t(logprob_candidates(top_n, p.n_rows)),
+                                                .nucleus = 1};
+  }
+  const auto* pass = logprob_.draws.get<cuda::DeviceTokenDraw>();
+  DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.draws.get(), host, n * sizeof(cuda::DeviceTokenDraw), cudaMemcpyHostToDevice, stream_));
+  cuda::launch_row_draws(out_dev, p.n_tokens, p.n_rows, p.n_rows, pass, logprob_.drawn.get<int32_t>(),
+                         logprob_.totals.get<double>(), stream_);
+  cuda::launch_row_top_k(out_dev, p.n_tokens, p.n_rows, p.n_rows, pass, max_k,
+                         logprob_.candidates.get<cuda::DeviceDrawCandidate>(), stream_);
+  DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.drawn_host.get(), logprob_.drawn.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.totals_host.get(), logprob_.totals.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.candidates_host.get(), logprob_.candidates.get(), candidate_bytes,
+                                cudaMemcpyDeviceToHost, stream_));
+  return max_k;
+}
+
+void CudaBackend::finish_logprobs(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws,
+                                  const int32_t* drawn, int max_k, TokenLogprob* logprobs) {
+  // The chosen ids' logits, edited and masked now (an allowed id is never masked): gathered at their offsets in the
+  // outputs; an edited id's is its original (edit_and_mask_rows kept it).
+  std::vector<int64_t> rows;
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    if (draws[size_t(t)].logprobs >= 0) rows.push_back(t);
+  }
+  const size_t n = rows.size();
+  logprob_.chosen_at.reserve(n * sizeof(int32_t));
+  logprob_.chosen_at_host.reserve(n * sizeof(int32_t));
+  logprob_.chosen_logits.reserve(n * sizeof(float));
+  logprob_.chosen_logits_host.reserve(n * sizeof(float));
+  auto* at = logprob_.chosen_at_host.get<int32_t>();
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t t = rows[i];
+    DI_CHECK(drawn[t] >= 0 && drawn[t] < p.n_rows);
+    at[i] = int32_t(t * p.n_rows + drawn[t]);  // (draws_fit: 32-bit)
+  }
+  DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.chosen_at.get(), at, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  cuda::launch_gather_rows(out_dev, 1, logprob_.chosen_at.get<int32_t>(), int64_t(n), 1, logprob_.chosen_logits.get<float>(),
+                           1, stream_);
+  DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.chosen_logits_host.get(), logprob_.chosen_logits.get(), n * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream_));
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const auto* pass_drawn = logprob_.drawn_host.get<int32_t>();
+  const auto* totals = logprob_.totals_host.get<double>();
+  const auto* candidates = logprob_.candidates_host.get<cuda::DeviceDrawCandidate>();
+  const auto* chosen_logits = logprob_.chosen_logits_host.get<float>();
+  const auto* originals = logprob_.originals_host.get<float>();
+  const auto* edits_at = edits_at_host_.get<int32_t>();
+  host_->for_rows(int64_t(n), [&](int64_t i0, int64_t i1) {
+    std::vector<DrawCandidate> best;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = rows[size_t(i)];
+      const TokenDraw& d = draws[size_t(t)];
+      float chosen_logit = chosen_logits[i];
+      for (size_t j = 0; j < d.edits.size(); ++j) {
+        if (d.edits[j].id == drawn[t]) chosen_logit = originals[edits_at[t] + int64_t(j)];
+      }
+      best.clear();
+      const int64_t k = logprob_candidates(d.logprobs, p.n_rows);
+      for (int64_t j = 0; j < k; ++j) {
+        const cuda::DeviceDrawCandidate& c = candidates[t * max_k + j];
+        best.emplace_back(c.value, c.id);
+      }
+      // (the pass's answer is -1 with the total where the best is finite, else the argmax: the total is not read)
+      logprobs_from_best(best, pass_drawn[t] < 0 ? totals[t] : 0.0, drawn[t], chosen_logit, d.logprobs, logprobs[t]);
+    }
+  });
+}
+
 void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
-                                  std::span<const TokenDraw> draws, int32_t* drawn) {
+                                  std::span<const TokenDraw> draws, int32_t* drawn, TokenLogprob* logprobs) {
   const size_t row_bytes = size_t(p.n_rows) * sizeof(float);
   const auto* out_bytes = reinterpret_cast<const uint8_t*>(out_dev);
   int max_top_k = 0;  // the most candidates a row's draw wants (0: none)
+  int logprob_k = 0;  // the most candidates a row's log-probabilities read (0: no row asks)
   const int nucleus_k = int(std::min(kNucleusCandidates, p.n_rows));
   bool nucleus = false;  // (a row with a nucleus draw)
   auto candidates_of = [&](const TokenDraw& d) {
@@ -207,7 +313,9 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
       DI_CUDA_CHECK(cudaMemcpyAsync(draws_dev_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
       device_draws = draws_dev_.get<cuda::DeviceTokenDraw>();
     }
-    edit_and_mask_rows(p, out_dev, keep_out, draws);
+    logprob_k = queue_logprob_pass(p, out_dev, draws);  // (before the edits and masks: over the model's logits)
+    DI_CHECK(logprob_k == 0 || logprobs);
+    edit_and_mask_rows(p, out_dev, keep_out, draws, /*originals=*/logprob_k > 0);
     if (nucleus) {
       totals_dev_.reserve(size_t(p.n_tokens) * sizeof(double));
       totals_host_.reserve(size_t(p.n_tokens) * sizeof(double));
@@ -291,6 +399,7 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
         });
       }
     }
+    if (logprob_k > 0) finish_logprobs(p, out_dev, draws, drawn, logprob_k, logprobs);
   }
   for (const auto& [t0, t1] : runs) {
     copy_rows_on_threads(host_.get(), reinterpret_cast<const float*>(out_host) + t0 * p.n_rows, p.n_rows, t1 - t0, p.n_rows,

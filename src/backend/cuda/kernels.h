@@ -306,12 +306,14 @@ void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, 
                          cudaStream_t stream);
 // A row's draw (model/token_draw.h's TokenDraw, as the device reads it): temperature <= 0 greedy; top_k > 0 the top-k
 // draw (the host sets it only where draws_top_k holds), or with nucleus the nucleus draw (draws_nucleus: top_k is then
-// min(kNucleusCandidates, width)), whose candidates launch_row_top_k finds; else the plain temperature draw.
+// min(kNucleusCandidates, width)), whose candidates launch_row_top_k finds; else the plain temperature draw. skip: no
+// draw of this row (a launch for some rows only: the log-probabilities' pass at temperature 1).
 struct DeviceTokenDraw {
   double uniform = 0.0;
   float temperature = 0.0f;
   int32_t top_k = 0;
   int32_t nucleus = 0;
+  int32_t skip = 0;
 };
 // A top-k candidate as the device writes it: token_draw.h's DrawCandidate.
 struct DeviceDrawCandidate {
@@ -326,7 +328,8 @@ inline constexpr int64_t kRowDrawMaxWidth = int64_t(5632) * 256;
 // the row's largest value, NaNs passed over, 0 where the row is all NaN), or the plain temperature draw, bit for bit
 // (row_draw_kernel.cu: the head's draws, Backend::linear_draws). width <= kRowDrawMaxWidth. Top-k rows get their
 // argmax, which draw_from_top_k takes where the best s is not finite. Nucleus rows get the argmax where the largest
-// s is not finite, else -1 and totals[r] = the plain draw's total (totals may be nullptr where no row is one).
+// s is not finite, else -1 and totals[r] = the plain draw's total (totals may be nullptr where no row is one). Rows
+// with skip are not written.
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int32_t* out, double* totals, cudaStream_t stream);
 // A logit edit as the device reads it: model/token_draw.h's LogitEdit.
@@ -336,9 +339,11 @@ struct DeviceLogitEdit {
   float subtract = 0.0f;
 };
 // model/token_draw.h's apply_edits on each row of x [n_rows, width] (rows `stride` floats apart), in place: row r's
-// edits are edits[at[r], at[r + 1]) (device arrays), each on its own id (ids outside [0, width) passed over).
+// edits are edits[at[r], at[r + 1]) (device arrays), each on its own id (ids outside [0, width) passed over). Where
+// originals is not nullptr, originals[e] = the logit edit e changed (a log-probability's chosen id's, before the edits;
+// not written for an id outside the row).
 void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceLogitEdit* edits,
-                        const int32_t* at, cudaStream_t stream);
+                        const int32_t* at, float* originals, cudaStream_t stream);
 // model/token_draw.h's apply_mask on each row of x [n_rows, width] with mask_of[r] >= 0, in place: -inf where bit i of
 // bits[mask_of[r] * ceil(width / 32) ...] (word i / 32, bit i % 32) is 0 (device arrays).
 void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride, const uint32_t* bits,

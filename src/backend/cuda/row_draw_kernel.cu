@@ -84,6 +84,7 @@ __device__ double group_weights(const float* row, int64_t width, int64_t k, floa
 __global__ void __launch_bounds__(kThreads) row_draw_kernel(const float* x, int64_t width, int64_t stride,
                                                             const DeviceTokenDraw* draws, int32_t* out,
                                                             double* totals) {
+  if (draws && draws[blockIdx.x].skip) return;
   const float* row = x + int64_t(blockIdx.x) * stride;
   const float temperature = draws ? draws[blockIdx.x].temperature : 0.0f;
   const bool nucleus = draws && draws[blockIdx.x].nucleus;
@@ -243,12 +244,14 @@ __global__ void __launch_bounds__(kThreads) row_top_k_kernel(const float* x, int
 
 // One block per row: its edits, one a thread at a time (each its own id), in float as the host rounds them.
 __global__ void __launch_bounds__(kThreads) logit_edits_kernel(float* x, int64_t width, int64_t stride,
-                                                               const DeviceLogitEdit* edits, const int32_t* at) {
+                                                               const DeviceLogitEdit* edits, const int32_t* at,
+                                                               float* originals) {
   float* row = x + int64_t(blockIdx.x) * stride;
   for (int32_t e = at[blockIdx.x] + int32_t(threadIdx.x); e < at[blockIdx.x + 1]; e += kThreads) {
     const DeviceLogitEdit edit = edits[e];
     if (edit.id < 0 || edit.id >= width) continue;
     const float v = row[edit.id];
+    if (originals) originals[e] = v;
     row[edit.id] = __fsub_rn(v > 0.0f ? __fdiv_rn(v, edit.divide) : __fmul_rn(v, edit.divide), edit.subtract);
   }
 }
@@ -276,10 +279,10 @@ void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride,
 }
 
 void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceLogitEdit* edits,
-                        const int32_t* at, cudaStream_t stream) {
+                        const int32_t* at, float* originals, cudaStream_t stream) {
   if (n_rows == 0) return;
   DI_CHECK(width > 0 && stride >= width && n_rows <= 0x7fffffff);
-  launch_kernel(logit_edits_kernel, unsigned(n_rows), kThreads, 0, stream, x, width, stride, edits, at);
+  launch_kernel(logit_edits_kernel, unsigned(n_rows), kThreads, 0, stream, x, width, stride, edits, at, originals);
   DI_CUDA_CHECK_LAUNCH();
 }
 
