@@ -23,8 +23,8 @@
 #      and with the device chains (DEEPINFER_CUDA_LINEAR_CHAIN=device; with both, each block's tail is one call), the
 #      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
 #      (DEEPINFER_CUDA_INDEX_SELECT=device), and kept there for the attention (kept; also at 16384 tokens of
-#      context), and last decode batch 64 at temperature 1 with every device path (the head on the kept stream, the
-#      draws on the device) (E2E=0 skips it);
+#      context), and last decode batch 64 at temperature 1, then batch 1 and 64 at top-p 0.95 with log-probabilities,
+#      with every device path (the head on the kept stream, the draws on the device) (E2E=0 skips it);
 #   6. compute-sanitizer racecheck over the attention, index, kept-array and draw tests, with the time left (RACECHECK=0
 #      skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
@@ -263,6 +263,12 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     bench_run "decode batch 64 at temperature 1, every device path" 60 DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=kept \
       DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device DEEPINFER_CUDA_ATTENTION_ROWS=packed \
       DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 64 --context 256 --decode-steps 8 --temperature 1
+    # The same at top-p 0.95 with log-probabilities (stops 57-58, not yet run on a GPU): the nucleus draws' first 1024
+    # candidates and the log-probabilities' pass on the device; --op-times counts the rows whose logits came back.
+    bench_run "decode batch 64 at top-p 0.95 with logprobs 5, every device path" 60 DEEPINFER_CUDA_KV=mirror \
+      DEEPINFER_CUDA_INDEX_SELECT=kept DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device \
+      DEEPINFER_CUDA_ATTENTION_ROWS=packed DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 1,64 --context 256 \
+      --decode-steps 8 --temperature 0.8 --top-p 0.95 --logprobs 5
   else
     e2e_rc=failed
     cp "$LOG_DIR/build_cli.log" "$LOG_DIR/make_model.log" "$OUT_DIR/" 2>/dev/null

@@ -665,6 +665,7 @@ Row time_row_top_k(int64_t n_rows, int k) {
   DeviceBuffer logits = upload_random_floats(size_t(n_rows * vocab), rng, 4.0f);
   const DeviceTokenDraw draw{.uniform = 0.5, .temperature = 1.0f, .top_k = k};
   std::vector<DeviceTokenDraw> host_draws(static_cast<size_t>(n_rows), draw);
+  for (int64_t r = 0; r < n_rows; ++r) host_draws[size_t(r)].candidates_at = int32_t(r * k);
   DeviceBuffer draws(host_draws.size() * sizeof(DeviceTokenDraw));
   DeviceBuffer out(size_t(n_rows) * size_t(k) * sizeof(DeviceDrawCandidate));
   DI_CUDA_CHECK(cudaMemcpy(draws.get(), host_draws.data(), host_draws.size() * sizeof(DeviceTokenDraw), cudaMemcpyHostToDevice));

@@ -62,6 +62,7 @@ Runner add_bench_command(CLI::App& app) {
     std::vector<int> batches{1, 4, 16};
     int decode_steps = 16, threads = 0, context = 16, speculative_tokens = 32;
     float temperature = 0.0f, top_p = 1.0f;
+    int logprobs = -1;
     bool exact = false, skip_ceiling = false, no_warmup = false, prefault = false, swa_replay = false, mlock = false;
     bool paired_reads = false, paired_peak = false, op_times = false;
   };
@@ -80,6 +81,8 @@ Runner add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("--top-p", args->top_p, "with --temperature: the top-p cut of the whole vocabulary (1 = no cut)")
       ->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--logprobs", args->logprobs, "every forward's draw with its log-probability and this many most likely ones'")
+      ->check(CLI::Range(0, 20));
   cmd->add_option("--speculative-tokens", args->speculative_tokens,
                   "V4.1: greedy tokens generated with and without DSpark speculation (0 = skip)")
       ->check(CLI::Range(0, 100000));
@@ -196,6 +199,7 @@ Runner add_bench_command(CLI::App& app) {
       ForwardChunk fc{seq, ids, prompt_len};
       fc.draw_only = true;
       fc.draw = sampler.forward_draw(sampling, c.vocab_size);
+      fc.draw.logprobs = args->logprobs;
       return fc;
     };
     // Warm-up, not timed: faults the weights in, and grows the heap to a prefill's working set. The longest
@@ -217,11 +221,14 @@ Runner add_bench_command(CLI::App& app) {
     // The cache bytes sequences really hold (packed formats, SequenceState::cache_bytes) beside the plan's.
     const int64_t fresh_bytes = m.new_sequence().fixed_bytes();
     const CacheFootprint footprint = cache_footprint_of(c, fresh_bytes, kDefaultPageBytes);
+    const std::string with_logprobs =
+        args->logprobs >= 0 ? ", with log-probabilities (the " + std::to_string(args->logprobs) + " most likely)" : "";
     if (args->temperature > 0.0f) {
-      std::printf("Every forward draws at temperature %g, top-p %g (ForwardChunk::draw_only): no logits come back%s\n",
-                  args->temperature, args->top_p, args->top_p < 1.0f ? " but where a cut lies past the first 1024 candidates" : "");
+      std::printf("Every forward draws at temperature %g, top-p %g%s (ForwardChunk::draw_only): no logits come back%s\n",
+                  args->temperature, args->top_p, with_logprobs.c_str(),
+                  args->top_p < 1.0f ? " but where a cut lies past the first 1024 candidates" : "");
     } else {
-      std::printf("Every forward draws greedily (ForwardChunk::draw_only): no logits come back\n");
+      std::printf("Every forward draws greedily%s (ForwardChunk::draw_only): no logits come back\n", with_logprobs.c_str());
     }
     std::printf("KV cache: %.1f B/token global (compressed rows + index keys, in %lld-byte pool pages), %.3f MB fixed per "
                 "sequence (window rings, compressor state)\n", footprint.bytes_per_token(), (long long)kDefaultPageBytes, fresh_bytes / 1e6);

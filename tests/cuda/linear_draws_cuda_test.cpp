@@ -297,6 +297,8 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
       {random_logit(3.0f), with_logprobs({.temperature = 1.0f, .uniform = 0.7, .top_p = 0.9f}, 3)},
       {flat, {.temperature = 1.0f, .uniform = 0.45, .top_p = 0.95f}},
       {flat, with_logprobs({.temperature = 1.0f, .uniform = 0.45, .top_p = 0.95f}, 2), -1, many},
+      {flat, with_logprobs({.temperature = 1.0f, .uniform = 0.15, .top_p = 0.95f}, 1)},  // (past the candidates too)
+      {flat, with_logprobs({.temperature = 1.0f, .uniform = 0.8, .top_p = 0.95f}, 1)},
       {best_at_10, with_logprobs({}, 4), V > 10 ? 10 : -1, halve_10},
       {best_at_10, with_logprobs({.temperature = 0.5f, .uniform = 0.2}, 1), -1, halve_10},
       {random_logit(3.0f), with_logprobs({.temperature = 1.0f, .uniform = 0.5, .top_p = 0.8f}, 20), -1, many,

@@ -658,6 +658,20 @@ void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride,
     }
   });
 }
+void launch_drawn_logits(const float* x, int64_t n_rows, int64_t stride, const DeviceTokenDraw* asks, const int32_t* drawn,
+                         const DeviceTokenDraw* draws, const DeviceDrawCandidate* candidates, float* drawn_logit,
+                         float* candidate_logits, cudaStream_t stream) {
+  enqueue(stream, [=] {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      if (asks[r].skip) continue;
+      if (drawn[r] >= 0) drawn_logit[r] = x[r * stride + drawn[r]];
+      for (int32_t j = 0; draws && j < draws[r].top_k; ++j) {
+        const int32_t at = draws[r].candidates_at + j;
+        candidate_logits[at] = x[r * stride + candidates[at].id];
+      }
+    }
+  });
+}
 void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int max_k, DeviceDrawCandidate* out, cudaStream_t stream) {
   DI_CHECK(max_k > 0 && max_k <= kRowTopKMax && max_k <= width && stride >= width);
@@ -667,7 +681,7 @@ void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t str
       if (draws[r].top_k <= 0) continue;
       top_k_candidates(x + r * stride, width, draws[r].temperature, draws[r].top_k, candidates);
       for (int j = 0; j < draws[r].top_k; ++j) {
-        out[r * max_k + j] = {candidates[size_t(j)].first == 0.0f ? 0.0f : candidates[size_t(j)].first, candidates[size_t(j)].second};
+        out[draws[r].candidates_at + j] = {candidates[size_t(j)].first == 0.0f ? 0.0f : candidates[size_t(j)].first, candidates[size_t(j)].second};
       }
     }
   });

@@ -513,16 +513,19 @@ class CudaBackend final : public Backend {
                           std::span<const TokenDraw> draws, bool originals);
   // The log-probabilities' pass over out_dev's rows before their edits (draws[t].logprobs >= 0): each such row's draw
   // at temperature 1 (its total, or the argmax where the best is not finite) and the order's first
-  // logprob_candidates there, queued back to logprob_; the most candidates a row reads (0: no row asks).
-  int queue_logprob_pass(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws);
-  // After the draws (drawn) and that pass came back: the chosen ids' logits (one more wait), each row's
-  // log-probabilities into logprobs[t] (token_draw.h's logprobs_from_best).
-  void finish_logprobs(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws, const int32_t* drawn,
-                       int max_k, TokenLogprob* logprobs);
+  // logprob_candidates there, queued back to logprob_; false where no row asks.
+  bool queue_logprob_pass(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws);
+  // After the draws' launches (device_draws: those with candidates, nullptr where no row has any; n_candidates: all
+  // their candidates): the logits the asking rows' chosen ids may have (launch_drawn_logits), queued back to logprob_.
+  void queue_drawn_logits(const LinearParams& p, const float* out_dev, const cuda::DeviceTokenDraw* device_draws,
+                          int64_t n_candidates);
+  // After the wait and the host's draws (drawn; came_back: the rows whose logits came back to out_host): each asking
+  // row's log-probabilities into logprobs[t] (token_draw.h's logprobs_from_best), with no further wait.
+  void finish_logprobs(const LinearParams& p, const uint8_t* out_host, std::span<const TokenDraw> draws, const int32_t* drawn,
+                       bool has_candidates, std::span<const uint8_t> came_back, TokenLogprob* logprobs);
   // The head's outputs [p.n_tokens, p.n_rows] queued into out_dev: every token's draw (draws, their edits applied to
   // out_dev) into drawn (unless nullptr) with its log-probabilities where it asks, and the kept tokens' rows to p.out
-  // through out_host (pinned, as large as the outputs), with one wait (two where a nucleus row's logits come back, or a
-  // row asks for log-probabilities).
+  // through out_host (pinned, as large as the outputs), with one wait (two where a nucleus row's logits come back).
   void bring_back_head(const LinearParams& p, float* out_dev, uint8_t* out_host, std::span<const uint8_t> keep_out,
                        std::span<const TokenDraw> draws, int32_t* drawn, TokenLogprob* logprobs);
   // Queues a linears() batch on the stream up to its outputs' copy back to staging (without copy_outputs: up to its
@@ -669,12 +672,13 @@ class CudaBackend final : public Backend {
   DeviceBuffer drawn_dev_, draws_dev_, candidates_dev_, totals_dev_, edits_dev_, edits_at_dev_, masks_dev_, mask_of_dev_;
   cuda::PinnedBuffer drawn_host_, draws_host_, candidates_host_, totals_host_, edits_host_, edits_at_host_, masks_host_,
       mask_of_host_;
-  // Their log-probabilities (queue_logprob_pass, finish_logprobs): the pass's draws at temperature 1, its answers,
-  // totals and candidates, the edits' original logits, and the chosen ids' offsets in the outputs and their logits.
+  // Their log-probabilities (queue_logprob_pass, queue_drawn_logits, finish_logprobs): the pass's draws at temperature
+  // 1 (skip: the rows not asking), its answers, totals and candidates, the edits' original logits, and the logits at
+  // the device's drawn ids and at the draws' candidates.
   struct LogprobStaging {
-    DeviceBuffer draws, drawn, totals, candidates, originals, chosen_at, chosen_logits;
-    cuda::PinnedBuffer draws_host, drawn_host, totals_host, candidates_host, originals_host, chosen_at_host,
-        chosen_logits_host;
+    DeviceBuffer draws, drawn, totals, candidates, originals, drawn_logits, candidate_logits;
+    cuda::PinnedBuffer draws_host, drawn_host, totals_host, candidates_host, originals_host, drawn_logits_host,
+        candidate_logits_host;
   } logprob_;
   int64_t draws_with_logits_back_ = 0;
   DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, gathered streams and pre, mixes and y (outputs in batch_)

@@ -9,17 +9,12 @@ static_assert(cuda::kRowTopKMax >= kNucleusCandidates, "the top-k kernel finds a
 
 namespace {
 // Whether the device draws every one of the rows (width wide): none wider than the draw kernel takes, no top-k or
-// log-probabilities' candidates past the top-k kernel's, and where a row asks for log-probabilities, the chosen ids'
-// offsets in the outputs 32-bit and one gather launch (a grid row each) for them.
+// log-probabilities' candidates past the top-k kernel's, and every row's candidates at a 32-bit offset.
 bool draws_fit(std::span<const TokenDraw> draws, int64_t width) {
-  if (width > cuda::kRowDrawMaxWidth) return false;
-  const int64_t n = int64_t(draws.size());
+  if (width > cuda::kRowDrawMaxWidth || int64_t(draws.size()) >= (int64_t(1) << 31) / cuda::kRowTopKMax) return false;
   for (const TokenDraw& d : draws) {
     if (draws_top_k(d, width) && d.top_k > cuda::kRowTopKMax) return false;
-    if (d.logprobs >= 0 && (logprob_candidates(d.logprobs, width) > cuda::kRowTopKMax || n * width >= (int64_t(1) << 31) ||
-                            n > int64_t(kMaxGridYZ))) {
-      return false;
-    }
+    if (d.logprobs >= 0 && logprob_candidates(d.logprobs, width) > cuda::kRowTopKMax) return false;
   }
   return true;
 }
@@ -187,12 +182,12 @@ void CudaBackend::edit_and_mask_rows(const LinearParams& p, float* out_dev, std:
   }
 }
 
-int CudaBackend::queue_logprob_pass(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws) {
+bool CudaBackend::queue_logprob_pass(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws) {
   int max_k = 0;
   for (const TokenDraw& d : draws) {
     if (d.logprobs >= 0) max_k = std::max(max_k, int(logprob_candidates(d.logprobs, p.n_rows)));
   }
-  if (max_k == 0) return 0;
+  if (max_k == 0) return false;
   const size_t n = size_t(p.n_tokens);
   logprob_.draws.reserve(n * sizeof(cuda::DeviceTokenDraw));
   logprob_.draws_host.reserve(n * sizeof(cuda::DeviceTokenDraw));
@@ -200,17 +195,19 @@ int CudaBackend::queue_logprob_pass(const LinearParams& p, const float* out_dev,
   logprob_.drawn_host.reserve(n * sizeof(int32_t));
   logprob_.totals.reserve(n * sizeof(double));
   logprob_.totals_host.reserve(n * sizeof(double));
-  const size_t candidate_bytes = n * size_t(max_k) * sizeof(cuda::DeviceDrawCandidate);
-  logprob_.candidates.reserve(candidate_bytes);
-  logprob_.candidates_host.reserve(candidate_bytes);
   auto* host = logprob_.draws_host.get<cuda::DeviceTokenDraw>();
+  int64_t n_candidates = 0;
   for (size_t t = 0; t < n; ++t) {  // the plain draw at temperature 1: its total (a nucleus row's), and candidates
     const int32_t top_n = draws[t].logprobs;
+    const int32_t k = top_n < 0 ? 0 : int32_t(logprob_candidates(top_n, p.n_rows));
     host[t] = top_n < 0 ? cuda::DeviceTokenDraw{.skip = 1}
-                        : cuda::DeviceTokenDraw{.temperature = 1.0f,
-                                                .top_k = int32_t(logprob_candidates(top_n, p.n_rows)),
-                                                .nucleus = 1};
+                        : cuda::DeviceTokenDraw{.temperature = 1.0f, .top_k = k, .nucleus = 1,
+                                                .candidates_at = int32_t(n_candidates)};
+    n_candidates += k;
   }
+  const size_t candidate_bytes = size_t(n_candidates) * sizeof(cuda::DeviceDrawCandidate);
+  logprob_.candidates.reserve(candidate_bytes);
+  logprob_.candidates_host.reserve(candidate_bytes);
   const auto* pass = logprob_.draws.get<cuda::DeviceTokenDraw>();
   DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.draws.get(), host, n * sizeof(cuda::DeviceTokenDraw), cudaMemcpyHostToDevice, stream_));
   cuda::launch_row_draws(out_dev, p.n_tokens, p.n_rows, p.n_rows, pass, logprob_.drawn.get<int32_t>(),
@@ -221,57 +218,75 @@ int CudaBackend::queue_logprob_pass(const LinearParams& p, const float* out_dev,
   DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.totals_host.get(), logprob_.totals.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
   DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.candidates_host.get(), logprob_.candidates.get(), candidate_bytes,
                                 cudaMemcpyDeviceToHost, stream_));
-  return max_k;
+  return true;
 }
 
-void CudaBackend::finish_logprobs(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws,
-                                  const int32_t* drawn, int max_k, TokenLogprob* logprobs) {
-  // The chosen ids' logits, edited and masked now (an allowed id is never masked): gathered at their offsets in the
-  // outputs; an edited id's is its original (edit_and_mask_rows kept it).
-  std::vector<int64_t> rows;
-  for (int64_t t = 0; t < p.n_tokens; ++t) {
-    if (draws[size_t(t)].logprobs >= 0) rows.push_back(t);
-  }
-  const size_t n = rows.size();
-  logprob_.chosen_at.reserve(n * sizeof(int32_t));
-  logprob_.chosen_at_host.reserve(n * sizeof(int32_t));
-  logprob_.chosen_logits.reserve(n * sizeof(float));
-  logprob_.chosen_logits_host.reserve(n * sizeof(float));
-  auto* at = logprob_.chosen_at_host.get<int32_t>();
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t t = rows[i];
-    DI_CHECK(drawn[t] >= 0 && drawn[t] < p.n_rows);
-    at[i] = int32_t(t * p.n_rows + drawn[t]);  // (draws_fit: 32-bit)
-  }
-  DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.chosen_at.get(), at, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  cuda::launch_gather_rows(out_dev, 1, logprob_.chosen_at.get<int32_t>(), int64_t(n), 1, logprob_.chosen_logits.get<float>(),
-                           1, stream_);
-  DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.chosen_logits_host.get(), logprob_.chosen_logits.get(), n * sizeof(float),
+void CudaBackend::queue_drawn_logits(const LinearParams& p, const float* out_dev, const cuda::DeviceTokenDraw* device_draws,
+                                     int64_t n_candidates) {
+  const size_t n = size_t(p.n_tokens), n_logits = device_draws ? size_t(n_candidates) : 0;
+  logprob_.drawn_logits.reserve(n * sizeof(float));
+  logprob_.drawn_logits_host.reserve(n * sizeof(float));
+  logprob_.candidate_logits.reserve(std::max<size_t>(n_logits, 1) * sizeof(float));
+  logprob_.candidate_logits_host.reserve(std::max<size_t>(n_logits, 1) * sizeof(float));
+  cuda::launch_drawn_logits(out_dev, p.n_tokens, p.n_rows, logprob_.draws.get<cuda::DeviceTokenDraw>(),
+                            drawn_dev_.get<int32_t>(), device_draws, candidates_dev_.get<cuda::DeviceDrawCandidate>(),
+                            logprob_.drawn_logits.get<float>(), logprob_.candidate_logits.get<float>(), stream_);
+  DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.drawn_logits_host.get(), logprob_.drawn_logits.get(), n * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (n_logits > 0) {
+    DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.candidate_logits_host.get(), logprob_.candidate_logits.get(),
+                                  n_logits * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
+}
+
+void CudaBackend::finish_logprobs(const LinearParams& p, const uint8_t* out_host, std::span<const TokenDraw> draws,
+                                  const int32_t* drawn, bool has_candidates, std::span<const uint8_t> came_back,
+                                  TokenLogprob* logprobs) {
+  const auto* device_drawn = drawn_host_.get<int32_t>();  // (the device's answers, before the host's draws)
+  const auto* drawn_logits = logprob_.drawn_logits_host.get<float>();
+  const auto* candidate_logits = logprob_.candidate_logits_host.get<float>();
+  const auto* candidates = candidates_host_.get<cuda::DeviceDrawCandidate>();
+  const auto* host_draws = draws_host_.get<cuda::DeviceTokenDraw>();
+  const auto* pass = logprob_.draws_host.get<cuda::DeviceTokenDraw>();
   const auto* pass_drawn = logprob_.drawn_host.get<int32_t>();
   const auto* totals = logprob_.totals_host.get<double>();
-  const auto* candidates = logprob_.candidates_host.get<cuda::DeviceDrawCandidate>();
-  const auto* chosen_logits = logprob_.chosen_logits_host.get<float>();
+  const auto* best_candidates = logprob_.candidates_host.get<cuda::DeviceDrawCandidate>();
   const auto* originals = logprob_.originals_host.get<float>();
   const auto* edits_at = edits_at_host_.get<int32_t>();
-  host_->for_rows(int64_t(n), [&](int64_t i0, int64_t i1) {
+  host_->for_rows(p.n_tokens, [&](int64_t t0, int64_t t1) {
     std::vector<DrawCandidate> best;
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = rows[size_t(i)];
+    for (int64_t t = t0; t < t1; ++t) {
       const TokenDraw& d = draws[size_t(t)];
-      float chosen_logit = chosen_logits[i];
+      if (d.logprobs < 0) continue;
+      // The chosen id's logit, as edited and masked (an allowed id is never masked): where the device drew it, at its
+      // draw; else among the candidates the host drew it from; else in the row that came back. An edited id's is its
+      // original (edit_and_mask_rows kept it).
+      const int32_t chosen = drawn[t];
+      DI_CHECK(chosen >= 0 && chosen < p.n_rows);
+      float chosen_logit = 0.0f;
+      bool found = device_drawn[t] == chosen;
+      if (found) chosen_logit = drawn_logits[t];
+      for (int32_t j = 0; !found && has_candidates && j < host_draws[t].top_k; ++j) {
+        const int32_t at = host_draws[t].candidates_at + j;
+        if (candidates[at].id == chosen) {
+          chosen_logit = candidate_logits[at];
+          found = true;
+        }
+      }
+      if (!found) {
+        DI_CHECK_MSG(came_back[size_t(t)], "log-probabilities: the drawn id's logit is nowhere the device sent back");
+        chosen_logit = reinterpret_cast<const float*>(out_host + size_t(t) * size_t(p.n_rows) * sizeof(float))[chosen];
+      }
       for (size_t j = 0; j < d.edits.size(); ++j) {
-        if (d.edits[j].id == drawn[t]) chosen_logit = originals[edits_at[t] + int64_t(j)];
+        if (d.edits[j].id == chosen) chosen_logit = originals[edits_at[t] + int64_t(j)];
       }
       best.clear();
-      const int64_t k = logprob_candidates(d.logprobs, p.n_rows);
-      for (int64_t j = 0; j < k; ++j) {
-        const cuda::DeviceDrawCandidate& c = candidates[t * max_k + j];
+      for (int32_t j = 0; j < pass[t].top_k; ++j) {
+        const cuda::DeviceDrawCandidate& c = best_candidates[pass[t].candidates_at + j];
         best.emplace_back(c.value, c.id);
       }
       // (the pass's answer is -1 with the total where the best is finite, else the argmax: the total is not read)
-      logprobs_from_best(best, pass_drawn[t] < 0 ? totals[t] : 0.0, drawn[t], chosen_logit, d.logprobs, logprobs[t]);
+      logprobs_from_best(best, pass_drawn[t] < 0 ? totals[t] : 0.0, chosen, chosen_logit, d.logprobs, logprobs[t]);
     }
   });
 }
@@ -281,7 +296,8 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
   const size_t row_bytes = size_t(p.n_rows) * sizeof(float);
   const auto* out_bytes = reinterpret_cast<const uint8_t*>(out_dev);
   int max_top_k = 0;  // the most candidates a row's draw wants (0: none)
-  int logprob_k = 0;  // the most candidates a row's log-probabilities read (0: no row asks)
+  int64_t n_candidates = 0;  // all rows' (one row's after another's: DeviceTokenDraw::candidates_at)
+  bool any_logprobs = false;  // (a row asking for log-probabilities)
   const int nucleus_k = int(std::min(kNucleusCandidates, p.n_rows));
   bool nucleus = false;  // (a row with a nucleus draw)
   auto candidates_of = [&](const TokenDraw& d) {
@@ -308,14 +324,16 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
         host[t] = {.uniform = d.uniform,
                    .temperature = d.temperature,
                    .top_k = candidates_of(d),
-                   .nucleus = draws_nucleus(d, p.n_rows)};
+                   .nucleus = draws_nucleus(d, p.n_rows),
+                   .candidates_at = int32_t(n_candidates)};
+        n_candidates += candidates_of(d);
       }
       DI_CUDA_CHECK(cudaMemcpyAsync(draws_dev_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
       device_draws = draws_dev_.get<cuda::DeviceTokenDraw>();
     }
-    logprob_k = queue_logprob_pass(p, out_dev, draws);  // (before the edits and masks: over the model's logits)
-    DI_CHECK(logprob_k == 0 || logprobs);
-    edit_and_mask_rows(p, out_dev, keep_out, draws, /*originals=*/logprob_k > 0);
+    any_logprobs = queue_logprob_pass(p, out_dev, draws);  // (before the edits and masks: over the model's logits)
+    DI_CHECK(!any_logprobs || logprobs);
+    edit_and_mask_rows(p, out_dev, keep_out, draws, /*originals=*/any_logprobs);
     if (nucleus) {
       totals_dev_.reserve(size_t(p.n_tokens) * sizeof(double));
       totals_host_.reserve(size_t(p.n_tokens) * sizeof(double));
@@ -330,14 +348,15 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
       DI_CUDA_CHECK(cudaMemcpyAsync(totals_host_.get(), totals_dev_.get(), size_t(p.n_tokens) * sizeof(double),
                                     cudaMemcpyDeviceToHost, stream_));
     }
-    if (max_top_k > 0) {
-      const size_t bytes = size_t(p.n_tokens) * size_t(max_top_k) * sizeof(cuda::DeviceDrawCandidate);
+    if (max_top_k > 0) {  // (only the rows with candidates take room: one nucleus row among 256 brings back 8 KB, not 2 MB)
+      const size_t bytes = size_t(n_candidates) * sizeof(cuda::DeviceDrawCandidate);
       candidates_dev_.reserve(bytes);
       candidates_host_.reserve(bytes);
       cuda::launch_row_top_k(out_dev, p.n_tokens, p.n_rows, p.n_rows, device_draws, max_top_k,
                              candidates_dev_.get<cuda::DeviceDrawCandidate>(), stream_);
       DI_CUDA_CHECK(cudaMemcpyAsync(candidates_host_.get(), candidates_dev_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
     }
+    if (any_logprobs) queue_drawn_logits(p, out_dev, max_top_k > 0 ? device_draws : nullptr, n_candidates);
   }
   // The kept tokens' rows, a run of consecutive ones a copy, to their places in the pinned mirror.
   std::vector<std::pair<int64_t, int64_t>> runs;  // [first, end)
@@ -353,10 +372,11 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
   DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (drawn) {
     std::memcpy(drawn, drawn_host_.get(), size_t(p.n_tokens) * sizeof(int32_t));
+    std::vector<uint8_t> needs_logits(size_t(p.n_tokens), 0);  // nucleus rows whose cut lies past their candidates
     if (max_top_k > 0) {
       const auto* candidates = candidates_host_.get<cuda::DeviceDrawCandidate>();
+      const auto* host_draws = draws_host_.get<cuda::DeviceTokenDraw>();  // (each row's candidates_at)
       const auto* totals = totals_host_.get<double>();
-      std::vector<uint8_t> needs_logits(size_t(p.n_tokens), 0);  // nucleus rows whose cut lies past their candidates
       host_->for_rows(p.n_tokens, [&](int64_t t0, int64_t t1) {
         thread_local std::vector<DrawCandidate> row;  // (kept from step to step)
         for (int64_t t = t0; t < t1; ++t) {
@@ -365,7 +385,7 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
           if (k == 0 || (draws_nucleus(d, p.n_rows) && drawn[t] >= 0)) continue;  // (a nucleus row's argmax: drawn)
           row.clear();
           for (int32_t j = 0; j < k; ++j) {
-            const cuda::DeviceDrawCandidate& c = candidates[t * max_top_k + j];
+            const cuda::DeviceDrawCandidate& c = candidates[host_draws[t].candidates_at + j];
             row.emplace_back(c.value, c.id);
           }
           if (draws_top_k(d, p.n_rows)) {
@@ -399,7 +419,7 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
         });
       }
     }
-    if (logprob_k > 0) finish_logprobs(p, out_dev, draws, drawn, logprob_k, logprobs);
+    if (any_logprobs) finish_logprobs(p, out_host, draws, drawn, max_top_k > 0, needs_logits, logprobs);
   }
   for (const auto& [t0, t1] : runs) {
     copy_rows_on_threads(host_.get(), reinterpret_cast<const float*>(out_host) + t0 * p.n_rows, p.n_rows, t1 - t0, p.n_rows,

@@ -306,14 +306,16 @@ void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, 
                          cudaStream_t stream);
 // A row's draw (model/token_draw.h's TokenDraw, as the device reads it): temperature <= 0 greedy; top_k > 0 the top-k
 // draw (the host sets it only where draws_top_k holds), or with nucleus the nucleus draw (draws_nucleus: top_k is then
-// min(kNucleusCandidates, width)), whose candidates launch_row_top_k finds; else the plain temperature draw. skip: no
-// draw of this row (a launch for some rows only: the log-probabilities' pass at temperature 1).
+// min(kNucleusCandidates, width)), whose candidates launch_row_top_k finds (candidates_at: where they start in its
+// out, so that the rows' candidates lie one after another); else the plain temperature draw. skip: no draw of this
+// row (a launch for some rows only: the log-probabilities' pass at temperature 1).
 struct DeviceTokenDraw {
   double uniform = 0.0;
   float temperature = 0.0f;
   int32_t top_k = 0;
   int32_t nucleus = 0;
   int32_t skip = 0;
+  int32_t candidates_at = 0;
 };
 // A top-k candidate as the device writes it: token_draw.h's DrawCandidate.
 struct DeviceDrawCandidate {
@@ -348,11 +350,18 @@ void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride,
 // bits[mask_of[r] * ceil(width / 32) ...] (word i / 32, bit i % 32) is 0 (device arrays).
 void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride, const uint32_t* bits,
                         const int32_t* mask_of, cudaStream_t stream);
-// Where draws[r].top_k > 0 (<= max_k <= kRowTopKMax, <= width): out[r * max_k + j] for j < top_k = token_draw.h's
+// Where draws[r].top_k > 0 (<= max_k <= kRowTopKMax, <= width): out[draws[r].candidates_at + j] for j < top_k = token_draw.h's
 // top_k_candidates of row r at draws[r].temperature, in their order (larger s first, ties to the lower id), except
 // that an s of -0 is written as +0 (which the draw's arithmetic cannot tell apart); other rows are not written.
 void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int max_k, DeviceDrawCandidate* out, cudaStream_t stream);
+// The logits a log-probability's chosen id may have, after launch_row_draws (drawn) and launch_row_top_k (draws,
+// candidates; draws may be nullptr: no row has candidates) of the same rows: for each row r of x (rows `stride` floats
+// apart) with asks[r].skip == 0, drawn_logit[r] = x[r, drawn[r]] where drawn[r] >= 0, and for each of its candidates
+// candidate_logits[draws[r].candidates_at + j] = x[r, that candidate's id] (device arrays).
+void launch_drawn_logits(const float* x, int64_t n_rows, int64_t stride, const DeviceTokenDraw* asks, const int32_t* drawn,
+                         const DeviceTokenDraw* draws, const DeviceDrawCandidate* candidates, float* drawn_logit,
+                         float* candidate_logits, cudaStream_t stream);
 
 // Indexer scores: score[j] = bf16( sum_h bf16( relu(bf16(q_h . K_j)) * w_h ) ).
 // n_tokens query tokens score against keys, token t against token_keys[t] rows from row token_keys_at[t]

@@ -195,8 +195,7 @@ __device__ __forceinline__ float float_of_order_bits(uint32_t k) {
 // each), the candidates above it and the lowest ids equal to it, then a sort of the k entries (bits, ~id): the
 // indexer's selection's pieces (block_top_k.cuh) on 32-bit keys.
 __global__ void __launch_bounds__(kThreads) row_top_k_kernel(const float* x, int64_t width, int64_t stride,
-                                                             const DeviceTokenDraw* draws, int max_k,
-                                                             DeviceDrawCandidate* out) {
+                                                             const DeviceTokenDraw* draws, DeviceDrawCandidate* out) {
   const int k = draws[blockIdx.x].top_k;
   if (k <= 0) return;
   const float temperature = draws[blockIdx.x].temperature;
@@ -235,11 +234,24 @@ __global__ void __launch_bounds__(kThreads) row_top_k_kernel(const float* x, int
   // The k-th largest bits: the k - wanted ids above them, and the `wanted` lowest ids equal to them after those.
   place_selected_entries<kThreads>(bits_of, width, prefix, k - wanted, wanted, equal_count, &n_placed, entries);
   sort_entries_best_first<kThreads>(entries, k);
-  DeviceDrawCandidate* row_out = out + int64_t(blockIdx.x) * max_k;
+  DeviceDrawCandidate* row_out = out + draws[blockIdx.x].candidates_at;
   for (int j = threadIdx.x; j < k; j += kThreads) {
     const uint64_t entry = entries[j];
     row_out[j] = {float_of_order_bits(uint32_t(entry >> 32)), int32_t(0xffffffffu - uint32_t(entry))};
   }
+}
+
+// One block per row that asks: the logit at its drawn id and at each of its candidates' ids.
+__global__ void __launch_bounds__(kThreads) drawn_logits_kernel(const float* x, int64_t stride, const DeviceTokenDraw* asks,
+                                                                const int32_t* drawn, const DeviceTokenDraw* draws,
+                                                                const DeviceDrawCandidate* candidates, float* drawn_logit,
+                                                                float* candidate_logits) {
+  if (asks[blockIdx.x].skip) return;
+  const float* row = x + int64_t(blockIdx.x) * stride;
+  if (threadIdx.x == 0 && drawn[blockIdx.x] >= 0) drawn_logit[blockIdx.x] = row[drawn[blockIdx.x]];
+  if (!draws) return;
+  const int32_t at = draws[blockIdx.x].candidates_at;
+  for (int j = threadIdx.x; j < draws[blockIdx.x].top_k; j += kThreads) candidate_logits[at + j] = row[candidates[at + j].id];
 }
 
 // One block per row: its edits, one a thread at a time (each its own id), in float as the host rounds them.
@@ -270,6 +282,16 @@ __global__ void __launch_bounds__(kThreads) logit_masks_kernel(float* x, int64_t
 
 }  // namespace
 
+void launch_drawn_logits(const float* x, int64_t n_rows, int64_t stride, const DeviceTokenDraw* asks, const int32_t* drawn,
+                         const DeviceTokenDraw* draws, const DeviceDrawCandidate* candidates, float* drawn_logit,
+                         float* candidate_logits, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  DI_CHECK(n_rows <= 0x7fffffff && (!draws || candidates));
+  launch_kernel(drawn_logits_kernel, unsigned(n_rows), kThreads, 0, stream, x, stride, asks, drawn, draws, candidates,
+                drawn_logit, candidate_logits);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
 void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride, const uint32_t* bits,
                         const int32_t* mask_of, cudaStream_t stream) {
   if (n_rows == 0) return;
@@ -291,7 +313,7 @@ void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t str
   if (n_rows == 0) return;
   DI_CHECK(width > 0 && width < (int64_t(1) << 31) && stride >= width && n_rows <= 0x7fffffff && max_k > 0 &&
            max_k <= kRowTopKMax && max_k <= width);
-  launch_kernel(row_top_k_kernel, unsigned(n_rows), kThreads, 0, stream, x, width, stride, draws, max_k, out);
+  launch_kernel(row_top_k_kernel, unsigned(n_rows), kThreads, 0, stream, x, width, stride, draws, out);
   DI_CUDA_CHECK_LAUNCH();
 }
 
