@@ -168,7 +168,7 @@ using HeadRun = std::function<bool(const LinearParams& p, std::span<const uint8_
 bool head_outputs_with(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
                        std::span<const std::optional<TokenDraw>> draws, std::vector<ChunkOutput>& outputs, const HeadRun& run);
 // head_outputs_with on y [n_rows, dim] on the host: the backend draws where it can (Backend::linear_draws), else the
-// host's threads draw from the logits (draw_token).
+// host's threads draw from the logits (draw_token, and token_logprobs where a draw asks).
 void head_outputs(Backend& backend, const LinearWeight& head, const float* y, int64_t dim, std::span<const int64_t> counts,
                   std::span<const std::optional<TokenDraw>> draws, std::vector<ChunkOutput>& outputs);
 // head_outputs_with where the backend keeps the stream and runs the head's steps on it (Backend::head_on_kept_stream;

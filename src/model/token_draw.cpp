@@ -326,7 +326,7 @@ void logprobs_from_best(std::span<const DrawCandidate> best, double total, int32
   const bool finite = std::isfinite(m);
   const double log_z = finite ? double(m) + std::log(total) : 0.0;
   auto logprob = [&](float s) {
-    if (!finite) return s == m ? 0.0f : -std::numeric_limits<float>::infinity();
+    if (!finite) return s == m && m > 0.0f ? 0.0f : -std::numeric_limits<float>::infinity();
     return float(double(s == 0.0f ? 0.0f : s) - log_z);  // (-0 as +0: a device's candidates carry +0)
   };
   out.id = chosen;

@@ -289,6 +289,8 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
   };
   auto best_at_10 = [](int64_t row) { return row == 10 ? 8.0f : 0.5f * float(std::sin(double(row))); };
   const std::vector<LogitEdit> halve_10 = {{10, 2.0f, 0.5f}, {11, 1.5f, 0.25f}};
+  std::vector<LogitEdit> every;  // (every id edited: whichever the draw picks, its logit is its original)
+  for (int32_t id = 0; id < int32_t(V); ++id) every.push_back({id, id % 2 ? 1.25f : 1.0f, 0.25f});
   std::vector<Planted> asking = {
       {random_logit(3.0f), with_logprobs({}, 0)},
       {random_logit(3.0f), {.temperature = 0.8f, .uniform = 0.6}},
@@ -301,6 +303,11 @@ void expect_sampled_draws(const std::string& linear_path, int64_t V) {
       {flat, with_logprobs({.temperature = 1.0f, .uniform = 0.8, .top_p = 0.95f}, 1)},
       {best_at_10, with_logprobs({}, 4), V > 10 ? 10 : -1, halve_10},
       {best_at_10, with_logprobs({.temperature = 0.5f, .uniform = 0.2}, 1), -1, halve_10},
+      // Drawn from their candidates on the host, not the device's argmax: ties whose pick lies past the best, and a
+      // nucleus decided among its candidates, every id edited.
+      {ties, with_logprobs({.temperature = 1.0f, .uniform = 0.9999, .top_k = 100}, 2)},
+      {ties, with_logprobs({.temperature = 1.0f, .uniform = 0.9999, .top_k = 100}, 3), -1, every},
+      {random_logit(3.0f), with_logprobs({.temperature = 1.0f, .uniform = 0.6, .top_p = 0.9f}, 4), -1, every},
       {random_logit(3.0f), with_logprobs({.temperature = 1.0f, .uniform = 0.5, .top_p = 0.8f}, 20), -1, many,
        mask_of([](int64_t i) { return i % 3; })},
   };

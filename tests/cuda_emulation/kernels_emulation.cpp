@@ -661,6 +661,7 @@ void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride,
 void launch_drawn_logits(const float* x, int64_t n_rows, int64_t stride, const DeviceTokenDraw* asks, const int32_t* drawn,
                          const DeviceTokenDraw* draws, const DeviceDrawCandidate* candidates, float* drawn_logit,
                          float* candidate_logits, cudaStream_t stream) {
+  DI_CHECK(!draws || candidates);
   enqueue(stream, [=] {
     for (int64_t r = 0; r < n_rows; ++r) {
       if (asks[r].skip) continue;

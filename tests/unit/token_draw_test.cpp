@@ -388,7 +388,7 @@ TEST(TokenDraw, LogprobsAreTheHeadersLogSoftmax) {
     const bool finite = std::isfinite(spec.m);
     const double log_z = finite ? double(spec.m) + std::log(spec.total()) : 0.0;
     auto want_logprob = [&](float s) {
-      if (!finite) return s == spec.m ? 0.0f : -INFINITY;
+      if (!finite) return s == spec.m && spec.m > 0 ? 0.0f : -INFINITY;
       return float(double(s == 0.0f ? 0.0f : s) - log_z);
     };
     std::vector<DrawCandidate> order;

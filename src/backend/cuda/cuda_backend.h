@@ -215,10 +215,11 @@ class CudaBackend final : public Backend {
   // memory blocks the host, per op.
   void linears(std::span<const LinearParams> ps) override;
 
-  // The op as linears() runs it, then each token's draw on the device (row_draw_kernel.cu; a top-k draw's candidates
-  // there, its draw from them on the host): the ids and the kept tokens' rows come back, in one wait. Declines (the
-  // model then runs linear() and draws itself) for a weight whose op runs on the host's kernels, rows wider than the
-  // kernel takes, or a top-k past kRowTopKMax.
+  // The op as linears() runs it, then each token's draw on the device (row_draw_kernel.cu; a top-k or nucleus draw's
+  // candidates there, its draw from them on the host) and its log-probabilities where it asks: the ids and the kept
+  // tokens' rows come back, in one wait. Declines (the model then runs linear() and draws itself) for a weight whose op
+  // runs on the host's kernels, rows wider than the kernel takes, a top-k or log-probabilities' candidates past
+  // kRowTopKMax, or more rows than 32-bit candidate offsets reach (draws_fit).
   bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
                     int32_t* drawn, TokenLogprob* logprobs) override;
   int64_t draws_with_logits_back() const override { return draws_with_logits_back_; }

@@ -306,9 +306,10 @@ void launch_scatter_rows(const uint8_t* src, int64_t n_rows, int64_t row_bytes, 
                          cudaStream_t stream);
 // A row's draw (model/token_draw.h's TokenDraw, as the device reads it): temperature <= 0 greedy; top_k > 0 the top-k
 // draw (the host sets it only where draws_top_k holds), or with nucleus the nucleus draw (draws_nucleus: top_k is then
-// min(kNucleusCandidates, width)), whose candidates launch_row_top_k finds (candidates_at: where they start in its
-// out, so that the rows' candidates lie one after another); else the plain temperature draw. skip: no draw of this
-// row (a launch for some rows only: the log-probabilities' pass at temperature 1).
+// min(kNucleusCandidates, width); in the log-probabilities' pass logprob_candidates), whose candidates launch_row_top_k
+// finds (candidates_at: where they start in its out, so that the rows' candidates lie one after another); else the
+// plain temperature draw. skip: no draw of this row (a launch for some rows only: the log-probabilities' pass at
+// temperature 1).
 struct DeviceTokenDraw {
   double uniform = 0.0;
   float temperature = 0.0f;
