@@ -161,9 +161,10 @@ size_t pick_weighted(const double* weights, size_t n, double mass, double unifor
 // A draw's log-probabilities (TokenDraw::logprobs), over the model's logits x[0, n) before the draw's edits and mask,
 // as the plain draw at temperature 1 weighs them: s = x (a NaN as -inf; -0 as +0), m and the total are that draw's,
 // and an id's log-probability is f32(double(s) - (m + log(total))); where m is +inf, 0 for an s of +inf and -inf for
-// the others, and where there is no finite logit (m = -inf), -inf for every id. The top ones are the order's first min(top_n, n) candidates at temperature 1 (larger s first,
-// ties to the lower id). A device finds them among the order's first logprob_candidates (the first's s is m) beside
-// the plain draw's total, and the drawn id's logit: logprobs_from_best.
+// the others, and where there is no finite logit (m = -inf), -inf for every id. The top ones are the order's first
+// min(top_n, n) candidates at temperature 1 (larger s first, ties to the lower id). A device finds them among the
+// order's first logprob_candidates (the first's s is m) beside the plain draw's total, and the drawn id's logit:
+// logprobs_from_best.
 void token_logprobs(const float* logits, int64_t n, int32_t chosen, int top_n, TokenLogprob& out);
 // How many of the order's first candidates (at temperature 1) the log-probabilities of a row of width n read.
 inline int64_t logprob_candidates(int top_n, int64_t n) { return std::min<int64_t>(std::max(top_n, 1), n); }

@@ -351,9 +351,10 @@ void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride,
 // bits[mask_of[r] * ceil(width / 32) ...] (word i / 32, bit i % 32) is 0 (device arrays).
 void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride, const uint32_t* bits,
                         const int32_t* mask_of, cudaStream_t stream);
-// Where draws[r].top_k > 0 (<= max_k <= kRowTopKMax, <= width): out[draws[r].candidates_at + j] for j < top_k = token_draw.h's
-// top_k_candidates of row r at draws[r].temperature, in their order (larger s first, ties to the lower id), except
-// that an s of -0 is written as +0 (which the draw's arithmetic cannot tell apart); other rows are not written.
+// Where draws[r].top_k > 0 (<= max_k <= kRowTopKMax, <= width): out[draws[r].candidates_at + j] for j < top_k =
+// token_draw.h's top_k_candidates of row r at draws[r].temperature, in their order (larger s first, ties to the lower
+// id), except that an s of -0 is written as +0 (which the draw's arithmetic cannot tell apart); other rows are not
+// written.
 void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int max_k, DeviceDrawCandidate* out, cudaStream_t stream);
 // The logits a log-probability's chosen id may have, after launch_row_draws (drawn) and launch_row_top_k (draws,

@@ -1,9 +1,10 @@
 // Each row's draw on the device (kernels.h: launch_row_draws), with model/token_draw.h's draw_token's answer: the
 // argmax (model/ops.h's: the first index holding the row's largest value, NaNs passed over, 0 where every value is
 // NaN), or the plain temperature draw, whose every IEEE operation token_draw.h writes out and this kernel runs in
-// that order; for a nucleus draw that draw's total, and for top-k and nucleus draws the order's first candidates. A
-// sampled or greedy step's draws then cross to the host as one id (or a few KB of candidates) a row instead of the
-// vocabulary's logits (V4: 129,280 floats, 517 KB a row).
+// that order; for a nucleus draw that draw's total, and for top-k and nucleus draws the order's first candidates;
+// for log-probabilities the logits at the drawn ids and the candidates. A sampled or greedy step's draws then cross
+// to the host as one id (or a few KB of candidates) a row instead of the vocabulary's logits (V4: 129,280 floats,
+// 517 KB a row).
 #include <climits>
 
 #include <cuda_runtime.h>
