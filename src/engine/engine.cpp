@@ -122,6 +122,9 @@ struct Engine::Impl {
   // A JSON answer's next-token mask (allowed: a byte an id), from the sequence's validator: only tokens that keep the
   // answer a valid prefix.
   void json_answer_mask(const Sequence& s, DrawScratch& scratch, std::vector<uint8_t>& allowed) const;
+  // A response_format sequence's mask this step: its answer's once the answer runs, else (thinking: the answer is
+  // still to come, so the reasoning may not end here) every token but the end of text.
+  void json_step_mask(const Sequence& s, DrawScratch& scratch, std::vector<uint8_t>& allowed) const;
   void commit_next(Sequence& seq, Drawn drawn);
   void snapshot(const Sequence& seq);
   int64_t prompt_layout_class(int64_t n_prompt) const {
@@ -570,13 +573,7 @@ void Engine::Impl::step() {
           draw.edits = s.penalty_edits;
         }
         if (s.json || s.json_schema) {
-          if (s.json_active) {
-            json_answer_mask(s, scratch, s.json_allowed);
-          } else {  // thinking: the JSON answer is still to come, so the reasoning may not end here
-            const int32_t eos = model->config().eos_token_id;
-            s.json_allowed.assign(size_t(model->config().vocab_size), 1);
-            if (eos >= 0 && eos < model->config().vocab_size) s.json_allowed[size_t(eos)] = 0;
-          }
+          json_step_mask(s, scratch, s.json_allowed);
           draw.allowed = s.json_allowed;
         }
       }
@@ -652,14 +649,9 @@ Engine::Impl::Drawn Engine::Impl::draw_next(Sequence& s, ChunkOutput& output, Dr
     raw = scratch.raw_logits.data();
   }
   apply_penalties(row, vocab, s.sampling, prompt, generated, scratch.penalty);
-  if (constrained) {  // only tokens that keep the answer a valid prefix (greedy and sampled alike)
-    json_answer_mask(s, scratch, scratch.json_allowed);
-    for (int64_t i = 0; i < vocab; ++i) {
-      if (!scratch.json_allowed[size_t(i)]) row[i] = -std::numeric_limits<float>::infinity();
-    }
-  } else if (s.json || s.json_schema) {  // thinking: the JSON answer is still to come, so the reasoning may not end here
-    const int32_t eos_id = model->config().eos_token_id;
-    if (eos_id >= 0 && eos_id < vocab) row[eos_id] = -std::numeric_limits<float>::infinity();
+  if (s.json || s.json_schema) {  // only tokens that keep the answer a valid prefix (greedy and sampled alike)
+    json_step_mask(s, scratch, scratch.json_allowed);
+    apply_mask(row, vocab, scratch.json_allowed);
   }
   drawn.id = s.sampler.sample(row, vocab, s.sampling);
   if (constrained) {
@@ -678,6 +670,17 @@ void Engine::Impl::json_answer_mask(const Sequence& s, DrawScratch& scratch, std
     if (!scratch.json_schema) scratch.json_schema.emplace(*s.json_schema);  // once; later masks copy into it
     json_schema_token_mask(*json_table, *s.json_schema, eos, allowed, *scratch.json_schema);
   }
+}
+
+void Engine::Impl::json_step_mask(const Sequence& s, DrawScratch& scratch, std::vector<uint8_t>& allowed) const {
+  if (s.json_active) {
+    json_answer_mask(s, scratch, allowed);
+    return;
+  }
+  const int64_t vocab = model->config().vocab_size;
+  const int32_t eos = model->config().eos_token_id;
+  allowed.assign(size_t(vocab), 1);
+  if (eos >= 0 && eos < vocab) allowed[size_t(eos)] = 0;
 }
 
 void Engine::Impl::commit_next(Sequence& s, Drawn drawn) {

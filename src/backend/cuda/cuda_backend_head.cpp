@@ -18,6 +18,17 @@ bool draws_fit(std::span<const TokenDraw> draws, int64_t width) {
   }
   return true;
 }
+
+// A row's candidates as the device packed them (DeviceTokenDraw::candidates_at, top_k of them), as the host's
+// DrawCandidates in `out`.
+void read_candidates(const cuda::DeviceDrawCandidate* packed, const cuda::DeviceTokenDraw& draw,
+                     std::vector<DrawCandidate>& out) {
+  out.clear();
+  for (int32_t j = 0; j < draw.top_k; ++j) {
+    const cuda::DeviceDrawCandidate& c = packed[draw.candidates_at + j];
+    out.emplace_back(c.value, c.id);
+  }
+}
 }  // namespace
 
 bool CudaBackend::linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
@@ -280,11 +291,7 @@ void CudaBackend::finish_logprobs(const LinearParams& p, const uint8_t* out_host
       for (size_t j = 0; j < d.edits.size(); ++j) {
         if (d.edits[j].id == chosen) chosen_logit = originals[edits_at[t] + int64_t(j)];
       }
-      best.clear();
-      for (int32_t j = 0; j < pass[t].top_k; ++j) {
-        const cuda::DeviceDrawCandidate& c = best_candidates[pass[t].candidates_at + j];
-        best.emplace_back(c.value, c.id);
-      }
+      read_candidates(best_candidates, pass[t], best);
       // (the pass's answer is -1 with the total where the best is finite, else the argmax: the total is not read)
       logprobs_from_best(best, pass_drawn[t] < 0 ? totals[t] : 0.0, chosen, chosen_logit, d.logprobs, logprobs[t]);
     }
@@ -383,11 +390,7 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
           const TokenDraw& d = draws[size_t(t)];
           const int k = candidates_of(d);
           if (k == 0 || (draws_nucleus(d, p.n_rows) && drawn[t] >= 0)) continue;  // (a nucleus row's argmax: drawn)
-          row.clear();
-          for (int32_t j = 0; j < k; ++j) {
-            const cuda::DeviceDrawCandidate& c = candidates[host_draws[t].candidates_at + j];
-            row.emplace_back(c.value, c.id);
-          }
+          read_candidates(candidates, host_draws[t], row);  // (its top_k: k)
           if (draws_top_k(d, p.n_rows)) {
             drawn[t] = draw_from_top_k(row, d, drawn[t]);
           } else {
