@@ -24,7 +24,8 @@
 #      split attention, the FMA linear, the index keys mirrored with the top-k selection on the device
 #      (DEEPINFER_CUDA_INDEX_SELECT=device), and kept there for the attention (kept; also at 16384 tokens of
 #      context), and last decode batch 64 at temperature 1, then batch 1 and 64 at top-p 0.95 with log-probabilities,
-#      with every device path (the head on the kept stream, the draws on the device) (E2E=0 skips it);
+#      with every device path (the head on the kept stream, the draws on the device), and batch 1 again with each
+#      draw spread over blocks (DEEPINFER_CUDA_ROW_DRAWS=split) (E2E=0 skips it);
 #   6. compute-sanitizer racecheck over the attention, index, kept-array and draw tests, with the time left (RACECHECK=0
 #      skips it).
 #   Every stage is cut short at DEADLINE=510 s after the start, so that the summary prints within the call. The second run (2026-12-04, all five stages) took 196 s.
@@ -268,6 +269,12 @@ if [ "${E2E:-1}" = 1 ] && [ "$(limit_for 120)" -ge 60 ]; then
     bench_run "decode batch 64 at top-p 0.95 with logprobs 5, every device path" 60 DEEPINFER_CUDA_KV=mirror \
       DEEPINFER_CUDA_INDEX_SELECT=kept DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device \
       DEEPINFER_CUDA_ATTENTION_ROWS=packed DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 1,64 --context 256 \
+      --decode-steps 8 --temperature 0.8 --top-p 0.95 --logprobs 5
+    # The same at batch 1 with each draw spread over blocks of 2,048 ids (DEEPINFER_CUDA_ROW_DRAWS=split, stop 59, not yet
+    # run on a GPU): against the batch-1 row above, what one block a row costs a step.
+    bench_run "decode batch 1 at top-p 0.95 with logprobs 5, every device path, split draws" 40 DEEPINFER_CUDA_ROW_DRAWS=split \
+      DEEPINFER_CUDA_KV=mirror DEEPINFER_CUDA_INDEX_SELECT=kept DEEPINFER_CUDA_MOE=device DEEPINFER_CUDA_LINEAR_CHAIN=device \
+      DEEPINFER_CUDA_ATTENTION_ROWS=packed DEEPINFER_CUDA_INDEX_SCORES=mma -- --prefill 16 --batch 1 --context 256 \
       --decode-steps 8 --temperature 0.8 --top-p 0.95 --logprobs 5
   else
     e2e_rc=failed

@@ -659,7 +659,7 @@ void time_device_moe(const std::vector<int64_t>& token_counts, bool graphs, MoeT
 // temperature 1 (read twice: the largest, then the weights), or a top-k draw's candidates (launch_row_top_k: read
 // six times; k = 1024: a nucleus draw's first candidates, whose total a sampled launch_row_draws finds), as
 // Backend::linear_draws runs them after the head. GB/s of the rows' bytes once.
-Row time_row_top_k(int64_t n_rows, int k) {
+Row time_row_top_k(int64_t n_rows, int k, bool split = false) {
   const int64_t vocab = 129280;
   std::mt19937 rng(12);
   DeviceBuffer logits = upload_random_floats(size_t(n_rows * vocab), rng, 4.0f);
@@ -669,16 +669,18 @@ Row time_row_top_k(int64_t n_rows, int k) {
   DeviceBuffer draws(host_draws.size() * sizeof(DeviceTokenDraw));
   DeviceBuffer out(size_t(n_rows) * size_t(k) * sizeof(DeviceDrawCandidate));
   DI_CUDA_CHECK(cudaMemcpy(draws.get(), host_draws.data(), host_draws.size() * sizeof(DeviceTokenDraw), cudaMemcpyHostToDevice));
+  DeviceBuffer scratch(split ? row_top_k_split_scratch_bytes(n_rows, vocab, k) : 0);
   const double ms = median_ms([&](int, cudaStream_t st) {
     launch_row_top_k(logits.get<float>(), n_rows, vocab, vocab, draws.get<DeviceTokenDraw>(), k,
-                     out.get<DeviceDrawCandidate>(), st);
+                     out.get<DeviceDrawCandidate>(), split ? scratch.get() : nullptr, st);
   });
   const double bytes = double(n_rows) * double(vocab) * 4.0;
-  return {"row top-" + std::to_string(k) + " candidates " + std::to_string(n_rows) + " x 129280", ms * 1e3,
-          bytes / (ms * 1e-3) / 1e9, 0.0, -1.0};
+  return {"row top-" + std::to_string(k) + " candidates " + std::to_string(n_rows) + " x 129280" + (split ? ", split" : ""),
+          ms * 1e3, bytes / (ms * 1e-3) / 1e9, 0.0, -1.0};
 }
 
-Row time_row_draws(int64_t n_rows, bool sampled) {
+// split: each row spread over blocks of kRowDrawChunkIds ids (launch_row_draws' split_scratch).
+Row time_row_draws(int64_t n_rows, bool sampled, bool split = false) {
   const int64_t vocab = 129280;
   std::mt19937 rng(11);
   DeviceBuffer logits = upload_random_floats(size_t(n_rows * vocab), rng, 4.0f);
@@ -687,13 +689,14 @@ Row time_row_draws(int64_t n_rows, bool sampled) {
   for (int64_t r = 0; r < n_rows; ++r) host_draws[size_t(r)] = {.uniform = double(r % 100) / 100.0, .temperature = 1.0f};
   DeviceBuffer draws(host_draws.size() * sizeof(DeviceTokenDraw));
   DI_CUDA_CHECK(cudaMemcpy(draws.get(), host_draws.data(), host_draws.size() * sizeof(DeviceTokenDraw), cudaMemcpyHostToDevice));
+  DeviceBuffer scratch(split ? row_draw_split_scratch_bytes(n_rows, vocab) : 0);
   const double ms = median_ms([&](int, cudaStream_t st) {
     launch_row_draws(logits.get<float>(), n_rows, vocab, vocab, sampled ? draws.get<DeviceTokenDraw>() : nullptr,
-                     ids.get<int32_t>(), nullptr, st);
+                     ids.get<int32_t>(), nullptr, split ? scratch.get() : nullptr, st);
   });
   const double bytes = double(n_rows) * double(vocab) * 4.0;
-  return {std::string(sampled ? "row draw at T=1 " : "row argmax ") + std::to_string(n_rows) + " x 129280", ms * 1e3,
-          bytes / (ms * 1e-3) / 1e9, 0.0, -1.0};
+  return {std::string(sampled ? "row draw at T=1 " : "row argmax ") + std::to_string(n_rows) + " x 129280" + (split ? ", split" : ""),
+          ms * 1e3, bytes / (ms * 1e-3) / 1e9, 0.0, -1.0};
 }
 
 // A V4-Flash ratio-4 layer's attention front through the backend: the mHC side's first half (mixes of the 4 x
@@ -830,12 +833,18 @@ int run() {
   // The V4-Flash output head (bf16, 129280 x 4096: 1.06 GB, the largest single read of a decode step).
   rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1));
   rows.push_back(time_linear("bf16 head", WeightKind::kBf16, 0, 129280, 4096, 1, mma));
-  for (const bool sampled : {false, true}) {  // then a step's draws, greedy and at a temperature, at batch 1 and 256
+  for (const bool sampled : {false, true}) {  // then a step's draws, greedy and at a temperature, at batch 1, 8 (a row a block, and split) and 256
     rows.push_back(time_row_draws(1, sampled));
+    rows.push_back(time_row_draws(1, sampled, /*split=*/true));
+    rows.push_back(time_row_draws(8, sampled));
+    rows.push_back(time_row_draws(8, sampled, /*split=*/true));
     rows.push_back(time_row_draws(256, sampled));
   }
   for (const int k : {50, 1024}) {  // and a top-k draw's candidates, or a nucleus draw's first ones
     rows.push_back(time_row_top_k(1, k));
+    rows.push_back(time_row_top_k(1, k, /*split=*/true));
+    rows.push_back(time_row_top_k(8, k));
+    rows.push_back(time_row_top_k(8, k, /*split=*/true));
     rows.push_back(time_row_top_k(256, k));
   }
   rows.push_back(time_attention(64, 512, 640, true));

@@ -16,7 +16,8 @@ TEST(CudaBackendOptions, AnUnknownChoiceIsAnErrorNamingIt) {
   DI_SKIP_WITHOUT_CUDA();
   for (const char* name : {"DEEPINFER_CUDA_LINEAR", "DEEPINFER_CUDA_ATTENTION", "DEEPINFER_CUDA_KV", "DEEPINFER_CUDA_PROMPT_LINEAR",
                            "DEEPINFER_CUDA_MOE", "DEEPINFER_CUDA_LINEAR_CHAIN", "DEEPINFER_CUDA_INDEX_SELECT", "DEEPINFER_CUDA_GRAPHS",
-                           "DEEPINFER_CUDA_ATTENTION_ROWS", "DEEPINFER_CUDA_INDEX_SCORES", "DEEPINFER_CUDA_WAIT"}) {
+                           "DEEPINFER_CUDA_ATTENTION_ROWS", "DEEPINFER_CUDA_INDEX_SCORES", "DEEPINFER_CUDA_WAIT",
+                           "DEEPINFER_CUDA_ROW_DRAWS"}) {
     setenv(name, "bogus", 1);
     std::string error;
     const std::unique_ptr<Backend> backend = make_cuda_backend(0, 0, &error);

@@ -355,6 +355,39 @@ TEST(LinearDrawsCuda, DrawsThatRoundingDecides) {
   expect_planted_draws(*gpu, 600, rows_that_rounding_decides(), weights);
 }
 
+// The same draws with each row spread over blocks of 2,048 ids (DEEPINFER_CUDA_ROW_DRAWS=split: every launch here has
+// fewer rows than the device has SMs): the greedy rows' ties lie in different blocks (777, 3000 and 5001; 10 and 4000),
+// the sampled rows are 6001 wide (three blocks, the last of 1,905 ids) and 4097 (the last of one id), and the rows that
+// rounding decides are widened to 4,700 ids with weights of 0, which leave their draws as they were, in the first
+// block and moved to the second.
+TEST(LinearDrawsCuda, SplitDrawsAreTheHosts) {
+  const ScopedEnv split("DEEPINFER_CUDA_ROW_DRAWS", "split");
+  expect_draws("fma");
+  expect_sampled_draws("fma", 6001);
+  expect_sampled_draws("fma", 4097);
+  const ScopedCudaPaths paths("fma");
+  DI_MAKE_CUDA_BACKEND(gpu);
+  std::deque<OwnedWeight> weights;
+  expect_planted_draws(*gpu, 4700, rows_that_rounding_decides(), weights);
+  // And moved one block on (2,048 ids: whole spans, so the same sums after a run of 0s): the last id of weight > 0 that
+  // a walk without a pick takes now lies in the second block.
+  std::vector<Planted> moved = rows_that_rounding_decides();
+  for (Planted& p : moved) {
+    p.logit = [f = p.logit](int64_t i) { return i < 2048 ? -1000.0f : f(i - 2048); };
+    p.want += 2048;
+  }
+  expect_planted_draws(*gpu, 4700, moved, weights);
+  // Candidates among ties that span blocks: a third of the ids at 2, the rest at -1, so that the first 1,024 are the
+  // lowest 1,024 ids at 2 (683 in the first block, 341 in the second), drawn near their end; a nucleus row among them
+  // with its log-probabilities, and one cut inside the first block's.
+  auto thirds = [](int64_t row) { return row % 3 == 0 ? 2.0f : -1.0f; };
+  TokenDraw asking = {.temperature = 1.0f, .uniform = 0.6, .top_p = 0.5f};
+  asking.logprobs = 20;
+  expect_planted_draws(*gpu, 6001, {{thirds, {.temperature = 1.0f, .uniform = 0.97, .top_k = 1024}},
+                                    {thirds, {.temperature = 0.5f, .uniform = 0.999, .top_k = 700}},
+                                    {thirds, asking}}, weights);
+}
+
 TEST(LinearDrawsCuda, GreedyDrawsAreTheHostsArgmaxOfTheOutputsOnMma) { expect_draws("mma"); }
 TEST(LinearDrawsCuda, GreedyDrawsAreTheHostsArgmaxOfTheOutputsOnFma) { expect_draws("fma"); }
 TEST(LinearDrawsCuda, SampledDrawsAreTheHostsOnMma) { expect_sampled_draws("mma", 6001); }

@@ -612,7 +612,7 @@ void launch_candidate_blocks(const CandidateBlocksLaunch& p, cudaStream_t stream
 
 #ifndef DEEPINFER_REAL_KERNELS_ROW_DRAW_KERNEL  // row_draw_kernel.cu: the host's draw_token
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
-                      int32_t* out, double* totals, cudaStream_t stream) {
+                      int32_t* out, double* totals, void* /*split_scratch: one path here*/, cudaStream_t stream) {
   DI_CHECK(width > 0 && width <= kRowDrawMaxWidth && stride >= width);
   enqueue(stream, [=] {
     TemperatureWeights weights;
@@ -673,8 +673,11 @@ void launch_drawn_logits(const float* x, int64_t n_rows, int64_t stride, const D
     }
   });
 }
+#endif
+
+#ifndef DEEPINFER_REAL_KERNELS_ROW_TOP_K_KERNEL  // row_top_k_kernel.cu: the host's top_k_candidates
 void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
-                      int max_k, DeviceDrawCandidate* out, cudaStream_t stream) {
+                      int max_k, DeviceDrawCandidate* out, void* /*split_scratch: one path here*/, cudaStream_t stream) {
   DI_CHECK(max_k > 0 && max_k <= kRowTopKMax && max_k <= width && stride >= width);
   enqueue(stream, [=] {
     std::vector<DrawCandidate> candidates;

@@ -54,14 +54,15 @@ __device__ __forceinline__ void exclusive_scan_by_thread(uint32_t* counts) {
 }
 
 // The selection's entries, key_of(i) for i in [0, n): every index whose key is above the threshold, anywhere in
-// entries [0, first_equal) (n_placed counts them: shared, 0 before the call), and of those equal to it the `wanted`
-// lowest indices, in index order, into [first_equal, first_equal + wanted). Each thread takes a contiguous run of
-// indices, so that a block scan of its counts of equal keys (counts: kThreads of shared memory) ranks them by index.
-// Every thread of the block calls it.
+// entries [0, first_equal) (n_placed counts them: 0 before the first call that places any), and of those equal to it
+// the `wanted` lowest indices, in index order, into [first_equal, first_equal + wanted). Each thread takes a contiguous
+// run of indices, so that a block scan of its counts of equal keys (counts: kThreads of shared memory) ranks them by
+// index. An entry's index is index_base + i (a row's chunk: wanted and first_equal then net of the equal keys of the
+// chunks before it). Every thread of the block calls it.
 template <int kThreads, class KeyOf>
 __device__ __forceinline__ void place_selected_entries(const KeyOf& key_of, int64_t n, uint32_t threshold,
                                                        int64_t first_equal, int64_t wanted, uint32_t* counts,
-                                                       uint32_t* n_placed, uint64_t* entries) {
+                                                       uint32_t* n_placed, uint64_t* entries, int64_t index_base = 0) {
   const int64_t run = (n + kThreads - 1) / kThreads, i0 = min(n, int64_t(threadIdx.x) * run), i1 = min(n, i0 + run);
   uint32_t equal = 0;
   for (int64_t i = i0; i < i1; ++i) equal += key_of(i) == threshold;
@@ -70,7 +71,7 @@ __device__ __forceinline__ void place_selected_entries(const KeyOf& key_of, int6
   int64_t rank = counts[threadIdx.x];
   for (int64_t i = i0; i < i1; ++i) {
     const uint32_t key = key_of(i);
-    const uint64_t entry = (uint64_t(key) << 32) | (0xffffffffu - uint32_t(i));
+    const uint64_t entry = (uint64_t(key) << 32) | (0xffffffffu - uint32_t(index_base + i));
     if (key > threshold) {
       entries[atomicAdd(n_placed, 1u)] = entry;
     } else if (key == threshold) {

@@ -12,12 +12,13 @@ CudaBackend::CudaBackend(int device, std::unique_ptr<Backend> host, double weigh
       mirror_rows_(paths.mirror_rows), mirror_gb_(paths.mirror_gb), fp8_prompt_linear_(paths.fp8_prompt_linear),
       fp8_tile_(paths.fp8_tile), fp8_wgmma_(paths.fp8_wgmma), device_moe_(paths.device_moe), graphs_(paths.graphs),
       device_chain_(paths.device_chain), device_select_(paths.device_select),
-      keep_selections_(paths.keep_selections) {
+      keep_selections_(paths.keep_selections), split_row_draws_(paths.split_row_draws) {
   bind_device();
   cudaDeviceProp prop{};
   DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   name_ = std::string("cuda-") + prop.name;
   max_shared_bytes_ = prop.sharedMemPerBlockOptin;
+  sm_count_ = prop.multiProcessorCount;
   DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   attention_staging_.create(paths.wait_every_call);
   tail_staging_.create(paths.wait_every_call);
@@ -303,6 +304,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int n_threads, std::strin
       // every-call (each call waits for its work: the comparison, `bench --op-times` figures that charge each call its
       // own device time, and a device fault reported by the call that caused it rather than by the next one that waits).
       {"DEEPINFER_CUDA_WAIT", {"as-needed", "every-call"}, [](const std::string& v, KernelPaths& p) { p.wait_every_call = v == "every-call"; }},
+      // DEEPINFER_CUDA_ROW_DRAWS: whole (default: a token's draw one block) or split (a step with fewer tokens than the
+      // device has SMs spreads each token's draw over blocks of 2,048 ids, as row_draw_kernel.cu says: the same ids;
+      // written without a GPU at hand).
+      {"DEEPINFER_CUDA_ROW_DRAWS", {"whole", "split"}, [](const std::string& v, KernelPaths& p) { p.split_row_draws = v == "split"; }},
   };
   KernelPaths paths;
   for (const Choice& choice : kChoices) {

@@ -145,6 +145,7 @@ struct KernelPaths {
   bool device_select = false;      // DEEPINFER_CUDA_INDEX_SELECT=device or kept, not host (the default)
   bool keep_selections = false;    // DEEPINFER_CUDA_INDEX_SELECT=kept
   bool wait_every_call = false;    // DEEPINFER_CUDA_WAIT=every-call or as-needed (the default)
+  bool split_row_draws = false;    // DEEPINFER_CUDA_ROW_DRAWS=split or whole (the default)
 };
 
 // Pinned staging that work queued by a call which did not wait may still read (or write): the next call that
@@ -516,6 +517,10 @@ class CudaBackend final : public Backend {
   // at temperature 1 (its total, or the argmax where the best is not finite) and the order's first
   // logprob_candidates there, queued back to logprob_; false where no row asks.
   bool queue_logprob_pass(const LinearParams& p, const float* out_dev, std::span<const TokenDraw> draws);
+  // launch_row_draws' and launch_row_top_k's split_scratch for n_rows rows of width: nullptr (one block a row) unless
+  // DEEPINFER_CUDA_ROW_DRAWS=split and the rows are fewer than the device's SMs.
+  void* row_draw_scratch(int64_t n_rows, int64_t width);
+  void* row_top_k_scratch(int64_t n_rows, int64_t width);
   // After the draws' launches (device_draws: those with candidates, nullptr where no row has any; n_candidates: all
   // their candidates): the logits the asking rows' chosen ids may have (launch_drawn_logits), queued back to logprob_.
   void queue_drawn_logits(const LinearParams& p, const float* out_dev, const cuda::DeviceTokenDraw* device_draws,
@@ -658,6 +663,7 @@ class CudaBackend final : public Backend {
   bool mirror_rows_ = false;
   double mirror_gb_ = 2;
   size_t max_shared_bytes_ = 0;     // per block, opted in
+  int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   cuda::WeightCache weights_;
   DeviceBuffer x_, out_, rows_, index_, scores_;  // per-op scratch, grown on demand
@@ -681,6 +687,8 @@ class CudaBackend final : public Backend {
     cuda::PinnedBuffer draws_host, drawn_host, totals_host, candidates_host, originals_host, drawn_logits_host,
         candidate_logits_host;
   } logprob_;
+  bool split_row_draws_ = false;  // DEEPINFER_CUDA_ROW_DRAWS=split
+  DeviceBuffer row_draw_scratch_, row_top_k_scratch_;
   int64_t draws_with_logits_back_ = 0;
   DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, gathered streams and pre, mixes and y (outputs in batch_)
   cuda::PinnedBuffer head_rows_host_;

@@ -222,14 +222,29 @@ bool CudaBackend::queue_logprob_pass(const LinearParams& p, const float* out_dev
   const auto* pass = logprob_.draws.get<cuda::DeviceTokenDraw>();
   DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.draws.get(), host, n * sizeof(cuda::DeviceTokenDraw), cudaMemcpyHostToDevice, stream_));
   cuda::launch_row_draws(out_dev, p.n_tokens, p.n_rows, p.n_rows, pass, logprob_.drawn.get<int32_t>(),
-                         logprob_.totals.get<double>(), stream_);
+                         logprob_.totals.get<double>(), row_draw_scratch(p.n_tokens, p.n_rows), stream_);
   cuda::launch_row_top_k(out_dev, p.n_tokens, p.n_rows, p.n_rows, pass, max_k,
-                         logprob_.candidates.get<cuda::DeviceDrawCandidate>(), stream_);
+                         logprob_.candidates.get<cuda::DeviceDrawCandidate>(), row_top_k_scratch(p.n_tokens, p.n_rows),
+                         stream_);
   DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.drawn_host.get(), logprob_.drawn.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.totals_host.get(), logprob_.totals.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
   DI_CUDA_CHECK(cudaMemcpyAsync(logprob_.candidates_host.get(), logprob_.candidates.get(), candidate_bytes,
                                 cudaMemcpyDeviceToHost, stream_));
   return true;
+}
+
+// Sized for the most rows and candidates a split launch takes (for V4's vocabulary ~0.7 MB and ~10 MB on 132 SMs), so
+// that the buffers never grow, and so never wait for the device, between one call's launches or from step to step.
+void* CudaBackend::row_draw_scratch(int64_t n_rows, int64_t width) {
+  if (!split_row_draws_ || n_rows >= sm_count_) return nullptr;
+  row_draw_scratch_.reserve(cuda::row_draw_split_scratch_bytes(sm_count_, width));
+  return row_draw_scratch_.get();
+}
+
+void* CudaBackend::row_top_k_scratch(int64_t n_rows, int64_t width) {
+  if (!split_row_draws_ || n_rows >= sm_count_) return nullptr;
+  row_top_k_scratch_.reserve(cuda::row_top_k_split_scratch_bytes(sm_count_, width, cuda::kRowTopKMax));
+  return row_top_k_scratch_.get();
 }
 
 void CudaBackend::queue_drawn_logits(const LinearParams& p, const float* out_dev, const cuda::DeviceTokenDraw* device_draws,
@@ -348,7 +363,7 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
     // Top-k and nucleus rows: their candidates come back, and in drawn the argmax (a top-k row's fallback) or -1 with
     // the total (a nucleus row's); the host draws from them below.
     cuda::launch_row_draws(out_dev, p.n_tokens, p.n_rows, p.n_rows, device_draws, drawn_dev_.get<int32_t>(),
-                           nucleus ? totals_dev_.get<double>() : nullptr, stream_);
+                           nucleus ? totals_dev_.get<double>() : nullptr, row_draw_scratch(p.n_tokens, p.n_rows), stream_);
     DI_CUDA_CHECK(cudaMemcpyAsync(drawn_host_.get(), drawn_dev_.get(), size_t(p.n_tokens) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream_));
     if (nucleus) {
@@ -360,7 +375,8 @@ void CudaBackend::bring_back_head(const LinearParams& p, float* out_dev, uint8_t
       candidates_dev_.reserve(bytes);
       candidates_host_.reserve(bytes);
       cuda::launch_row_top_k(out_dev, p.n_tokens, p.n_rows, p.n_rows, device_draws, max_top_k,
-                             candidates_dev_.get<cuda::DeviceDrawCandidate>(), stream_);
+                             candidates_dev_.get<cuda::DeviceDrawCandidate>(),
+                             row_top_k_scratch(p.n_tokens, p.n_rows), stream_);
       DI_CUDA_CHECK(cudaMemcpyAsync(candidates_host_.get(), candidates_dev_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
     }
     if (any_logprobs) queue_drawn_logits(p, out_dev, max_top_k > 0 ? device_draws : nullptr, n_candidates);

@@ -332,9 +332,19 @@ inline constexpr int64_t kRowDrawMaxWidth = int64_t(5632) * 256;
 // (row_draw_kernel.cu: the head's draws, Backend::linear_draws). width <= kRowDrawMaxWidth. Top-k rows get their
 // argmax, which draw_from_top_k takes where the best s is not finite. Nucleus rows get the argmax where the largest
 // s is not finite, else -1 and totals[r] = the plain draw's total (totals may be nullptr where no row is one). Rows
-// with skip are not written.
+// with skip are not written. split_scratch: nullptr for one block a row, or row_draw_split_scratch_bytes(n_rows, width)
+// bytes of device memory (8-byte aligned; n_rows <= 65535) to spread each row over row_draw_chunks(width) blocks of
+// kRowDrawChunkIds ids (three launches; the same answers bit for bit): a launch of fewer rows than the device has SMs would
+// otherwise run on that many SMs, one row's 129,280 exps on each.
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
-                      int32_t* out, double* totals, cudaStream_t stream);
+                      int32_t* out, double* totals, void* split_scratch, cudaStream_t stream);
+inline constexpr int64_t kRowDrawSpanIds = 256, kRowDrawChunkIds = 2048;  // (token_draw.h's span; a split row's block)
+inline int64_t row_draw_chunks(int64_t width) { return (width + kRowDrawChunkIds - 1) / kRowDrawChunkIds; }
+// Row r's spans' sums (8 bytes a span), then its chunks' largest s, argmax value and id and last weighed id (4 bytes each).
+inline size_t row_draw_split_scratch_bytes(int64_t n_rows, int64_t width) {
+  const int64_t n_spans = (width + kRowDrawSpanIds - 1) / kRowDrawSpanIds;
+  return size_t(n_rows) * (size_t(n_spans) * 8 + size_t(row_draw_chunks(width)) * 16);
+}
 // A logit edit as the device reads it: model/token_draw.h's LogitEdit.
 struct DeviceLogitEdit {
   int32_t id = 0;
@@ -354,9 +364,16 @@ void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride,
 // Where draws[r].top_k > 0 (<= max_k <= kRowTopKMax, <= width): out[draws[r].candidates_at + j] for j < top_k =
 // token_draw.h's top_k_candidates of row r at draws[r].temperature, in their order (larger s first, ties to the lower
 // id), except that an s of -0 is written as +0 (which the draw's arithmetic cannot tell apart); other rows are not
-// written.
+// written (row_top_k_kernel.cu). split_scratch: nullptr for one block a row, or row_top_k_split_scratch_bytes(n_rows,
+// width, max_k) bytes of device memory (8-byte aligned; n_rows <= 65535) to spread each row over row_draw_chunks(width)
+// blocks (seven launches and a memset; the same candidates).
 void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
-                      int max_k, DeviceDrawCandidate* out, cudaStream_t stream);
+                      int max_k, DeviceDrawCandidate* out, void* split_scratch, cudaStream_t stream);
+// Row r's entries (8 bytes each of max_k), then its histograms (4 digits of 256 counts), its count of entries placed,
+// and its chunks' counts of the last digit (256 each), 4 bytes a count.
+inline size_t row_top_k_split_scratch_bytes(int64_t n_rows, int64_t width, int max_k) {
+  return size_t(n_rows) * (size_t(max_k) * 8 + (4 * 256 + 1) * 4 + size_t(row_draw_chunks(width)) * 256 * 4);
+}
 // The logits a log-probability's chosen id may have, after launch_row_draws (drawn) and launch_row_top_k (draws,
 // candidates; draws may be nullptr: no row has candidates) of the same rows: for each row r of x (rows `stride` floats
 // apart) with asks[r].skip == 0, drawn_logit[r] = x[r, drawn[r]] where drawn[r] >= 0, and for each of its candidates

@@ -1,18 +1,20 @@
 // Each row's draw on the device (kernels.h: launch_row_draws), with model/token_draw.h's draw_token's answer: the
 // argmax (model/ops.h's: the first index holding the row's largest value, NaNs passed over, 0 where every value is
 // NaN), or the plain temperature draw, whose every IEEE operation token_draw.h writes out and this kernel runs in
-// that order; for a nucleus draw that draw's total, and for top-k and nucleus draws the order's first candidates;
-// for log-probabilities the logits at the drawn ids and the candidates. A sampled or greedy step's draws then cross
-// to the host as one id (or a few KB of candidates) a row instead of the vocabulary's logits (V4: 129,280 floats,
-// 517 KB a row).
+// that order; for a nucleus draw that draw's total (row_top_k_kernel.cu finds the top-k and nucleus draws'
+// candidates). Also the edits and masks made before the draws, and for log-probabilities the logits at the drawn ids
+// and the candidates. A sampled or greedy step's draws then cross to the host as one id (or a few KB of candidates) a
+// row instead of the vocabulary's logits (V4: 129,280 floats, 517 KB a row). A draw runs on one block a row, or for a
+// launch of few rows spread over blocks of 2,048 ids in three launches (row_chunk_max_kernel, row_chunk_sums_kernel,
+// row_walk_kernel) with the same operations in the same order.
 #include <climits>
 
 #include <cuda_runtime.h>
 
-#include "backend/cuda/block_top_k.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_exact_math.cuh"
 #include "backend/cuda/device_launch.cuh"
+#include "backend/cuda/draw_keys.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace deepinfer::cuda {
@@ -22,6 +24,8 @@ namespace {
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kGroupIds = 8, kSpanGroups = 32, kSpanIds = kGroupIds * kSpanGroups;  // token_draw.h's
 static_assert(kSpanGroups == 32, "a span is a warp: lane l sums group l");
+constexpr int64_t kChunkSpans = kWarps;  // a split row's block: a span a warp
+static_assert(kSpanIds == kRowDrawSpanIds && kChunkSpans * kSpanIds == kRowDrawChunkIds, "kernels.h's scratch sizes");
 constexpr int kStaticSharedBytes = 4096;  // (the resource report: 2432 B)
 static_assert(kRowDrawMaxWidth / kSpanIds * sizeof(double) + kStaticSharedBytes <= 48 * 1024,
               "the spans' sums fit the default shared memory beside the static arrays");
@@ -35,12 +39,14 @@ __device__ __forceinline__ void keep_better(float& v, int& i, float w, int j) {
   }
 }
 
-// The row's argmax, to every thread. Each thread walks its columns in ascending order, so the first of its equal
-// values is kept; the block's reduction then takes the largest value at its lowest index.
-__device__ int block_argmax(const float* row, int64_t width) {
+// The largest value of row[begin, end) at its lowest index, NaNs passed over (*value: that value), to every thread;
+// INT_MAX where there is none (every value NaN). Each thread walks its columns in ascending order, so the first of its
+// equal values is kept; the block's reduction then takes the largest value at its lowest index. The pick is a total
+// order's best, so ranges' picks merged with keep_better in any order give the whole row's.
+__device__ int block_argmax(const float* row, int64_t begin, int64_t end, float* value) {
   float best = -__int_as_float(0x7f800000);  // -inf: a row of -inf values gives its first index, as on the host
   int at = INT_MAX;
-  for (int64_t i = threadIdx.x; i < width; i += kThreads) keep_better(best, at, row[i], int(i));
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) keep_better(best, at, row[i], int(i));
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     const float w = __shfl_xor_sync(0xffffffffu, best, off);
@@ -58,13 +64,37 @@ __device__ int block_argmax(const float* row, int64_t width) {
   best = warp_best[0];
   at = warp_at[0];
   for (int w = 1; w < kWarps; ++w) keep_better(best, at, warp_best[w], warp_at[w]);
+  *value = best;
+  return at;
+}
+
+// The row's argmax (model/ops.h's: 0 where every value is NaN), to every thread.
+__device__ int block_argmax(const float* row, int64_t width) {
+  float unused;
+  const int at = block_argmax(row, 0, width, &unused);
   return at == INT_MAX ? 0 : at;
 }
 
-// s = f32(x / T), a NaN as -inf.
-__device__ __forceinline__ float scaled_logit(float x, float temperature) {
-  const float v = __fdiv_rn(x, temperature);
-  return v == v ? v : -__int_as_float(0x7f800000);
+// The largest s of row[begin, end) (-inf where the range is empty), to every thread. No s is NaN, so the order in
+// which the maxima are taken only picks between +0 and -0, which weigh alike (exp_fixed(-0) = exp_fixed(+0)).
+__device__ float block_max_scaled(const float* row, int64_t begin, int64_t end, float temperature) {
+  float best = -__int_as_float(0x7f800000);
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) best = fmaxf(best, scaled_logit(row[i], temperature));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, off));
+  __shared__ float warp_best[kWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_best[warp] = best;
+  __syncthreads();
+  best = warp_best[0];
+  for (int w = 1; w < kWarps; ++w) best = fmaxf(best, warp_best[w]);
+  return best;
+}
+
+// Whether row r's draw weighs its ids (the plain temperature draw, or a nucleus row's total); the others take the
+// argmax (greedy rows, and top-k rows: their fallback). draws == nullptr: every row greedy.
+__device__ __forceinline__ bool weighs_ids(const DeviceTokenDraw* draws, int64_t r) {
+  return draws && draws[r].temperature > 0.0f && !(draws[r].top_k > 0 && !draws[r].nucleus);
 }
 
 // Group k's weights w[0, 8) (ids past width weigh 0) and their sum, as token_draw.h gives them.
@@ -81,82 +111,64 @@ __device__ double group_weights(const float* row, int64_t width, int64_t k, floa
   return __dadd_rn(__dadd_rn(__dadd_rn(w[0], w[1]), __dadd_rn(w[2], w[3])), __dadd_rn(__dadd_rn(w[4], w[5]), __dadd_rn(w[6], w[7])));
 }
 
-// One block per row (draws == nullptr: every row greedy).
-__global__ void __launch_bounds__(kThreads) row_draw_kernel(const float* x, int64_t width, int64_t stride,
-                                                            const DeviceTokenDraw* draws, int32_t* out,
-                                                            double* totals) {
-  if (draws && draws[blockIdx.x].skip) return;
-  const float* row = x + int64_t(blockIdx.x) * stride;
-  const float temperature = draws ? draws[blockIdx.x].temperature : 0.0f;
-  const bool nucleus = draws && draws[blockIdx.x].nucleus;
-  if (!(temperature > 0.0f) || (draws[blockIdx.x].top_k > 0 && !nucleus)) {  // (a top-k row's argmax: its fallback)
-    const int at = block_argmax(row, width);
-    if (threadIdx.x == 0) out[blockIdx.x] = at;
-    return;
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // m: the largest scaled logit (none is NaN, so the order only picks between +0 and -0, which weigh alike).
-  float best = -__int_as_float(0x7f800000);
-  for (int64_t i = threadIdx.x; i < width; i += kThreads) best = fmaxf(best, scaled_logit(row[i], temperature));
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, off));
-  __shared__ float warp_best[kWarps];
-  if (lane == 0) warp_best[warp] = best;
-  __syncthreads();
-  best = warp_best[0];
-  for (int w = 1; w < kWarps; ++w) best = fmaxf(best, warp_best[w]);
-  if (!isfinite(best)) {  // a temperature that scales a logit to infinity, or no finite logit: the argmax
-    const int at = block_argmax(row, width);
-    if (threadIdx.x == 0) out[blockIdx.x] = at;
-    return;
-  }
-  const double m = double(best);
-  // The spans' sums (a warp a span, lane l its group l), and the last id of weight > 0 (a walk that rounding leaves
-  // without a pick takes it).
-  DI_DYNAMIC_SHARED(double, span_sums);
-  __shared__ int warp_last[kWarps];
-  const int64_t n_groups = (width + kGroupIds - 1) / kGroupIds, n_spans = (n_groups + kSpanGroups - 1) / kSpanGroups;
+// One warp's span: lane 0 writes its sum (lane l sums group l, then the butterfly) to *sum. Returns the lane's last id
+// of weight > 0 (-1: none).
+__device__ int sum_span(const float* row, int64_t width, int64_t span, float temperature, double m, double* sum) {
+  const int lane = threadIdx.x & 31;
+  const int64_t k = span * kSpanGroups + lane;
+  double w[kGroupIds];
+  double g = group_weights(row, width, k, temperature, m, w);
   int last = -1;
-  for (int64_t span = warp; span < n_spans; span += kWarps) {
-    const int64_t k = span * kSpanGroups + lane;
-    double w[kGroupIds];
-    double g = group_weights(row, width, k, temperature, m, w);
 #pragma unroll
-    for (int j = 0; j < kGroupIds; ++j) {
-      if (w[j] > 0.0) last = int(k * kGroupIds + j);  // (ascending: the last one stays)
-    }
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) g = __dadd_rn(g, __shfl_xor_sync(0xffffffffu, g, off));
-    if (lane == 0) span_sums[span] = g;
+  for (int j = 0; j < kGroupIds; ++j) {
+    if (w[j] > 0.0) last = int(k * kGroupIds + j);  // (ascending: the last one stays)
   }
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) g = __dadd_rn(g, __shfl_xor_sync(0xffffffffu, g, off));
+  if (lane == 0) *sum = g;
+  return last;
+}
+
+// The largest of the block's threads' `last`, to every thread.
+__device__ int block_max_last(int last) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, off));
+  __shared__ int warp_last[kWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) warp_last[warp] = last;
   __syncthreads();
-  if (warp != 0) return;
+  last = warp_last[0];
   for (int w = 1; w < kWarps; ++w) last = max(last, warp_last[w]);
-  const int last_in_row = last < 0 ? 0 : last;
-  // The walk: the spans on one lane (every lane walks them alike, so all know the span and r).
+  return last;
+}
+
+// The draw from the row's spans' sums, by one whole warp (every lane walks alike; lane 0 writes): a nucleus row's
+// total (*total_out, and *out = -1; the host cuts the order's first candidates, launch_row_top_k, with it), else the
+// walk down the span tree to the drawn id. last_in_row: the row's last id of weight > 0 (0: none), which a walk that
+// rounding leaves without a pick takes.
+__device__ void walk_to_id(const float* row, int64_t width, const DeviceTokenDraw& draw, double m, const double* span_sums,
+                           int64_t n_spans, int last_in_row, int32_t* out, double* total_out) {
+  const int lane = threadIdx.x & 31;
   double total = 0.0;
   for (int64_t s = 0; s < n_spans; ++s) total = __dadd_rn(total, span_sums[s]);
-  if (nucleus) {  // the host cuts the order's first candidates (launch_row_top_k) with the total
+  if (draw.nucleus) {
     if (lane == 0) {
-      totals[blockIdx.x] = total;
-      out[blockIdx.x] = -1;
+      *total_out = total;
+      *out = -1;
     }
     return;
   }
-  double r = __dmul_rn(draws[blockIdx.x].uniform, total);
+  double r = __dmul_rn(draw.uniform, total);
   int64_t span = 0;
   for (; span < n_spans && !(__dsub_rn(r, span_sums[span]) < 0.0); ++span) r = __dsub_rn(r, span_sums[span]);
   if (span == n_spans) {
-    if (lane == 0) out[blockIdx.x] = last_in_row;
+    if (lane == 0) *out = last_in_row;
     return;
   }
-  // The span's groups, lane l's group l, recomputed as above (the same operations: the same bits).
+  // The span's groups, lane l's group l, recomputed as the sums were (the same operations: the same bits).
   __shared__ double group_sum[kSpanGroups];
   __shared__ double weight[kSpanGroups][kGroupIds];
-  group_sum[lane] = group_weights(row, width, span * kSpanGroups + lane, temperature, m, weight[lane]);
+  group_sum[lane] = group_weights(row, width, span * kSpanGroups + lane, draw.temperature, m, weight[lane]);
   __syncwarp();
   if (lane != 0) return;
   int group = 0;
@@ -169,77 +181,131 @@ __global__ void __launch_bounds__(kThreads) row_draw_kernel(const float* x, int6
     return int(span * kSpanIds) + g0 * kGroupIds;
   };
   if (group == kSpanGroups) {
-    out[blockIdx.x] = last_weighted(0, kSpanGroups);
+    *out = last_weighted(0, kSpanGroups);
     return;
   }
   for (int j = 0; j < kGroupIds; ++j) {
     r = __dsub_rn(r, weight[group][j]);
     if (r < 0.0) {  // (an id past width weighs 0: r was >= 0 before it, so it is never picked)
-      out[blockIdx.x] = int(span * kSpanIds) + group * kGroupIds + j;
+      *out = int(span * kSpanIds) + group * kGroupIds + j;
       return;
     }
   }
-  out[blockIdx.x] = last_weighted(group, group + 1);
+  *out = last_weighted(group, group + 1);
 }
 
-// The order of (s, id) as one key, larger first: s's bits made monotone (s never NaN here; -0 as +0), then the id
-// inverted, so that of equal s the lower id is the larger key.
-__device__ __forceinline__ uint32_t order_bits(float s) {
-  const uint32_t b = __float_as_uint(s == 0.0f ? 0.0f : s);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-__device__ __forceinline__ float float_of_order_bits(uint32_t k) {
-  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+// One block per row (the whole draw; draws == nullptr: every row greedy).
+__global__ void __launch_bounds__(kThreads) row_draw_kernel(const float* x, int64_t width, int64_t stride,
+                                                            const DeviceTokenDraw* draws, int32_t* out,
+                                                            double* totals) {
+  const int64_t r = blockIdx.x;
+  if (draws && draws[r].skip) return;
+  const float* row = x + r * stride;
+  if (!weighs_ids(draws, r)) {
+    const int at = block_argmax(row, width);
+    if (threadIdx.x == 0) out[r] = at;
+    return;
+  }
+  const float temperature = draws[r].temperature;
+  const float best = block_max_scaled(row, 0, width, temperature);  // m
+  if (!isfinite(best)) {  // a temperature that scales a logit to infinity, or no finite logit: the argmax
+    const int at = block_argmax(row, width);
+    if (threadIdx.x == 0) out[r] = at;
+    return;
+  }
+  // The spans' sums (a warp a span), and the last id of weight > 0.
+  DI_DYNAMIC_SHARED(double, span_sums);
+  const int64_t n_spans = (width + kSpanIds - 1) / kSpanIds;
+  const int warp = threadIdx.x >> 5;
+  int last = -1;
+  for (int64_t span = warp; span < n_spans; span += kWarps) {
+    last = max(last, sum_span(row, width, span, temperature, double(best), &span_sums[span]));
+  }
+  last = block_max_last(last);  // (its barrier also makes every span's sum visible)
+  if (warp != 0) return;
+  walk_to_id(row, width, draws[r], double(best), span_sums, n_spans, last < 0 ? 0 : last, &out[r], totals ? &totals[r] : nullptr);
 }
 
-// One block per row with top_k > 0: a radix select of the k-th largest s's bits (four 8-bit digits, a shared histogram
-// each), the candidates above it and the lowest ids equal to it, then a sort of the k entries (bits, ~id): the
-// indexer's selection's pieces (block_top_k.cuh) on 32-bit keys.
-__global__ void __launch_bounds__(kThreads) row_top_k_kernel(const float* x, int64_t width, int64_t stride,
-                                                             const DeviceTokenDraw* draws, DeviceDrawCandidate* out) {
-  const int k = draws[blockIdx.x].top_k;
-  if (k <= 0) return;
-  const float temperature = draws[blockIdx.x].temperature;
-  const float* row = x + int64_t(blockIdx.x) * stride;
-  auto bits_of = [&](int64_t i) { return order_bits(scaled_logit(row[i], temperature)); };
-  __shared__ uint32_t histogram[256];
-  __shared__ uint32_t prefix, n_placed, equal_count[kThreads];
-  __shared__ int64_t wanted;  // how many of those matching the prefix are still to take
-  __shared__ uint64_t entries[kRowTopKMax];
+// A split row's draw (a launch of few rows: one block a row would leave most of the device idle) in three launches,
+// with the whole kernel's operations in its order, so the same bits: a block a chunk of kChunkSpans spans (a span a
+// warp) finds its chunk's argmax and largest s, then (once every chunk's is known, so m is) its spans' sums, and one
+// warp a row walks them. The scratch a launch uses, row r's chunk c at [r * n_chunks + c], span s at [r * n_spans + s].
+struct SplitScratch {
+  double* span_sums;
+  float* best;       // the chunk's largest s (rows that weigh their ids)
+  float* arg_value;  // its argmax's value and id (INT_MAX: none)
+  int32_t* arg_at;
+  int32_t* last;     // its last id of weight > 0 (-1: none)
+};
+
+__device__ __forceinline__ SplitScratch split_scratch(void* scratch, int64_t n_rows, int64_t n_spans, int64_t n_chunks) {
+  auto* sums = static_cast<double*>(scratch);
+  auto* words = reinterpret_cast<float*>(sums + n_rows * n_spans);
+  const int64_t n = n_rows * n_chunks;
+  return {sums, words, words + n, reinterpret_cast<int32_t*>(words + 2 * n), reinterpret_cast<int32_t*>(words + 3 * n)};
+}
+
+// Grid (n_chunks, n_rows): chunk blockIdx.x of row blockIdx.y, its argmax and (a row that weighs its ids) its largest s.
+__global__ void __launch_bounds__(kThreads) row_chunk_max_kernel(const float* x, int64_t width, int64_t stride,
+                                                                 const DeviceTokenDraw* draws, void* scratch, int64_t n_spans) {
+  const int64_t r = blockIdx.y, c = blockIdx.x, n_chunks = gridDim.x;
+  if (draws && draws[r].skip) return;
+  const float* row = x + r * stride;
+  const SplitScratch s = split_scratch(scratch, gridDim.y, n_spans, n_chunks);
+  const int64_t begin = c * kChunkSpans * kSpanIds, end = min(width, begin + kChunkSpans * kSpanIds);
+  float value;
+  const int at = block_argmax(row, begin, end, &value);
+  const float best = weighs_ids(draws, r) ? block_max_scaled(row, begin, end, draws[r].temperature) : 0.0f;
   if (threadIdx.x == 0) {
-    prefix = 0;
-    wanted = k;
-    n_placed = 0;
+    s.arg_value[r * n_chunks + c] = value;
+    s.arg_at[r * n_chunks + c] = at;
+    s.best[r * n_chunks + c] = best;
   }
-  uint32_t mask = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    histogram[threadIdx.x] = 0;
-    __syncthreads();
-    const uint32_t at = prefix;
-    for (int64_t base = 0; base < width; base += kThreads) {  // every thread the same rounds: whole warps count
-      const int64_t i = base + threadIdx.x;
-      const uint32_t b = i < width ? bits_of(i) : 0;
-      count_by_warp(histogram, (b >> shift) & 255u, i < width && (b & mask) == at);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      uint32_t digit = 0;
-      int64_t above = 0;
-      find_bin(histogram, wanted, &digit, &above);
-      wanted -= above;
-      prefix = at | (digit << shift);
-    }
-    mask |= 255u << shift;
-    __syncthreads();
+}
+
+// m: the largest of the row's chunks' largest s.
+__device__ float row_max_of_chunks(const SplitScratch& s, int64_t r, int64_t n_chunks) {
+  float best = -__int_as_float(0x7f800000);
+  for (int64_t c = 0; c < n_chunks; ++c) best = fmaxf(best, s.best[r * n_chunks + c]);
+  return best;
+}
+
+// Grid (n_chunks, n_rows): the sums of chunk blockIdx.x's spans of row blockIdx.y, where it weighs its ids and m is
+// finite.
+__global__ void __launch_bounds__(kThreads) row_chunk_sums_kernel(const float* x, int64_t width, int64_t stride,
+                                                                  const DeviceTokenDraw* draws, void* scratch, int64_t n_spans) {
+  const int64_t r = blockIdx.y, c = blockIdx.x, n_chunks = gridDim.x;
+  if (!weighs_ids(draws, r) || draws[r].skip) return;
+  const SplitScratch s = split_scratch(scratch, gridDim.y, n_spans, n_chunks);
+  const float best = row_max_of_chunks(s, r, n_chunks);
+  if (!isfinite(best)) return;
+  const int64_t span = c * kChunkSpans + (threadIdx.x >> 5);
+  int last = -1;
+  if (span < n_spans) last = sum_span(x + r * stride, width, span, draws[r].temperature, double(best), &s.span_sums[r * n_spans + span]);
+  last = block_max_last(last);
+  if (threadIdx.x == 0) s.last[r * n_chunks + c] = last;
+}
+
+// One warp a row: the argmax from its chunks' (rows that do not weigh their ids, or whose m is not finite), else the
+// walk over its spans' sums.
+__global__ void __launch_bounds__(32) row_walk_kernel(const float* x, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
+                                                      void* scratch, int64_t n_spans, int64_t n_chunks, int32_t* out,
+                                                      double* totals) {
+  const int64_t r = blockIdx.x;
+  if (draws && draws[r].skip) return;
+  const SplitScratch s = split_scratch(scratch, gridDim.x, n_spans, n_chunks);
+  const float best = weighs_ids(draws, r) ? row_max_of_chunks(s, r, n_chunks) : 0.0f;
+  if (!weighs_ids(draws, r) || !isfinite(best)) {
+    float value = -__int_as_float(0x7f800000);
+    int at = INT_MAX;
+    for (int64_t c = 0; c < n_chunks; ++c) keep_better(value, at, s.arg_value[r * n_chunks + c], s.arg_at[r * n_chunks + c]);
+    if (threadIdx.x == 0) out[r] = at == INT_MAX ? 0 : at;
+    return;
   }
-  // The k-th largest bits: the k - wanted ids above them, and the `wanted` lowest ids equal to them after those.
-  place_selected_entries<kThreads>(bits_of, width, prefix, k - wanted, wanted, equal_count, &n_placed, entries);
-  sort_entries_best_first<kThreads>(entries, k);
-  DeviceDrawCandidate* row_out = out + draws[blockIdx.x].candidates_at;
-  for (int j = threadIdx.x; j < k; j += kThreads) {
-    const uint64_t entry = entries[j];
-    row_out[j] = {float_of_order_bits(uint32_t(entry >> 32)), int32_t(0xffffffffu - uint32_t(entry))};
-  }
+  int last = -1;
+  for (int64_t c = 0; c < n_chunks; ++c) last = max(last, s.last[r * n_chunks + c]);
+  walk_to_id(x + r * stride, width, draws[r], double(best), s.span_sums + r * n_spans, n_spans, last < 0 ? 0 : last, &out[r],
+             totals ? &totals[r] : nullptr);
 }
 
 // One block per row that asks: the logit at its drawn id and at each of its candidates' ids.
@@ -309,22 +375,27 @@ void launch_logit_edits(float* x, int64_t n_rows, int64_t width, int64_t stride,
   DI_CUDA_CHECK_LAUNCH();
 }
 
-void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
-                      int max_k, DeviceDrawCandidate* out, cudaStream_t stream) {
-  if (n_rows == 0) return;
-  DI_CHECK(width > 0 && width < (int64_t(1) << 31) && stride >= width && n_rows <= 0x7fffffff && max_k > 0 &&
-           max_k <= kRowTopKMax && max_k <= width);
-  launch_kernel(row_top_k_kernel, unsigned(n_rows), kThreads, 0, stream, x, width, stride, draws, out);
-  DI_CUDA_CHECK_LAUNCH();
-}
-
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
-                      int32_t* out, double* totals, cudaStream_t stream) {
+                      int32_t* out, double* totals, void* split_scratch, cudaStream_t stream) {
   if (n_rows == 0) return;
   DI_CHECK(width > 0 && width <= kRowDrawMaxWidth && stride >= width && n_rows <= 0x7fffffff);
   const int64_t n_spans = (width + kSpanIds - 1) / kSpanIds;
-  launch_kernel(row_draw_kernel, unsigned(n_rows), kThreads, size_t(n_spans) * sizeof(double), stream, x, width, stride,
-                draws, out, totals);
+  if (!split_scratch) {
+    launch_kernel(row_draw_kernel, unsigned(n_rows), kThreads, size_t(n_spans) * sizeof(double), stream, x, width, stride,
+                  draws, out, totals);
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  DI_CHECK(n_rows <= 65535);  // (the grid's y)
+  const dim3 chunks(unsigned(row_draw_chunks(width)), unsigned(n_rows));
+  launch_kernel(row_chunk_max_kernel, chunks, kThreads, 0, stream, x, width, stride, draws, split_scratch, n_spans);
+  DI_CUDA_CHECK_LAUNCH();
+  if (draws) {  // (every row greedy: no sums)
+    launch_kernel(row_chunk_sums_kernel, chunks, kThreads, 0, stream, x, width, stride, draws, split_scratch, n_spans);
+    DI_CUDA_CHECK_LAUNCH();
+  }
+  launch_kernel(row_walk_kernel, unsigned(n_rows), 32, 0, stream, x, width, stride, draws, split_scratch, n_spans,
+                int64_t(chunks.x), out, totals);
   DI_CUDA_CHECK_LAUNCH();
 }
 
