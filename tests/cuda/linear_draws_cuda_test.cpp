@@ -19,7 +19,10 @@
 #include <random>
 #include <vector>
 
+#include <cuda_runtime.h>
+
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "cuda/cuda_util.h"
 #include "kernel/kernel_test_util.h"
 #include "model/ops.h"
@@ -356,7 +359,8 @@ TEST(LinearDrawsCuda, DrawsThatRoundingDecides) {
 }
 
 // The same draws with each row spread over blocks of 2,048 ids (DEEPINFER_CUDA_ROW_DRAWS=split: every launch here has
-// fewer rows than the device has SMs): the greedy rows' ties lie in different blocks (777, 3000 and 5001; 10 and 4000),
+// fewer rows than the device has SMs, 132 on the emulated device, an H100 or an H200, but a step of as many rows runs
+// a block a row): the greedy rows' ties lie in different blocks (777, 3000 and 5001; 10 and 4000),
 // the sampled rows are 6001 wide (three blocks, the last of 1,905 ids) and 4097 (the last of one id), and the rows that
 // rounding decides are widened to 4,700 ids with weights of 0, which leave their draws as they were, in the first
 // block and moved to the second.
@@ -386,6 +390,22 @@ TEST(LinearDrawsCuda, SplitDrawsAreTheHosts) {
   expect_planted_draws(*gpu, 6001, {{thirds, {.temperature = 1.0f, .uniform = 0.97, .top_k = 1024}},
                                     {thirds, {.temperature = 0.5f, .uniform = 0.999, .top_k = 700}},
                                     {thirds, asking}}, weights);
+
+  // The split kernels ran (their answers being the same, only the backend's count tells), and a step with as many rows
+  // as the device has SMs runs a block a row.
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(gpu.get());
+  ASSERT_NE(cuda_backend, nullptr);
+  const int64_t split_before = cuda_backend->split_row_draw_launches();
+  expect_planted_draws(*gpu, 600, {{thirds, {.temperature = 1.0f, .uniform = 0.5, .top_k = 9}}}, weights);
+  EXPECT_EQ(cuda_backend->split_row_draw_launches() - split_before, 2);  // (the draws and the candidates)
+  int sm_count = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  std::mt19937 rng(3);
+  OwnedWeight w = random_bf16_weight(rng, 300, 32);
+  const std::vector<float> x = random_bf16_values(rng, int64_t(sm_count) * 32, 1.0f);
+  const int64_t split_at_sm_count = cuda_backend->split_row_draw_launches();
+  expect_draws_of_linear(*gpu, w.w, x, sm_count, [](int64_t) { return false; });
+  EXPECT_EQ(cuda_backend->split_row_draw_launches(), split_at_sm_count);
 }
 
 TEST(LinearDrawsCuda, GreedyDrawsAreTheHostsArgmaxOfTheOutputsOnMma) { expect_draws("mma"); }

@@ -1,5 +1,5 @@
 // The pieces of a block's top-k selection that the indexer's selection (index_select_kernel.cu) and a top-k draw's
-// candidates (row_draw_kernel.cu) share: a radix select's histogram counts and bin choice, the selected entries'
+// candidates (row_top_k_kernel.cu) share: a radix select's histogram counts and bin choice, the selected entries'
 // placement (ties ranked by index), and the bitonic sort of them. An entry is (key << 32) | (0xffffffff - index):
 // larger keys first, and of equal keys the lower index first.
 #pragma once

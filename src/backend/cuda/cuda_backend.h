@@ -217,13 +217,16 @@ class CudaBackend final : public Backend {
   void linears(std::span<const LinearParams> ps) override;
 
   // The op as linears() runs it, then each token's draw on the device (row_draw_kernel.cu; a top-k or nucleus draw's
-  // candidates there, its draw from them on the host) and its log-probabilities where it asks: the ids and the kept
+  // candidates found there, row_top_k_kernel.cu, its draw from them on the host) and its log-probabilities where it asks: the ids and the kept
   // tokens' rows come back, in one wait. Declines (the model then runs linear() and draws itself) for a weight whose op
   // runs on the host's kernels, rows wider than the kernel takes, a top-k or log-probabilities' candidates past
   // kRowTopKMax, or more rows than 32-bit candidate offsets reach (draws_fit).
   bool linear_draws(const LinearParams& p, std::span<const uint8_t> keep_out, std::span<const TokenDraw> draws,
                     int32_t* drawn, TokenLogprob* logprobs) override;
   int64_t draws_with_logits_back() const override { return draws_with_logits_back_; }
+  // How many of the draws' launches (launch_row_draws, launch_row_top_k) spread their rows over blocks
+  // (DEEPINFER_CUDA_ROW_DRAWS=split): for the tests, whose answers are the same either way.
+  int64_t split_row_draw_launches() const { return split_row_draw_launches_; }
   // DEEPINFER_CUDA_LINEAR_CHAIN=device, where the last block's tail kept the stream: the logit rows gathered from it, V4's
   // H1-H4 (hc_mix_kernel, then hc_pre_kernel with the head's pre) or V4.1's step 43 (hc_pre_kernel with the kept pre),
   // the head linear as linears() runs a lone op, and the outputs as linear_draws brings them back: one wait, where the
@@ -687,8 +690,8 @@ class CudaBackend final : public Backend {
     cuda::PinnedBuffer draws_host, drawn_host, totals_host, candidates_host, originals_host, drawn_logits_host,
         candidate_logits_host;
   } logprob_;
-  bool split_row_draws_ = false;  // DEEPINFER_CUDA_ROW_DRAWS=split
   DeviceBuffer row_draw_scratch_, row_top_k_scratch_;
+  int64_t split_row_draw_launches_ = 0;
   int64_t draws_with_logits_back_ = 0;
   DeviceBuffer head_scratch_;    // head_on_kept_stream()'s rows, gathered streams and pre, mixes and y (outputs in batch_)
   cuda::PinnedBuffer head_rows_host_;
@@ -762,6 +765,7 @@ class CudaBackend final : public Backend {
   bool device_chain_ = false;
   bool device_select_ = false;  // index_select_batch(): DEEPINFER_CUDA_INDEX_SELECT=device or kept
   bool keep_selections_ = false;  // DEEPINFER_CUDA_INDEX_SELECT=kept
+  bool split_row_draws_ = false;  // DEEPINFER_CUDA_ROW_DRAWS=split (row_draw_scratch, row_top_k_scratch)
   DeviceBuffer chain_scratch_;
   cuda::PinnedBuffer chain_host_;   // an output chain's staging (linear_chain(), block_tail())
   cuda::PinnedBuffer second_host_;  // a projection chain's second stage's (projection_chain(), mhc_projection_chain())

@@ -237,12 +237,14 @@ bool CudaBackend::queue_logprob_pass(const LinearParams& p, const float* out_dev
 // that the buffers never grow, and so never wait for the device, between one call's launches or from step to step.
 void* CudaBackend::row_draw_scratch(int64_t n_rows, int64_t width) {
   if (!split_row_draws_ || n_rows >= sm_count_) return nullptr;
+  ++split_row_draw_launches_;
   row_draw_scratch_.reserve(cuda::row_draw_split_scratch_bytes(sm_count_, width));
   return row_draw_scratch_.get();
 }
 
 void* CudaBackend::row_top_k_scratch(int64_t n_rows, int64_t width) {
   if (!split_row_draws_ || n_rows >= sm_count_) return nullptr;
+  ++split_row_draw_launches_;
   row_top_k_scratch_.reserve(cuda::row_top_k_split_scratch_bytes(sm_count_, width, cuda::kRowTopKMax));
   return row_top_k_scratch_.get();
 }

@@ -334,8 +334,8 @@ inline constexpr int64_t kRowDrawMaxWidth = int64_t(5632) * 256;
 // s is not finite, else -1 and totals[r] = the plain draw's total (totals may be nullptr where no row is one). Rows
 // with skip are not written. split_scratch: nullptr for one block a row, or row_draw_split_scratch_bytes(n_rows, width)
 // bytes of device memory (8-byte aligned; n_rows <= 65535) to spread each row over row_draw_chunks(width) blocks of
-// kRowDrawChunkIds ids (three launches; the same answers bit for bit): a launch of fewer rows than the device has SMs would
-// otherwise run on that many SMs, one row's 129,280 exps on each.
+// kRowDrawChunkIds ids (three launches, two where draws is nullptr; the same answers bit for bit): a launch of fewer
+// rows than the device has SMs would otherwise run on that many SMs, one row's 129,280 exps on each.
 void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int32_t* out, double* totals, void* split_scratch, cudaStream_t stream);
 inline constexpr int64_t kRowDrawSpanIds = 256, kRowDrawChunkIds = 2048;  // (token_draw.h's span; a split row's block)
@@ -366,7 +366,7 @@ void launch_logit_masks(float* x, int64_t n_rows, int64_t width, int64_t stride,
 // id), except that an s of -0 is written as +0 (which the draw's arithmetic cannot tell apart); other rows are not
 // written (row_top_k_kernel.cu). split_scratch: nullptr for one block a row, or row_top_k_split_scratch_bytes(n_rows,
 // width, max_k) bytes of device memory (8-byte aligned; n_rows <= 65535) to spread each row over row_draw_chunks(width)
-// blocks (seven launches and a memset; the same candidates).
+// blocks (a memset and six launches: a count a digit, the placement, the sort; the same candidates).
 void launch_row_top_k(const float* x, int64_t n_rows, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                       int max_k, DeviceDrawCandidate* out, void* split_scratch, cudaStream_t stream);
 // Row r's entries (8 bytes each of max_k), then its histograms (4 digits of 256 counts), its count of entries placed,

@@ -26,7 +26,7 @@ constexpr int kGroupIds = 8, kSpanGroups = 32, kSpanIds = kGroupIds * kSpanGroup
 static_assert(kSpanGroups == 32, "a span is a warp: lane l sums group l");
 constexpr int64_t kChunkSpans = kWarps;  // a split row's block: a span a warp
 static_assert(kSpanIds == kRowDrawSpanIds && kChunkSpans * kSpanIds == kRowDrawChunkIds, "kernels.h's scratch sizes");
-constexpr int kStaticSharedBytes = 4096;  // (the resource report: 2432 B)
+constexpr int kStaticSharedBytes = 4096;  // (the resource report: 2432 B, the walk kernel 2304 B)
 static_assert(kRowDrawMaxWidth / kSpanIds * sizeof(double) + kStaticSharedBytes <= 48 * 1024,
               "the spans' sums fit the default shared memory beside the static arrays");
 
@@ -263,11 +263,14 @@ __global__ void __launch_bounds__(kThreads) row_chunk_max_kernel(const float* x,
   }
 }
 
-// m: the largest of the row's chunks' largest s.
-__device__ float row_max_of_chunks(const SplitScratch& s, int64_t r, int64_t n_chunks) {
+// m: the largest of row r's chunks' largest s, to every lane of the calling warp (a lane reads every 32nd chunk). A zero
+// as +0, so that every lane has the same bits (-0 and +0 weigh alike).
+__device__ float warp_max_of_chunks(const SplitScratch& s, int64_t r, int64_t n_chunks) {
   float best = -__int_as_float(0x7f800000);
-  for (int64_t c = 0; c < n_chunks; ++c) best = fmaxf(best, s.best[r * n_chunks + c]);
-  return best;
+  for (int64_t c = threadIdx.x & 31; c < n_chunks; c += 32) best = fmaxf(best, s.best[r * n_chunks + c]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, off));
+  return best == 0.0f ? 0.0f : best;
 }
 
 // Grid (n_chunks, n_rows): the sums of chunk blockIdx.x's spans of row blockIdx.y, where it weighs its ids and m is
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(kThreads) row_chunk_sums_kernel(const float* x
   const int64_t r = blockIdx.y, c = blockIdx.x, n_chunks = gridDim.x;
   if (!weighs_ids(draws, r) || draws[r].skip) return;
   const SplitScratch s = split_scratch(scratch, gridDim.y, n_spans, n_chunks);
-  const float best = row_max_of_chunks(s, r, n_chunks);
+  const float best = warp_max_of_chunks(s, r, n_chunks);  // (each warp its own: the same value)
   if (!isfinite(best)) return;
   const int64_t span = c * kChunkSpans + (threadIdx.x >> 5);
   int last = -1;
@@ -287,24 +290,37 @@ __global__ void __launch_bounds__(kThreads) row_chunk_sums_kernel(const float* x
 }
 
 // One warp a row: the argmax from its chunks' (rows that do not weigh their ids, or whose m is not finite), else the
-// walk over its spans' sums.
+// walk over its spans' sums, copied into shared memory first (the walk reads them one after another). The chunks' picks
+// are merged a lane every 32nd chunk, then across the lanes: keep_better's and max's answers do not depend on the order.
 __global__ void __launch_bounds__(32) row_walk_kernel(const float* x, int64_t width, int64_t stride, const DeviceTokenDraw* draws,
                                                       void* scratch, int64_t n_spans, int64_t n_chunks, int32_t* out,
                                                       double* totals) {
   const int64_t r = blockIdx.x;
   if (draws && draws[r].skip) return;
+  const int lane = threadIdx.x;
   const SplitScratch s = split_scratch(scratch, gridDim.x, n_spans, n_chunks);
-  const float best = weighs_ids(draws, r) ? row_max_of_chunks(s, r, n_chunks) : 0.0f;
+  const float best = weighs_ids(draws, r) ? warp_max_of_chunks(s, r, n_chunks) : 0.0f;
   if (!weighs_ids(draws, r) || !isfinite(best)) {
     float value = -__int_as_float(0x7f800000);
     int at = INT_MAX;
-    for (int64_t c = 0; c < n_chunks; ++c) keep_better(value, at, s.arg_value[r * n_chunks + c], s.arg_at[r * n_chunks + c]);
-    if (threadIdx.x == 0) out[r] = at == INT_MAX ? 0 : at;
+    for (int64_t c = lane; c < n_chunks; c += 32) keep_better(value, at, s.arg_value[r * n_chunks + c], s.arg_at[r * n_chunks + c]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float w = __shfl_xor_sync(0xffffffffu, value, off);
+      const int j = __shfl_xor_sync(0xffffffffu, at, off);
+      keep_better(value, at, w, j);
+    }
+    if (lane == 0) out[r] = at == INT_MAX ? 0 : at;
     return;
   }
   int last = -1;
-  for (int64_t c = 0; c < n_chunks; ++c) last = max(last, s.last[r * n_chunks + c]);
-  walk_to_id(x + r * stride, width, draws[r], double(best), s.span_sums + r * n_spans, n_spans, last < 0 ? 0 : last, &out[r],
+  for (int64_t c = lane; c < n_chunks; c += 32) last = max(last, s.last[r * n_chunks + c]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, off));
+  DI_DYNAMIC_SHARED(double, span_sums);
+  for (int64_t span = lane; span < n_spans; span += 32) span_sums[span] = s.span_sums[r * n_spans + span];
+  __syncwarp();
+  walk_to_id(x + r * stride, width, draws[r], double(best), span_sums, n_spans, last < 0 ? 0 : last, &out[r],
              totals ? &totals[r] : nullptr);
 }
 
@@ -394,8 +410,8 @@ void launch_row_draws(const float* x, int64_t n_rows, int64_t width, int64_t str
     launch_kernel(row_chunk_sums_kernel, chunks, kThreads, 0, stream, x, width, stride, draws, split_scratch, n_spans);
     DI_CUDA_CHECK_LAUNCH();
   }
-  launch_kernel(row_walk_kernel, unsigned(n_rows), 32, 0, stream, x, width, stride, draws, split_scratch, n_spans,
-                int64_t(chunks.x), out, totals);
+  launch_kernel(row_walk_kernel, unsigned(n_rows), 32, size_t(n_spans) * sizeof(double), stream, x, width, stride, draws,
+                split_scratch, n_spans, int64_t(chunks.x), out, totals);
   DI_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,8 +27,8 @@ __device__ void write_candidates(const uint64_t* entries, int k, DeviceDrawCandi
   }
 }
 
-// One block per row with top_k > 0. (At most 4 blocks an SM, as many as a launch of 256 rows needs: with ptxas's
-// default, 32 registers for 8 blocks, sm_100a spilled 12 bytes.)
+// One block per row with top_k > 0. (Launch bounds of 4 blocks an SM, as many as a launch of 256 rows needs, leave
+// ptxas up to 64 registers a thread: with its default it took 32, for 8 blocks an SM, and sm_100a spilled 12 bytes.)
 __global__ void __launch_bounds__(kThreads, 4) row_top_k_kernel(const float* x, int64_t width, int64_t stride,
                                                                 const DeviceTokenDraw* draws, DeviceDrawCandidate* out) {
   const int k = draws[blockIdx.x].top_k;
@@ -87,8 +87,48 @@ __device__ __forceinline__ SplitScratch split_scratch(void* scratch, int64_t n_r
   return {entries, histograms, n_placed, n_placed + n_rows};
 }
 
-// The digits above `digit` as row's histograms chose them, as the whole kernel chooses them: the prefix they make, its
-// mask, and how many of the keys that match it are still to take. One thread.
+// find_bin over a histogram in global memory, by one warp (every lane gets the answer): lane l sums bins 255 - 8l down
+// to 248 - 8l, a scan of those sums across the lanes gives each lane the count above its bins, and the lane whose
+// bins reach `want` finds its bin. The same bin and count above as find_bin.
+__device__ void warp_find_bin(const uint32_t* hist, int64_t want, uint32_t* bin, int64_t* above) {
+  const int lane = threadIdx.x & 31;
+  uint32_t counts[8], mine = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    counts[j] = hist[255 - 8 * lane - j];
+    mine += counts[j];
+  }
+  // Inclusive scan with xor shuffles: `total` is the sum over the aligned group of 2 * off lanes holding this one.
+  int64_t inclusive = mine, total = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int64_t other = __shfl_xor_sync(0xffffffffu, total, off);
+    if (lane & off) inclusive += other;
+    total += other;
+  }
+  int64_t seen = inclusive - mine, found_bin = -1, found_above = -1;
+  if (seen < want && want <= inclusive) {  // (one lane: the counts are not negative)
+    for (int j = 0; j < 8; ++j) {
+      if (seen + counts[j] >= want) {
+        found_bin = 255 - 8 * lane - j;
+        found_above = seen;
+        break;
+      }
+      seen += counts[j];
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    found_bin = max(found_bin, __shfl_xor_sync(0xffffffffu, found_bin, off));
+    found_above = max(found_above, __shfl_xor_sync(0xffffffffu, found_above, off));
+  }
+  *bin = found_bin < 0 ? 0 : uint32_t(found_bin);  // (want past the total: find_bin's bin 0 and the total above it)
+  *above = found_bin < 0 ? total : found_above;
+}
+
+// The digits above `digit` as the row's histograms chose them, as the whole kernel chooses them: the prefix they make,
+// its mask, and how many of the keys that match it are still to take. By each warp on its own, so every thread has
+// them without a barrier.
 __device__ void chosen_digits(const uint32_t* histograms, int digit, int k, uint32_t* prefix, uint32_t* mask, int64_t* wanted) {
   *prefix = 0;
   *mask = 0;
@@ -97,7 +137,7 @@ __device__ void chosen_digits(const uint32_t* histograms, int digit, int k, uint
     const int shift = 24 - 8 * d;
     uint32_t bin = 0;
     int64_t above = 0;
-    find_bin(histograms + d * 256, *wanted, &bin, &above);
+    warp_find_bin(histograms + d * 256, *wanted, &bin, &above);
     *wanted -= above;
     *prefix |= bin << shift;
     *mask |= 255u << shift;
@@ -115,11 +155,9 @@ __global__ void __launch_bounds__(kThreads) row_top_k_count_kernel(const float* 
   const SplitScratch s = split_scratch(scratch, gridDim.y, max_k, n_chunks);
   uint32_t* histograms = s.histograms + r * kDigits * 256;
   __shared__ uint32_t histogram[256];
-  __shared__ uint32_t prefix, mask;
-  if (threadIdx.x == 0) {
-    int64_t unused;
-    chosen_digits(histograms, digit, k, &prefix, &mask, &unused);
-  }
+  uint32_t prefix, mask;
+  int64_t unused;
+  chosen_digits(histograms, digit, k, &prefix, &mask, &unused);
   histogram[threadIdx.x] = 0;
   __syncthreads();
   const float temperature = draws[r].temperature;
@@ -139,22 +177,24 @@ __global__ void __launch_bounds__(kThreads) row_top_k_count_kernel(const float* 
 
 // Grid (n_chunks, n_rows): chunk blockIdx.x of row blockIdx.y places its entries: those above the row's k-th largest
 // key anywhere before the equal ones, and its keys equal to it ranked after the equal keys of the chunks before it.
-// (At most 4 blocks an SM: with ptxas's default, 40 registers, sm_120 spilled 12 bytes.)
+// (Launch bounds of 4 blocks an SM, up to 64 registers: with ptxas's default, 40, sm_120 spilled 12 bytes.)
 __global__ void __launch_bounds__(kThreads, 4) row_top_k_place_kernel(const float* x, int64_t width, int64_t stride,
                                                                    const DeviceTokenDraw* draws, void* scratch, int max_k) {
   const int64_t r = blockIdx.y, c = blockIdx.x, n_chunks = gridDim.x;
   const int k = draws[r].top_k;
   if (k <= 0) return;
   const SplitScratch s = split_scratch(scratch, gridDim.y, max_k, n_chunks);
-  __shared__ uint32_t threshold, equal_count[kThreads];
-  __shared__ int64_t wanted, equal_before;  // the equal keys to take, and those in the chunks before this one
-  if (threadIdx.x == 0) {
-    uint32_t mask;
-    chosen_digits(s.histograms + r * kDigits * 256, kDigits, k, &threshold, &mask, &wanted);
-    equal_before = 0;
-    for (int64_t before = 0; before < c; ++before) equal_before += s.last_digits[(r * n_chunks + before) * 256 + (threshold & 255u)];
+  __shared__ uint32_t equal_count[kThreads];
+  uint32_t threshold, mask;
+  int64_t wanted;  // the equal keys to take
+  chosen_digits(s.histograms + r * kDigits * 256, kDigits, k, &threshold, &mask, &wanted);
+  // And those in the chunks before this one, summed by each warp (a lane every 32nd chunk).
+  int64_t equal_before = 0;
+  for (int64_t before = threadIdx.x & 31; before < c; before += 32) {
+    equal_before += s.last_digits[(r * n_chunks + before) * 256 + (threshold & 255u)];
   }
-  __syncthreads();
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) equal_before += __shfl_xor_sync(0xffffffffu, equal_before, off);
   const float temperature = draws[r].temperature;
   const float* row = x + r * stride;
   const int64_t begin = c * kRowDrawChunkIds, end = min(width, begin + kRowDrawChunkIds);
