@@ -75,20 +75,27 @@ __device__ int block_argmax(const float* row, int64_t width) {
   return at == INT_MAX ? 0 : at;
 }
 
+// v combined over the block's threads (warp by warp, then the warps in order), to every thread. A kernel calls it at
+// most once for each T: the warps' values sit in one shared array a type.
+template <class T, class Combine>
+__device__ T block_reduce(T v, Combine combine) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, off));
+  __shared__ T warp_values[kWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_values[warp] = v;
+  __syncthreads();
+  v = warp_values[0];
+  for (int w = 1; w < kWarps; ++w) v = combine(v, warp_values[w]);
+  return v;
+}
+
 // The largest s of row[begin, end) (-inf where the range is empty), to every thread. No s is NaN, so the order in
 // which the maxima are taken only picks between +0 and -0, which weigh alike (exp_fixed(-0) = exp_fixed(+0)).
 __device__ float block_max_scaled(const float* row, int64_t begin, int64_t end, float temperature) {
   float best = -__int_as_float(0x7f800000);
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) best = fmaxf(best, scaled_logit(row[i], temperature));
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, off));
-  __shared__ float warp_best[kWarps];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warp_best[warp] = best;
-  __syncthreads();
-  best = warp_best[0];
-  for (int w = 1; w < kWarps; ++w) best = fmaxf(best, warp_best[w]);
-  return best;
+  return block_reduce(best, [](float a, float b) { return fmaxf(a, b); });
 }
 
 // Whether row r's draw weighs its ids (the plain temperature draw, or a nucleus row's total); the others take the
@@ -130,17 +137,7 @@ __device__ int sum_span(const float* row, int64_t width, int64_t span, float tem
 }
 
 // The largest of the block's threads' `last`, to every thread.
-__device__ int block_max_last(int last) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, off));
-  __shared__ int warp_last[kWarps];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warp_last[warp] = last;
-  __syncthreads();
-  last = warp_last[0];
-  for (int w = 1; w < kWarps; ++w) last = max(last, warp_last[w]);
-  return last;
-}
+__device__ int block_max_last(int last) { return block_reduce(last, [](int a, int b) { return max(a, b); }); }
 
 // The draw from the row's spans' sums, by one whole warp (every lane walks alike; lane 0 writes): a nucleus row's
 // total (*total_out, and *out = -1; the host cuts the order's first candidates, launch_row_top_k, with it), else the
