@@ -148,7 +148,7 @@ sanitize() {
 }
 sanitizer_rc=skipped
 if [ "${SANITIZE:-1}" = 1 ]; then
-  sanitize memcheck 150 sanitizer.log 'Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.*:LinearChainCuda.Device*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearDrawsCuda.*'
+  sanitize memcheck 150 sanitizer.log 'Paths/LinearCuda.Fp8Block128/mma_split:Paths/LinearCuda.Fp8Block128/mma_staged:Paths/LinearCuda.Fp4Experts/mma_staged:Paths/LinearCuda.NonBf16Activations/mma_staged:Paths/LinearCuda.UnevenKSlices/mma_split:Paths/LinearCuda.BatchedOpsMatchSingleOps/mma_staged:Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:LinearFp8Cuda.BatchedOpsMatchSingleOps:LinearFp8Cuda.Fp4ExpertWeights:MoeCuda.DeviceMoeEqualsTheHostPathBitForBit:MoeSideCuda.*:LinearChainCuda.Device*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearDrawsCuda.*:RowDrawKernelsCuda.*'
   sanitizer_rc=$sanitize_rc
 fi
 
@@ -289,7 +289,7 @@ fi
 # draws. Last, with what time is left (RACECHECK=0 skips it).
 racecheck_rc=skipped
 if [ "${RACECHECK:-1}" = 1 ]; then
-  sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearDrawsCuda.*'
+  sanitize racecheck 90 racecheck.log 'Paths/SparseAttentionCuda.*:IndexScoresCuda.*:IndexSelectCuda.*:KeptArraysCuda.*:KeptSelectionsCuda.*:LinearDrawsCuda.*:RowDrawKernelsCuda.*'
   racecheck_rc=$sanitize_rc
 fi
 
