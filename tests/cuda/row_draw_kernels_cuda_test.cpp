@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
 #include "cuda/cuda_util.h"
 #include "model/ops.h"
@@ -21,14 +22,15 @@
 namespace deepinfer::testing {
 namespace {
 
+using cuda::DeviceBuffer;
+
 template <typename T>
-T* device_copy(const std::vector<T>& host) {
-  void* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(host.size(), 1) * sizeof(T)), cudaSuccess);
+DeviceBuffer device_copy(const std::vector<T>& host) {
+  DeviceBuffer device(std::max<size_t>(host.size(), 1) * sizeof(T));
   if (!host.empty()) {
-    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(device.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
   }
-  return static_cast<T*>(p);
+  return device;
 }
 
 template <typename T>
@@ -50,27 +52,23 @@ struct DrawOutputs {
 DrawOutputs run_draws(const std::vector<float>& rows, int64_t width, const std::vector<cuda::DeviceTokenDraw>& draws,
                       int max_k, int64_t n_candidates, bool split) {
   const int64_t n_rows = int64_t(draws.size());
-  float* x = device_copy(rows);
-  cuda::DeviceTokenDraw* d = device_copy(draws);
-  int32_t* ids = device_copy(std::vector<int32_t>(size_t(n_rows), 0x5a5a5a5a));
-  double* totals = device_copy(std::vector<double>(size_t(n_rows), 0.0));
+  const DeviceBuffer x = device_copy(rows), d = device_copy(draws);
+  const DeviceBuffer ids = device_copy(std::vector<int32_t>(size_t(n_rows), 0x5a5a5a5a));
+  const DeviceBuffer totals = device_copy(std::vector<double>(size_t(n_rows), 0.0));
   const std::vector<cuda::DeviceDrawCandidate> unwritten(size_t(std::max<int64_t>(n_candidates, 1)), {-7.5f, -7});
-  cuda::DeviceDrawCandidate* candidates = device_copy(unwritten);
-  const size_t scratch_bytes = std::max(cuda::row_draw_split_scratch_bytes(n_rows, width),
-                                        max_k > 0 ? cuda::row_top_k_split_scratch_bytes(n_rows, width, max_k) : 0);
-  void* scratch = nullptr;
-  if (split) {
-    EXPECT_EQ(cudaMalloc(&scratch, scratch_bytes), cudaSuccess);
+  const DeviceBuffer candidates = device_copy(unwritten);
+  const DeviceBuffer scratch(split ? std::max(cuda::row_draw_split_scratch_bytes(n_rows, width),
+                                              max_k > 0 ? cuda::row_top_k_split_scratch_bytes(n_rows, width, max_k) : 0)
+                                   : 0);
+  cuda::launch_row_draws(x.get<float>(), n_rows, width, width, d.get<cuda::DeviceTokenDraw>(), ids.get<int32_t>(),
+                         totals.get<double>(), scratch.get(), nullptr);
+  if (max_k > 0) {
+    cuda::launch_row_top_k(x.get<float>(), n_rows, width, width, d.get<cuda::DeviceTokenDraw>(), max_k,
+                           candidates.get<cuda::DeviceDrawCandidate>(), scratch.get(), nullptr);
   }
-  cuda::launch_row_draws(x, n_rows, width, width, d, ids, totals, scratch, nullptr);
-  if (max_k > 0) cuda::launch_row_top_k(x, n_rows, width, width, d, max_k, candidates, scratch, nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  DrawOutputs out{host_copy(ids, size_t(n_rows)), host_copy(totals, size_t(n_rows)), host_copy(candidates, unwritten.size())};
-  for (void* p : {static_cast<void*>(x), static_cast<void*>(d), static_cast<void*>(ids), static_cast<void*>(totals),
-                  static_cast<void*>(candidates), scratch}) {
-    if (p) cudaFree(p);
-  }
-  return out;
+  return {host_copy(ids.get<int32_t>(), size_t(n_rows)), host_copy(totals.get<double>(), size_t(n_rows)),
+          host_copy(candidates.get<cuda::DeviceDrawCandidate>(), unwritten.size())};
 }
 
 // A width's rows and draws: each kind of draw on random rows, and the rows that test the reductions' edges.

@@ -524,6 +524,7 @@ class CudaBackend final : public Backend {
   // DEEPINFER_CUDA_ROW_DRAWS=split and the rows are fewer than the device's SMs.
   void* row_draw_scratch(int64_t n_rows, int64_t width);
   void* row_top_k_scratch(int64_t n_rows, int64_t width);
+  void* split_draw_scratch(DeviceBuffer& buffer, size_t bytes, int64_t n_rows);  // (their one rule; counts the launch)
   // After the draws' launches (device_draws: those with candidates, nullptr where no row has any; n_candidates: all
   // their candidates): the logits the asking rows' chosen ids may have (launch_drawn_logits), queued back to logprob_.
   void queue_drawn_logits(const LinearParams& p, const float* out_dev, const cuda::DeviceTokenDraw* device_draws,

@@ -235,18 +235,20 @@ bool CudaBackend::queue_logprob_pass(const LinearParams& p, const float* out_dev
 
 // Sized for the most rows and candidates a split launch takes (for V4's vocabulary ~0.7 MB and ~10 MB on 132 SMs), so
 // that the buffers never grow, and so never wait for the device, between one call's launches or from step to step.
-void* CudaBackend::row_draw_scratch(int64_t n_rows, int64_t width) {
+void* CudaBackend::split_draw_scratch(DeviceBuffer& buffer, size_t bytes, int64_t n_rows) {
   if (!split_row_draws_ || n_rows >= sm_count_) return nullptr;
   ++split_row_draw_launches_;
-  row_draw_scratch_.reserve(cuda::row_draw_split_scratch_bytes(sm_count_, width));
-  return row_draw_scratch_.get();
+  buffer.reserve(bytes);
+  return buffer.get();
+}
+
+void* CudaBackend::row_draw_scratch(int64_t n_rows, int64_t width) {
+  return split_draw_scratch(row_draw_scratch_, cuda::row_draw_split_scratch_bytes(sm_count_, width), n_rows);
 }
 
 void* CudaBackend::row_top_k_scratch(int64_t n_rows, int64_t width) {
-  if (!split_row_draws_ || n_rows >= sm_count_) return nullptr;
-  ++split_row_draw_launches_;
-  row_top_k_scratch_.reserve(cuda::row_top_k_split_scratch_bytes(sm_count_, width, cuda::kRowTopKMax));
-  return row_top_k_scratch_.get();
+  return split_draw_scratch(row_top_k_scratch_, cuda::row_top_k_split_scratch_bytes(sm_count_, width, cuda::kRowTopKMax),
+                            n_rows);
 }
 
 void CudaBackend::queue_drawn_logits(const LinearParams& p, const float* out_dev, const cuda::DeviceTokenDraw* device_draws,

@@ -27,6 +27,18 @@ __device__ void write_candidates(const uint64_t* entries, int k, DeviceDrawCandi
   }
 }
 
+// histogram[digit] += 1 for each key bits_of(i), i in [begin, end), whose bits under `mask` are `prefix`, its digit the
+// byte at `shift`. Every thread of the block calls it and takes the same rounds: whole warps count.
+template <class BitsOf>
+__device__ void count_digits(uint32_t* histogram, const BitsOf& bits_of, int64_t begin, int64_t end, int shift,
+                             uint32_t mask, uint32_t prefix) {
+  for (int64_t base = begin; base < end; base += kThreads) {
+    const int64_t i = base + threadIdx.x;
+    const uint32_t b = i < end ? bits_of(i) : 0;
+    count_by_warp(histogram, (b >> shift) & 255u, i < end && (b & mask) == prefix);
+  }
+}
+
 // One block per row with top_k > 0. (Launch bounds of 4 blocks an SM, as many as a launch of 256 rows needs, leave
 // ptxas up to 64 registers a thread: with its default it took 32, for 8 blocks an SM, and sm_100a spilled 12 bytes.)
 __global__ void __launch_bounds__(kThreads, 4) row_top_k_kernel(const float* x, int64_t width, int64_t stride,
@@ -50,11 +62,7 @@ __global__ void __launch_bounds__(kThreads, 4) row_top_k_kernel(const float* x, 
     histogram[threadIdx.x] = 0;
     __syncthreads();
     const uint32_t at = prefix;
-    for (int64_t base = 0; base < width; base += kThreads) {  // every thread the same rounds: whole warps count
-      const int64_t i = base + threadIdx.x;
-      const uint32_t b = i < width ? bits_of(i) : 0;
-      count_by_warp(histogram, (b >> shift) & 255u, i < width && (b & mask) == at);
-    }
+    count_digits(histogram, bits_of, 0, width, shift, mask, at);
     __syncthreads();
     if (threadIdx.x == 0) {
       uint32_t digit = 0;
@@ -164,11 +172,8 @@ __global__ void __launch_bounds__(kThreads) row_top_k_count_kernel(const float* 
   const float* row = x + r * stride;
   const int shift = 24 - 8 * digit;
   const int64_t begin = c * kRowDrawChunkIds, end = min(width, begin + kRowDrawChunkIds);
-  for (int64_t base = begin; base < end; base += kThreads) {  // every thread the same rounds: whole warps count
-    const int64_t i = base + threadIdx.x;
-    const uint32_t b = i < end ? order_bits(scaled_logit(row[i], temperature)) : 0;
-    count_by_warp(histogram, (b >> shift) & 255u, i < end && (b & mask) == prefix);
-  }
+  count_digits(histogram, [&](int64_t i) { return order_bits(scaled_logit(row[i], temperature)); }, begin, end, shift,
+               mask, prefix);
   __syncthreads();
   const uint32_t n = histogram[threadIdx.x];
   if (n) atomicAdd(&histograms[digit * 256 + threadIdx.x], n);
